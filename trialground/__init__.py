@@ -1,0 +1,3 @@
+"""trialground: environment-first RL post-training for language-model agents."""
+
+__version__ = "0.1.0"

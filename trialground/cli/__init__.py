@@ -1,0 +1,27 @@
+"""The `trialground` command. Each command group lives in its own module beside this one."""
+
+from __future__ import annotations
+
+import typer
+
+from trialground.cli import config_cmd, report_cmd, run_cmd, sandbox_cmd, tasks_cmd, verify_cmd
+
+app = typer.Typer(
+    name="trialground",
+    help="Environment-first RL post-training for language-model agents on execution-verified tasks.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(config_cmd.app, name="config")
+app.add_typer(tasks_cmd.app, name="tasks")
+app.add_typer(sandbox_cmd.app, name="sandbox")
+app.command("train")(run_cmd.train)
+app.command("eval")(run_cmd.evaluate)
+app.command("verify")(verify_cmd.verify)
+app.command("report")(report_cmd.report)
+app.command("dashboard")(report_cmd.dashboard)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,111 @@
+"""The typed run configuration: one `RunConfig` composed of each component's own config.
+
+YAML files plus dotted overrides (`--set trainer.lr=1e-5`). Any unknown key, wrong type or
+out-of-range value raises `ConfigError` naming the file, the dotted path and what was expected.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from trialground.envs.config import EnvConfig
+from trialground.errors import ConfigError
+from trialground.monitor.config import MonitorConfig
+from trialground.orchestrator.config import LoopConfig
+from trialground.policy.config import PolicyConfig
+from trialground.pool.config import PoolConfig
+from trialground.sandbox.base import SandboxConfig
+from trialground.tasks.config import TaskPoolConfig
+from trialground.train.config import TrainerConfig
+from trialground.verify.config import RewardConfig
+
+
+class RunConfig(BaseModel):
+    """Everything a run needs. Each section belongs to one component."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field("run", min_length=1, description="Run name: the run directory is <output_dir>/<name>")
+    output_dir: str = Field("runs", description="Parent directory of run directories")
+    seed: int = Field(0, description="Global seed")
+    cluster: Literal["local", "ray"] = Field("local", description="local: one process; ray: a Ray cluster")
+    tasks: TaskPoolConfig = Field(default_factory=TaskPoolConfig, description="Task sources and the pool")
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Sandboxes")
+    reward: RewardConfig = Field(default_factory=RewardConfig, description="The composite reward")
+    env: EnvConfig = Field(default_factory=EnvConfig, description="Environments")
+    pool: PoolConfig = Field(default_factory=PoolConfig, description="The environment pool")
+    policy: PolicyConfig = Field(default_factory=PolicyConfig, description="The policy model")
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="The trainer")
+    loop: LoopConfig = Field(default_factory=LoopConfig, description="The training loop")
+    monitor: MonitorConfig = Field(default_factory=MonitorConfig, description="Metrics and alerts")
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.output_dir) / self.name
+
+
+def _parse_scalar(text: str) -> Any:
+    """An override value is YAML, so `--set loop.steps=3` gives an int and `a=[1,2]` a list."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_override(data: dict[str, Any], dotted: str) -> None:
+    if "=" not in dotted:
+        raise ConfigError(f"override {dotted!r}: expected KEY=VALUE, e.g. trainer.lr=1e-5")
+    key, _, raw = dotted.partition("=")
+    parts = [p for p in key.strip().split(".") if p]
+    if not parts:
+        raise ConfigError(f"override {dotted!r}: empty key")
+    node = data
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {dotted!r}: {part!r} is not a section")
+        node = child
+    node[parts[-1]] = _parse_scalar(raw)
+
+
+def _describe(err: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid configuration"]
+    for e in err.errors():
+        path = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        got = e.get("input")
+        got_text = "" if isinstance(got, dict) else f" (got {got!r})"
+        lines.append(f"  {path}: {e['msg']}{got_text}")
+    return "\n".join(lines)
+
+
+def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    """Read a YAML file (or defaults when `path` is None), apply overrides, validate."""
+    source = str(path) if path is not None else "<defaults>"
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"{source}: no such config file")
+        try:
+            loaded = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{source}: the top level must be a mapping, got {type(loaded).__name__}")
+        data = loaded
+    for item in overrides:
+        apply_override(data, item)
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, source)) from exc
+
+
+def dump_config(config: RunConfig) -> str:
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,52 @@
+"""The policy interface: token prompts in, sampled tokens with logprobs out, a version, new weights."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SamplingParams(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    temperature: float = Field(1.0, ge=0.0, le=5.0, description="0 means greedy")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass")
+    max_new_tokens: int = Field(64, ge=1, le=131072, description="Tokens generated at most")
+    stop: tuple[str, ...] = Field((), description="Strings that end generation (kept in the output)")
+    seed: int | None = Field(None, description="Sampling seed, for reproducible generations")
+
+
+class Generation(BaseModel):
+    """One sampled continuation. `logprobs[i]` is the sampling logprob of `token_ids[i]`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    text: str
+    finish_reason: Literal["stop", "length", "eos", "error"]
+    version: int = Field(description="Policy version that produced it")
+
+
+class Policy(abc.ABC):
+    """A generator of tokens. Implementations: hf (transformers), vllm, openai (eval only), scripted."""
+
+    version: int = 0
+
+    @property
+    @abc.abstractmethod
+    def tokenizer(self) -> Any:
+        """A Hugging Face tokenizer (encode / decode / apply_chat_template)."""
+
+    @abc.abstractmethod
+    async def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams
+    ) -> list[Generation]:
+        """One generation per prompt. Raises PolicyError when generation itself fails."""
+
+    @abc.abstractmethod
+    def load_weights(self, state_dict: Mapping[str, Any], version: int) -> None:
+        """Replace the weights; later generations are stamped with `version`."""

@@ -1,0 +1,61 @@
+"""Token-exact trajectories: what the policy produced, what the environment answered, what it earned."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from trialground.errors import ErrorInfo
+from trialground.verify.base import Reward
+
+
+class Turn(BaseModel):
+    """One exchange. `role="policy"` tokens are trained on; `role="env"` tokens are masked out."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    role: Literal["prompt", "policy", "env"]
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...] = ()
+    text: str = ""
+    seconds: float = 0.0
+
+
+class Trajectory(BaseModel):
+    """One rollout of one task, stamped with the policy version that produced it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task_id: str
+    group_id: str = Field(description="Trajectories of the same task in one step share a group")
+    sample_index: int
+    policy_version: int
+    turns: tuple[Turn, ...] = ()
+    reward: Reward | None = None
+    error: ErrorInfo | None = Field(None, description="Infrastructure failure: excluded from training")
+    truncated: bool = Field(False, description="The context budget cut the episode")
+    finish_reason: str = ""
+    timings: dict[str, float] = Field(default_factory=dict, description="Seconds per phase")
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.reward is not None
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        return [t for turn in self.turns if turn.role == "prompt" for t in turn.token_ids]
+
+    def completion(self) -> tuple[list[int], list[int], list[float]]:
+        """(token ids after the prompt, loss mask 1=policy token, sampling logprobs 0.0 for env tokens)."""
+        ids: list[int] = []
+        mask: list[int] = []
+        logps: list[float] = []
+        for turn in self.turns:
+            if turn.role == "prompt":
+                continue
+            is_policy = turn.role == "policy"
+            ids.extend(turn.token_ids)
+            mask.extend([1 if is_policy else 0] * len(turn.token_ids))
+            logps.extend(turn.logprobs if is_policy else [0.0] * len(turn.token_ids))
+        return ids, mask, logps

@@ -1,0 +1,137 @@
+"""The sandbox interface: exec / write / read / snapshot / restore / fork / close.
+
+Everything that runs model-produced code goes through a `Sandbox`. Backends live one per module
+(`bwrap.py`, `process.py`, `remote.py`); `open_sandbox` picks one from a `SandboxConfig`.
+Paths given to `write`/`read` and `cwd` are relative to the workspace (or absolute under `WORKSPACE`).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from types import TracebackType
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+WORKSPACE = "/workspace"
+
+
+class Limits(BaseModel):
+    """Resource limits of one `exec`. Every limit is enforced and its breach reported in `ExecResult`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    wall_s: float = Field(10.0, gt=0, le=3600, description="Wall-clock seconds before the process tree dies")
+    cpu_s: float = Field(10.0, gt=0, le=3600, description="CPU seconds (RLIMIT_CPU)")
+    memory_mb: int = Field(512, ge=16, le=65536, description="Memory ceiling in MiB (cgroup, else RLIMIT_AS)")
+    pids: int = Field(64, ge=1, le=4096, description="Maximum number of processes/threads")
+    file_size_mb: int = Field(64, ge=1, le=65536, description="Largest file a process may write (MiB)")
+    disk_mb: int = Field(256, ge=1, le=65536, description="Workspace disk quota (MiB)")
+    output_bytes: int = Field(
+        1_000_000, ge=1024, le=1_000_000_000, description="Bytes kept of stdout and of stderr each"
+    )
+
+
+class ExecStatus(StrEnum):
+    OK = "ok"
+    NONZERO_EXIT = "nonzero_exit"
+    TIMEOUT = "timeout"
+    MEMORY_LIMIT = "memory_limit"
+    OUTPUT_LIMIT = "output_limit"
+    PIDS_LIMIT = "pids_limit"
+    KILLED = "killed"
+    SANDBOX_ERROR = "sandbox_error"
+
+
+class ExecResult(BaseModel):
+    """What happened to one command. Produced by the host side; the program cannot forge it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    status: ExecStatus
+    exit_code: int | None = None
+    signal: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    peak_memory_mb: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is ExecStatus.OK
+
+
+class SandboxConfig(BaseModel):
+    """How sandboxes are made."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    backend: Literal["bwrap", "process", "remote"] = Field(
+        "bwrap", description="bwrap isolates (default); process does NOT isolate; remote uses the service"
+    )
+    limits: Limits = Field(default_factory=Limits, description="Default limits of every exec")
+    network: bool = Field(False, description="Give sandboxes a network (default: none at all)")
+    rootfs: str | None = Field(None, description="Root filesystem directory to run in instead of the host's")
+    remote_url: str | None = Field(None, description="Sandbox service URL for the remote backend")
+    token_file: str | None = Field(None, description="File holding the sandbox service token")
+    snapshot_mode: Literal["auto", "overlay", "copy"] = Field(
+        "auto", description="Workspace snapshots: overlayfs where it works, copying otherwise"
+    )
+    warm: bool = Field(True, description="Keep a long-lived sandbox process to run commands without new namespaces")
+
+
+Command = Sequence[str] | str
+"""An argv list, or a string run as a bash script."""
+
+
+class Sandbox(abc.ABC):
+    """An isolated workspace plus a way to run commands in it. Async; see `SyncSandbox` for a facade."""
+
+    @abc.abstractmethod
+    async def exec(
+        self,
+        cmd: Command,
+        *,
+        stdin: bytes | str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        limits: Limits | None = None,
+    ) -> ExecResult:
+        """Run `cmd` in the sandbox. Program failures are results; only a broken sandbox raises SandboxError."""
+
+    @abc.abstractmethod
+    async def write(self, path: str, data: bytes | str) -> None:
+        """Write a file in the workspace, creating parent directories."""
+
+    @abc.abstractmethod
+    async def read(self, path: str) -> bytes:
+        """Read a file from the workspace. Raises FileNotFoundError when it does not exist."""
+
+    @abc.abstractmethod
+    async def snapshot(self) -> str:
+        """Freeze the current workspace; returns an id usable with `restore`."""
+
+    @abc.abstractmethod
+    async def restore(self, snapshot_id: str) -> None:
+        """Make the workspace byte-identical to the snapshot; kill leftover processes."""
+
+    @abc.abstractmethod
+    async def fork(self) -> Sandbox:
+        """A new, independent sandbox starting from this one's current workspace."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Kill everything inside and free every resource (processes, mounts, temp directories)."""
+
+    async def __aenter__(self) -> Sandbox:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()

@@ -1,0 +1,62 @@
+"""The task model: what an agent is asked to do and how its answer is checked.
+
+A `Task` is frozen data. Its `id` is a content hash of everything that defines it, so two tasks with
+the same content have the same id wherever they were made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from trialground.sandbox.base import Limits
+
+JSONScalar = str | int | float | bool | None
+
+VerifierKind = Literal["code_tests", "math", "exact", "regex", "numeric", "check_program", "judge"]
+
+
+class VerifierSpec(BaseModel):
+    """Which verifier grades a task, and its parameters (e.g. the gold answer, a tolerance)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: VerifierKind = Field(description="Verifier module that grades this task")
+    params: dict[str, Any] = Field(default_factory=dict, description="Verifier parameters, JSON values")
+
+
+class Task(BaseModel):
+    """One task. Hidden checks never enter the agent's sandbox; the verifier runs them afterwards."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field("", description="Content hash of the task; computed when empty")
+    domain: str = Field(description="Domain, e.g. code, math, data, ops")
+    prompt: str = Field(description="What the agent is asked")
+    files: dict[str, str] = Field(default_factory=dict, description="Workspace files, path -> text")
+    visible_checks: dict[str, str] = Field(
+        default_factory=dict, description="Checks the agent may see and run, path -> text"
+    )
+    hidden_checks: dict[str, str] = Field(
+        default_factory=dict, description="Checks run only by the grader, path -> text"
+    )
+    reference: str | None = Field(None, description="Reference solution (program or answer text)")
+    verifier: VerifierSpec = Field(description="How the submission is graded")
+    limits: Limits | None = Field(None, description="Sandbox limits for this task (default: the run's)")
+    split: Literal["train", "eval"] = Field("train", description="Which split the task belongs to")
+    metadata: dict[str, JSONScalar] = Field(default_factory=dict, description="Free-form scalar facts")
+
+    @model_validator(mode="after")
+    def _fill_id(self) -> Task:
+        digest = self.content_hash()
+        if not self.id:
+            object.__setattr__(self, "id", digest)
+        return self
+
+    def content_hash(self) -> str:
+        body = self.model_dump(mode="json", exclude={"id", "metadata", "split"})
+        blob = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]

@@ -1,0 +1,78 @@
+"""Verdicts, flags and rewards: the data that grading produces.
+
+A `Verdict` is what a verifier decided about one submission. A `Reward` is the paid number, carrying
+every named component and every flag; its `total` is a pure function of them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field
+
+from trialground.errors import ErrorInfo
+
+TestOutcome = Literal["passed", "failed", "error", "skipped", "missing"]
+
+
+class TestResult(BaseModel):
+    """One test's outcome, read from a report the submission could not write."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    __test__ = False  # not a pytest class
+
+    name: str
+    outcome: TestOutcome
+    detail: str = ""
+
+
+class Flag(BaseModel):
+    """A suspicion about a submission, with the evidence that raised it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="Detector name, e.g. test_tampering, early_exit, always_equal")
+    evidence: str = Field(description="What was seen, where")
+    severity: Literal["info", "warn", "hack"] = "hack"
+
+
+class Verdict(BaseModel):
+    """What a verifier decided. `error` is set when no decision could be reached (infrastructure)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    passed: bool
+    score: float = Field(0.0, ge=0.0, le=1.0, description="Fraction of checks passed")
+    tests: tuple[TestResult, ...] = ()
+    flags: tuple[Flag, ...] = ()
+    detail: str = ""
+    error: ErrorInfo | None = None
+
+
+class RewardComponent(BaseModel):
+    """A named part of the reward: its raw value and the weight it is paid with (0 = logged only)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    value: float
+    weight: float
+
+
+class Reward(BaseModel):
+    """outcome gate + weighted shaping. `total` is computed, never stored independently."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    outcome: float = Field(description="1.0 when the outcome check passed, else 0.0")
+    components: tuple[RewardComponent, ...] = ()
+    flags: tuple[Flag, ...] = ()
+    gated: bool = Field(True, description="Shaping is paid only when the outcome passed")
+    zeroed: bool = Field(False, description="A hack flag forced the reward to 0")
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def total(self) -> float:
+        if self.zeroed or (self.gated and self.outcome <= 0.0):
+            return 0.0
+        return self.outcome + sum(c.weight * c.value for c in self.components)
