@@ -1,5 +1,5 @@
 """Verifiers, the composite reward, hack detection and judges."""
 
-from trialground.verify.base import Flag, Reward, RewardComponent, TestResult, Verdict
+from trialground.verify.base import Action, Flag, Reward, RewardComponent, TestResult, Verdict
 
-__all__ = ["Flag", "Reward", "RewardComponent", "TestResult", "Verdict"]
+__all__ = ["Action", "Flag", "Reward", "RewardComponent", "TestResult", "Verdict"]

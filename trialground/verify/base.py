@@ -76,3 +76,15 @@ class Reward(BaseModel):
         if self.zeroed or (self.gated and self.outcome <= 0.0):
             return 0.0
         return self.outcome + sum(c.weight * c.value for c in self.components)
+
+
+class Action(BaseModel):
+    """One tool action of an episode, as the grader's process and redundancy scores see it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tool: str = Field(description="Tool name: bash, python, read_file, write_file, edit_file, run_tests, submit")
+    argument_digest: str = Field(description="Hash of the normalised arguments (repeats have equal digests)")
+    ok: bool = Field(description="The tool call was valid and did not error")
+    changed_workspace: bool | None = Field(None, description="Whether the action changed any file")
+    target: str | None = Field(None, description="File the action read or wrote, if any")
