@@ -2,14 +2,107 @@
 
 from __future__ import annotations
 
-from trialground.cli.common import not_built
+import asyncio
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from trialground.cli.common import EXIT_INFRA, fail
+from trialground.config import RunConfig, load_config
+from trialground.errors import ConfigError, TrialgroundError
+
+console = Console(stderr=True)
 
 
-def train() -> None:
-    """Train (not built yet)."""
-    not_built("train")
+def _config(config: Path | None, overrides: list[str], resume: Path | None) -> RunConfig:
+    if resume is not None:
+        resolved = resume / "config.yaml"
+        if not resolved.is_file():
+            fail(f"--resume {resume}: no config.yaml there; is it a run directory?")
+        if config is not None:
+            fail("give either CONFIG or --resume RUN_DIR, not both (a resumed run keeps its config)")
+        config = resolved
+    if config is None:
+        fail("missing CONFIG (a YAML run configuration, e.g. examples/quickstart.yaml)")
+    try:
+        cfg = load_config(config, overrides)
+    except ConfigError as exc:
+        fail(str(exc))
+    if resume is not None and cfg.run_dir.resolve() != resume.resolve():
+        cfg = cfg.model_copy(update={"output_dir": str(resume.parent), "name": resume.name})
+    return cfg
 
 
-def evaluate() -> None:
-    """Evaluate (not built yet)."""
-    not_built("eval")
+def train(
+    config: Path | None = typer.Argument(None, help="YAML run configuration"),
+    overrides: list[str] = typer.Option([], "--set", help="Dotted override KEY=VALUE, repeatable"),
+    resume: Path | None = typer.Option(None, "--resume", help="Continue the run in this run directory"),
+) -> None:
+    """Train a policy: rollouts in sandboxes, rewards, group advantages, policy updates."""
+    cfg = _config(config, overrides, resume)
+    from trialground.orchestrator.loop import run
+
+    columns = (
+        TextColumn("[bold]train"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[info]}"),
+    )
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task("train", total=cfg.loop.steps, info="evaluating the starting policy")
+
+        def on_step(step: int, metrics: dict[str, float]) -> None:
+            info = f"reward {metrics.get('reward/mean', 0.0):.3f}  loss {metrics.get('train/loss', 0.0):+.4f}"
+            bar.update(task, completed=step, info=info)
+
+        try:
+            summary = asyncio.run(run(cfg, resume=resume is not None, progress=on_step))
+        except (FileExistsError, FileNotFoundError) as exc:
+            fail(str(exc))
+        except TrialgroundError as exc:
+            fail(f"{exc.boundary} failure: {exc}", code=EXIT_INFRA)
+    table = Table(title=f"run {cfg.name}", show_header=False)
+    table.add_row("run directory", summary.run_dir)
+    table.add_row("steps", str(summary.steps))
+    fmt = lambda v: "n/a" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+    table.add_row("held-out pass@1 before", fmt(summary.eval_before))
+    table.add_row("held-out pass@1 after", fmt(summary.eval_after))
+    table.add_row("alerts", str(summary.alerts))
+    table.add_row("wall time", f"{summary.seconds:.0f} s")
+    Console().print(table)
+
+
+def evaluate(
+    config: Path = typer.Argument(..., help="YAML run configuration (its eval split is used)"),
+    overrides: list[str] = typer.Option([], "--set", help="Dotted override KEY=VALUE, repeatable"),
+    checkpoint: Path | None = typer.Option(None, help="A checkpoints/step_N directory to evaluate"),
+    samples: int = typer.Option(
+        1, min=1, max=1024, help="Also sample this many per task at the training temperature (pass@k)"
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object of metrics on stdout"),
+) -> None:
+    """Evaluate a policy on the held-out split: greedy pass@1, and sampled pass@1/pass@k with --samples."""
+    cfg = _config(config, overrides, None)
+    from trialground.orchestrator.evaluate_run import evaluate_run
+
+    if checkpoint is not None and not (checkpoint / "model.pt").is_file():
+        fail(f"--checkpoint {checkpoint}: no model.pt there (expected runs/<name>/checkpoints/step_N)")
+    try:
+        with console.status("evaluating"):
+            metrics = asyncio.run(evaluate_run(cfg, checkpoint=checkpoint, samples=samples))
+    except TrialgroundError as exc:
+        fail(f"{exc.boundary} failure: {exc}", code=EXIT_INFRA)
+    if as_json:
+        typer.echo(json.dumps(metrics, sort_keys=True))
+        return
+    table = Table(title="evaluation")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in sorted(metrics.items()):
+        table.add_row(key, f"{value:.4f}")
+    Console().print(table)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import abc
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trialground.sandbox.base import Sandbox
 from trialground.tasks.model import Task
-from trialground.verify.base import Reward, Verdict
+from trialground.verify.base import Action, Reward, Verdict
 
 
 class Observation(BaseModel):
@@ -37,3 +39,38 @@ class Environment(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None:
         """Release the sandbox and everything else the environment holds."""
+
+
+class Grading(Protocol):
+    """What environments need from the grader (`trialground.verify.grader.Grader` satisfies it)."""
+
+    async def grade(
+        self,
+        task: Task,
+        submission: str,
+        *,
+        workspace: Sandbox | None = None,
+        actions: Sequence[Action] = (),
+    ) -> tuple[Verdict, Reward]: ...
+
+
+class Forkable(abc.ABC):
+    """Mid-episode state control: snapshot / rollback / fork.
+
+    `snapshot()` captures the workspace and the episode (history, counters, clock) at a turn boundary;
+    `rollback(snap)` makes both byte-identical to that point again (the snapshot stays valid, so it can be
+    rolled back to repeatedly); `fork(n)` returns n new environments continuing independently from the
+    current state, each in its own sandbox and owned by the caller, who must `close()` them.
+    """
+
+    @abc.abstractmethod
+    async def snapshot(self) -> Any:
+        """An opaque snapshot of the current episode state."""
+
+    @abc.abstractmethod
+    async def rollback(self, snap: Any) -> None:
+        """Return the episode (workspace included) to `snap`."""
+
+    @abc.abstractmethod
+    async def fork(self, n: int) -> list[Any]:
+        """n independent continuations of the current state."""

@@ -13,5 +13,19 @@ class EnvConfig(BaseModel):
     kind: Literal["single_turn", "tool"] = Field("single_turn", description="Environment type")
     max_turns: int = Field(8, ge=1, le=1000, description="Turns per episode (tool env)")
     max_episode_s: float = Field(300.0, gt=0, description="Wall seconds per episode")
-    tool_format: Literal["json_tags", "xml"] = Field("json_tags", description="Tool-call syntax")
+    tool_format: Literal["json_tags", "xml", "auto"] = Field(
+        "json_tags", description="Tool-call syntax: json_tags, xml, or auto (both)"
+    )
     observation_budget_chars: int = Field(4000, ge=64, description="Observations are cut to this size")
+    tool_timeout_s: float = Field(
+        30.0, gt=0, le=3600, description="Wall seconds of one bash/python/run_tests call (capped by episode)"
+    )
+    max_calls_per_turn: int = Field(
+        4, ge=1, le=64, description="Tool calls executed per model turn; further ones are invalid"
+    )
+    grade_on_limit: bool = Field(
+        True, description="At the turn or time limit, grade the workspace as it is (else: no reward)"
+    )
+    python: str = Field(
+        "python3", min_length=1, description="Python inside the sandbox (python/run_tests tools)"
+    )

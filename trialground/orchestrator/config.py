@@ -19,4 +19,7 @@ class LoopConfig(BaseModel):
     eval_interval: int = Field(0, ge=0, description="Evaluate every N steps (0: start and end only)")
     eval_samples: int = Field(1, ge=1, description="Samples per eval task (pass@k)")
     checkpoint_interval: int = Field(0, ge=0, description="Checkpoint every N steps (0: end only)")
+    eval_feedback: bool = Field(
+        False, description="Feed failed eval tasks into training's regression queue (contaminates eval)"
+    )
     rollout_concurrency: int = Field(8, ge=1, description="Rollouts in flight at once")

@@ -42,9 +42,7 @@ class Policy(abc.ABC):
         """A Hugging Face tokenizer (encode / decode / apply_chat_template)."""
 
     @abc.abstractmethod
-    async def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams
-    ) -> list[Generation]:
+    async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
         """One generation per prompt. Raises PolicyError when generation itself fails."""
 
     @abc.abstractmethod

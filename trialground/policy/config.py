@@ -22,3 +22,25 @@ class PolicyConfig(BaseModel):
     )
     base_url: str | None = Field(None, description="OpenAI-compatible endpoint (openai backend)")
     max_context_tokens: int = Field(2048, ge=16, description="Context budget of one episode")
+    api: Literal["completions", "chat"] = Field(
+        "completions",
+        description="openai backend: POST /v1/completions (token-faithful) or /v1/chat/completions",
+    )
+    api_key_env: str = Field(
+        "OPENAI_API_KEY", description="openai backend: environment variable with the key"
+    )
+    tokenizer: str = Field(
+        "tiny",
+        description="openai/scripted backends: local tokenizer ('tiny' or an HF directory) for token ids",
+    )
+    request_timeout_s: float = Field(60.0, gt=0, le=3600, description="openai backend: seconds per request")
+    max_retries: int = Field(
+        2, ge=0, le=10, description="openai backend: retries on connection errors and 5xx"
+    )
+    max_concurrency: int = Field(16, ge=1, le=1024, description="openai backend: requests in flight at once")
+    responses: tuple[str, ...] = Field(
+        (), description="scripted backend: responses, used in order and cycled"
+    )
+    gpu_memory_utilization: float = Field(
+        0.5, gt=0.0, le=1.0, description="vllm backend: fraction of GPU memory the engine may take"
+    )

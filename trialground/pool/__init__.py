@@ -1,1 +1,16 @@
-"""trialground.pool."""
+"""The environment pool: lifecycle, warm sandboxes, health, recycling, backpressure; local and Ray."""
+
+from trialground.pool.autoscale import Autoscaler
+from trialground.pool.backend import LocalBackend, SandboxBackend
+from trialground.pool.config import PoolConfig
+from trialground.pool.pool import AcquireTimeout, EnvPool, PoolFull
+
+__all__ = [
+    "AcquireTimeout",
+    "Autoscaler",
+    "EnvPool",
+    "LocalBackend",
+    "PoolConfig",
+    "PoolFull",
+    "SandboxBackend",
+]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class PoolConfig(BaseModel):
@@ -19,3 +19,30 @@ class PoolConfig(BaseModel):
     lease_s: float = Field(600.0, gt=0, description="Reclaim an environment never released after this")
     idle_ttl_s: float = Field(120.0, gt=0, description="Reap environments idle this long")
     ray_address: str | None = Field(None, description="Ray cluster address (None: local ray.init())")
+    max_idle: int = Field(
+        64, ge=0, le=1_000_000, description="Warm idle sandboxes kept at most (oldest evicted first)"
+    )
+    health_check: bool = Field(
+        True, description="Run a no-op command in a warm sandbox before handing it out"
+    )
+    create_retries: int = Field(1, ge=0, le=10, description="Extra attempts when creating a sandbox fails")
+    maintenance_interval_s: float = Field(
+        1.0, gt=0, le=3600, description="How often leases are checked and idle sandboxes reaped"
+    )
+    autoscale: bool = Field(False, description="Adapt max_active to generation vs environment rates")
+    min_active: int = Field(1, ge=1, le=100_000, description="Lower bound of max_active when autoscaling")
+    max_active_bound: int = Field(
+        256, ge=1, le=100_000, description="Upper bound of max_active when autoscaling"
+    )
+    autoscale_interval_s: float = Field(10.0, gt=0, description="Seconds between autoscaler decisions")
+    ray_workers: int = Field(2, ge=1, le=10_000, description="Sandbox worker actors (ray backend)")
+    ray_worker_cpus: float = Field(1.0, gt=0, le=256, description="CPUs reserved per worker actor")
+    ray_call_timeout_s: float = Field(
+        120.0, gt=0, description="A worker call slower than this (beyond its own limits) is a lost worker"
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> PoolConfig:
+        if self.min_active > self.max_active_bound:
+            raise ValueError("min_active must be <= max_active_bound")
+        return self

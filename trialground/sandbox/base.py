@@ -83,6 +83,12 @@ class SandboxConfig(BaseModel):
         "auto", description="Workspace snapshots: overlayfs where it works, copying otherwise"
     )
     warm: bool = Field(True, description="Keep a long-lived sandbox process to run commands without new namespaces")
+    python_prefix: str | None = Field(
+        None, description="Python runtime shown read-only in the sandbox (default: this interpreter's base prefix)"
+    )
+    python_fast: bool = Field(
+        True, description="Run plain `python3 ...` commands by forking a pre-started interpreter in the sandbox"
+    )
 
 
 Command = Sequence[str] | str

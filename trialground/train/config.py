@@ -11,14 +11,45 @@ class TrainerConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     algorithm: Literal["grpo", "dr_grpo", "rloo"] = Field("grpo", description="Group advantage estimator")
+    adv_eps: float = Field(1e-6, gt=0.0, le=1.0, description="GRPO: added to the group std before dividing")
     lr: float = Field(1e-4, gt=0.0, le=1.0, description="Learning rate")
+    weight_decay: float = Field(0.0, ge=0.0, le=1.0, description="AdamW decoupled weight decay")
+    adam_betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas")
     clip_low: float = Field(0.2, ge=0.0, le=1.0, description="PPO clip range below 1")
     clip_high: float = Field(0.28, ge=0.0, le=10.0, description="PPO clip range above 1 (DAPO clip-higher)")
-    kl_coef: float = Field(0.0, ge=0.0, description="KL penalty to the reference policy (0 = off)")
-    loss_agg: Literal["token", "sequence"] = Field("token", description="Loss aggregation")
+    kl_coef: float = Field(
+        0.0, ge=0.0, le=100.0, description="KL penalty (k3) to the reference policy (0 = off)"
+    )
+    loss_agg: Literal["token", "sequence"] = Field(
+        "token", description="token: mean over all policy tokens of the batch (DAPO); sequence: mean of means"
+    )
     epochs: int = Field(1, ge=1, le=16, description="Optimisation passes over each batch")
-    micro_batch_size: int = Field(16, ge=1, description="Sequences per forward/backward (grad accumulation)")
+    micro_batch_size: int = Field(
+        16, ge=1, le=4096, description="Sequences per forward/backward (grad accumulation)"
+    )
     max_grad_norm: float = Field(1.0, gt=0.0, description="Gradient clipping norm")
-    lora_rank: int = Field(0, ge=0, description="LoRA rank via peft (0 = full fine-tuning)")
-    overlong_penalty: float = Field(0.0, ge=0.0, description="Penalty for responses cut at max length")
+    old_logprobs: Literal["sampling", "recompute"] = Field(
+        "sampling",
+        description="Ratio denominator: the sampler's logprobs (behaviour policy; corrects staleness) or a "
+        "no-grad forward pass before the first epoch (sampler numerics differ: vLLM kernels, top_p < 1)",
+    )
+    skip_zero_advantage: bool = Field(
+        True,
+        description="Skip the forward pass of sequences with advantage 0 when kl_coef = 0 (same gradient)",
+    )
+    compute_entropy: bool = Field(
+        True, description="Log train/entropy (one extra softmax over the vocabulary)"
+    )
+    lora_rank: int = Field(0, ge=0, le=1024, description="LoRA rank via peft (0 = full fine-tuning)")
+    lora_alpha: int = Field(16, gt=0, le=65536, description="LoRA scaling numerator (scale = alpha / rank)")
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="LoRA dropout (0 keeps the ratio exact)")
+    lora_targets: str = Field(
+        "all-linear", min_length=1, description="'all-linear' or comma-separated module names for LoRA"
+    )
+    overlong_penalty: float = Field(
+        0.0, ge=0.0, le=10.0, description="Penalty for responses cut at max length"
+    )
+    overlong_buffer: int = Field(
+        0, ge=0, description="Soft overlong zone (tokens before the max) where the penalty ramps up; 0 = hard"
+    )
     seed: int = Field(0, description="torch seed")

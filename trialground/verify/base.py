@@ -69,13 +69,19 @@ class Reward(BaseModel):
     flags: tuple[Flag, ...] = ()
     gated: bool = Field(True, description="Shaping is paid only when the outcome passed")
     zeroed: bool = Field(False, description="A hack flag forced the reward to 0")
+    penalty: float = Field(0.0, ge=0.0, description="Subtracted from the total (hack_action=penalty)")
+    dropped: bool = Field(False, description="Exclude this trajectory from the batch (hack_action=drop)")
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def total(self) -> float:
         if self.zeroed or (self.gated and self.outcome <= 0.0):
-            return 0.0
-        return self.outcome + sum(c.weight * c.value for c in self.components)
+            return 0.0 - self.penalty
+        return self.outcome + sum(c.weight * c.value for c in self.components) - self.penalty
+
+    def component(self, name: str) -> RewardComponent | None:
+        """The component called `name`, if present."""
+        return next((c for c in self.components if c.name == name), None)
 
 
 class Action(BaseModel):

@@ -1,10 +1,38 @@
-"""Configuration of the composite reward."""
+"""Configuration of grading and of the composite reward."""
 
 from __future__ import annotations
 
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+
+class GradingConfig(BaseModel):
+    """How verifiers run: timeouts, the sandbox's Python, strictness."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    python: str = Field("python3", min_length=1, description="Python interpreter inside the sandbox")
+    site_packages: bool = Field(
+        False, description="Let solutions import site-packages (slower start; off: standard library only)"
+    )
+    reuse_sandboxes: int = Field(
+        8,
+        ge=0,
+        le=1024,
+        description="Idle grading sandboxes kept for reuse (restored to empty + /tmp wiped); 0: a new one each time",
+    )
+    test_timeout_s: float = Field(5.0, gt=0, le=600, description="Deadline of one test function")
+    total_timeout_s: float = Field(30.0, gt=0, le=3600, description="Deadline of all tests of one grading")
+    strict_types: bool = Field(
+        True, description="Code tests: values returned by the solution must be plain builtin data"
+    )
+    math_timeout_s: float = Field(5.0, gt=0, le=120, description="Hard timeout of one math-verify call")
+    check_timeout_s: float = Field(30.0, gt=0, le=3600, description="Deadline of a task's check program")
+    run_visible: bool = Field(
+        True, description="Also run visible checks (to flag solutions that pass them but fail hidden ones)"
+    )
+    static_checks: bool = Field(True, description="Run the static (AST) hack detectors on code submissions")
 
 
 class RewardConfig(BaseModel):
@@ -14,7 +42,21 @@ class RewardConfig(BaseModel):
 
     process_weight: float = Field(0.2, ge=0.0, le=10.0, description="Weight of process_score in [0, 1]")
     redundancy_weight: float = Field(0.01, ge=0.0, le=10.0, description="Penalty per redundant action")
+    judge_weight: float = Field(0.0, ge=0.0, le=10.0, description="Weight of a judge score (0 = logged only)")
     hack_action: Literal["zero", "penalty", "drop"] = Field(
         "zero", description="What a hack flag does to the trajectory"
     )
     hack_penalty: float = Field(1.0, ge=0.0, description="Subtracted when hack_action=penalty")
+    tests_part: float = Field(0.5, ge=0.0, le=1.0, description="process_score share: tests run before submit")
+    errors_part: float = Field(0.25, ge=0.0, le=1.0, description="process_score share: no tool errors")
+    waste_part: float = Field(0.25, ge=0.0, le=1.0, description="process_score share: no wasted turns")
+    test_tools: tuple[str, ...] = Field(
+        ("run_tests",), description="Tool names that count as running the tests"
+    )
+    edit_tools: tuple[str, ...] = Field(
+        ("write_file", "edit_file"), description="Tool names that edit files (no-op edits are redundant)"
+    )
+    read_tools: tuple[str, ...] = Field(
+        ("read_file",), description="Tool names that read files (re-reads of unchanged files are redundant)"
+    )
+    grading: GradingConfig = Field(default_factory=GradingConfig, description="How verifiers run")

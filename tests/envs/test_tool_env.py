@@ -1,0 +1,140 @@
+"""Scripted multi-turn episodes in a real bwrap sandbox with the real grader."""
+
+from __future__ import annotations
+
+import pytest
+from envkit import call, code_task
+
+from trialground.envs.config import EnvConfig
+from trialground.envs.tool_env import ToolEnv
+from trialground.verify.grader import Grader
+
+CFG = EnvConfig(kind="tool", max_turns=30, tool_format="auto", observation_budget_chars=2000)
+
+
+async def test_scripted_episode_every_tool(grader: Grader, sandbox_config) -> None:
+    env = ToolEnv(grader, CFG, sandbox_config)
+    task = code_task()
+    try:
+        obs = await env.reset(task)
+        assert task.prompt in obs.text and "run_tests" in obs.text and not obs.done
+
+        obs = await env.step("Let me look.\n" + call("bash", command="ls -R"))
+        assert "solution.py" in obs.text and "test_visible.py" in obs.text
+        assert "test_hidden" not in obs.text  # hidden checks never enter the agent's sandbox
+        assert obs.text.startswith("[exit 0]")
+
+        obs = await env.step(call("read_file", path="solution.py"))
+        assert obs.text == "def add(a, b):\n    return a - b\n\n\ndef double(a):\n    return a + a\n"
+
+        obs = await env.step(call("run_tests"))
+        assert "FAILED test_visible.py::test_add_small" in obs.text and "0 passed, 1 failed" in obs.text
+
+        # malformed and unknown calls: explained, counted, never raised
+        obs = await env.step('<tool_call>{"name": "bash", "arguments": {"command": </tool_call>')
+        assert "not valid JSON" in obs.text
+        obs = await env.step(call("rm_everything", target="/"))
+        assert "unknown tool 'rm_everything'" in obs.text
+        obs = await env.step(call("write_file", path="x.txt"))
+        assert "missing parameter(s) content" in obs.text
+        obs = await env.step("I think I am done, no tool needed.")
+        assert "no tool call found" in obs.text
+        obs = await env.step(
+            "<tool_call>\n<function=bash>\n<parameter=command>\necho hi\n</function>\n</tool_call>"
+        )
+        assert "not closed with </parameter>" in obs.text
+        assert env.counters["invalid_calls"] == 5 and env.counters["tool_calls"] == 3
+
+        # edit_file: ambiguous, missing, then exact
+        obs = await env.step(call("edit_file", path="solution.py", old="return a", new="return b"))
+        assert "ambiguous: 2 matches" in obs.text
+        obs = await env.step(call("edit_file", path="solution.py", old="a * b", new="a + b"))
+        assert "not found" in obs.text
+        obs = await env.step(call("edit_file", path="solution.py", old="a - b", new="a + b"))
+        assert "edited solution.py" in obs.text
+
+        obs = await env.step(call("python", fmt="xml", code="import solution\nprint(solution.add(2, 5))"))
+        assert obs.text == "[exit 0]\n7"
+        obs = await env.step(call("write_file", path="notes/todo.txt", content="done\n"))
+        assert "wrote 5 chars" in obs.text
+        obs = await env.step(call("read_file", path="missing.txt"))
+        assert obs.text.startswith("error: cannot read missing.txt")
+        # two calls in one message, both run in order
+        obs = await env.step(call("run_tests") + "\n" + call("bash", command="cat notes/todo.txt"))
+        assert "1 passed, 0 failed" in obs.text and obs.text.rstrip().endswith("done")
+
+        obs = await env.step(call("submit"))
+        assert obs.done and obs.verdict is not None and obs.reward is not None
+        assert obs.verdict.error is None and obs.verdict.passed, obs.verdict
+        assert obs.reward.outcome == 1.0 and obs.reward.total >= 1.0
+        assert obs.info["finish_reason"] == "submitted" and obs.info["error"] is None
+        counters = obs.info["counters"]
+        assert counters["invalid_calls"] == 5
+        assert counters["tool_calls"] == 12  # 3 + 3 edits + python + write + read + run_tests + bash + submit
+        assert counters["tool_errors"] == 4  # failed run_tests, 2 bad edits, missing read
+        assert counters["tool/edit_file"] == 3 and counters["tool/submit"] == 1
+        tools = [a.tool for a in env.actions]
+        assert tools.count("run_tests") == 2 and tools[-1] == "submit"
+        assert sum(not a.ok for a in env.actions) == 4 + 4  # errors + invalid calls that named a tool
+        edit = [a for a in env.actions if a.tool == "edit_file"]
+        assert [a.changed_workspace for a in edit] == [False, False, True]
+        # after the end: an observation, not an exception
+        again = await env.step(call("bash", command="ls"))
+        assert again.done and again.reward is None
+    finally:
+        await env.close()
+
+
+async def test_wrong_fix_fails_hidden_tests(grader: Grader, sandbox_config) -> None:
+    env = ToolEnv(grader, CFG, sandbox_config)
+    try:
+        await env.reset(code_task())
+        # passes the visible test only
+        await env.step(call("write_file", path="solution.py", content="def add(a, b):\n    return 3\n"))
+        obs = await env.step(call("submit"))
+        assert obs.done and obs.verdict is not None and not obs.verdict.passed
+        assert obs.reward is not None and obs.reward.total == 0.0 and obs.verdict.error is None
+    finally:
+        await env.close()
+
+
+async def test_turn_limit_grades_workspace(grader: Grader, sandbox_config) -> None:
+    env = ToolEnv(grader, EnvConfig(kind="tool", max_turns=2), sandbox_config)
+    try:
+        await env.reset(code_task())
+        obs = await env.step(call("edit_file", path="solution.py", old="a - b", new="a + b"))
+        assert not obs.done
+        obs = await env.step(call("bash", command="true"))
+        assert obs.done and obs.info["finish_reason"] == "max_turns"
+        assert obs.verdict is not None and obs.verdict.passed
+    finally:
+        await env.close()
+
+
+async def test_time_limit_and_long_output_truncated(grader: Grader, sandbox_config) -> None:
+    cfg = EnvConfig(kind="tool", max_episode_s=1.5, observation_budget_chars=500, grade_on_limit=False)
+    env = ToolEnv(grader, cfg, sandbox_config)
+    try:
+        await env.reset(code_task())
+        obs = await env.step(call("python", code="print('A' * 50000)\nprint('THE END')"))
+        assert len(obs.text) <= 500 and "chars dropped" in obs.text
+        assert obs.text.startswith("[exit 0]\nAAAA") and obs.text.endswith("THE END")
+        obs = await env.step(call("bash", command="sleep 5"))  # the episode's clock caps the command
+        assert obs.done and obs.info["finish_reason"] == "time_limit" and obs.reward is None
+        assert env.elapsed_s() < 4.5
+    finally:
+        await env.close()
+
+
+@pytest.mark.parametrize("fmt", ["json_tags", "xml"])
+async def test_configured_format_only(grader: Grader, sandbox_config, fmt: str) -> None:
+    env = ToolEnv(grader, EnvConfig(kind="tool", tool_format=fmt), sandbox_config)  # type: ignore[arg-type]
+    other = "xml" if fmt == "json_tags" else "json_tags"
+    try:
+        await env.reset(code_task())
+        obs = await env.step(call("bash", fmt=fmt, command="echo ok"))
+        assert obs.text == "[exit 0]\nok"
+        obs = await env.step(call("bash", fmt=other, command="echo ok"))
+        assert obs.text.startswith("error:")
+    finally:
+        await env.close()

@@ -1,0 +1,3 @@
+from trialground.cli import main
+
+main()

@@ -1,0 +1,234 @@
+"""The tools of the multi-turn environment, run against a task's sandbox.
+
+Tools: ``bash(command)``, ``python(code)``, ``read_file(path)``, ``write_file(path, content)``,
+``edit_file(path, old, new)`` (exact-match replace; no match or several matches is an error observation),
+``run_tests()`` (the task's visible checks only) and ``submit(answer?)``.
+
+Contract: `Toolbox.run` turns every *program* failure (bad arguments, missing file, non-zero exit, timeout)
+into a `ToolOutcome` with ``ok=False``; only a broken sandbox propagates, as `SandboxError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from trialground.errors import SandboxError
+from trialground.sandbox.base import ExecResult, ExecStatus, Limits, Sandbox
+from trialground.tasks.model import Task
+from trialground.verify.base import Action
+
+# name -> (required parameters, optional parameters)
+TOOL_PARAMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "bash": (("command",), ()),
+    "python": (("code",), ()),
+    "read_file": (("path",), ()),
+    "write_file": (("path", "content"), ()),
+    "edit_file": (("path", "old", "new"), ()),
+    "run_tests": ((), ()),
+    "submit": ((), ("answer",)),
+}
+
+TOOL_DOCS = """Tools (one or more calls per message):
+- bash(command): run a bash script in /workspace
+- python(code): run Python code in /workspace
+- read_file(path): show a file
+- write_file(path, content): create or overwrite a file
+- edit_file(path, old, new): replace the one exact occurrence of `old` with `new`
+- run_tests(): run the visible tests
+- submit(answer?): finish; the workspace (or `answer`) is graded"""
+
+
+# Runs the visible `test_*` functions of pytest-style files with the standard library only (the sandbox's
+# Python need not have pytest). Prints one line per test and a summary; exits 1 unless all passed.
+VISIBLE_RUNNER = """
+import importlib.util, inspect, os, sys, traceback
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.getcwd())
+passed = failed = 0
+for path in sys.argv[1:]:
+    try:
+        spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    except BaseException:
+        failed += 1
+        print(f"ERROR {path} (collecting)")
+        traceback.print_exc(limit=-2, file=sys.stdout)
+        continue
+    for name, fn in list(vars(mod).items()):
+        if not name.startswith("test") or not inspect.isfunction(fn) or fn.__module__ != mod.__name__:
+            continue
+        if inspect.signature(fn).parameters:
+            failed += 1
+            print(f"ERROR {path}::{name}: takes arguments (fixtures are not supported)")
+            continue
+        try:
+            fn()
+        except BaseException as e:
+            failed += 1
+            print(f"FAILED {path}::{name}: {type(e).__name__}: {e}")
+            traceback.print_exc(limit=-2, file=sys.stdout)
+        else:
+            passed += 1
+            print(f"PASSED {path}::{name}")
+print(f"{passed} passed, {failed} failed")
+sys.exit(0 if passed and not failed else 1)
+"""
+
+
+# Bytecode caches are keyed by mtime and size, so an edit within the same second that keeps the size
+# (a - b -> a + b) would run stale code; tools never write them.
+_ENV = {"PYTHONDONTWRITEBYTECODE": "1"}
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    text: str
+    ok: bool
+    changed_workspace: bool | None = None
+    target: str | None = None
+    submit: bool = False
+    answer: str | None = None
+
+
+def argument_digest(name: str, arguments: dict[str, Any]) -> str:
+    blob = json.dumps([name, arguments], sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def make_action(name: str, arguments: dict[str, Any], outcome: ToolOutcome | None) -> Action:
+    """The grader's record of one call; `outcome=None` means the call was invalid and never ran."""
+    return Action(
+        tool=name,
+        argument_digest=argument_digest(name, arguments),
+        ok=outcome.ok if outcome else False,
+        changed_workspace=outcome.changed_workspace if outcome else False,
+        target=outcome.target if outcome else None,
+    )
+
+
+def validate_call(name: str, arguments: dict[str, Any]) -> str | None:
+    """Why a call cannot run, or None when it can."""
+    if name not in TOOL_PARAMS:
+        return f"unknown tool {name!r}; available: {', '.join(TOOL_PARAMS)}"
+    required, optional = TOOL_PARAMS[name]
+    missing = [p for p in required if p not in arguments]
+    if missing:
+        return f"{name}: missing parameter(s) {', '.join(missing)}"
+    extra = [p for p in arguments if p not in required and p not in optional]
+    if extra:
+        return f"{name}: unknown parameter(s) {', '.join(extra)}; takes {', '.join(required + optional)}"
+    wrong = [p for p in arguments if not isinstance(arguments[p], str | int | float)]
+    if wrong:
+        return f"{name}: parameter(s) {', '.join(wrong)} must be text"
+    return None
+
+
+def render_exec(res: ExecResult) -> str:
+    head = f"[exit {res.exit_code}]" if res.status == "ok" or res.exit_code is not None else ""
+    if res.status not in ("ok", "nonzero_exit"):
+        head = f"[{res.status}{f' exit {res.exit_code}' if res.exit_code is not None else ''}]"
+    parts = [head]
+    if res.stdout:
+        parts.append(res.stdout.rstrip("\n"))
+    if res.stderr:
+        parts.append("[stderr]\n" + res.stderr.rstrip("\n"))
+    return "\n".join(parts)
+
+
+class Toolbox:
+    """Runs tool calls in one sandbox for one task."""
+
+    def __init__(self, sandbox: Sandbox, task: Task, limits: Limits, python: str = "python3") -> None:
+        self.sandbox = sandbox
+        self.task = task
+        self.limits = limits
+        self.python = python
+
+    async def _exec(self, cmd: list[str] | str, limits: Limits, stdin: str | None = None) -> ExecResult:
+        res = await self.sandbox.exec(cmd, stdin=stdin, env=_ENV, limits=limits)
+        if res.status == ExecStatus.SANDBOX_ERROR:  # the sandbox broke, not the program: end the episode
+            raise SandboxError(f"sandbox failed: {res.stderr.strip()[:300]}", kind="sandbox_died")
+        return res
+
+    async def run(self, name: str, args: dict[str, Any], wall_s: float) -> ToolOutcome:
+        """Run a validated call with at most `wall_s` seconds for any program it starts."""
+        a = {k: str(v) for k, v in args.items()}
+        limits = self.limits.model_copy(update={"wall_s": max(0.1, min(self.limits.wall_s, wall_s))})
+        if name == "bash":
+            res = await self._exec(a["command"], limits)
+            return ToolOutcome(render_exec(res), res.ok)
+        if name == "python":
+            res = await self._exec([self.python, "-B", "-"], limits, stdin=a["code"])
+            return ToolOutcome(render_exec(res), res.ok)
+        if name == "read_file":
+            try:
+                data = await self.sandbox.read(a["path"])
+            except (FileNotFoundError, IsADirectoryError, PermissionError, ValueError) as e:
+                return ToolOutcome(f"error: cannot read {a['path']}: {e}", False, False, a["path"])
+            return ToolOutcome(data.decode("utf-8", errors="replace"), True, False, a["path"])
+        if name == "write_file":
+            return await self._write(a["path"], a["content"])
+        if name == "edit_file":
+            return await self._edit(a["path"], a["old"], a["new"])
+        if name == "run_tests":
+            return await self._run_tests(limits)
+        if name == "submit":
+            return ToolOutcome("submitted", True, False, submit=True, answer=a.get("answer"))
+        raise AssertionError(f"unvalidated tool {name}")  # validate_call rejects unknown names
+
+    async def _read_text(self, path: str) -> str | None:
+        try:
+            return (await self.sandbox.read(path)).decode("utf-8", errors="surrogateescape")
+        except (FileNotFoundError, IsADirectoryError, PermissionError, ValueError):
+            return None
+
+    async def _write(self, path: str, content: str) -> ToolOutcome:
+        before = await self._read_text(path)
+        try:
+            await self.sandbox.write(path, content)
+        except (IsADirectoryError, PermissionError, ValueError, OSError) as e:
+            return ToolOutcome(f"error: cannot write {path}: {e}", False, False, path)
+        return ToolOutcome(f"wrote {len(content)} chars to {path}", True, before != content, path)
+
+    async def _edit(self, path: str, old: str, new: str) -> ToolOutcome:
+        text = await self._read_text(path)
+        if text is None:
+            return ToolOutcome(f"error: cannot edit {path}: no such file", False, False, path)
+        if not old:
+            return ToolOutcome("error: edit_file needs a non-empty `old`", False, False, path)
+        count = text.count(old)
+        if count == 0:
+            return ToolOutcome(f"error: `old` text not found in {path}; nothing changed", False, False, path)
+        if count > 1:
+            return ToolOutcome(
+                f"error: `old` text is ambiguous: {count} matches in {path}; include more context",
+                False,
+                False,
+                path,
+            )
+        updated = text.replace(old, new, 1)
+        await self.sandbox.write(path, updated.encode("utf-8", errors="surrogateescape"))
+        return ToolOutcome(f"edited {path} (1 replacement)", True, updated != text, path)
+
+    async def _run_tests(self, limits: Limits) -> ToolOutcome:
+        paths = sorted(self.task.visible_checks)
+        if not paths:
+            return ToolOutcome("this task has no visible tests", False)
+        py = [p for p in paths if p.endswith(".py")]
+        outputs: list[str] = []
+        ok = True
+        if py:
+            res = await self._exec([self.python, "-B", "-c", VISIBLE_RUNNER, *py], limits)
+            ok = ok and res.ok
+            outputs.append(render_exec(res))
+        for p in paths:
+            if p.endswith(".py"):
+                continue
+            res = await self._exec(["bash", p] if p.endswith(".sh") else [f"./{p}"], limits)
+            ok = ok and res.ok
+            outputs.append(f"{p}: " + render_exec(res))
+        return ToolOutcome("\n".join(outputs), ok)

@@ -1,0 +1,140 @@
+"""The `Monitor`: one object the training loop feeds every step.
+
+    monitor = Monitor(run_dir, config.monitor)
+    alerts = monitor.observe(step, metrics)           # sinks + cost + Prometheus + alert rules
+    if worst_action(alerts) == "stop": ...
+    monitor.record_flagged(step, task_id, ["test_tampering"], ["wrote conftest.py"])
+    monitor.record_regressions(step, task_ids, reason="eval_failure")
+    monitor.close()
+
+Files it owns in the run directory: `metrics.jsonl` (via the jsonl sink), `alerts.jsonl` (created at
+once, empty until an alert fires), `flagged.jsonl`, `regressions.jsonl`, plus the optional sinks'
+folders (`tensorboard/`, `wandb/`, `mlruns/`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+from rich.console import Console
+
+from trialground.monitor.alerts import Alert, AlertLog, Webhook, print_alerts
+from trialground.monitor.config import MonitorConfig
+from trialground.monitor.cost import CostMeter
+from trialground.monitor.prometheus import PrometheusExporter
+from trialground.monitor.regressions import RegressionLog
+from trialground.monitor.rules import MetricHistory, Rule, build_rules
+from trialground.monitor.sinks import Sink, open_sink
+
+
+class Monitor:
+    """Writes metrics to the configured sinks and evaluates the alert rules, step by step."""
+
+    def __init__(
+        self, run_dir: str | Path, config: MonitorConfig | None = None, *, console: Console | None = None
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.config = config or MonitorConfig()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.alert_log = AlertLog(self.run_dir / "alerts.jsonl")
+        self.regressions = RegressionLog(self.run_dir / "regressions.jsonl")
+        self.history = MetricHistory(self.config.history)
+        self.rules: list[Rule] = build_rules(self.config.rules)
+        self.cost = CostMeter(self.config.cost)
+        self.console = console or Console(stderr=True)
+        self.errors: list[str] = []  # webhook failures and the like: reported, never fatal
+        self._flagged_path = self.run_dir / "flagged.jsonl"
+        self._sinks: list[Sink] = []
+        self._webhook = Webhook(self.config.webhook_url, self.config.webhook_timeout_s) if self.config.webhook_url else None
+        self.prometheus: PrometheusExporter | None = None
+        try:
+            self._sinks = [open_sink(name, self.run_dir) for name in dict.fromkeys(self.config.sinks)]
+            if self.config.prometheus_port is not None:
+                self.prometheus = PrometheusExporter(
+                    self.config.prometheus_host, self.config.prometheus_port, self.config.prometheus_prefixes
+                )
+        except BaseException:
+            self.close()
+            raise
+        self._closed = False
+
+    def observe(self, step: int, metrics: Mapping[str, float]) -> list[Alert]:
+        """Record one step's metrics everywhere and return the alerts it raised (already dispatched).
+
+        Cost metrics (`cost/...`) are added when the resource keys are present (see `cost.py`).
+        """
+        row = dict(metrics)
+        row.update(self.cost.update(row))
+        for sink in self._sinks:
+            sink.write(step, row)
+        if self.prometheus is not None:
+            self.prometheus.update(row, step=step)
+        self.history.add(step, row)
+        alerts = [a for rule in self.rules for a in rule.check(step, self.history)]
+        self._dispatch(alerts)
+        return alerts
+
+    def observe_live(self, metrics: Mapping[str, float]) -> None:
+        """Update the Prometheus gauges between steps (pool and sandbox gauges); nothing is written."""
+        if self.prometheus is not None:
+            self.prometheus.update(metrics)
+
+    def record_flagged(
+        self,
+        step: int,
+        task_id: str,
+        flags: Sequence[str],
+        evidence: Sequence[str] | Mapping[str, str] | str = (),
+    ) -> None:
+        """Append one flagged trajectory to `flagged.jsonl` (read by the report and the regression loop)."""
+        if isinstance(evidence, str):
+            ev: list[str] | dict[str, str] = [evidence]
+        elif isinstance(evidence, Mapping):
+            ev = {str(k): str(v) for k, v in evidence.items()}
+        else:
+            ev = [str(e) for e in evidence]
+        row = {"step": step, "time": time.time(), "task_id": task_id, "flags": list(flags), "evidence": ev}
+        with self._flagged_path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def record_regressions(self, step: int, task_ids: Sequence[str], reason: str, detail: str = "") -> None:
+        """Log tasks sent to the pool's regression queue (see `regressions.py` for the file format)."""
+        for task_id in task_ids:
+            self.regressions.queued(step, task_id, reason, detail)
+
+    def _dispatch(self, alerts: list[Alert]) -> None:
+        if not alerts:
+            return
+        self.alert_log.write(alerts)
+        if self.config.console:
+            print_alerts(self.console, alerts)
+        if self.prometheus is not None:
+            self.prometheus.count_alerts(alerts)
+        if self._webhook is not None:
+            for err in self._webhook.send(alerts):
+                self.errors.append(err)
+                self.console.print(f"[yellow]warning:[/] {err}", highlight=False)
+
+    def close(self) -> None:
+        """Flush and close every sink, stop the Prometheus server. Safe to call twice."""
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
+        for sink in self._sinks:
+            sink.close()
+        if self.prometheus is not None:
+            self.prometheus.close()
+        if self._webhook is not None:
+            self._webhook.close()
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

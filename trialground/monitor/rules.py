@@ -1,0 +1,373 @@
+"""Alert rules over the metric history. Each rule watches documented metric keys and returns `Alert`s.
+
+Metric keys the default rules read (missing keys simply keep a rule silent):
+
+| key | meaning | rule |
+|---|---|---|
+| `env/error_rate`, `env/timeout_rate` | share of sandbox executions that errored / timed out this step | env_anomaly |
+| `pool/queue_depth`, `pool/wait_p99_s` | tasks waiting for an environment; p99 wait (s) | backlog |
+| `canary/<name>` | canary submissions re-scored (e.g. `canary/good_pass_rate`) | reward_drift |
+| `verify/error_rate/<source>` | verifier infrastructure error rate per task source | reward_drift |
+| `reward/mean/<domain>` | mean training reward per domain | domain_reward_shift |
+| `reward/mean`, `eval/pass@1` | training reward; held-out pass@1 (only on eval steps) | reward_eval_divergence |
+| `hack/flag_rate` | share of trajectories the hack detectors flagged | hack_flag_rate |
+| `rollout/response_len_mean`, `reward/outcome_mean` | mean response tokens; share passed | response_length |
+| `rollout/clip_ratio` | share of responses cut at the token budget | clip_ratio |
+| `train/zero_var_group_frac` | share of groups whose rewards are all equal | zero_var_groups |
+| `train/entropy` | mean policy entropy | entropy_collapse |
+| `verify/judge_disagreement` | share where rule verifier and judge disagree | judge_disagreement |
+
+Keys are configurable per rule (`monitor.rules.<rule>.keys`, fnmatch patterns). A rule that fired for a
+key stays quiet on that key for its `cooldown` steps.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections import deque
+from collections.abc import Iterator, Mapping
+from typing import Protocol
+
+import numpy as np
+
+from trialground.monitor import detectors
+from trialground.monitor.alerts import Alert, Evidence
+from trialground.monitor.config import (
+    CollapseRuleConfig,
+    DivergenceRuleConfig,
+    LengthRuleConfig,
+    RulesConfig,
+    ShiftRuleConfig,
+    TrendRuleConfig,
+)
+
+
+class MetricHistory:
+    """The last `maxlen` finite observations of every metric, with the step each came from."""
+
+    def __init__(self, maxlen: int = 2000) -> None:
+        self._maxlen = maxlen
+        self._data: dict[str, deque[tuple[int, float]]] = {}
+        self.updated: set[str] = set()  # keys observed in the latest `add`
+
+    def add(self, step: int, metrics: Mapping[str, float]) -> None:
+        self.updated = set()
+        for key, value in metrics.items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                continue
+            self._data.setdefault(key, deque(maxlen=self._maxlen)).append((step, float(value)))
+            self.updated.add(key)
+
+    def keys(self) -> list[str]:
+        return list(self._data)
+
+    def series(self, key: str, last: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, values) of `key`, the last `last` observations when given."""
+        obs = list(self._data.get(key, ()))
+        if last is not None:
+            obs = obs[-last:]
+        if not obs:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        steps, values = zip(*obs, strict=True)
+        return np.asarray(steps, dtype=np.int64), np.asarray(values, dtype=float)
+
+    def between(self, key: str, lo: int, hi: int) -> np.ndarray:
+        """Values of `key` with lo < step <= hi."""
+        steps, values = self.series(key)
+        return values[(steps > lo) & (steps <= hi)]
+
+
+class Rule(Protocol):
+    name: str
+
+    def check(self, step: int, history: MetricHistory) -> list[Alert]: ...
+
+
+def _matching(patterns: tuple[str, ...], keys: set[str]) -> Iterator[str]:
+    for key in sorted(keys):
+        if any(fnmatch.fnmatchcase(key, p) for p in patterns):
+            yield key
+
+
+class _Cooldown:
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+        self._last: dict[str, int] = {}
+
+    def ready(self, key: str, step: int) -> bool:
+        last = self._last.get(key)
+        return last is None or step - last >= self.steps
+
+    def fired(self, key: str, step: int) -> None:
+        self._last[key] = step
+
+
+def _window(steps: np.ndarray) -> tuple[int, int]:
+    return int(steps[0]), int(steps[-1])
+
+
+def _vals(v: np.ndarray) -> tuple[float, ...]:
+    return tuple(round(float(x), 6) for x in v)
+
+
+class ShiftRule:
+    """Level shift against a trailing window (CUSUM; optionally confirmed by KS or PSI) or a fixed level."""
+
+    def __init__(self, name: str, cfg: ShiftRuleConfig) -> None:
+        self.name, self.cfg, self._cool = name, cfg, _Cooldown(cfg.cooldown)
+
+    def check(self, step: int, history: MetricHistory) -> list[Alert]:
+        out: list[Alert] = []
+        for key in _matching(self.cfg.keys, history.updated):
+            if self._cool.ready(key, step) and (alert := self._check_key(step, key, history)):
+                self._cool.fired(key, step)
+                out.append(alert)
+        return out
+
+    def _check_key(self, step: int, key: str, history: MetricHistory) -> Alert | None:
+        c = self.cfg
+        steps, values = history.series(key, last=c.baseline + c.window)
+        if c.level is not None and values.size >= c.level_window:
+            recent = values[-c.level_window :]
+            level_mean = float(recent.mean())
+            above = level_mean >= c.level if c.direction != "down" else level_mean <= c.level
+            if above:
+                ev = Evidence(
+                    key=key,
+                    values=_vals(recent),
+                    window=_window(steps[-c.level_window :]),
+                    statistic="level_mean",
+                    value=level_mean,
+                    threshold=c.level,
+                )
+                return Alert.make(self.name, c.action, step, f"{key} at {level_mean:.3g} (limit {c.level})", ev)
+        if values.size < c.window + c.min_baseline:
+            return None
+        ref, recent, rsteps = values[: -c.window], values[-c.window :], steps[-c.window :]
+        res = detectors.cusum(recent, ref, k=c.cusum_k, sd_floor=c.sd_floor, direction=c.direction)
+        if res.statistic <= c.cusum_h:
+            return None
+        post = recent[res.change_index :]
+        if post.size < c.min_run:
+            return None
+        delta = float(post.mean()) - res.ref_mean
+        if abs(delta) < max(c.min_delta, c.min_rel_delta * abs(res.ref_mean)):
+            return None
+        ks_stat, ks_p = detectors.ks(ref, post)
+        psi = detectors.psi(ref, post)
+        if c.confirm == "ks_or_psi" and not (ks_p < c.ks_alpha or psi > c.psi_threshold):
+            return None
+        ev = Evidence(
+            key=key,
+            values=_vals(recent),
+            window=_window(rsteps),
+            statistic="cusum",
+            value=res.statistic,
+            threshold=c.cusum_h,
+            details={
+                "direction": res.direction,
+                "ref_mean": res.ref_mean,
+                "ref_sd": res.ref_sd,
+                "ref_n": float(ref.size),
+                "post_mean": float(post.mean()),
+                "delta": delta,
+                "change_step": float(rsteps[res.change_index]),
+                "ks_statistic": ks_stat,
+                "ks_p": ks_p,
+                "psi": psi,
+            },
+        )
+        msg = f"{key} shifted {res.direction} by {delta:+.3g} (from {res.ref_mean:.3g} to {post.mean():.3g})"
+        return Alert.make(self.name, c.action, step, msg, ev)
+
+
+class TrendRule:
+    """Monotone growth: Mann–Kendall p-value, positive Theil–Sen slope, and a growth worth reporting."""
+
+    def __init__(self, name: str, cfg: TrendRuleConfig) -> None:
+        self.name, self.cfg, self._cool = name, cfg, _Cooldown(cfg.cooldown)
+
+    def check(self, step: int, history: MetricHistory) -> list[Alert]:
+        out: list[Alert] = []
+        c = self.cfg
+        for key in _matching(c.keys, history.updated):
+            steps, values = history.series(key, last=c.window)
+            if values.size < c.window or not self._cool.ready(key, step):
+                continue
+            tr = detectors.trend(steps, values)
+            span = float(steps[-1] - steps[0])
+            growth = tr.slope * span
+            start = float(np.median(values[: max(1, c.window // 4)]))
+            needed = max(c.min_growth, c.min_rel_growth * abs(start))
+            if not (tr.p_value < c.alpha and tr.slope > 0 and growth >= needed):
+                continue
+            ev = Evidence(
+                key=key,
+                values=_vals(values),
+                window=_window(steps),
+                statistic="mann_kendall_p",
+                value=tr.p_value,
+                threshold=c.alpha,
+                details={
+                    "kendall_tau": tr.tau,
+                    "theil_sen_slope": tr.slope,
+                    "slope_low": tr.slope_low,
+                    "slope_high": tr.slope_high,
+                    "growth": growth,
+                    "growth_needed": needed,
+                },
+            )
+            self._cool.fired(key, step)
+            msg = f"{key} growing: {tr.slope:+.3g}/step over {c.window} steps (from ~{start:.3g})"
+            out.append(Alert.make(self.name, c.action, step, msg, ev))
+        return out
+
+
+class DivergenceRule:
+    """Training reward rising while evaluation is flat or falling over the last K evaluations."""
+
+    def __init__(self, name: str, cfg: DivergenceRuleConfig) -> None:
+        self.name, self.cfg, self._cool = name, cfg, _Cooldown(cfg.cooldown)
+
+    def check(self, step: int, history: MetricHistory) -> list[Alert]:
+        c = self.cfg
+        if c.eval_key not in history.updated or not self._cool.ready(c.eval_key, step):
+            return []
+        esteps, evals = history.series(c.eval_key, last=c.k_evals + 1)
+        if evals.size < c.k_evals:
+            return []
+        # Train reward at each eval: the mean over the steps since the previous eval.
+        bounds = [int(esteps[0]) - int(np.diff(esteps).mean()) if esteps.size > 1 else -1, *map(int, esteps)]
+        train = [history.between(c.train_key, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+        pairs = [(s, float(t.mean()), e) for s, t, e in zip(esteps, train, evals, strict=True) if t.size]
+        pairs = pairs[-c.k_evals :]
+        if len(pairs) < c.k_evals:
+            return []
+        xs = np.array([p[0] for p in pairs], dtype=float)
+        tr_vals = np.array([p[1] for p in pairs])
+        ev_vals = np.array([p[2] for p in pairs])
+        span = float(xs[-1] - xs[0]) or 1.0
+        t_tr, e_tr = detectors.trend(xs, tr_vals), detectors.trend(xs, ev_vals)
+        rho = detectors.spearman(tr_vals, ev_vals)
+        train_rise, eval_change = t_tr.slope * span, e_tr.slope * span
+        if not (
+            t_tr.tau >= c.min_train_tau
+            and train_rise >= c.min_train_rise
+            and eval_change <= c.eval_tolerance
+            and rho <= c.max_spearman
+        ):
+            return []
+        ev = Evidence(
+            key=f"{c.train_key},{c.eval_key}",
+            values=_vals(ev_vals),
+            window=(int(xs[0]), int(xs[-1])),
+            statistic="spearman",
+            value=rho,
+            threshold=c.max_spearman,
+            details={
+                "train_values": ",".join(f"{v:.4g}" for v in tr_vals),
+                "train_tau": t_tr.tau,
+                "train_rise": train_rise,
+                "eval_tau": e_tr.tau,
+                "eval_change": eval_change,
+                "eval_theil_sen_slope": e_tr.slope,
+                "k_evals": float(c.k_evals),
+            },
+        )
+        self._cool.fired(c.eval_key, step)
+        msg = (
+            f"{c.train_key} rose {train_rise:+.3g} while {c.eval_key} changed {eval_change:+.3g} "
+            f"over the last {c.k_evals} evaluations (Spearman {rho:+.2f})"
+        )
+        return [Alert.make(self.name, c.action, step, msg, ev)]
+
+
+class LengthRule:
+    """Mean response length jumping while accuracy stays flat."""
+
+    def __init__(self, name: str, cfg: LengthRuleConfig) -> None:
+        self.name, self.cfg, self._cool = name, cfg, _Cooldown(cfg.cooldown)
+
+    def check(self, step: int, history: MetricHistory) -> list[Alert]:
+        c = self.cfg
+        if c.length_key not in history.updated or not self._cool.ready(c.length_key, step):
+            return []
+        steps, lengths = history.series(c.length_key, last=c.baseline + c.window)
+        if lengths.size < c.baseline + c.window:
+            return []
+        ref, recent = lengths[: -c.window], lengths[-c.window :]
+        mu, sd = float(ref.mean()), max(float(ref.std(ddof=1)), 1e-9)
+        z = (float(recent.mean()) - mu) / (sd / math.sqrt(c.window))
+        rel = (float(recent.mean()) - mu) / max(abs(mu), 1e-9)
+        split = int(steps[-c.window - 1])
+        acc_ref = history.between(c.accuracy_key, int(steps[0]) - 1, split)
+        acc_recent = history.between(c.accuracy_key, split, int(steps[-1]))
+        if not (z >= c.z_threshold and rel >= c.min_rel_jump and acc_ref.size and acc_recent.size):
+            return []
+        acc_delta = float(acc_recent.mean() - acc_ref.mean())
+        if acc_delta > c.accuracy_tolerance:
+            return []
+        ev = Evidence(
+            key=f"{c.length_key},{c.accuracy_key}",
+            values=_vals(recent),
+            window=_window(steps[-c.window :]),
+            statistic="length_z",
+            value=z,
+            threshold=c.z_threshold,
+            details={"ref_mean": mu, "ref_sd": sd, "rel_jump": rel, "accuracy_delta": acc_delta},
+        )
+        self._cool.fired(c.length_key, step)
+        msg = f"response length up {rel:+.0%} (z={z:.1f}) while accuracy changed {acc_delta:+.3f}"
+        return [Alert.make(self.name, c.action, step, msg, ev)]
+
+
+class CollapseRule:
+    """A metric falling below a fraction of its early median."""
+
+    def __init__(self, name: str, cfg: CollapseRuleConfig) -> None:
+        self.name, self.cfg, self._cool = name, cfg, _Cooldown(cfg.cooldown)
+
+    def check(self, step: int, history: MetricHistory) -> list[Alert]:
+        c = self.cfg
+        if c.key not in history.updated or not self._cool.ready(c.key, step):
+            return []
+        steps, values = history.series(c.key)
+        if values.size < c.reference_steps + c.window:
+            return []
+        ref = float(np.median(values[: c.reference_steps]))
+        recent = values[-c.window :]
+        frac = float(recent.mean()) / ref if ref > 0 else 1.0
+        if frac >= c.min_fraction:
+            return []
+        ev = Evidence(
+            key=c.key,
+            values=_vals(recent),
+            window=_window(steps[-c.window :]),
+            statistic="fraction_of_reference",
+            value=frac,
+            threshold=c.min_fraction,
+            details={"reference_median": ref, "reference_steps": float(c.reference_steps)},
+        )
+        self._cool.fired(c.key, step)
+        return [Alert.make(self.name, c.action, step, f"{c.key} fell to {frac:.0%} of its early median", ev)]
+
+
+def build_rules(cfg: RulesConfig) -> list[Rule]:
+    """The enabled rules of `cfg`, one per section, named after the section."""
+    rules: list[Rule] = []
+    for name in type(cfg).model_fields:
+        section = getattr(cfg, name)
+        if not section.enabled:
+            continue
+        if isinstance(section, ShiftRuleConfig):
+            rules.append(ShiftRule(name, section))
+        elif isinstance(section, TrendRuleConfig):
+            rules.append(TrendRule(name, section))
+        elif isinstance(section, DivergenceRuleConfig):
+            rules.append(DivergenceRule(name, section))
+        elif isinstance(section, LengthRuleConfig):
+            rules.append(LengthRule(name, section))
+        elif isinstance(section, CollapseRuleConfig):
+            rules.append(CollapseRule(name, section))
+    return rules

@@ -1,0 +1,201 @@
+"""Read a run directory for the report and dashboard, tolerating missing files and columns.
+
+Reads `metrics.jsonl`, `alerts.jsonl`, `flagged.jsonl`, `regressions.jsonl` and `trajectories/*.parquet`
+(columns used when present: step, task_id, domain, reward, outcome, flags, flag_evidence,
+error_boundary/error_kind/error_message or error, completion). A run still being written is fine: a
+half-written line or Parquet file is skipped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from trialground.monitor.alerts import Alert, read_alerts
+from trialground.monitor.regressions import read_events
+from trialground.monitor.sinks.jsonl import read_metrics
+
+_WANTED = (
+    "step",
+    "task_id",
+    "domain",
+    "reward",
+    "outcome",
+    "flags",
+    "flag_evidence",
+    "error",
+    "error_kind",
+    "error_message",
+    "completion",
+)
+_STEP = re.compile(r"(\d+)")
+
+
+@dataclass
+class FlaggedTask:
+    task_id: str
+    count: int = 0
+    flags: Counter[str] = field(default_factory=Counter)
+    evidence: list[str] = field(default_factory=list)
+    steps: set[int] = field(default_factory=set)
+    example: str = ""
+
+
+@dataclass
+class RegressionRow:
+    task_id: str
+    queued_step: int
+    reason: str
+    detail: str
+    attempts: int = 0
+    solved_step: int | None = None
+
+
+@dataclass
+class RunData:
+    path: Path
+    metrics: list[dict[str, Any]]
+    alerts: list[Alert]
+    flagged: list[FlaggedTask]
+    regressions: list[RegressionRow]
+    domain_reward: dict[str, list[tuple[float, float]]]  # from trajectories, when metrics lack it
+    trajectory_rows: int = 0
+    error_rows: int = 0
+    errors_by_kind: Counter[str] = field(default_factory=Counter)
+
+    def series(self, key: str) -> list[tuple[float, float]]:
+        out = []
+        for row in self.metrics:
+            v = row.get(key)
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                out.append((float(row["step"]), float(v)))
+        return out
+
+    def keys(self, prefix: str = "") -> list[str]:
+        seen: dict[str, None] = {}
+        for row in self.metrics:
+            for k in row:
+                if k.startswith(prefix) and k not in ("step", "time"):
+                    seen[k] = None
+        return list(seen)
+
+    @property
+    def last_step(self) -> int | None:
+        return self.metrics[-1]["step"] if self.metrics else None
+
+
+def _read_table(path: Path) -> pa.Table | None:
+    try:
+        names = set(pq.read_schema(path).names)
+        return pq.read_table(path, columns=[c for c in _WANTED if c in names])
+    except (pa.ArrowException, OSError):
+        return None
+
+
+def load_run(run_dir: str | Path, *, top_flagged: int = 20) -> RunData:
+    """Everything the report shows, from the files of `run_dir` (which must exist)."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise FileNotFoundError(f"no run directory at {path}")
+    events = read_events(path / "regressions.jsonl")
+    regs: dict[str, RegressionRow] = {}
+    for e in events:
+        if e["event"] == "queued" and e["task_id"] not in regs:
+            regs[e["task_id"]] = RegressionRow(
+                e["task_id"], int(e.get("step", 0)), str(e.get("reason", "")), str(e.get("detail", ""))
+            )
+    explicit_attempts = any(e["event"] == "attempt" for e in events)
+    for e in events:
+        reg = regs.get(e["task_id"])
+        if e["event"] == "attempt" and reg and int(e.get("step", 0)) > reg.queued_step:
+            _attempt(reg, int(e["step"]), bool(e.get("solved")))
+
+    flagged: dict[str, FlaggedTask] = {}
+    for row in _jsonl(path / "flagged.jsonl"):
+        f = flagged.setdefault(str(row.get("task_id")), FlaggedTask(str(row.get("task_id"))))
+        f.count += 1
+        f.flags.update(str(x) for x in row.get("flags", []))
+        ev = row.get("evidence", [])
+        f.evidence.extend(f"{k}: {v}" for k, v in ev.items()) if isinstance(ev, dict) else f.evidence.extend(
+            str(x) for x in ev
+        )
+        if isinstance(row.get("step"), int):
+            f.steps.add(row["step"])
+    from_flag_file = bool(flagged)
+
+    domain_sum: dict[tuple[str, float], list[float]] = defaultdict(list)
+    n_rows = n_err = 0
+    kinds: Counter[str] = Counter()
+    for file in sorted((path / "trajectories").glob("*.parquet")):
+        table = _read_table(file)
+        if table is None:
+            continue
+        m = _STEP.search(file.stem)
+        file_step = int(m.group(1)) if m else 0
+        rows = table.to_pylist()
+        for r in rows:
+            n_rows += 1
+            step = r.get("step") if isinstance(r.get("step"), int) else file_step
+            err = r.get("error_kind") or r.get("error")
+            if err:
+                n_err += 1
+                kinds[str(err)] += 1
+            reward = r.get("reward")
+            if isinstance(reward, int | float) and not err:
+                domain_sum[(str(r.get("domain") or "all"), float(step))].append(float(reward))
+            names = r.get("flags") or []
+            if names and not from_flag_file:
+                f = flagged.setdefault(str(r.get("task_id")), FlaggedTask(str(r.get("task_id"))))
+                f.count += 1
+                f.flags.update(str(x) for x in names)
+                f.evidence.extend(str(x) for x in (r.get("flag_evidence") or [])[:3])
+                f.steps.add(step)
+                if not f.example and r.get("completion"):
+                    f.example = str(r["completion"])[:600]
+            reg = regs.get(str(r.get("task_id")))
+            if reg and not explicit_attempts and step > reg.queued_step and not err:
+                score = r.get("outcome") if r.get("outcome") is not None else reward
+                _attempt(reg, step, isinstance(score, int | float) and score > 0)
+    domain_reward: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for (domain, step), vals in sorted(domain_sum.items(), key=lambda kv: kv[0][1]):
+        domain_reward[domain].append((step, sum(vals) / len(vals)))
+    ranked = sorted(flagged.values(), key=lambda f: (-f.count, f.task_id))[:top_flagged]
+    return RunData(
+        path=path,
+        metrics=read_metrics(path / "metrics.jsonl"),
+        alerts=read_alerts(path / "alerts.jsonl"),
+        flagged=ranked,
+        regressions=sorted(regs.values(), key=lambda r: (r.queued_step, r.task_id)),
+        domain_reward=dict(domain_reward),
+        trajectory_rows=n_rows,
+        error_rows=n_err,
+        errors_by_kind=kinds,
+    )
+
+
+def _attempt(reg: RegressionRow, step: int, solved: bool) -> None:
+    reg.attempts += 1
+    if solved and (reg.solved_step is None or step < reg.solved_step):
+        reg.solved_step = step
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    import json
+
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            out.append(row)
+    return out

@@ -1,0 +1,103 @@
+"""Synthetic training runs with optional injected faults, for testing the alert rules and the report.
+
+A clean run looks like a healthy RL run: reward and held-out pass@1 rise together along a saturating
+curve, rates are binomial noise around small constants, the queue is stationary, entropy decays gently.
+Faults start at `fault_step`:
+
+| fault | what changes | rule expected |
+|---|---|---|
+| `env_errors` | sandbox error rate 2% -> 25%, timeouts 1% -> 8% | env_anomaly |
+| `backlog` | queue depth and p99 wait grow linearly | backlog |
+| `verifier_drift` | the canary of known-bad submissions starts passing, more each time | reward_drift |
+| `hacking` | training reward climbs faster while eval falls; flag rate creeps up | reward_eval_divergence |
+| `length_hack` | response length jumps +80% while accuracy stays flat | response_length |
+| `entropy_collapse` | entropy falls to ~5% of its start | entropy_collapse |
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Literal
+
+import numpy as np
+
+Fault = Literal["env_errors", "backlog", "verifier_drift", "hacking", "length_hack", "entropy_collapse"]
+FAULTS: tuple[Fault, ...] = (
+    "env_errors",
+    "backlog",
+    "verifier_drift",
+    "hacking",
+    "length_hack",
+    "entropy_collapse",
+)
+DOMAINS = ("code", "math")
+
+
+def synthetic_run(
+    seed: int,
+    steps: int = 200,
+    *,
+    fault: Fault | None = None,
+    fault_step: int = 100,
+    eval_interval: int = 10,
+    canary_interval: int = 5,
+    batch: int = 64,
+) -> Iterator[tuple[int, dict[str, float]]]:
+    """Yield (step, metrics) for steps 0..steps-1, as the training loop would feed `Monitor.observe`."""
+    rng = np.random.default_rng(seed)
+
+    def rate(p: float, n: int = batch) -> float:
+        return float(rng.binomial(n, min(max(p, 0.0), 1.0)) / n)
+
+    hack_gain = 0.0
+    for step in range(steps):
+        faulty = fault is not None and step >= fault_step
+        since = step - fault_step if faulty else 0
+        true_r = 0.2 + 0.5 * (1.0 - math.exp(-step / 80.0))
+        if fault == "hacking" and faulty:
+            hack_gain = min(0.3, 0.006 * since)
+        outcome = rate(true_r + hack_gain)
+        m: dict[str, float] = {
+            "reward/mean": outcome,
+            "reward/outcome_mean": outcome,
+            "env/error_rate": rate(0.25 if fault == "env_errors" and faulty else 0.02),
+            "env/timeout_rate": rate(0.08 if fault == "env_errors" and faulty else 0.01),
+            "env/exec_p50_s": float(rng.gamma(20, 0.01)),
+            "env/exec_p99_s": float(rng.gamma(20, 0.05)),
+            "env/sandbox_s": float(rng.gamma(50, 1.0)),
+            "pool/active": float(rng.integers(2, 5)),
+            "pool/capacity": 4.0,
+            "pool/queue_depth": float(rng.poisson(3) + (1.5 * since if fault == "backlog" else 0)),
+            "pool/wait_p99_s": float(rng.gamma(10, 0.05) + (0.2 * since if fault == "backlog" else 0)),
+            "hack/flag_rate": rate(0.01 + (min(0.1, 0.002 * since) if fault == "hacking" else 0.0)),
+            "rollout/response_len_mean": float(
+                rng.normal(40.0 * (1.8 if fault == "length_hack" and faulty else 1.0), 1.5)
+            ),
+            "rollout/clip_ratio": rate(0.03),
+            "rollout/generated_tokens": float(batch * 40),
+            "rollout/useful_tokens": float(batch * 40 * (1 - true_r**8 - (1 - true_r) ** 8)),
+            "train/zero_var_group_frac": rate(true_r**8 + (1 - true_r) ** 8, 8),
+            "train/entropy": float(
+                (0.05 if fault == "entropy_collapse" and faulty else 1.5 - 0.3 * step / steps)
+                + rng.normal(0, 0.03)
+            ),
+            "train/loss": float(rng.normal(0.1, 0.02)),
+            "train/step_s": float(rng.gamma(30, 0.1)),
+            "verify/judge_disagreement": rate(0.05),
+            "verify/error_rate/codegen": rate(0.01),
+        }
+        for i, d in enumerate(DOMAINS):
+            m[f"reward/mean/{d}"] = rate(true_r + hack_gain + (0.1 if i == 0 else -0.1), batch // 2)
+        if step % canary_interval == 0:
+            bad_p = min(0.8, 0.02 * since) if fault == "verifier_drift" else 0.0
+            m["canary/good_pass_rate"] = rate(0.998, 20)
+            m["canary/bad_pass_rate"] = rate(bad_p, 20)
+        if step % eval_interval == 0 and step > 0:
+            eval_p = true_r * 0.9
+            if fault == "hacking" and faulty:
+                eval_p = true_r * 0.9 - min(0.3, 0.004 * since)
+            m["eval/pass@1"] = rate(eval_p, 256)
+            for i, d in enumerate(DOMAINS):
+                m[f"eval/pass@1/{d}"] = rate(eval_p + (0.1 if i == 0 else -0.1), 128)
+        yield step, m

@@ -1,0 +1,154 @@
+"""Build every component of a run from its `RunConfig`, and take them down again."""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trialground.config import RunConfig
+from trialground.envs.base import Environment
+from trialground.monitor.monitor import Monitor
+from trialground.orchestrator.rundir import RunDir
+from trialground.policy.base import Policy
+from trialground.rollout.trajectory import Trajectory
+from trialground.tasks.model import Task
+from trialground.tasks.pool import TaskPool
+from trialground.verify.grader import Grader
+
+def seed_everything(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+@dataclass
+class Components:
+    """The parts of one run. `env` opens an environment for a task (from the pool for tool episodes)."""
+
+    config: RunConfig
+    run: RunDir | None
+    tasks: TaskPool
+    eval_tasks: list[Task]
+    policy: Policy
+    trainer: Any  # trialground.train.trainer.Trainer (imported lazily: torch is an extra)
+    grader: Grader
+    monitor: Monitor | None
+    env_pool: Any = None
+    domains: dict[str, str] = field(default_factory=dict)
+
+    def env_factory(self, task: Task) -> Callable[[], Environment | Awaitable[Environment]]:
+        """Zero-argument maker of an environment for `task`: pooled for tool episodes, else a fresh
+        single-turn environment (grading opens its own fresh sandbox either way)."""
+        if self.env_pool is not None:
+            pool = self.env_pool
+            return lambda: pool.acquire(task)
+        from trialground.envs.single_turn import SingleTurnEnv
+
+        return lambda: SingleTurnEnv(self.grader)
+
+    @property
+    def env_release(self) -> Callable[[Environment], Awaitable[None]] | None:
+        return None if self.env_pool is None else self.env_pool.release
+
+    def sync_weights(self) -> None:
+        """After a trainer step: the policy samples with the new weights, stamped with the new version."""
+        if self.trainer.model is getattr(self.policy, "model", None):
+            self.policy.version = self.trainer.version
+        else:
+            self.policy.load_weights(self.trainer.state_dict(), self.trainer.version)
+
+    def record_outcomes(self, tasks: Sequence[Task], groups: Sequence[Sequence[Trajectory]]) -> None:
+        """Per-task pass rates for difficulty bands; tasks with a hack flag go to the regression queue."""
+        flagged: list[str] = []
+        for task, group in zip(tasks, groups, strict=True):
+            for t in group:
+                if t.ok and t.reward is not None:
+                    self.tasks.record(task.id, t.reward.outcome > 0)
+                    if t.reward.flags:
+                        flagged.append(task.id)
+        if flagged:
+            self.tasks.add_regressions(sorted(set(flagged)))
+
+    def record_eval(self, step: int, failed_task_ids: Sequence[str]) -> None:
+        """Evaluation failures feed training only when asked (`loop.eval_feedback`): doing so lets the
+        held-out metric see tasks that training also saw, so it is off by default."""
+        if self.config.loop.eval_feedback and failed_task_ids:
+            self.tasks.add_regressions(list(failed_task_ids), tasks=self.eval_tasks)
+
+    def policy_state(self) -> dict[str, Any]:
+        rng = getattr(self.policy, "sampling_rng_state", None)
+        return {"rng": rng()} if callable(rng) else {}
+
+    def load_policy_state(self, state: dict[str, Any]) -> None:
+        setter = getattr(self.policy, "set_sampling_rng_state", None)
+        if "rng" in state and callable(setter):
+            setter(state["rng"])
+
+    async def close(self) -> None:
+        if self.env_pool is not None:
+            await self.env_pool.close()
+        await self.grader.close()
+        if self.monitor is not None:
+            self.monitor.close()
+
+
+def load_tasks(config: RunConfig) -> tuple[TaskPool, list[Task]]:
+    """Training pool and held-out evaluation tasks, checked to share no task."""
+    from trialground.tasks.sources import load_source
+
+    cfg = config.tasks
+    train: list[Task] = []
+    weights: dict[str, float] = {}
+    for src in cfg.sources:
+        n = cfg.num_train if src.limit is None else src.limit
+        got = load_source(src.source, seed=cfg.seed, n=n, split="train")
+        train.extend(got)
+        weights.update({t.id: src.weight for t in got})
+    evals: list[Task] = []
+    for src in cfg.eval_sources or cfg.sources:
+        n = cfg.num_eval if src.limit is None else min(src.limit, cfg.num_eval)
+        evals.extend(load_source(src.source, seed=cfg.seed, n=n, split="eval"))
+    overlap = {t.id for t in train} & {t.id for t in evals}
+    if overlap:
+        train = [t for t in train if t.id not in overlap]
+    return TaskPool(train, cfg, weights=weights), evals
+
+
+def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Components:
+    """Everything a run (train=True) or an evaluation (train=False) needs."""
+    from trialground.policy.factory import make_policy
+
+    seed_everything(config.seed)
+    pool, evals = load_tasks(config)
+    policy = make_policy(config.policy)
+    trainer = None
+    if train:
+        from trialground.train.trainer import Trainer
+
+        model = policy.model  # type: ignore[attr-defined]
+        if config.loop.mode == "async":
+            # Async sampling must not read weights the optimizer is changing: the trainer owns a copy
+            # and pushes it to the policy between generations (as it would to a vLLM server).
+            model = copy.deepcopy(model)
+        trainer = Trainer(
+            model,
+            config.trainer,
+            pad_id=policy.tokenizer.pad_token_id,
+            temperature=max(config.policy.sampling.temperature, 1e-3),
+        )
+    grader = Grader(config.sandbox, config.reward)
+    monitor = Monitor(run.path, config.monitor) if run is not None else None
+    env_pool = None
+    if config.env.kind == "tool":
+        from trialground.pool.factory import make_env_pool
+
+        env_pool = make_env_pool(config, grader)
+    domains = {t.id: t.domain for t in [*pool.tasks, *evals]}
+    return Components(config, run, pool, evals, policy, trainer, grader, monitor, env_pool, domains)

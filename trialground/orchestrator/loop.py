@@ -1,0 +1,84 @@
+"""The training loop: DESIGN.md's "one training step", top to bottom on one screen."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from trialground.config import RunConfig
+from trialground.orchestrator.batches import AsyncBatches, SyncBatches
+from trialground.orchestrator.components import Components, build
+from trialground.orchestrator.evaluate import evaluate
+from trialground.orchestrator.metrics import rollout_metrics
+from trialground.orchestrator.rundir import RunDir
+from trialground.orchestrator.state import restore, save
+from trialground.train.advantages import compute_advantages, filter_groups
+
+Progress = Callable[[int, dict[str, float]], None]
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_dir: str
+    steps: int
+    eval_before: float | None
+    eval_after: float | None
+    seconds: float
+    alerts: int
+
+
+async def run(config: RunConfig, *, resume: bool = False, progress: Progress | None = None) -> RunSummary:
+    t_start = time.perf_counter()
+    run_dir = RunDir(config, resume=resume)
+    c = build(config, run_dir)
+    loop, evals_at = config.loop, {0, config.loop.steps}
+    step = restore(c, run_dir) if resume else 0
+    first_eval = None
+    if step == 0:
+        first_eval = await _eval_and_log(c, 0)
+    batches = AsyncBatches(c, step) if loop.mode == "async" else SyncBatches(c)
+    alerts, last_eval = 0, first_eval
+    try:
+        while step < loop.steps:
+            batch = await batches.next(step)  # k trajectories per task, stamped with policy versions
+            kept, fstats = filter_groups(batch.groups) if loop.dynamic_sampling else (batch.groups, None)
+            flat = [t for g in kept for t in g]
+            advantages = compute_advantages(flat, config.trainer.algorithm)
+            t0 = time.perf_counter()
+            metrics = await asyncio.to_thread(c.trainer.step, flat, advantages)
+            metrics["train/step_s"] = time.perf_counter() - t0
+            c.sync_weights()  # rollouts from now on carry the new version
+            step += 1
+            if isinstance(batches, AsyncBatches):
+                await batches.advance(step)
+                metrics["async/trainer_wait_s"] = batches.wait_s
+            c.record_outcomes(batch.tasks, batch.groups)  # pass rates; flagged tasks -> regressions
+            metrics |= rollout_metrics(batch.groups, c.domains, c.trainer.version)
+            metrics |= fstats.as_metrics() if fstats else {}
+            metrics["rollout/batch_s"] = batch.rollout_s
+            run_dir.write_step(step, c, batch.groups, flat, advantages)
+            if (loop.eval_interval and step % loop.eval_interval == 0) or step in evals_at:
+                last_eval = await _eval_and_log(c, step, metrics)
+            alerts += len(c.monitor.observe(step, metrics)) if c.monitor else 0
+            if (loop.checkpoint_interval and step % loop.checkpoint_interval == 0) or step == loop.steps:
+                save(c, run_dir, step)
+            if progress:
+                progress(step, metrics)
+    finally:
+        await batches.close()
+        await c.close()
+    return RunSummary(str(run_dir.path), step, first_eval, last_eval, time.perf_counter() - t_start, alerts)
+
+
+async def _eval_and_log(c: Components, step: int, metrics: dict[str, float] | None = None) -> float | None:
+    """Evaluate the held-out split; failures go to the pool's regression queue."""
+    loop = c.config.loop
+    result = await evaluate(c, c.eval_tasks, params=c.config.policy.eval_sampling, samples=loop.eval_samples)
+    c.record_eval(step, result.failed_task_ids)
+    if metrics is not None:
+        metrics |= result.metrics
+    elif c.monitor is not None:
+        c.monitor.observe(step, result.metrics)
+    return result.metrics.get("eval/pass@1")

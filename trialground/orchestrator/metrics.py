@@ -1,0 +1,64 @@
+"""Per-step metrics computed from trajectories: reward, rollout, env and staleness statistics."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from trialground.rollout.trajectory import Trajectory
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else 0.0
+
+
+def rollout_metrics(
+    groups: Sequence[Sequence[Trajectory]], domains: Mapping[str, str], trainer_version: int
+) -> dict[str, float]:
+    """`reward/*`, `rollout/*`, `env/*`, `hack/*` and `async/*` keys for one step's groups."""
+    trajs = [t for g in groups for t in g]
+    ok = [t for t in trajs if t.ok]
+    out: dict[str, float] = {"rollout/trajectories": float(len(trajs))}
+    if not trajs:
+        return out
+    totals = [t.reward.total for t in ok if t.reward is not None]
+    outcomes = [t.reward.outcome for t in ok if t.reward is not None]
+    out["reward/mean"] = float(np.mean(totals)) if totals else 0.0
+    out["reward/std"] = float(np.std(totals)) if totals else 0.0
+    out["reward/outcome_mean"] = float(np.mean(outcomes)) if outcomes else 0.0
+    by_domain: dict[str, list[float]] = defaultdict(list)
+    for t in ok:
+        if t.reward is not None:
+            by_domain[domains.get(t.task_id, "unknown")].append(t.reward.total)
+    for domain, values in by_domain.items():
+        out[f"reward/mean/{domain}"] = float(np.mean(values))
+    errors = [t for t in trajs if t.error is not None]
+    out["env/error_rate"] = len(errors) / len(trajs)
+    out["env/timeout_rate"] = sum("timeout" in (t.error.kind if t.error else "") for t in trajs) / len(trajs)
+    kinds: dict[str, int] = defaultdict(int)
+    for t in errors:
+        assert t.error is not None
+        kinds[f"env/errors/{t.error.boundary}/{t.error.kind}"] += 1
+    out.update({k: float(v) for k, v in kinds.items()})
+    lengths = [len(t.completion()[0]) for t in trajs]
+    out["rollout/response_len_mean"] = float(np.mean(lengths))
+    out["rollout/clip_ratio"] = sum(t.finish_reason == "length" for t in trajs) / len(trajs)
+    flagged = [t for t in ok if t.reward is not None and t.reward.flags]
+    out["hack/flag_rate"] = len(flagged) / max(1, len(ok))
+    for phase in ("generate_s", "env_s", "grade_s", "total_s"):
+        values = [t.timings[phase] for t in trajs if phase in t.timings]
+        if values:
+            key = phase.removesuffix("_s")
+            out[f"env/{key}_p50_s"] = _pct(values, 50)
+            out[f"env/{key}_p99_s"] = _pct(values, 99)
+    stale = [trainer_version - t.policy_version for t in trajs]
+    out["async/staleness_mean"] = float(np.mean(stale))
+    out["async/staleness_max"] = float(max(stale))
+    zero_var = 0
+    for g in groups:
+        vals = [t.reward.total for t in g if t.ok and t.reward is not None]
+        zero_var += int(len(vals) >= 2 and max(vals) - min(vals) < 1e-9)
+    out["train/zero_var_group_frac"] = zero_var / max(1, len(groups))
+    return out

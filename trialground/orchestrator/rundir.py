@@ -1,0 +1,133 @@
+"""The run directory: resolved config, metrics, trajectories, checkpoints, alerts.
+
+```
+runs/<name>/config.yaml  metrics.jsonl  trajectories/step_N.parquet  checkpoints/step_N/  alerts.jsonl
+```
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from trialground.config import RunConfig, dump_config
+from trialground.rollout.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from trialground.orchestrator.components import Components
+
+TRAJECTORY_SCHEMA = pa.schema(
+    [
+        ("step", pa.int64()),
+        ("task_id", pa.string()),
+        ("domain", pa.string()),
+        ("group_id", pa.string()),
+        ("sample_index", pa.int64()),
+        ("policy_version", pa.int64()),
+        ("reward", pa.float64()),
+        ("outcome", pa.float64()),
+        ("advantage", pa.float64()),
+        ("flags", pa.list_(pa.string())),
+        ("flag_evidence", pa.list_(pa.string())),
+        ("error_boundary", pa.string()),
+        ("error_kind", pa.string()),
+        ("error_message", pa.string()),
+        ("finish_reason", pa.string()),
+        ("truncated", pa.bool_()),
+        ("completion", pa.string()),
+        ("completion_tokens", pa.int64()),
+        ("timings", pa.string()),
+    ]
+)
+
+
+class RunDir:
+    """Owns the files of one run. Creating it writes `config.yaml` and an empty `alerts.jsonl`."""
+
+    def __init__(self, config: RunConfig, *, resume: bool = False) -> None:
+        self.path = config.run_dir
+        if self.path.exists() and not resume and any(self.path.iterdir()):
+            raise FileExistsError(
+                f"run directory {self.path} already holds a run: pick another name (--set name=...) "
+                "or continue it with --resume"
+            )
+        (self.path / "trajectories").mkdir(parents=True, exist_ok=True)
+        (self.path / "checkpoints").mkdir(parents=True, exist_ok=True)
+        (self.path / "config.yaml").write_text(dump_config(config))
+        (self.path / "alerts.jsonl").touch()
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    def checkpoint_dir(self, step: int) -> Path:
+        return self.path / "checkpoints" / f"step_{step}"
+
+    def truncate_after(self, step: int) -> None:
+        """On resume, forget what a killed run wrote after its last checkpoint, so nothing repeats."""
+        if self.metrics_path.exists():
+            kept = [
+                line
+                for line in self.metrics_path.read_text().splitlines()
+                if line.strip() and json.loads(line).get("step", -1) < step
+            ]
+            self.metrics_path.write_text("".join(line + "\n" for line in kept))
+        for f in (self.path / "trajectories").glob("step_*.parquet"):
+            if int(f.stem.split("_")[1]) >= step:
+                f.unlink()
+
+    def write_step(
+        self,
+        step: int,
+        c: Components,
+        groups: Sequence[Sequence[Trajectory]],
+        trained: Sequence[Trajectory],
+        advantages: Sequence[float | None],
+    ) -> Path:
+        """All of a step's trajectories (trained or filtered out), with the advantage each was given."""
+        adv_of = {id(t): a for t, a in zip(trained, advantages, strict=True)}
+        trajs = [t for g in groups for t in g]
+        decode = c.policy.tokenizer.decode
+        texts = [decode(t.completion()[0], skip_special_tokens=True) for t in trajs]
+        domains = [c.domains.get(t.task_id, "unknown") for t in trajs]
+        return self.write_trajectories(step, trajs, [adv_of.get(id(t)) for t in trajs], texts, domains)
+
+    def write_trajectories(
+        self,
+        step: int,
+        trajectories: Sequence[Trajectory],
+        advantages: Sequence[float | None],
+        texts: Sequence[str],
+        domains: Sequence[str],
+    ) -> Path:
+        rows: dict[str, list[object]] = {name: [] for name in TRAJECTORY_SCHEMA.names}
+        for traj, adv, text, domain in zip(trajectories, advantages, texts, domains, strict=True):
+            ids, _, _ = traj.completion()
+            reward = traj.reward
+            rows["step"].append(step)
+            rows["task_id"].append(traj.task_id)
+            rows["domain"].append(domain)
+            rows["group_id"].append(traj.group_id)
+            rows["sample_index"].append(traj.sample_index)
+            rows["policy_version"].append(traj.policy_version)
+            rows["reward"].append(None if reward is None else reward.total)
+            rows["outcome"].append(None if reward is None else reward.outcome)
+            rows["advantage"].append(adv)
+            rows["flags"].append([f.name for f in reward.flags] if reward else [])
+            rows["flag_evidence"].append([f.evidence for f in reward.flags] if reward else [])
+            rows["error_boundary"].append(traj.error.boundary if traj.error else None)
+            rows["error_kind"].append(traj.error.kind if traj.error else None)
+            rows["error_message"].append(traj.error.message if traj.error else None)
+            rows["finish_reason"].append(traj.finish_reason)
+            rows["truncated"].append(traj.truncated)
+            rows["completion"].append(text)
+            rows["completion_tokens"].append(len(ids))
+            rows["timings"].append(json.dumps(traj.timings, sort_keys=True))
+        path = self.path / "trajectories" / f"step_{step}.parquet"
+        pq.write_table(pa.Table.from_pydict(rows, schema=TRAJECTORY_SCHEMA), path)
+        return path

@@ -1,0 +1,25 @@
+"""Checkpoint and resume of a whole run: trainer, task pool, policy sampling RNG, step."""
+
+from __future__ import annotations
+
+from trialground.orchestrator.components import Components
+from trialground.orchestrator.rundir import RunDir
+from trialground.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+
+
+def save(c: Components, run: RunDir, step: int) -> None:
+    extra = {"step": step, "task_pool": c.tasks.state_dict(), "policy": c.policy_state()}
+    save_checkpoint(run.checkpoint_dir(step), c.trainer, step=step, extra=extra)
+
+
+def restore(c: Components, run: RunDir) -> int:
+    """Load the newest complete checkpoint; forget what the killed run wrote after it. Returns its step."""
+    path = latest_checkpoint(run.path)
+    if path is None:
+        raise FileNotFoundError(f"{run.path}: no complete checkpoint to resume from")
+    loaded = load_checkpoint(path, c.trainer)
+    c.tasks.load_state_dict(loaded.extra["task_pool"])
+    c.load_policy_state(loaded.extra.get("policy", {}))
+    c.sync_weights()
+    run.truncate_after(loaded.step + 1)
+    return loaded.step

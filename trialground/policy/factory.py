@@ -1,0 +1,32 @@
+"""`make_policy(config)`: the one place that maps `PolicyConfig.backend` to a policy class.
+
+Backends import lazily, so a core install (no torch) can still build the openai and scripted policies.
+"""
+
+from __future__ import annotations
+
+from trialground.errors import ConfigError
+from trialground.policy.base import Policy
+from trialground.policy.config import PolicyConfig
+
+
+def make_policy(config: PolicyConfig) -> Policy:
+    if config.backend == "hf":
+        from trialground.policy.hf import HFPolicy
+
+        return HFPolicy(config)
+    if config.backend == "vllm":
+        from trialground.policy.vllm import VLLMPolicy
+
+        return VLLMPolicy(config)
+    if config.backend == "openai":
+        from trialground.policy.openai import OpenAIPolicy
+
+        return OpenAIPolicy(config)
+    if config.backend == "scripted":
+        from trialground.policy.scripted import ScriptedPolicy, load_tokenizer
+
+        if not config.responses:
+            raise ConfigError("policy.backend=scripted needs policy.responses (at least one)")
+        return ScriptedPolicy(list(config.responses), tokenizer=load_tokenizer(config.tokenizer))
+    raise ConfigError(f"unknown policy backend {config.backend!r}")

@@ -1,0 +1,258 @@
+"""Hugging Face transformers policy: batched sampling with a KV cache, on CPU or CUDA.
+
+Generation is our own loop over `past_key_values` rather than `model.generate()`: one prefill of the
+left-padded batch, then one token per step for every row, so we control exactly which logprob is
+recorded. Logprob contract (`Generation.logprobs[i]` for `token_ids[i]`):
+
+- temperature T > 0: the log-probability of the sampled token under the *processed* sampling
+  distribution, i.e. `log_softmax(logits / T)` restricted to the top-p nucleus and renormalised
+  (top_p = 1 means no restriction). This is what the trainer's importance ratio needs.
+- temperature 0 (greedy): the log-probability of the argmax token under the raw distribution
+  `log_softmax(logits)`.
+
+`token_ids` include the eos token when the model ends its turn (finish_reason "eos"), so training sees the
+stop decision; `text` is the decoded tokens without special tokens. A stop string ends generation after
+the token that completes it (finish_reason "stop"; the string stays in the text).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import AutoTokenizer, LlamaForCausalLM, PreTrainedModel
+
+from trialground.errors import PolicyError
+from trialground.policy.base import Generation, Policy, SamplingParams
+from trialground.policy.config import PolicyConfig
+from trialground.policy.tiny import resolve_model_dir
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class RawSample:
+    """Output of `sample_batch`, one list per prompt."""
+
+    token_ids: list[list[int]]
+    logprobs: list[list[float]]
+    finished_by_eos: list[bool]
+
+
+def _process_logits(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """Log-probabilities of the sampling distribution (see module docstring). logits: [B, V] float32."""
+    if temperature == 0.0:
+        return torch.log_softmax(logits, dim=-1)
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_logp, order = logp.sort(dim=-1, descending=True)
+        # keep the smallest prefix whose mass reaches top_p (the first token always stays)
+        mass_before = sorted_logp.exp().cumsum(dim=-1) - sorted_logp.exp()
+        drop = mass_before >= top_p
+        sorted_logp = sorted_logp.masked_fill(drop, float("-inf"))
+        logp = torch.full_like(logp, float("-inf")).scatter(-1, order, sorted_logp)
+        logp = torch.log_softmax(logp, dim=-1)
+    return logp
+
+
+@torch.no_grad()
+def sample_batch(
+    model: PreTrainedModel,
+    prompts: Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float = 1.0,
+    eos_ids: Sequence[int],
+    pad_id: int,
+    generator: torch.Generator | None = None,
+    stop_check: Any = None,
+) -> RawSample:
+    """Sample continuations of `prompts` (left-padded into one batch) with a KV cache.
+
+    `stop_check(row, ids) -> bool`, when given, is asked after every new token of an unfinished row.
+    """
+    device = next(model.parameters()).device
+    bsz = len(prompts)
+    width = max(len(p) for p in prompts)
+    ids = torch.full((bsz, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((bsz, width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        if p:
+            ids[i, width - len(p) :] = torch.tensor(list(p), dtype=torch.long)
+            mask[i, width - len(p) :] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, L]; left padding shifts no position
+    eos = torch.tensor(list(eos_ids), dtype=torch.long, device=device)
+
+    # transformers >= 5.2x names the KV cache `cache`; older versions `past_key_values`
+    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+    cache, logits = getattr(out, cache_kw), out.logits[:, -1, :]
+    next_pos = positions[:, -1:] + 1  # [B, 1]
+    done = torch.zeros(bsz, dtype=torch.bool, device=device)
+    by_eos = torch.zeros(bsz, dtype=torch.bool, device=device)
+    tokens: list[torch.Tensor] = []  # each [B]
+    logps: list[torch.Tensor] = []  # each [B]
+    alive_steps = torch.zeros(bsz, dtype=torch.long, device=device)
+    for _ in range(max_new_tokens):
+        logp = _process_logits(logits.float(), temperature, top_p)  # [B, V]
+        if temperature == 0.0:
+            tok = logp.argmax(dim=-1)
+        else:
+            tok = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+        tok = torch.where(done, torch.full_like(tok, pad_id), tok)
+        tokens.append(tok)
+        logps.append(logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1))
+        alive_steps += (~done).long()
+        hit_eos = torch.isin(tok, eos) & ~done
+        by_eos |= hit_eos
+        done |= hit_eos
+        if stop_check is not None:
+            so_far = torch.stack(tokens, dim=1).tolist()
+            for row in range(bsz):
+                if not done[row] and stop_check(row, so_far[row]):
+                    done[row] = True
+        if bool(done.all()):
+            break
+        mask = torch.cat([mask, torch.ones((bsz, 1), dtype=mask.dtype, device=device)], dim=-1)
+        out = model(
+            input_ids=tok.unsqueeze(-1),
+            attention_mask=mask,
+            position_ids=next_pos,
+            use_cache=True,
+            **{cache_kw: cache},
+        )
+        cache, logits = getattr(out, cache_kw), out.logits[:, -1, :]
+        next_pos = next_pos + 1
+    all_tok = torch.stack(tokens, dim=1).tolist()  # [B, T]
+    all_logp = torch.stack(logps, dim=1).tolist()
+    lengths = alive_steps.tolist()
+    return RawSample(
+        token_ids=[all_tok[i][: lengths[i]] for i in range(bsz)],
+        logprobs=[all_logp[i][: lengths[i]] for i in range(bsz)],
+        finished_by_eos=by_eos.tolist(),
+    )
+
+
+class HFPolicy(Policy):
+    """A transformers causal LM as a policy. `model` is the live torch module (the trainer may share it)."""
+
+    def __init__(self, config: PolicyConfig) -> None:
+        self.config = config
+        try:
+            path = resolve_model_dir(config.model)
+            self._tokenizer = AutoTokenizer.from_pretrained(path)
+            model = LlamaForCausalLM.from_pretrained(path, torch_dtype=_DTYPES[config.dtype])
+        except (OSError, ValueError) as exc:
+            raise PolicyError(f"cannot load model {config.model!r}: {exc}") from exc
+        self.device = torch.device(config.device)
+        self.model: PreTrainedModel = model.to(self.device).eval()
+        if self._tokenizer.pad_token_id is None:
+            self._tokenizer.pad_token = self._tokenizer.eos_token
+        self.eos_ids = sorted({self._tokenizer.eos_token_id, *self._eos_from_generation_config()})
+        self.version = 0
+        self._lock = threading.Lock()  # one generation or weight load at a time
+        self._seed_source = torch.Generator().manual_seed(0)
+
+    def _eos_from_generation_config(self) -> list[int]:
+        eos = getattr(self.model.generation_config, "eos_token_id", None)
+        return [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    def encode_chat(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+        """Prompt token ids of a conversation, rendered with the model's chat template."""
+        ids = self._tokenizer.apply_chat_template(
+            list(messages), add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        return [int(i) for i in ids]
+
+    async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        return await asyncio.to_thread(self.generate_sync, prompts, params)
+
+    def generate_sync(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        """Blocking `generate` (the async one runs this in a worker thread)."""
+        if not prompts:
+            return []
+        if any(len(p) == 0 for p in prompts):
+            raise PolicyError("empty prompt: at least one token is needed")
+        with self._lock:
+            seed = (
+                params.seed
+                if params.seed is not None
+                else int(torch.randint(0, 2**62, (1,), generator=self._seed_source))
+            )
+            generator = torch.Generator(device=self.device).manual_seed(seed)
+            stop_check = None
+            if params.stop:
+                tok = self._tokenizer
+
+                def stop_check(_row: int, ids: list[int]) -> bool:
+                    return any(s in tok.decode(ids, skip_special_tokens=True) for s in params.stop)
+
+            try:
+                raw = sample_batch(
+                    self.model,
+                    prompts,
+                    max_new_tokens=params.max_new_tokens,
+                    temperature=params.temperature,
+                    top_p=params.top_p,
+                    eos_ids=self.eos_ids,
+                    pad_id=self._tokenizer.pad_token_id,
+                    generator=generator,
+                    stop_check=stop_check,
+                )
+            except (RuntimeError, ValueError, IndexError) as exc:
+                raise PolicyError(f"generation failed: {exc}") from exc
+            version = self.version
+        gens = []
+        for ids, logps, by_eos in zip(raw.token_ids, raw.logprobs, raw.finished_by_eos, strict=True):
+            text = self._tokenizer.decode(ids, skip_special_tokens=True)
+            if by_eos:
+                reason = "eos"
+            elif params.stop and any(s in text for s in params.stop):
+                reason = "stop"
+            else:
+                reason = "length"
+            gens.append(
+                Generation(
+                    token_ids=tuple(ids),
+                    logprobs=tuple(logps),
+                    text=text,
+                    finish_reason=reason,
+                    version=version,
+                )
+            )
+        return gens
+
+    @torch.no_grad()
+    def score(
+        self, prompt: Sequence[int], completion: Sequence[int], temperature: float = 1.0
+    ) -> list[float]:
+        """Logprobs of `completion` after `prompt` by one forward pass, under the same processing as
+        sampling at `temperature` (top_p = 1). Lets a caller check or recompute `Generation.logprobs`."""
+        ids = torch.tensor([list(prompt) + list(completion)], device=self.device)
+        logits = self.model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()  # [T, V]
+        logp = _process_logits(logits, temperature, 1.0)
+        return logp.gather(-1, ids[0, len(prompt) :].unsqueeze(-1)).squeeze(-1).tolist()
+
+    def load_weights(self, state_dict: Mapping[str, Any], version: int) -> None:
+        """Copy `state_dict` (full or partial, same names as `model.state_dict()`) into the model."""
+        with self._lock:
+            own = self.model.state_dict()
+            unknown = [k for k in state_dict if k not in own]
+            if unknown:
+                raise PolicyError(f"load_weights: unknown parameter names {unknown[:5]}")
+            with torch.no_grad():
+                for name, value in state_dict.items():
+                    if value is not own[name]:
+                        own[name].copy_(torch.as_tensor(value).to(own[name].dtype))
+            self.version = version

@@ -1,0 +1,149 @@
+"""Any OpenAI-compatible endpoint as a policy, for evaluation only (it cannot take new weights).
+
+The policy interface speaks token ids; an HTTP endpoint speaks text. A local tokenizer
+(`PolicyConfig.tokenizer`) bridges them: prompt ids are decoded to text (special tokens kept, so a
+chat-templated prompt arrives as rendered) and the returned text is encoded back.
+
+- api "completions" (default): POST {base_url}/v1/completions with the rendered prompt. Faithful: the
+  endpoint continues exactly the text the agent loop built.
+- api "chat": POST {base_url}/v1/chat/completions. `generate` sends each decoded prompt as one user message
+  (the endpoint applies its own template); `chat(messages, params)` sends real messages.
+
+`Generation.logprobs` holds the endpoint's per-token logprobs when it returns them for exactly as many
+tokens as the local encoding of the text, and NaN otherwise (eval needs none). Requests run concurrently
+(at most `max_concurrency`), with `max_retries` retries on connection errors and 5xx answers; anything
+else raises `PolicyError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from trialground.errors import PolicyError
+from trialground.policy.base import Generation, Policy, SamplingParams
+from trialground.policy.config import PolicyConfig
+
+_FINISH = {"stop": "stop", "length": "length", "eos": "eos"}
+
+
+class OpenAIPolicy(Policy):
+    def __init__(self, config: PolicyConfig, *, tokenizer: Any = None) -> None:
+        if not config.base_url:
+            raise PolicyError("the openai backend needs policy.base_url (e.g. http://localhost:8000)")
+        self.config = config
+        if tokenizer is None:
+            from trialground.policy.scripted import load_tokenizer
+
+            tokenizer = load_tokenizer(config.tokenizer)
+        self._tokenizer = tokenizer
+        self.version = 0
+        self._base = config.base_url.rstrip("/")
+        if not self._base.endswith("/v1"):
+            self._base += "/v1"
+        key = os.environ.get(config.api_key_env)
+        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._semaphore = asyncio.Semaphore(config.max_concurrency)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        texts = [self._tokenizer.decode(list(p)) for p in prompts]
+        async with httpx.AsyncClient(timeout=self.config.request_timeout_s, headers=self._headers) as client:
+            if self.config.api == "completions":
+                jobs = [self._complete(client, text, params) for text in texts]
+            else:
+                jobs = [self._chat(client, [{"role": "user", "content": text}], params) for text in texts]
+            return list(await asyncio.gather(*jobs))
+
+    async def chat(self, messages: Sequence[Mapping[str, str]], params: SamplingParams) -> Generation:
+        """One chat completion of real messages (api "chat" endpoints)."""
+        async with httpx.AsyncClient(timeout=self.config.request_timeout_s, headers=self._headers) as client:
+            return await self._chat(client, [dict(m) for m in messages], params)
+
+    def _body(self, params: SamplingParams) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.config.model,
+            "max_tokens": params.max_new_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+        }
+        if params.stop:
+            body["stop"] = list(params.stop)
+        if params.seed is not None:
+            body["seed"] = params.seed
+        return body
+
+    async def _complete(self, client: httpx.AsyncClient, prompt: str, params: SamplingParams) -> Generation:
+        choice = await self._post(
+            client, "/completions", {**self._body(params), "prompt": prompt, "logprobs": 1}
+        )
+        logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
+        return self._generation(str(choice.get("text", "")), choice, logprobs, params)
+
+    async def _chat(
+        self, client: httpx.AsyncClient, messages: list[dict[str, str]], params: SamplingParams
+    ) -> Generation:
+        choice = await self._post(client, "/chat/completions", {**self._body(params), "messages": messages})
+        content = (choice.get("message") or {}).get("content") or ""
+        logprobs = [c.get("logprob") for c in ((choice.get("logprobs") or {}).get("content") or [])]
+        return self._generation(str(content), choice, logprobs or None, params)
+
+    async def _post(self, client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        url = self._base + path
+        last = ""
+        for _attempt in range(self.config.max_retries + 1):
+            try:
+                async with self._semaphore:
+                    resp = await client.post(url, json=body)
+            except httpx.HTTPError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+                continue
+            if resp.status_code >= 500:
+                last = f"HTTP {resp.status_code}: {resp.text[:200]}"
+                continue
+            if resp.status_code != 200:
+                raise PolicyError(f"POST {url}: HTTP {resp.status_code}: {resp.text[:200]}", kind="http")
+            try:
+                return dict(resp.json()["choices"][0])
+            except (ValueError, KeyError, IndexError, TypeError) as exc:
+                raise PolicyError(
+                    f"POST {url}: malformed answer: {resp.text[:200]}", kind="protocol"
+                ) from exc
+        raise PolicyError(f"POST {url} failed after {self.config.max_retries + 1} tries: {last}", kind="http")
+
+    def _generation(
+        self, text: str, choice: Mapping[str, Any], logprobs: Sequence[Any] | None, params: SamplingParams
+    ) -> Generation:
+        reason = _FINISH.get(str(choice.get("finish_reason")), "stop")
+        matched = choice.get("stop_reason")  # vLLM names the stop string that matched; OpenAI does not
+        if reason == "stop" and isinstance(matched, str) and matched in params.stop:
+            text += matched  # our contract keeps the stop string; endpoints drop it
+        ids = list(self._tokenizer.encode(text, add_special_tokens=False))
+        if reason == "stop" and not any(s in text for s in params.stop):
+            # the endpoint's own end of turn: record it as eos, with the eos token, like the hf policy
+            reason = "eos"
+            ids.append(self._tokenizer.eos_token_id)
+        if (
+            logprobs is not None
+            and len(logprobs) == len(ids)
+            and all(isinstance(x, int | float) for x in logprobs)
+        ):
+            lps = tuple(float(x) for x in logprobs)
+        else:
+            lps = (math.nan,) * len(ids)
+        return Generation(
+            token_ids=tuple(ids), logprobs=lps, text=text, finish_reason=reason, version=self.version
+        )  # type: ignore[arg-type]
+
+    def load_weights(self, state_dict: Mapping[str, Any], version: int) -> None:
+        raise PolicyError(
+            "the openai backend is for evaluation only: it cannot load weights", kind="unsupported"
+        )

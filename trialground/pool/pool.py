@@ -1,0 +1,483 @@
+"""The environment pool: bounded concurrency, warm sandboxes per task, leases, recycling, reaping.
+
+Contract:
+- ``env = await pool.acquire(task)`` waits for one of `max_active` capacity units (FIFO, at most
+  `max_queue` waiters, each at most `acquire_timeout_s`), then hands out an environment whose sandbox holds
+  the task's pristine workspace: a warm idle sandbox of that task restored from its snapshot (and
+  health-checked), else a new one. The caller then calls ``env.reset(task)`` and runs the episode.
+- ``await pool.release(env)`` returns it. The sandbox goes back to the warm set unless the episode failed,
+  the caller says ``failed=True``, or it reached `max_uses` — then it is closed (recycled). Releasing twice
+  or after reclaim is a no-op.
+- ``async with pool.lease(task) as env:`` does both; an exception inside recycles the sandbox.
+- Full queue -> `PoolFull`; wait too long -> `AcquireTimeout`; sandbox creation failing -> `SandboxError`.
+  All are `TrialgroundError`s whose ``info()`` a rollout records; no other caller is affected.
+- A lease not released within `lease_s` is reclaimed: the env is revoked (its next step ends the episode
+  with kind ``lease_expired``), its sandbox closed and its capacity returned.
+- Scheduling is O(1) per acquire/release (deque, dicts, OrderedDict) and O(log n) per lease (a heap);
+  quantiles are computed only in `metrics()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import time
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from trialground.envs.base import Environment, Grading
+from trialground.envs.config import EnvConfig
+from trialground.envs.single_turn import SingleTurnEnv
+from trialground.envs.tool_env import ToolEnv
+from trialground.errors import EnvError, ErrorInfo, SandboxError, TrialgroundError
+from trialground.pool.autoscale import Autoscaler
+from trialground.pool.backend import LocalBackend, SandboxBackend
+from trialground.pool.config import PoolConfig
+from trialground.pool.stats import Window
+from trialground.sandbox.base import Limits, Sandbox, SandboxConfig
+from trialground.tasks.model import Task
+
+EnvFactory = Callable[[Task, Sandbox | None, str | None, Callable[[float], None]], Environment]
+_HEALTH_LIMITS = Limits(wall_s=10.0, cpu_s=5.0)
+
+
+class PoolFull(EnvError):
+    """The wait queue is full: back off and retry later."""
+
+
+class AcquireTimeout(EnvError):
+    """No environment became free within the timeout."""
+
+
+@dataclass(eq=False)
+class Slot:
+    id: int
+    task_id: str
+    sandbox: Sandbox | None
+    snapshot: str | None  # the task's pristine workspace, restored on every acquire
+    uses: int = 0
+    idle_since: float = 0.0
+
+
+@dataclass(eq=False)
+class _Lease:
+    seq: int
+    slot: Slot
+    env: Environment
+    start: float
+
+
+class EnvPool:
+    def __init__(
+        self,
+        config: PoolConfig | None = None,
+        *,
+        env_config: EnvConfig | None = None,
+        sandbox_config: SandboxConfig | None = None,
+        grader: Grading | None = None,
+        backend: SandboxBackend | None = None,
+        env_factory: EnvFactory | None = None,
+        needs_sandbox: bool | None = None,
+        autoscaler: Autoscaler | None = None,
+    ) -> None:
+        self.config = config or PoolConfig()
+        self.env_config = env_config or EnvConfig()
+        self.sandbox_config = sandbox_config or SandboxConfig()
+        if grader is None and env_factory is None:
+            raise EnvError("EnvPool needs a grader (or an env_factory)", kind="config")
+        self.grader = grader
+        self.backend = backend or LocalBackend(self.sandbox_config)
+        self._factory = env_factory
+        self.needs_sandbox = (self.env_config.kind == "tool") if needs_sandbox is None else needs_sandbox
+        if autoscaler is None and self.config.autoscale:
+            autoscaler = Autoscaler.from_config(self.config)
+        self.autoscaler = autoscaler
+        self._max_active = self.config.max_active
+        self._active = 0  # capacity units held: leases plus acquirers still preparing
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._live_waiters = 0
+        self._idle: dict[str, OrderedDict[int, Slot]] = {}
+        self._lru: OrderedDict[int, Slot] = OrderedDict()  # every idle slot, oldest first
+        self._leases: dict[int, _Lease] = {}  # id(env) -> lease
+        self._lease_heap: list[tuple[float, int, int]] = []  # (deadline, seq, id(env)), lazily pruned
+        self._ids = itertools.count()
+        self._sandboxes = 0
+        self._bg: set[asyncio.Task[None]] = set()
+        self._maint: asyncio.Task[None] | None = None
+        self._closed = False
+        self._next_autoscale = 0.0
+        self._waits, self._create, self._restore_s = Window(), Window(), Window()
+        self._exec, self._hold = Window(), Window()
+        self._counts: dict[str, int] = {
+            "acquires": 0,
+            "created": 0,
+            "recycled": 0,
+            "reaped": 0,
+            "reclaimed": 0,
+        }
+        self._failures: dict[str, int] = {}
+        self._sched_ns = 0
+        self._sched_ops = 0
+
+    # --- public API ---------------------------------------------------------------------------------
+
+    @property
+    def max_active(self) -> int:
+        return self._max_active
+
+    @property
+    def active(self) -> int:
+        return self._active
+
+    @property
+    def idle(self) -> int:
+        return len(self._lru)
+
+    @property
+    def queue_depth(self) -> int:
+        return self._live_waiters
+
+    async def start(self) -> None:
+        """Start the backend and the maintenance task (acquire does this on first use)."""
+        if self._closed:
+            raise EnvError("pool is closed", kind="pool_closed")
+        if self._maint is None:
+            await self.backend.start()
+            self._maint = asyncio.get_running_loop().create_task(self._maintenance())
+
+    async def acquire(self, task: Task, *, timeout: float | None = None) -> Environment:
+        if self._maint is None:
+            await self.start()
+        if self._closed:
+            raise EnvError("pool is closed", kind="pool_closed")
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        s0 = time.perf_counter_ns()
+        if self._active < self._max_active and self._live_waiters == 0:
+            self._active += 1
+            self._tick(s0)
+        else:
+            await self._wait(loop, s0, self.config.acquire_timeout_s if timeout is None else timeout)
+        self._waits.add(loop.time() - t0)
+        try:
+            slot = await self._take_slot(task)
+            env = self._make_env(task, slot)
+        except BaseException:
+            self._give_back()
+            raise
+        s1 = time.perf_counter_ns()
+        seq = next(self._ids)
+        now = loop.time()
+        self._leases[id(env)] = _Lease(seq, slot, env, now)
+        heapq.heappush(self._lease_heap, (now + self.config.lease_s, seq, id(env)))
+        self._counts["acquires"] += 1
+        self._tick(s1)
+        return env
+
+    async def release(self, env: Environment, *, failed: bool = False) -> None:
+        s0 = time.perf_counter_ns()
+        lease = self._leases.pop(id(env), None)
+        if lease is None or lease.env is not env:
+            return  # released before, or reclaimed after its lease expired
+        now = asyncio.get_running_loop().time()
+        self._hold.add(now - lease.start)
+        slot = lease.slot
+        slot.uses += 1
+        error: ErrorInfo | None = getattr(env, "error", None)
+        if error is not None:
+            self._fail(error.kind)
+        elif failed:
+            self._fail("caller_error")
+        if slot.sandbox is not None:
+            if error is not None or failed or slot.uses >= self.config.max_uses or self._closed:
+                self._counts["recycled"] += 1
+                self._destroy(slot)
+            else:
+                self._park(slot, now)
+        self._give_back()
+        self._tick(s0)
+
+    @contextlib.asynccontextmanager
+    async def lease(self, task: Task, *, timeout: float | None = None) -> AsyncIterator[Environment]:
+        env = await self.acquire(task, timeout=timeout)
+        try:
+            yield env
+        except BaseException:
+            await self.release(env, failed=True)
+            raise
+        await self.release(env)
+
+    async def prewarm(self, tasks: Iterable[Task]) -> int:
+        """Create idle sandboxes for `tasks` (one per occurrence) up to `max_idle`; returns how many."""
+        if self._maint is None:
+            await self.start()
+        todo = list(tasks)[: max(0, self.config.max_idle - len(self._lru))]
+        slots = await asyncio.gather(*(self._create_slot(t) for t in todo), return_exceptions=True)
+        now = asyncio.get_running_loop().time()
+        made = 0
+        for s in slots:
+            if isinstance(s, Slot):
+                self._park(s, now)
+                made += 1
+        return made
+
+    def set_max_active(self, n: int) -> None:
+        """Change the concurrency limit; raising it admits waiters at once, lowering it drains."""
+        self._max_active = max(1, n)
+        while self._active < self._max_active and self._live_waiters:
+            self._active += 1
+            self._grant_next()
+
+    def observe_generation(self, seconds: float, concurrency: int) -> None:
+        """Report one generation turn (seconds, concurrent sequences) to the autoscaler."""
+        if self.autoscaler is not None:
+            self.autoscaler.observe_generation(seconds, concurrency)
+
+    def record_exec(self, seconds: float) -> None:
+        self._exec.add(seconds)
+        if self.autoscaler is not None:
+            self.autoscaler.observe_env(seconds)
+
+    def metrics(self) -> dict[str, float]:
+        m: dict[str, float] = {
+            "pool/active": float(self._active),
+            "pool/idle": float(len(self._lru)),
+            "pool/queue_depth": float(self._live_waiters),
+            "pool/max_active": float(self._max_active),
+            "pool/utilisation": self._active / self._max_active,
+            "pool/sandboxes": float(self._sandboxes),
+            "pool/wait_p50_s": self._waits.quantile(0.5),
+            "pool/wait_p99_s": self._waits.quantile(0.99),
+            "pool/create_s": self._create.mean(),
+            "pool/restore_s": self._restore_s.mean(),
+            "pool/exec_s": self._exec.mean(),
+            "pool/exec_p99_s": self._exec.quantile(0.99),
+            "pool/hold_s": self._hold.mean(),
+            "pool/sched_us_per_op": self._sched_ns / 1000 / max(1, self._sched_ops),
+        }
+        m.update({f"pool/{k}": float(v) for k, v in self._counts.items()})
+        m.update({f"pool/failures/{k}": float(v) for k, v in self._failures.items()})
+        m.update(self.backend.metrics())
+        return m
+
+    async def close(self) -> None:
+        """Fail waiters, revoke leases, close every sandbox and the backend. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._maint is not None:
+            self._maint.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._maint
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_exception(EnvError("pool closed while waiting", kind="pool_closed"))
+        self._live_waiters = 0
+        for lease in list(self._leases.values()):
+            self._reclaim(lease, "pool_closed")
+        while self._lru:
+            self._destroy(self._pop_idle(next(iter(self._lru.values()))))
+        while self._bg:
+            await asyncio.gather(*list(self._bg), return_exceptions=True)
+        await self.backend.close()
+
+    # --- capacity -----------------------------------------------------------------------------------
+
+    def _tick(self, start_ns: int) -> None:
+        self._sched_ns += time.perf_counter_ns() - start_ns
+        self._sched_ops += 1
+
+    async def _wait(self, loop: asyncio.AbstractEventLoop, s0: int, timeout: float) -> None:
+        if self._live_waiters >= self.config.max_queue:
+            self._fail("pool_full")
+            self._tick(s0)
+            raise PoolFull(
+                f"pool full: {self._active} active, {self._live_waiters} waiting (max_queue "
+                f"{self.config.max_queue}); back off and retry",
+                kind="pool_full",
+            )
+        fut: asyncio.Future[None] = loop.create_future()
+        self._waiters.append(fut)
+        self._live_waiters += 1
+        timer = loop.call_later(timeout, self._expire, fut)
+        self._tick(s0)
+        try:
+            await fut
+        except TimeoutError:
+            self._fail("acquire_timeout")
+            raise AcquireTimeout(
+                f"no environment free within {timeout:.3g}s", kind="acquire_timeout"
+            ) from None
+        except asyncio.CancelledError:
+            if not fut.done():
+                fut.cancel()
+            if fut.cancelled():  # neither granted nor expired: it still counted as a live waiter
+                self._live_waiters -= 1
+            elif fut.exception() is None:
+                self._give_back()  # capacity was granted just as the caller gave up
+            raise
+        finally:
+            timer.cancel()
+
+    def _expire(self, fut: asyncio.Future[None]) -> None:
+        if not fut.done():
+            fut.set_exception(TimeoutError())
+            self._live_waiters -= 1
+
+    def _grant_next(self) -> bool:
+        """Hand one held capacity unit to the oldest live waiter; False when there is none."""
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                self._live_waiters -= 1
+                fut.set_result(None)
+                return True
+        return False
+
+    def _give_back(self) -> None:
+        if self._active > self._max_active or not self._grant_next():
+            self._active -= 1
+
+    # --- slots ----------------------------------------------------------------------------------------
+
+    def _park(self, slot: Slot, now: float) -> None:
+        slot.idle_since = now
+        self._idle.setdefault(slot.task_id, OrderedDict())[slot.id] = slot
+        self._lru[slot.id] = slot
+        while len(self._lru) > self.config.max_idle:
+            self._destroy(self._pop_idle(next(iter(self._lru.values()))))
+
+    def _pop_idle(self, slot: Slot) -> Slot:
+        del self._lru[slot.id]
+        per_task = self._idle[slot.task_id]
+        del per_task[slot.id]
+        if not per_task:
+            del self._idle[slot.task_id]
+        return slot
+
+    async def _take_slot(self, task: Task) -> Slot:
+        if not self.needs_sandbox:
+            return Slot(next(self._ids), task.id, None, None)
+        while (per_task := self._idle.get(task.id)) is not None:
+            slot = self._pop_idle(next(reversed(per_task.values())))  # most recently used: warmest
+            if await self._restore(slot):
+                return slot
+        return await self._create_slot(task)
+
+    async def _restore(self, slot: Slot) -> bool:
+        assert slot.sandbox is not None and slot.snapshot is not None
+        t0 = time.perf_counter()
+        try:
+            await slot.sandbox.restore(slot.snapshot)
+            if self.config.health_check:
+                res = await slot.sandbox.exec(["true"], limits=_HEALTH_LIMITS)
+                if not res.ok:
+                    raise SandboxError(f"health check failed: {res.status}", kind="unhealthy")
+        except Exception as e:
+            self._fail(e.kind if isinstance(e, TrialgroundError) else "restore")
+            self._destroy(slot)
+            return False
+        self._restore_s.add(time.perf_counter() - t0)
+        return True
+
+    async def _create_slot(self, task: Task) -> Slot:
+        last: Exception | None = None
+        for _ in range(1 + self.config.create_retries):
+            t0 = time.perf_counter()
+            sandbox: Sandbox | None = None
+            self._sandboxes += 1
+            try:
+                sandbox = await self.backend.create(task)
+                snap = await sandbox.snapshot()
+            except Exception as e:
+                last = e
+                self._fail("create")
+                self._sandboxes -= 1
+                if sandbox is not None:
+                    self._spawn(self._close_sandbox(sandbox))
+                continue
+            self._create.add(time.perf_counter() - t0)
+            self._counts["created"] += 1
+            return Slot(next(self._ids), task.id, sandbox, snap)
+        raise SandboxError(f"could not create a sandbox for task {task.id}: {last}", kind="create_failed")
+
+    def _make_env(self, task: Task, slot: Slot) -> Environment:
+        if self._factory is not None:
+            return self._factory(task, slot.sandbox, slot.snapshot, self.record_exec)
+        assert self.grader is not None
+        if self.env_config.kind == "tool":
+            return ToolEnv(
+                self.grader, self.env_config, self.sandbox_config, sandbox=slot.sandbox, task=task,
+                owns_sandbox=False, initial_snapshot=slot.snapshot, on_exec=self.record_exec,
+            )  # fmt: skip
+        return SingleTurnEnv(self.grader)
+
+    def _destroy(self, slot: Slot) -> None:
+        sandbox, slot.sandbox = slot.sandbox, None
+        if sandbox is not None:
+            self._sandboxes -= 1
+            self._spawn(self._close_sandbox(sandbox))
+
+    async def _close_sandbox(self, sandbox: Sandbox) -> None:
+        try:
+            await sandbox.close()
+        except Exception:
+            self._fail("close")
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
+
+    def _fail(self, kind: str) -> None:
+        self._failures[kind] = self._failures.get(kind, 0) + 1
+
+    # --- maintenance --------------------------------------------------------------------------------
+
+    def _reclaim(self, lease: _Lease, kind: str) -> None:
+        del self._leases[id(lease.env)]
+        info = EnvError(f"environment reclaimed: {kind}", kind=kind).info()
+        revoke = getattr(lease.env, "revoke", None)
+        if revoke is not None:
+            revoke(info)
+        self._destroy(lease.slot)
+        self._give_back()
+
+    def maintain(self, now: float) -> None:
+        """Reclaim expired leases, reap idle sandboxes past their TTL, run the autoscaler."""
+        heap = self._lease_heap
+        while heap and heap[0][0] <= now:
+            _, seq, key = heapq.heappop(heap)
+            lease = self._leases.get(key)
+            if lease is not None and lease.seq == seq:
+                self._counts["reclaimed"] += 1
+                self._fail("lease_expired")
+                self._reclaim(lease, "lease_expired")
+        if len(heap) > 2 * len(self._leases) + 1024:  # drop released entries so the heap stays O(active)
+            self._lease_heap = [
+                e for e in heap if (ls := self._leases.get(e[2])) is not None and ls.seq == e[1]
+            ]
+            heapq.heapify(self._lease_heap)
+        ttl = self.config.idle_ttl_s
+        while len(self._lru) > self.config.min_warm:
+            oldest = next(iter(self._lru.values()))
+            if now - oldest.idle_since < ttl:
+                break
+            self._counts["reaped"] += 1
+            self._destroy(self._pop_idle(oldest))
+        if self.autoscaler is not None and now >= self._next_autoscale:
+            self._next_autoscale = now + self.config.autoscale_interval_s
+            target = self.autoscaler.decide(now, queue_depth=self._live_waiters, active=self._active)
+            if target is not None:
+                self.set_max_active(target)
+
+    async def _maintenance(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.config.maintenance_interval_s)
+            self.maintain(loop.time())

@@ -1,0 +1,258 @@
+"""The agent loop, token in and token out.
+
+One episode: `env.reset(task)` gives the prompt, rendered once with the chat template; then, until the
+environment says `done`: the policy samples from the current ids, its ids (and their sampling logprobs)
+are appended verbatim, `env.step(text)` answers, and the answer's ids -- rendered as a `user` (or `tool`)
+turn, see `ChatRenderer` -- are appended and masked out of the loss. Nothing is ever re-tokenised, so the
+trained tokens are exactly the tokens the policy produced.
+
+Context budget: prompt + every appended token <= `max_context_tokens`. Each generation is capped to the
+room left; a generation cut by that cap, or an observation that leaves no room for another turn, ends the
+episode with `truncated=True` (a capped single-turn completion is still graded; a multi-turn episode that
+runs out of room before finishing gets outcome 0 with a logged `context_truncated` component).
+
+Failures at a boundary -- the policy (PolicyError), the sandbox (SandboxError), grading (VerifierError),
+the environment (EnvError) -- end only that episode, recorded as `Trajectory.error`; they are never raised
+to the caller or to sibling rollouts. Any other exception at a boundary is wrapped as that boundary's error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
+
+from trialground.envs.base import Environment, Observation
+from trialground.errors import EnvError, ErrorInfo, PolicyError, TrialgroundError
+from trialground.policy.base import Generation, SamplingParams
+from trialground.rollout.batching import GroupBatcher
+from trialground.rollout.chat import ChatRenderer
+from trialground.rollout.trajectory import Trajectory, Turn
+from trialground.tasks.model import Task
+from trialground.verify.base import Reward, RewardComponent
+
+
+class Generator(Protocol):
+    """What the agent loop needs of a policy (every `Policy` satisfies it)."""
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def tokenizer(self) -> Any: ...
+
+    async def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams
+    ) -> list[Generation]: ...
+
+
+log = logging.getLogger(__name__)
+
+EnvFactory = Callable[[], Environment | Awaitable[Environment]]
+
+
+def _obs_error(obs: Observation) -> ErrorInfo | None:
+    err = obs.info.get("error") if obs.info else None
+    if isinstance(err, ErrorInfo):
+        return err
+    if isinstance(err, dict):
+        return ErrorInfo.model_validate(err)
+    if obs.verdict is not None and obs.verdict.error is not None:
+        return obs.verdict.error
+    return None
+
+
+def _wrap(exc: Exception, default: type[TrialgroundError], what: str) -> ErrorInfo:
+    if isinstance(exc, TrialgroundError):
+        return exc.info()
+    return default(f"{what} raised {type(exc).__name__}: {exc}", kind="exception").info()
+
+
+async def rollout(
+    policy: Generator,
+    env: Environment,
+    task: Task,
+    *,
+    params: SamplingParams,
+    group_id: str,
+    sample_index: int,
+    max_context_tokens: int,
+    observation_role: str = "user",
+    renderer: ChatRenderer | None = None,
+) -> Trajectory:
+    """One episode of `task` in `env` (the caller owns and closes `env`). Never raises a boundary error."""
+    t_start = time.perf_counter()
+    renderer = renderer or ChatRenderer(policy.tokenizer)
+    turns: list[Turn] = []
+    versions: list[int] = []
+    timings = {"reset_s": 0.0, "generate_s": 0.0, "env_s": 0.0}
+    context: list[int] = []
+    reward: Reward | None = None
+    error: ErrorInfo | None = None
+    truncated = False
+    finish_reason = ""
+
+    def done() -> Trajectory:
+        timings["total_s"] = time.perf_counter() - t_start
+        return Trajectory(
+            task_id=task.id,
+            group_id=group_id,
+            sample_index=sample_index,
+            policy_version=min(versions) if versions else policy.version,
+            turns=tuple(turns),
+            reward=None if error is not None else reward,
+            error=error,
+            truncated=truncated,
+            finish_reason="error" if error is not None else finish_reason,
+            timings=timings,
+        )
+
+    t0 = time.perf_counter()
+    try:
+        obs = await env.reset(task)
+    except Exception as exc:
+        error = _wrap(exc, EnvError, "env.reset")
+        return done()
+    finally:
+        timings["reset_s"] = time.perf_counter() - t0
+    messages = []
+    if obs.info.get("system"):
+        messages.append({"role": "system", "content": str(obs.info["system"])})
+    messages.append({"role": "user", "content": obs.text})
+    context = renderer.prompt_ids(messages)
+    turns.append(Turn(role="prompt", token_ids=tuple(context), text=obs.text))
+    if len(context) >= max_context_tokens:
+        error = EnvError(
+            f"prompt is {len(context)} tokens, the context budget is {max_context_tokens}",
+            kind="prompt_too_long",
+        ).info()
+        return done()
+
+    while True:
+        room = max_context_tokens - len(context)
+        turn_params = (
+            params if room >= params.max_new_tokens else params.model_copy(update={"max_new_tokens": room})
+        )
+        t0 = time.perf_counter()
+        try:
+            gens = await policy.generate([context], turn_params)
+            if len(gens) != 1:
+                raise PolicyError(f"asked for 1 generation, got {len(gens)}", kind="bad_response")
+            gen = gens[0]
+            if gen.finish_reason == "error":
+                raise PolicyError("the policy reported a failed generation", kind="generation_error")
+            if len(gen.logprobs) != len(gen.token_ids):
+                raise PolicyError(
+                    f"{len(gen.token_ids)} tokens but {len(gen.logprobs)} logprobs", kind="bad_response"
+                )
+        except Exception as exc:
+            error = _wrap(exc, PolicyError, "policy.generate")
+            return done()
+        seconds = time.perf_counter() - t0
+        timings["generate_s"] += seconds
+        versions.append(gen.version)
+        turns.append(
+            Turn(
+                role="policy", token_ids=gen.token_ids, logprobs=gen.logprobs, text=gen.text, seconds=seconds
+            )
+        )
+        context.extend(gen.token_ids)
+        finish_reason = gen.finish_reason
+        cut_by_budget = turn_params is not params and gen.finish_reason == "length"
+        truncated = truncated or cut_by_budget
+
+        t0 = time.perf_counter()
+        try:
+            obs = await env.step(gen.text)
+        except Exception as exc:
+            error = _wrap(exc, EnvError, "env.step")
+            return done()
+        finally:
+            timings["env_s"] += time.perf_counter() - t0
+        if obs.done:
+            error = _obs_error(obs)
+            if error is None and obs.reward is None:
+                error = EnvError("the episode ended without a reward", kind="no_reward").info()
+            reward = obs.reward
+            finish_reason = str(obs.info.get("finish_reason") or finish_reason)
+            return done()
+        obs_ids = renderer.observation_ids(obs.text, role=observation_role, after=gen.token_ids)
+        if cut_by_budget or len(context) + len(obs_ids) >= max_context_tokens:
+            truncated = True
+            finish_reason = "context_budget"
+            reward = Reward(
+                outcome=0.0, components=(RewardComponent(name="context_truncated", value=1.0, weight=0.0),)
+            )
+            return done()
+        turns.append(
+            Turn(role="env", token_ids=tuple(obs_ids), text=obs.text, seconds=time.perf_counter() - t0)
+        )
+        context.extend(obs_ids)
+
+
+async def rollout_group(
+    policy: Generator,
+    env_factory: EnvFactory,
+    task: Task,
+    k: int,
+    *,
+    params: SamplingParams,
+    group_id: str,
+    max_context_tokens: int,
+    observation_role: str = "user",
+    release: Callable[[Environment], Awaitable[None]] | None = None,
+    batch_window_s: float = 0.01,
+) -> list[Trajectory]:
+    """k concurrent episodes of `task`, their generations batched: every turn at which all live episodes
+    wait on the policy becomes one `policy.generate` call with their prompts (for a single-turn env: one
+    call with k prompts); episodes busy in their environment are not waited for longer than
+    `batch_window_s`. Environments come from `env_factory` and go back through `release`
+    (default: `env.close()`). The result is in `sample_index` order; one failure never affects siblings.
+    """
+    batcher = GroupBatcher(policy, live=k, window_s=batch_window_s)
+    renderer = ChatRenderer(policy.tokenizer)
+
+    async def one(index: int) -> Trajectory:
+        env: Environment | None = None
+        try:
+            try:
+                made = env_factory()
+                env = await made if inspect.isawaitable(made) else made
+            except Exception as exc:
+                return Trajectory(
+                    task_id=task.id,
+                    group_id=group_id,
+                    sample_index=index,
+                    policy_version=policy.version,
+                    error=_wrap(exc, EnvError, "env_factory"),
+                    finish_reason="error",
+                )
+            assert env is not None
+            return await rollout(
+                batcher,
+                env,
+                task,
+                params=params,
+                group_id=group_id,
+                sample_index=index,
+                max_context_tokens=max_context_tokens,
+                observation_role=observation_role,
+                renderer=renderer,
+            )
+        finally:
+            batcher.episode_done()
+            if env is not None:
+                await _release(env, release)
+
+    return list(await asyncio.gather(*(one(i) for i in range(k))))
+
+
+async def _release(env: Environment, release: Callable[[Environment], Awaitable[None]] | None) -> None:
+    # A failed close must not turn a finished episode into a failure; the pool sees unhealthy envs itself.
+    try:
+        await (release(env) if release is not None else env.close())
+    except Exception as exc:
+        log.warning("releasing environment %s failed: %s: %s", type(env).__name__, type(exc).__name__, exc)

@@ -1,0 +1,340 @@
+"""The default backend: bubblewrap namespaces + seccomp + cgroup limits, with a warm supervisor inside.
+
+One `BwrapSandbox` owns one bubblewrap process whose PID 1 is the supervisor (`supervisor.py`); each
+`exec` is one request to it, so a warm sandbox runs the next command without new namespaces, and Python
+commands fork the already-started interpreter. The sandbox sees: a read-only /usr (+ /lib*, /bin, /sbin
+links), a few files of /etc, the configured Python runtime (read-only, at its host path), a private /proc,
+/dev and /tmp, and the workspace at /workspace as the only writable place. Nothing else of the host.
+
+On a root host the sandbox also runs as an unprivileged host uid (65534) inside a per-sandbox cgroup
+(memory, pids, freezer), and the workspace is a size-limited tmpfs (disk and inode quota).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import marshal
+import os
+import shutil
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+from trialground.errors import SandboxError
+from trialground.sandbox import mounts, seccomp
+from trialground.sandbox.base import WORKSPACE, Command, ExecResult, Limits, Sandbox, SandboxConfig
+from trialground.sandbox.cgroup import Cgroup
+from trialground.sandbox.channel import ChannelClosed, Collected, collect, read_frame, send_request
+from trialground.sandbox.results import build_result, error_result
+from trialground.sandbox.workspace import BASE_DIR, Workspace
+
+BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
+SANDBOX_HOST_UID = 65534  # when the host runs as root, sandboxes run as this unprivileged host uid
+INNER_UID = 1000
+SUPERVISOR_SLACK_BYTES = 32 << 20  # the supervisor's own memory, on top of the command's limit
+SUPERVISOR_PIDS = 2  # the outer bwrap process and the supervisor
+ETC_FILES = (
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "alternatives", "ssl",
+    "ca-certificates", "mime.types", "protocols", "services",
+)  # fmt: skip
+NETWORK_ETC_FILES = ("resolv.conf", "hosts", "gai.conf", "host.conf")
+SUPERVISOR_SOURCE = (Path(__file__).with_name("supervisor.py")).read_text()
+# The supervisor's code reaches it on its stdin, marshalled when the sandbox runs this very Python version
+# (skips compiling it at every start), as source otherwise. The bootstrap reads exactly that many bytes.
+_BOOT = (
+    "import os,marshal\nb=b''\nwhile len(b)<{n}:\n c=os.read(0,{n}-len(b))\n if not c:raise SystemExit(1)\n b+=c\n"
+    "exec(marshal.loads(b) if {compiled} else compile(b,'supervisor.py','exec'),{{'__name__':'__main__'}})"
+)
+
+
+def supervisor_payload(config: SandboxConfig) -> tuple[str, bytes]:
+    """(bootstrap code for `python3 -c`, bytes to write to the supervisor's stdin right after start)."""
+    same = not config.rootfs and os.path.realpath(_python_prefix(config)) == os.path.realpath(sys.base_prefix)
+    key = "compiled" if same else "source"
+    if key not in _PAYLOADS:
+        code = compile(SUPERVISOR_SOURCE, "supervisor.py", "exec")
+        data = marshal.dumps(code) if same else SUPERVISOR_SOURCE.encode()
+        _PAYLOADS[key] = (_BOOT.format(n=len(data), compiled=same), data)
+    return _PAYLOADS[key]
+
+
+_PAYLOADS: dict[str, tuple[str, bytes]] = {}
+
+
+def bwrap_available() -> bool:
+    return os.path.exists(BWRAP) and os.access(BWRAP, os.X_OK)
+
+
+def _identity_files() -> tuple[Path, Path]:
+    """/etc/passwd and /etc/group for inside the sandbox (user `sandbox`, uid 1000)."""
+    d = BASE_DIR / "etc"
+    passwd, group = d / "passwd", d / "group"
+    if not passwd.exists():
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / f".passwd.{os.getpid()}"
+        tmp.write_text(f"root:x:0:0::/:/usr/sbin/nologin\nsandbox:x:{INNER_UID}:{INNER_UID}::{WORKSPACE}:/bin/bash\n")
+        tmp.replace(passwd)
+        tmp = d / f".group.{os.getpid()}"
+        tmp.write_text(f"root:x:0:\nsandbox:x:{INNER_UID}:\n")
+        tmp.replace(group)
+    return passwd, group
+
+
+def _python_prefix(config: SandboxConfig) -> str:
+    return config.python_prefix or sys.base_prefix
+
+
+def default_env(config: SandboxConfig) -> dict[str, str]:
+    path = "/usr/local/bin:/usr/bin:/bin"
+    if not config.rootfs:
+        path = f"{_python_prefix(config)}/bin:{path}"
+    return {"PATH": path, "HOME": WORKSPACE, "LANG": "C.UTF-8", "TMPDIR": "/tmp", "USER": "sandbox"}
+
+
+def _runtime_source(prefix: str) -> str:
+    """Where bubblewrap (running as the unprivileged sandbox uid) can reach the runtime from."""
+    if os.geteuid() != 0 or not mounts.CAN_MOUNT:
+        return prefix
+    digest = hashlib.sha1(prefix.encode()).hexdigest()[:12]
+    return str(mounts.readonly_view(Path(prefix), BASE_DIR / "runtime" / digest))
+
+
+def bwrap_argv(config: SandboxConfig, workspace: Path, seccomp_fd: int, tmp_mb: int) -> list[str]:
+    argv = [BWRAP, "--unshare-user", "--uid", str(INNER_UID), "--gid", str(INNER_UID), "--unshare-pid"]
+    argv += ["--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
+    if not config.network:
+        argv.append("--unshare-net")
+    argv += ["--new-session", "--die-with-parent", "--as-pid-1", "--disable-userns", "--cap-drop", "ALL"]
+    if config.rootfs:
+        if not os.path.isdir(config.rootfs):
+            raise SandboxError(f"rootfs {config.rootfs!r} is not a directory", kind="config")
+        argv += ["--ro-bind", config.rootfs, "/"]
+    else:
+        argv += ["--ro-bind", "/usr", "/usr"]
+        for name in ("lib", "lib32", "lib64", "libx32", "bin", "sbin"):
+            host = f"/{name}"
+            if os.path.islink(host):
+                argv += ["--symlink", os.readlink(host), host]
+            elif os.path.isdir(host):
+                argv += ["--ro-bind", host, host]
+        for name in ETC_FILES + (NETWORK_ETC_FILES if config.network else ()):
+            if os.path.exists(f"/etc/{name}"):
+                argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+        passwd, group = _identity_files()
+        argv += ["--ro-bind", str(passwd), "/etc/passwd", "--ro-bind", str(group), "/etc/group"]
+        prefix = _python_prefix(config)
+        if not prefix.startswith("/usr/"):
+            argv += ["--ro-bind", _runtime_source(prefix), prefix]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmp_mb << 20), "--tmpfs", "/tmp"]
+    argv += ["--bind", str(workspace), WORKSPACE, "--chdir", "/", "--seccomp", str(seccomp_fd)]
+    argv += ["--clearenv", "--setenv", "PATH", default_env(config)["PATH"], "--setenv", "LANG", "C.UTF-8"]
+    python = "python3" if config.rootfs else f"{_python_prefix(config)}/bin/python3"
+    return [*argv, "--", python, "-I", "-S", "-c", supervisor_payload(config)[0]]
+
+
+def _enter(procs_files: list[str], uid: int | None):  # noqa: ANN202 - returns a preexec callable
+    """A preexec function: join the cgroup, then drop to the sandbox uid (only raw syscalls: we are
+    between fork and exec)."""
+
+    def preexec() -> None:
+        pid = str(os.getpid()).encode()
+        for path in procs_files:
+            fd = os.open(path, os.O_WRONLY)
+            os.write(fd, pid)
+            os.close(fd)
+        if uid is not None:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+
+    return preexec
+
+
+class BwrapSandbox(Sandbox):
+    """A bubblewrap sandbox; create with `await BwrapSandbox.create(config, files)`."""
+
+    def __init__(self, config: SandboxConfig, workspace: Workspace) -> None:
+        self.config = config
+        self.workspace = workspace
+        self.name = uuid.uuid4().hex[:12]
+        self.cgroup = Cgroup.create(self.name)
+        self._uid = workspace.uid
+        self._proc: asyncio.subprocess.Process | None = None
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    @classmethod
+    async def create(cls, config: SandboxConfig, files: Mapping[str, str | bytes] | None = None) -> BwrapSandbox:
+        if not bwrap_available():
+            raise SandboxError(
+                f"bubblewrap not found at {BWRAP}; install it (Debian/Ubuntu: apt-get install bubblewrap, "
+                "Fedora: dnf install bubblewrap) or choose backend='process' (no isolation)",
+                kind="missing_bwrap",
+            )
+        uid = SANDBOX_HOST_UID if os.geteuid() == 0 else None
+        workspace = Workspace(config.limits.disk_mb, uid, overlay=config.snapshot_mode != "copy")
+        sandbox = cls(config, workspace)
+        try:
+            for path, data in (files or {}).items():
+                workspace.write(path, data)
+            if config.warm:
+                await sandbox._start()
+        except BaseException:
+            await sandbox.close()
+            raise
+        return sandbox
+
+    # -- the warm process --------------------------------------------------------------------------------
+    async def _start(self) -> None:
+        fd = seccomp.filter_fd()
+        try:
+            argv = bwrap_argv(self.config, self.workspace.ws, fd, self.config.limits.disk_mb)
+            preexec = _enter(self.cgroup.procs_files() if self.cgroup else [], self._uid)
+            self._proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, pass_fds=(fd,), preexec_fn=preexec, cwd="/",
+            )  # fmt: skip
+        finally:
+            os.close(fd)
+        assert self._proc.stdout is not None and self._proc.stdin is not None
+        self._proc.stdin.write(supervisor_payload(self.config)[1])
+        try:
+            kind, _ = await asyncio.wait_for(read_frame(self._proc.stdout), timeout=30)
+        except (ChannelClosed, TimeoutError) as exc:
+            proc = self._proc
+            await self._stop()
+            err = await proc.stderr.read() if proc.stderr is not None else b""
+            raise SandboxError(f"bubblewrap failed to start: {err.decode(errors='replace').strip()}") from exc
+        if kind != "H":
+            await self._stop()
+            raise SandboxError(f"unexpected first frame {kind!r} from the supervisor")
+
+    async def _stop(self) -> None:
+        """Kill the sandbox's processes (all of them: PID 1 dying takes its namespace down)."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.returncode is None:
+            try:
+                proc.kill()
+            except ProcessLookupError:
+                pass
+        await proc.wait()
+        if self.cgroup:
+            self.cgroup.kill_all()
+
+    # -- the interface -----------------------------------------------------------------------------------
+    async def exec(
+        self,
+        cmd: Command,
+        *,
+        stdin: bytes | str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        limits: Limits | None = None,
+    ) -> ExecResult:
+        if self._closed:
+            raise SandboxError("sandbox is closed", kind="closed")
+        lim = limits or self.config.limits
+        argv = ["/bin/bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        if not argv:
+            raise SandboxError("empty command", kind="bad_command")
+        workdir = WORKSPACE if cwd is None else cwd if cwd.startswith("/") else f"{WORKSPACE}/{cwd}"
+        request = {
+            "argv": argv,
+            "env": {**default_env(self.config), **(env or {})},
+            "cwd": workdir,
+            "wall_s": lim.wall_s,
+            "output_bytes": lim.output_bytes,
+            "rlimits": self._rlimits(lim),
+            "python_fast": self.config.python_fast,
+        }
+        data = stdin.encode() if isinstance(stdin, str) else (stdin or b"")
+        async with self._lock:
+            start = time.monotonic()
+            if self._proc is None or self._proc.returncode is not None:
+                await self._start()
+            if self.cgroup:
+                self.cgroup.set_limits(lim.memory_mb * 2**20 + SUPERVISOR_SLACK_BYTES, lim.pids + SUPERVISOR_PIDS)
+                before = self.cgroup.counters()
+            out = Collected(cap=lim.output_bytes)
+            assert self._proc is not None and self._proc.stdin and self._proc.stdout
+            try:
+                await send_request(self._proc.stdin, request, data)
+                report = await asyncio.wait_for(collect(self._proc.stdout, out), timeout=lim.wall_s + 5)
+            except (ChannelClosed, TimeoutError) as exc:
+                # The supervisor did not answer: the sandbox is broken. Kill all of it; the next exec
+                # starts afresh.
+                await self._stop()
+                if isinstance(exc, TimeoutError):
+                    report = {"reason": "timeout", "wall_s": time.monotonic() - start}
+                else:
+                    return error_result(f"sandbox died: {exc}", time.monotonic() - start)
+            oom = pids_hit = False
+            if self.cgroup:
+                after = self.cgroup.counters()
+                oom, pids_hit = after[0] > before[0], after[1] > before[1]
+            if not self.config.warm:
+                await self._stop()
+        return build_result(report, bytes(out.stdout), bytes(out.stderr), cap=lim.output_bytes, oom=oom, pids_hit=pids_hit)
+
+    def _rlimits(self, lim: Limits) -> dict[str, int]:
+        rl = {
+            "RLIMIT_CPU": max(1, int(lim.cpu_s + 0.999)),
+            "RLIMIT_FSIZE": lim.file_size_mb << 20,
+            "RLIMIT_CORE": 0,
+        }
+        if self.cgroup is None:
+            rl["RLIMIT_AS"] = lim.memory_mb << 20  # no memory cgroup here: the address-space cap instead
+        return rl
+
+    async def write(self, path: str, data: bytes | str) -> None:
+        self._check_open()
+        self.workspace.write(path, data)
+
+    async def read(self, path: str) -> bytes:
+        self._check_open()
+        return self.workspace.read(path)
+
+    async def snapshot(self) -> str:
+        self._check_open()
+        async with self._lock:
+            return self.workspace.snapshot()
+
+    async def restore(self, snapshot_id: str) -> None:
+        self._check_open()
+        async with self._lock:
+            # Every command's processes die with the command, so only the supervisor is left; it holds
+            # nothing open under /workspace, and the new layers reach it by mount propagation.
+            self.workspace.restore(snapshot_id)
+
+    async def fork(self) -> Sandbox:
+        self._check_open()
+        async with self._lock:
+            uid = self.workspace.uid
+            child_ws = Workspace(self.config.limits.disk_mb, uid, overlay=self.config.snapshot_mode != "copy")
+            child = BwrapSandbox(self.config, child_ws)
+            try:
+                child_ws.seed_from(self.workspace)
+                if self.config.warm:
+                    await child._start()
+            except BaseException:
+                await child.close()
+                raise
+            return child
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxError("sandbox is closed", kind="closed")
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._stop()
+        if self.cgroup:
+            self.cgroup.remove()
+        self.workspace.close()

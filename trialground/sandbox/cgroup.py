@@ -1,0 +1,116 @@
+"""Per-sandbox cgroup (v1 hierarchies `memory`, `pids`, `freezer`): limits, counters, kill-all.
+
+Used when the host runs as root and the v1 controllers are mounted; `Cgroup.create` returns None otherwise
+and the caller falls back to rlimits. The sandbox's processes enter the group before they exec (see
+`enter`), so nothing in the sandbox is ever outside it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+ROOT = Path("/sys/fs/cgroup")
+CONTROLLERS = ("memory", "pids", "freezer")
+GROUP = "trialground"
+
+
+def _available() -> bool:
+    return os.geteuid() == 0 and all((ROOT / c / "cgroup.procs").exists() for c in CONTROLLERS)
+
+
+AVAILABLE = _available()
+
+
+class Cgroup:
+    """One cgroup per sandbox in each v1 controller hierarchy."""
+
+    def __init__(self, name: str) -> None:
+        self.dirs = {c: ROOT / c / GROUP / name for c in CONTROLLERS}
+
+    @classmethod
+    def create(cls, name: str) -> Cgroup | None:
+        if not AVAILABLE:
+            return None
+        group = cls(name)
+        try:
+            for d in group.dirs.values():
+                d.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            group.remove()
+            return None
+        return group
+
+    def procs_files(self) -> list[str]:
+        return [str(d / "cgroup.procs") for d in self.dirs.values()]
+
+    def _write(self, controller: str, name: str, value: str) -> None:
+        (self.dirs[controller] / name).write_text(value)
+
+    def _read(self, controller: str, name: str) -> str:
+        try:
+            return (self.dirs[controller] / name).read_text()
+        except OSError:
+            return ""
+
+    def set_limits(self, memory_bytes: int, pids: int) -> None:
+        """Set the ceilings and reset the peak counter for the next command."""
+        self._write("memory", "memory.limit_in_bytes", str(memory_bytes))
+        self._write("pids", "pids.max", str(pids))
+        try:
+            self._write("memory", "memory.max_usage_in_bytes", "0")
+        except OSError:
+            pass
+
+    def counters(self) -> tuple[int, int, int]:
+        """(oom kills, times the pids limit refused a fork, peak memory bytes) so far."""
+        oom = 0
+        for line in self._read("memory", "memory.oom_control").splitlines():
+            if line.startswith("oom_kill "):
+                oom = int(line.split()[1])
+        pids_max = 0
+        for line in self._read("pids", "pids.events").splitlines():
+            if line.startswith("max "):
+                pids_max = int(line.split()[1])
+        peak = self._read("memory", "memory.max_usage_in_bytes").strip()
+        return oom, pids_max, int(peak) if peak.isdigit() else 0
+
+    def pids(self) -> list[int]:
+        return [int(p) for p in self._read("pids", "cgroup.procs").split()]
+
+    def kill_all(self) -> None:
+        """Freeze, SIGKILL every member, thaw: nothing can fork its way out in between."""
+        frozen = False
+        try:
+            self._write("freezer", "freezer.state", "FROZEN")
+            frozen = True
+        except OSError:
+            pass
+        for _ in range(50):
+            members = self.pids()
+            if not members:
+                break
+            for pid in members:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            if frozen:
+                self._write("freezer", "freezer.state", "THAWED")
+                frozen = False
+            time.sleep(0.002)
+        if frozen:
+            self._write("freezer", "freezer.state", "THAWED")
+
+    def remove(self) -> None:
+        for d in self.dirs.values():
+            for _ in range(100):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.005)  # the last members are still being reaped

@@ -1,0 +1,102 @@
+"""Thin wrappers over mount(2)/umount2(2) for workspaces: tmpfs quotas, overlay layers, bind mounts.
+
+Only used when the host runs as root; `CAN_MOUNT` and `OVERLAY_OK` say what works on this machine
+(probed once, lazily), and callers fall back to plain directories and copying otherwise.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import os
+import tempfile
+from pathlib import Path
+
+from trialground.errors import SandboxError
+
+MS_BIND = 4096
+MS_REC = 16384
+MS_SHARED = 1 << 20
+MNT_DETACH = 2
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+CAN_MOUNT = os.geteuid() == 0
+
+
+def _mount(source: str, target: Path, fstype: str | None, flags: int, data: str | None) -> None:
+    rc = _libc.mount(
+        source.encode(), str(target).encode(), fstype.encode() if fstype else None, flags,
+        data.encode() if data else None,
+    )
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise SandboxError(f"mount {fstype or 'bind'} on {target}: {os.strerror(err)}", kind="mount")
+
+
+def mount_tmpfs(target: Path, size_mb: int) -> bool:
+    """A size- and inode-limited private tmpfs at `target`, shared so later mounts under it propagate into
+    sandboxes that bind part of it. False when it cannot be mounted here."""
+    inodes = max(1024, size_mb * 256)
+    try:
+        _mount("tmpfs", target, "tmpfs", 0, f"size={size_mb}m,nr_inodes={inodes},mode=0755")
+    except SandboxError:
+        return False
+    _mount("none", target, None, MS_SHARED, None)
+    return True
+
+
+def mount_overlay(target: Path, lowers: list[Path], upper: Path, work: Path) -> None:
+    """Mount an overlay on `target`; `lowers` are listed top (newest) first."""
+    lower = ":".join(str(p) for p in lowers)
+    _mount("overlay", target, "overlay", 0, f"lowerdir={lower},upperdir={upper},workdir={work}")
+
+
+def bind(source: Path, target: Path) -> None:
+    _mount(str(source), target, None, MS_BIND, None)
+
+
+MS_RDONLY = 1
+MS_REMOUNT = 32
+
+
+def readonly_view(source: Path, target: Path) -> Path:
+    """A read-only bind of `source` at `target` (made once, kept): lets an unprivileged sandbox user reach
+    a directory whose ancestors it may not traverse (a runtime under /root)."""
+    if os.path.ismount(target):
+        return target
+    target.mkdir(parents=True, exist_ok=True)
+    _mount(str(source), target, None, MS_BIND, None)
+    _mount("none", target, None, MS_BIND | MS_REMOUNT | MS_RDONLY, None)
+    return target
+
+
+def umount(target: Path) -> None:
+    """Detach `target` (lazily: the kernel frees it when its last user is gone)."""
+    if _libc.umount2(str(target).encode(), MNT_DETACH) != 0:
+        err = ctypes.get_errno()
+        raise SandboxError(f"umount {target}: {os.strerror(err)}", kind="mount")
+
+
+@functools.cache
+def overlay_works() -> bool:
+    """Probe once whether overlayfs on tmpfs mounts here."""
+    if not CAN_MOUNT:
+        return False
+    root = Path(tempfile.mkdtemp(prefix="tg-ovl-probe-"))
+    try:
+        if not mount_tmpfs(root, 1):
+            return False
+        try:
+            for d in ("l", "u", "w", "m"):
+                (root / d).mkdir()
+            mount_overlay(root / "m", [root / "l"], root / "u", root / "w")
+            umount(root / "m")
+            return True
+        except SandboxError:
+            return False
+        finally:
+            umount(root)
+    finally:
+        root.rmdir()

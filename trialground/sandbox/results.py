@@ -1,0 +1,62 @@
+"""Turning what the host observed about one command into an `ExecResult`."""
+
+from __future__ import annotations
+
+import signal
+
+from trialground.sandbox.base import ExecResult, ExecStatus
+
+
+def build_result(
+    report: dict,
+    stdout: bytes,
+    stderr: bytes,
+    *,
+    cap: int,
+    oom: bool = False,
+    pids_hit: bool = False,
+    peak_memory_bytes: int = 0,
+) -> ExecResult:
+    """`report` holds reason ("", "timeout", "output_limit"), exit_code or signal, sizes and times.
+
+    The most specific cause wins: timeout, output limit, memory, CPU (reported as timeout), pids,
+    other signals (killed), non-zero exit, ok.
+    """
+    sig = report.get("signal")
+    code = report.get("exit_code")
+    reason = report.get("reason", "")
+    if reason == "timeout":
+        status = ExecStatus.TIMEOUT
+    elif reason == "output_limit":
+        status = ExecStatus.OUTPUT_LIMIT
+    elif oom:
+        status = ExecStatus.MEMORY_LIMIT
+    elif sig == signal.SIGXCPU:
+        status = ExecStatus.TIMEOUT
+    elif pids_hit:
+        status = ExecStatus.PIDS_LIMIT
+    elif sig is not None:
+        status = ExecStatus.KILLED
+    elif code is None:
+        status = ExecStatus.SANDBOX_ERROR
+    elif code != 0:
+        status = ExecStatus.NONZERO_EXIT
+    else:
+        status = ExecStatus.OK
+    peak = max(peak_memory_bytes / 2**20, float(report.get("maxrss_kb", 0)) / 1024)
+    return ExecResult(
+        status=status,
+        exit_code=code,
+        signal=sig,
+        stdout=stdout.decode("utf-8", errors="replace"),
+        stderr=stderr.decode("utf-8", errors="replace"),
+        stdout_truncated=int(report.get("stdout_bytes", 0)) > cap,
+        stderr_truncated=int(report.get("stderr_bytes", 0)) > cap,
+        wall_s=round(float(report.get("wall_s", 0.0)), 6),
+        cpu_s=round(float(report.get("cpu_s", 0.0)), 6),
+        peak_memory_mb=round(peak, 3),
+    )
+
+
+def error_result(message: str, wall_s: float = 0.0) -> ExecResult:
+    return ExecResult(status=ExecStatus.SANDBOX_ERROR, stderr=message, wall_s=wall_s)

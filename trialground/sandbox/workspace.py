@@ -1,0 +1,193 @@
+"""The host side of a sandbox's workspace: a private directory, safe file access, snapshot layers.
+
+Layout of one workspace (`root` is a size-limited tmpfs when the host runs as root, which is the disk and
+inode quota; a plain temp directory otherwise):
+
+    root/ws        what the sandbox sees at /workspace (a plain directory, or an overlay mounted on it)
+    root/l/N       frozen overlay layers (lower directories), never modified once frozen
+    root/u/N, w/N  the current overlay upper and work directories
+
+Host-side `write`/`read` go through `root/ws` and refuse any path that leaves it, symlinks included.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from trialground.errors import SandboxError
+from trialground.sandbox import mounts
+from trialground.sandbox.base import WORKSPACE
+
+BASE_DIR = Path(os.environ.get("TRIALGROUND_SANDBOX_DIR", tempfile.gettempdir())) / "trialground-sandboxes"
+
+
+def resolve_inside(ws: Path, path: str) -> Path:
+    """Host path of workspace path `path` (relative, or absolute under /workspace); refuses escapes."""
+    if path.startswith(WORKSPACE + "/") or path == WORKSPACE:
+        path = path[len(WORKSPACE) :].lstrip("/")
+    elif path.startswith("/"):
+        raise SandboxError(f"path {path!r} is outside {WORKSPACE}", kind="bad_path")
+    if "\x00" in path:
+        raise SandboxError("path contains a NUL byte", kind="bad_path")
+    target = ws / path
+    real_ws = os.path.realpath(ws)
+    # Resolve the parent (symlinks included) and refuse a final symlink: a link planted by the sandboxed
+    # program must never make the host read or write outside the workspace.
+    parent = os.path.realpath(target.parent)
+    if parent != real_ws and not parent.startswith(real_ws + os.sep):
+        raise SandboxError(f"path {path!r} escapes the workspace", kind="bad_path")
+    resolved = Path(parent) / target.name if target.name not in ("", ".") else Path(parent)
+    if resolved.is_symlink():
+        raise SandboxError(f"path {path!r} is a symlink", kind="bad_path")
+    return resolved
+
+
+class Workspace:
+    """A private workspace directory owned by `uid` (the sandbox's host uid; None = ours)."""
+
+    def __init__(self, disk_mb: int, uid: int | None, *, overlay: bool) -> None:
+        BASE_DIR.mkdir(parents=True, exist_ok=True)
+        self.root = Path(tempfile.mkdtemp(prefix="ws-", dir=BASE_DIR))
+        self.uid = uid
+        self.tmpfs = mounts.CAN_MOUNT and mounts.mount_tmpfs(self.root, disk_mb)
+        self.overlay = overlay and self.tmpfs and mounts.overlay_works()
+        self.ws = self.root / "ws"
+        self.ws.mkdir()
+        self._chown(self.ws)
+        self.layers: list[Path] = []  # frozen lower directories, oldest first
+        self.mounted = False
+        self._gen = 0
+        self._snapshots: dict[str, tuple[Path, ...]] = {}
+
+    def _chown(self, path: Path) -> None:
+        if self.uid is not None:
+            os.chown(path, self.uid, self.uid, follow_symlinks=False)
+
+    # -- files -------------------------------------------------------------------------------------------
+    def write(self, path: str, data: bytes | str) -> None:
+        target = resolve_inside(self.ws, path)
+        rel = target.relative_to(os.path.realpath(self.ws))
+        current = Path(os.path.realpath(self.ws))
+        for part in rel.parts[:-1]:
+            current = current / part
+            if not current.exists():
+                current.mkdir()
+                self._chown(current)
+            elif current.is_symlink() or not current.is_dir():
+                raise SandboxError(f"{path!r}: {part!r} is not a directory", kind="bad_path")
+        raw = data.encode() if isinstance(data, str) else data
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        try:
+            with os.fdopen(fd, "wb", closefd=False) as f:
+                f.write(raw)
+            if self.uid is not None:
+                os.fchown(fd, self.uid, self.uid)
+        except OSError as exc:
+            raise SandboxError(f"cannot write {path!r}: {exc}", kind="write") from exc
+        finally:
+            os.close(fd)
+
+    def read(self, path: str) -> bytes:
+        target = resolve_inside(self.ws, path)
+        try:
+            fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise SandboxError(f"cannot read {path!r}: {exc}", kind="read") from exc
+        with os.fdopen(fd, "rb") as f:
+            return f.read()
+
+    # -- snapshots ---------------------------------------------------------------------------------------
+    def snapshot(self) -> str:
+        """Freeze the current state; with overlays this is O(1) in the number of files."""
+        self._gen += 1
+        sid = f"s{self._gen}"
+        if not self.overlay:
+            copy = self.root / "c" / sid
+            copy.parent.mkdir(exist_ok=True)
+            _copy_tree(self.ws, copy)
+            self._snapshots[sid] = (copy,)
+            return sid
+        layer = self.root / "l" / str(self._gen)
+        layer.parent.mkdir(exist_ok=True)
+        if self.mounted:
+            mounts.umount(self.ws)
+            os.rename(self.root / "u" / str(self._upper_gen), layer)
+        else:
+            layer.mkdir()
+            self._chown(layer)
+            for entry in os.listdir(self.ws):  # the plain start directory becomes the first layer
+                os.rename(self.ws / entry, layer / entry)
+        self.layers.append(layer)
+        self._snapshots[sid] = tuple(self.layers)
+        self._mount(self.layers)
+        return sid
+
+    def restore(self, sid: str) -> None:
+        """Make `ws` byte-identical to snapshot `sid` (callers first stop every process using it)."""
+        if sid not in self._snapshots:
+            raise SandboxError(f"unknown snapshot {sid!r}", kind="bad_snapshot")
+        if not self.overlay:
+            shutil.rmtree(self.ws)
+            _copy_tree(self._snapshots[sid][0], self.ws)
+            self._chown(self.ws)
+            return
+        mounts.umount(self.ws)
+        self.layers = list(self._snapshots[sid])
+        self._mount(self.layers)
+
+    def _mount(self, layers: list[Path]) -> None:
+        self._upper_gen = self._gen_next()
+        upper, work = self.root / "u" / str(self._upper_gen), self.root / "w" / str(self._upper_gen)
+        for d in (upper, work):
+            d.mkdir(parents=True)
+        self._chown(upper)
+        mounts.mount_overlay(self.ws, list(reversed(layers)), upper, work)
+        self.mounted = True
+
+    def _gen_next(self) -> int:
+        self._gen += 1
+        return self._gen
+
+    def seed_from(self, other: Workspace) -> None:
+        """Start as a copy of `other`'s current state (fork): shares its frozen layers when overlaying."""
+        if self.overlay and other.overlay:
+            sid = other.snapshot()
+            # Bind the parent's frozen layers into our own tree: they stay reachable (and alive) by path
+            # after the parent closes, and are never written, so sharing them is safe.
+            self.layers = []
+            for i, layer in enumerate(other._snapshots[sid]):
+                mine = self.root / "l" / f"p{i}"
+                mine.mkdir(parents=True)
+                mounts.bind(layer, mine)
+                self.layers.append(mine)
+            self._mount(self.layers)
+        else:
+            shutil.rmtree(self.ws)
+            _copy_tree(other.ws, self.ws)
+
+    def close(self) -> None:
+        if self.mounted:
+            mounts.umount(self.ws)
+        if self.tmpfs:
+            # Lazy: forks may still reference our layers; the kernel frees the tmpfs with the last user.
+            mounts.umount(self.root)
+            self.root.rmdir()
+        else:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _copy_tree(src: Path, dst: Path) -> None:
+    shutil.copytree(src, dst, symlinks=True, copy_function=shutil.copy2, dirs_exist_ok=True)
+    st = os.stat(src)
+    os.chown(dst, st.st_uid, st.st_gid) if os.geteuid() == 0 else None
+    if os.geteuid() == 0:
+        for dirpath, dirnames, filenames in os.walk(src):
+            rel = os.path.relpath(dirpath, src)
+            for name in dirnames + filenames:
+                s = os.lstat(os.path.join(dirpath, name))
+                os.chown(os.path.join(dst, rel, name), s.st_uid, s.st_gid, follow_symlinks=False)

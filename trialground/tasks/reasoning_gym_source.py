@@ -1,0 +1,90 @@
+"""reasoning_gym:<dataset>: questions generated offline by reasoning-gym, scored by exact match.
+
+reasoning-gym's own `score_answer` pays partial credit (e.g. for a gold answer found as a substring of a
+long reply), which a policy learns to exploit; here the gold answer goes to the `exact` verifier
+(`params={"answer": gold}`) and the prompt asks for a final `Answer: ...` line (trialground.verify.answers
+extracts a last `\\boxed{}`, else the last `Answer:` line, else the whole reply). The reference is the
+gold text.
+
+Datasets whose questions admit many correct answers (any valid countdown expression, any n-queens
+placement, ...) cannot be scored by one gold string and are refused with a `TaskError`.
+
+Determinism and splits: entries are read from one reasoning-gym dataset built with the given seed; an
+entry's split is a hash of its question (20% eval), so train and eval never share a question. Repeated
+questions are dropped (they would be duplicate tasks), never silently: fewer than `n` distinct questions
+in the scanned range raises.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from trialground.errors import TaskError
+from trialground.tasks.model import Task, VerifierSpec
+from trialground.tasks.sources import Split
+
+EVAL_PER_MILLE = 200
+_SCAN_FACTOR = 20  # entries scanned per task asked for, before giving up
+
+# Many valid answers per question: an exact gold string would mark correct answers wrong.
+MULTI_ANSWER = frozenset(
+    {
+        "countdown", "puzzle24", "n_queens", "sokoban", "word_ladder", "palindrome_generation",
+        "graph_color", "jugs", "rush_hour", "knight_swap", "boxnet", "rubiks_cube", "tsumego",
+        "simple_integration", "intermediate_integration", "string_synthesis", "arc_agi", "rearc",
+        "composite", "codeio", "sentence_reordering", "kakurasu", "survo", "futoshiki", "mahjong_puzzle",
+    }
+)
+
+INSTRUCTION = "\n\nEnd your reply with one line of the form `Answer: <your final answer>`, the answer exactly as asked above."
+
+
+def _split_of(question: str) -> Split:
+    digest = int.from_bytes(hashlib.sha256(question.encode()).digest()[:8], "big")
+    return "eval" if digest % 1000 < EVAL_PER_MILLE else "train"
+
+
+def reasoning_gym_tasks(dataset: str, *, n: int, seed: int, split: Split) -> list[Task]:
+    """`n` tasks of `split` from the named reasoning-gym dataset, deterministic in (dataset, seed)."""
+    where = f"reasoning_gym:{dataset}"
+    if dataset in MULTI_ANSWER:
+        raise TaskError(
+            f"{where}: this dataset's questions have many correct answers; exact scoring would reject "
+            "valid ones (pick a single-answer dataset such as chain_sum, gcd, leg_counting)",
+            kind="bad_spec",
+        )
+    try:
+        import reasoning_gym
+    except ImportError as e:
+        raise TaskError(f"{where}: the `reasoning-gym` package is not installed", kind="missing") from e
+    size = n * _SCAN_FACTOR
+    try:
+        data = reasoning_gym.create_dataset(dataset, size=size, seed=seed)
+    except Exception as e:  # an unknown name or a dataset needing extra config
+        raise TaskError(f"{where}: cannot create the dataset: {e}", kind="bad_spec") from e
+    tasks: list[Task] = []
+    seen: set[str] = set()
+    for index in range(size):
+        entry = data[index]
+        question, answer = str(entry["question"]), entry["answer"]
+        if answer is None or not str(answer).strip():
+            raise TaskError(f"{where}: entry {index} has no gold answer", kind="invalid_task")
+        if question in seen or _split_of(question) != split:
+            continue
+        seen.add(question)
+        tasks.append(
+            Task(
+                domain="reasoning",
+                prompt=question + INSTRUCTION,
+                reference=str(answer),
+                verifier=VerifierSpec(kind="exact", params={"answer": str(answer)}),
+                split=split,
+                metadata={"source": where, "index": index, "seed": seed},
+            )
+        )
+        if len(tasks) == n:
+            return tasks
+    raise TaskError(
+        f"{where}: only {len(tasks)} distinct {split} questions in {size} entries (asked for {n})",
+        kind="generator",
+    )

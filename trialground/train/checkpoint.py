@@ -1,0 +1,151 @@
+"""Checkpoints that resume exactly: model, optimiser, RNG states, trainer version and the caller's state.
+
+Layout of `runs/<name>/checkpoints/step_N/`:
+
+    meta.json       step, version, time, file list (human-readable)
+    model.pt        the trainer's module state dict (LoRA adapters included, as trained)
+    optimizer.pt    AdamW state
+    rng.pt          python `random`, numpy global, torch CPU (+ CUDA) generator states
+    extra.pt        whatever the caller passes (task-pool state, loop counters, ...), pickled by torch
+    hf/             optional: merged weights in Hugging Face format (+ tokenizer), for `eval` and export
+
+Resuming = a fresh process builds the same `Trainer` from the same config, calls `load_checkpoint`, and
+carries on: the RNG states are restored last, so the next random draw is the one the uninterrupted run
+would have made. A checkpoint is written to `step_N.tmp` and renamed into place, so a run killed
+mid-save never leaves a half-written `step_N`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import shutil
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from trialground.train.trainer import Trainer
+
+_STEP_RE = re.compile(r"^step_(\d+)$")
+
+
+@dataclass(frozen=True)
+class LoadedCheckpoint:
+    path: Path
+    step: int
+    version: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def checkpoint_path(run_dir: str | Path, step: int) -> Path:
+    return Path(run_dir) / "checkpoints" / f"step_{step}"
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The complete checkpoint with the highest step under `run_dir/checkpoints`, or None."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return None
+    found = [
+        (int(m.group(1)), p)
+        for p in root.iterdir()
+        if (m := _STEP_RE.match(p.name)) and (p / "meta.json").is_file()
+    ]
+    return max(found)[1] if found else None
+
+
+def rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(
+    path: str | Path,
+    trainer: Trainer,
+    *,
+    step: int,
+    extra: Mapping[str, Any] | None = None,
+    export_hf: bool = False,
+    tokenizer: Any = None,
+) -> Path:
+    """Write a complete checkpoint to `path` (e.g. `checkpoint_path(run_dir, step)`); returns `path`."""
+    final = Path(path)
+    tmp = final.with_name(final.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    torch.save(trainer.model.state_dict(), tmp / "model.pt")
+    torch.save(trainer.optimizer.state_dict(), tmp / "optimizer.pt")
+    torch.save(rng_state(), tmp / "rng.pt")
+    torch.save(dict(extra or {}), tmp / "extra.pt")
+    if export_hf:
+        export_pretrained(trainer, tmp / "hf", tokenizer=tokenizer)
+    meta = {
+        "step": step,
+        "version": trainer.version,
+        "time": time.time(),
+        "lora_rank": trainer.config.lora_rank,
+        "files": sorted(p.name for p in tmp.iterdir()),
+    }
+    # meta.json last: its presence marks the checkpoint complete.
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    return final
+
+
+def load_checkpoint(path: str | Path, trainer: Trainer) -> LoadedCheckpoint:
+    """Restore model, optimiser, version and RNG states into `trainer`; return step and extra state.
+
+    `trainer` must be built from the same model architecture and `TrainerConfig` as the saved one.
+    """
+    root = Path(path)
+    meta_file = root / "meta.json"
+    if not meta_file.is_file():
+        raise FileNotFoundError(f"{root}: not a complete checkpoint (no meta.json)")
+    meta = json.loads(meta_file.read_text())
+    if meta.get("lora_rank", 0) != trainer.config.lora_rank:
+        raise ValueError(
+            f"{root}: saved with lora_rank={meta.get('lora_rank')}, trainer has {trainer.config.lora_rank}"
+        )
+    device = trainer.device
+    trainer.model.load_state_dict(torch.load(root / "model.pt", map_location=device, weights_only=True))
+    trainer.optimizer.load_state_dict(
+        torch.load(root / "optimizer.pt", map_location=device, weights_only=True)
+    )
+    trainer.version = int(meta["version"])
+    extra = torch.load(root / "extra.pt", weights_only=False)
+    set_rng_state(torch.load(root / "rng.pt", weights_only=False))
+    return LoadedCheckpoint(path=root, step=int(meta["step"]), version=trainer.version, extra=extra)
+
+
+def export_pretrained(trainer: Trainer, path: str | Path, *, tokenizer: Any = None) -> Path:
+    """Merged full weights in Hugging Face format (for `from_pretrained`), plus the tokenizer if given."""
+    out = Path(path)
+    model: Any = trainer.model
+    base = model.get_base_model() if trainer.config.lora_rank > 0 else model
+    base.save_pretrained(out, state_dict=trainer.state_dict())
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
+    return out

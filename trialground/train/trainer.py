@@ -1,0 +1,304 @@
+"""The policy-gradient trainer: trajectories + advantages -> one optimiser step on a HF causal LM.
+
+Weight sharing. `Trainer` updates the `nn.Module` it is given *in place*. In the embedded default that is
+the very module inside `HFPolicy.model`: the policy samples with it, the trainer updates it, and
+`policy.load_weights(trainer.state_dict(), trainer.version)` then only has to stamp the new version
+(loading a state dict onto its own tensors is a copy of identical values). A policy that holds a separate
+copy -- vLLM, another process, another device -- receives the same call and copies real weights.
+`state_dict()` always returns plain full-model weights (LoRA merged, no peft prefixes), the format every
+backend loads.
+
+Old logprobs. By default the ratio's denominator is the logprob the sampler recorded
+(`old_logprobs="sampling"`): that is the behaviour policy, so the ratio also corrects for staleness in
+async mode, and with `epochs > 1` it stays the fixed anchor of every epoch. `old_logprobs="recompute"`
+runs one no-grad forward pass before the first epoch instead, for samplers whose numerics differ from
+the trainer's (vLLM kernels, top_p < 1 truncation); trajectories without recorded logprobs are always
+recomputed. Either way the sampler took its logprobs at temperature T, so the trainer computes new
+logprobs from `logits / T` with the same T (`temperature=` here must equal the sampling temperature).
+
+Dropout stays off (the model is kept in eval mode): the ratio must compare the same function.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from trialground.rollout.trajectory import Trajectory
+from trialground.train.config import TrainerConfig
+from trialground.train.losses import finalize_metrics, ppo_clip_loss
+
+
+@dataclass
+class Sample:
+    """One trainable sequence. `mask`/`old_logprobs` are aligned on targets: len == len(ids) - 1."""
+
+    ids: list[int]
+    mask: list[int]
+    old_logprobs: list[float] | None
+    advantage: float
+
+
+def build_samples(trajectories: Sequence[Trajectory], advantages: Sequence[float | None]) -> list[Sample]:
+    """Trainable samples: trajectories with an advantage, no error, and at least one policy token."""
+    if len(trajectories) != len(advantages):
+        raise ValueError(f"{len(advantages)} advantages for {len(trajectories)} trajectories")
+    samples = []
+    for traj, adv in zip(trajectories, advantages, strict=True):
+        if adv is None or traj.error is not None:
+            continue
+        prompt = traj.prompt_ids
+        ids, mask, logps = traj.completion()
+        if not prompt or sum(mask) == 0:
+            continue
+        have_logps = all(len(t.logprobs) == len(t.token_ids) for t in traj.turns if t.role == "policy")
+        # Target t+1 is predicted at position t: prompt targets are masked, completion targets keep theirs.
+        pad = [0] * (len(prompt) - 1)
+        samples.append(
+            Sample(
+                ids=prompt + ids,
+                mask=pad + mask,
+                old_logprobs=[0.0] * len(pad) + logps if have_logps else None,
+                advantage=float(adv),
+            )
+        )
+    return samples
+
+
+class Trainer:
+    """PPO-clip / GRPO-family updates of `model` (see the module docstring for weight sharing)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        config: TrainerConfig,
+        pad_id: int,
+        *,
+        temperature: float = 1.0,
+        ref_model: nn.Module | None = None,
+    ) -> None:
+        if temperature <= 0.0:
+            raise ValueError(
+                "temperature must be > 0: the trainer's logprobs must match a sampling temperature"
+            )
+        self.config = config
+        self.pad_id = pad_id
+        self.temperature = temperature
+        self.version = 0
+        self.device = next(model.parameters()).device
+        # The frozen reference is taken before LoRA is injected; with LoRA the base weights are the reference.
+        self._ref: nn.Module | None = None
+        if config.kl_coef > 0.0 and ref_model is None and config.lora_rank == 0:
+            ref_model = copy.deepcopy(model)
+        if ref_model is not None:
+            self._ref = ref_model.eval().requires_grad_(False)
+        self.model: nn.Module = self._wrap_lora(model) if config.lora_rank > 0 else model
+        self.model.eval()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if not params:
+            raise ValueError("the model has no trainable parameters")
+        self.optimizer = torch.optim.AdamW(
+            params, lr=config.lr, betas=config.adam_betas, weight_decay=config.weight_decay
+        )
+
+    def _wrap_lora(self, model: nn.Module) -> nn.Module:
+        from peft import LoraConfig, get_peft_model
+
+        targets: str | list[str] = self.config.lora_targets
+        if targets != "all-linear":
+            targets = [t.strip() for t in self.config.lora_targets.split(",") if t.strip()]
+        lora = LoraConfig(
+            r=self.config.lora_rank,
+            lora_alpha=self.config.lora_alpha,
+            lora_dropout=self.config.lora_dropout,
+            target_modules=targets,
+            bias="none",
+        )
+        # Injects LoRA layers into `model`'s own submodules, so a policy holding `model` samples with them.
+        return get_peft_model(model, lora)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ forward passes
+
+    def _pad(self, samples: Sequence[Sample]) -> tuple[torch.Tensor, torch.Tensor]:
+        length = max(len(s.ids) for s in samples)
+        ids = torch.full((len(samples), length), self.pad_id, dtype=torch.long)  # [b, L]
+        attn = torch.zeros((len(samples), length), dtype=torch.long)  # [b, L]
+        for i, s in enumerate(samples):
+            ids[i, : len(s.ids)] = torch.tensor(s.ids, dtype=torch.long)
+            attn[i, : len(s.ids)] = 1
+        return ids.to(self.device), attn.to(self.device)
+
+    def _targets(self, samples: Sequence[Sample], length: int, field: str) -> torch.Tensor:
+        out = torch.zeros((len(samples), length - 1), dtype=torch.float32)  # [b, L-1]
+        for i, s in enumerate(samples):
+            values = getattr(s, field)
+            out[i, : len(values)] = torch.tensor(values, dtype=torch.float32)
+        return out.to(self.device)
+
+    def _logprobs(
+        self, model: nn.Module, ids: torch.Tensor, attn: torch.Tensor, entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Per-target logprobs [b, L-1] at the sampling temperature, and optionally entropies [b, L-1]."""
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()  # [b, L-1, V]
+        logits = logits / self.temperature
+        lse = torch.logsumexp(logits, dim=-1)  # [b, L-1]
+        logp = logits.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1) - lse  # [b, L-1]
+        ent = None
+        if entropy:
+            with torch.no_grad():
+                probs = torch.softmax(logits, dim=-1)  # [b, L-1, V]
+                ent = lse - (probs * logits).sum(-1)  # [b, L-1]
+        return logp, ent
+
+    @contextmanager
+    def _reference(self) -> Iterator[nn.Module]:
+        if self._ref is not None:
+            yield self._ref
+        else:  # LoRA: the base model with adapters disabled is the reference
+            with self.model.disable_adapter():  # type: ignore[operator]
+                yield self.model
+
+    @torch.no_grad()
+    def _fill_frozen(self, samples: list[Sample], *, old: bool, ref: bool) -> list[torch.Tensor]:
+        """No-grad passes: recomputed old logprobs (stored on the samples) and reference logprobs."""
+        refs: list[torch.Tensor] = []
+        for chunk in _chunks(samples, self.config.micro_batch_size):
+            ids, attn = self._pad(chunk)
+            if old:
+                logp, _ = self._logprobs(self.model, ids, attn, entropy=False)
+                for i, s in enumerate(chunk):
+                    s.old_logprobs = logp[i, : len(s.ids) - 1].tolist()
+            if ref:
+                with self._reference() as ref_model:
+                    refs.append(self._logprobs(ref_model, ids, attn, entropy=False)[0])
+        return refs
+
+    # ------------------------------------------------------------------ the update
+
+    def step(
+        self, trajectories: Sequence[Trajectory], advantages: Sequence[float | None]
+    ) -> dict[str, float]:
+        """One policy update on the batch; `version` += 1. Returns `train/*` metrics.
+
+        Trajectories whose advantage is `None` (infrastructure failures) or that carry an error are
+        skipped. A batch with nothing trainable makes no update and reports `train/skipped = 1`.
+        """
+        t0 = time.perf_counter()
+        cfg = self.config
+        samples = build_samples(trajectories, advantages)
+        total_tokens = sum(sum(s.mask) for s in samples)
+        if not samples:
+            return {"train/skipped": 1.0, "train/tokens": 0.0, "train/sequences": 0.0}
+        normalizer = float(total_tokens) if cfg.loss_agg == "token" else float(len(samples))
+        if cfg.skip_zero_advantage and cfg.kl_coef == 0.0:
+            # Their gradient is exactly zero; they still count in `normalizer`, so the loss is unchanged.
+            active = [s for s in samples if s.advantage != 0.0]
+        else:
+            active = list(samples)
+        # Longest first: less padding per micro-batch, and a fixed order keeps runs bit-reproducible.
+        active.sort(key=lambda s: len(s.ids), reverse=True)
+        recompute = [s for s in active if cfg.old_logprobs == "recompute" or s.old_logprobs is None]
+        sampler = {id(s): s.old_logprobs for s in recompute if s.old_logprobs is not None}
+        self._fill_frozen(recompute, old=True, ref=False)
+        refs = self._fill_frozen(active, old=False, ref=True) if cfg.kl_coef > 0.0 and active else []
+
+        metrics: dict[str, float] = {}
+        sums: dict[str, float] = {}
+        tokens = 0
+        loss_total = 0.0
+        grad_norm = 0.0
+        for _epoch in range(cfg.epochs):
+            self.optimizer.zero_grad(set_to_none=True)
+            loss_total = 0.0
+            for j, chunk in enumerate(_chunks(active, cfg.micro_batch_size)):
+                ids, attn = self._pad(chunk)
+                logp, ent = self._logprobs(self.model, ids, attn, entropy=cfg.compute_entropy)
+                out = ppo_clip_loss(
+                    logp,
+                    self._targets(chunk, ids.shape[1], "old_logprobs"),
+                    torch.tensor([s.advantage for s in chunk], device=self.device),
+                    self._targets(chunk, ids.shape[1], "mask"),
+                    clip_low=cfg.clip_low,
+                    clip_high=cfg.clip_high,
+                    agg=cfg.loss_agg,
+                    normalizer=normalizer,
+                    ref_logprobs=refs[j] if refs else None,
+                    kl_coef=cfg.kl_coef,
+                    entropy=ent,
+                )
+                out.loss.backward()
+                loss_total += float(out.loss.item())
+                tokens += out.tokens
+                for k, v in out.sums.items():
+                    sums[k] = sums.get(k, 0.0) + v
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self._trainable(), cfg.max_grad_norm).item())
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.version += 1
+
+        metrics.update(finalize_metrics(sums, tokens))
+        if sampler:
+            diffs = [
+                abs(a - b)
+                for s in recompute
+                if id(s) in sampler
+                for a, b, m in zip(sampler[id(s)], s.old_logprobs or [], s.mask, strict=False)
+                if m
+            ]
+            metrics["train/sampler_logprob_diff"] = sum(diffs) / max(len(diffs), 1)
+        advs = [s.advantage for s in samples]
+        seconds = time.perf_counter() - t0
+        metrics.update(
+            {
+                "train/loss": loss_total,
+                "train/grad_norm": grad_norm,
+                "train/tokens": float(total_tokens),
+                "train/sequences": float(len(samples)),
+                "train/active_sequences": float(len(active)),
+                "train/adv_abs_mean": sum(abs(a) for a in advs) / len(advs),
+                "train/lr": float(self.optimizer.param_groups[0]["lr"]),
+                "train/version": float(self.version),
+                "train/step_s": seconds,
+                "train/tokens_per_s": total_tokens * cfg.epochs / max(seconds, 1e-9),
+            }
+        )
+        return metrics
+
+    # ------------------------------------------------------------------ weights
+
+    def _trainable(self) -> list[nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    @torch.no_grad()
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Full-model weights for `Policy.load_weights`: LoRA deltas merged, plain HF parameter names."""
+        if self.config.lora_rank == 0:
+            return {k: v.detach() for k, v in self.model.state_dict().items()}
+        from peft.tuners.lora import LoraLayer
+
+        base = self.model.get_base_model()  # type: ignore[operator]
+        merged: dict[str, torch.Tensor] = {}
+        for name, module in base.named_modules():
+            if isinstance(module, LoraLayer):
+                layer: Any = module
+                w = layer.get_base_layer().weight
+                merged[f"{name}.weight"] = w.detach() + layer.get_delta_weight("default").to(w.dtype)
+        out: dict[str, torch.Tensor] = {}
+        for key, value in base.state_dict().items():
+            if "lora_" in key:
+                continue
+            plain = key.replace(".base_layer.", ".")
+            out[plain] = merged.get(plain, value.detach())
+        return out
+
+
+def _chunks(items: list[Sample], size: int) -> Iterator[list[Sample]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]

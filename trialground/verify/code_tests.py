@@ -1,0 +1,249 @@
+"""The `code_tests` verifier: hidden tests run after the episode in a fresh sandbox.
+
+Contract (see team brief): the submission is a full Python module written to
+`params["solution_path"]` (default `solution.py`); hidden and visible checks are `test_*.py` files with
+`def test_*():` functions that import the solution; `params["expected_tests"]` hidden tests must actually run.
+
+How a grading goes:
+1. a fresh sandbox is opened holding only the task's untouched `files` and the solution (from the
+   submission text, or read out of the agent's sandbox when `workspace` is given);
+2. `runner.py` is started there with the check files delivered over stdin — hidden checks never touch the
+   sandbox's disk — together with a host key (see `runner.py` for why results cannot be forged);
+3. the host verifies the report's HMAC, then requires every expected hidden test to have run and passed.
+   Skips, errors, timeouts and missing tests are failures. A report that is absent or badly signed is a
+   failure flagged `runner_tampering`; a sandbox that breaks is an infrastructure error (`Verdict.error`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from importlib import resources
+
+from trialground.errors import SandboxError, VerifierError
+from trialground.sandbox.base import WORKSPACE, Limits, Sandbox, SandboxConfig
+from trialground.tasks.model import Task
+from trialground.verify.base import Flag, TestResult, Verdict
+from trialground.verify.config import GradingConfig
+
+Opener = Callable[[SandboxConfig, Mapping[str, str | bytes]], Awaitable[Sandbox]]
+
+_BOOT = (
+    "import os\n"
+    "def _r(n):\n"
+    "    b = b''\n"
+    "    while len(b) < n:\n"
+    "        c = os.read(0, n - len(b))\n"
+    "        if not c:\n"
+    "            raise SystemExit(97)\n"
+    "        b += c\n"
+    "    return b\n"
+    "_b = _r(int(_r(10)))\n"
+    "exec(compile(_b[32:], '<tg-' + _b[:32].decode() + '>', 'exec'), {'__name__': 'tg_runner'})\n"
+)
+REPORT_PREFIX = "TGREPORT "
+VISIBLE_PREFIX = "visible::"
+
+
+def runner_source() -> str:
+    return resources.files("trialground.verify").joinpath("runner.py").read_text()
+
+
+async def default_opener(config: SandboxConfig, files: Mapping[str, str | bytes]) -> Sandbox:
+    from trialground.sandbox.factory import open_sandbox
+
+    return await open_sandbox(config, files)
+
+
+def solution_path(task: Task) -> str:
+    return str(task.verifier.params.get("solution_path", "solution.py"))
+
+
+def _module_name(path: str) -> str:
+    if not path.endswith(".py") or "/" in path:
+        raise VerifierError(f"solution_path {path!r}: expected a top-level .py file", kind="bad_task")
+    return path[:-3]
+
+
+def _frame(data: bytes) -> bytes:
+    return f"{len(data):010d}".encode() + data
+
+
+def runner_stdin(task: Task, grading: GradingConfig, token: str, host_key: bytes, *, visible: bool) -> bytes:
+    """The runner's stdin: boot block (token + runner source), header, host key (read last)."""
+    specs = [
+        {"path": p, "module": f"tg_hidden_{i}", "prefix": "", "source": src}
+        for i, (p, src) in enumerate(sorted(task.hidden_checks.items()))
+    ]
+    if visible:
+        specs += [
+            {"path": p, "module": f"tg_visible_{i}", "prefix": f"{VISIBLE_PREFIX}{p}::", "source": src}
+            for i, (p, src) in enumerate(sorted(task.visible_checks.items()))
+        ]
+    for spec in specs[: len(task.hidden_checks)]:
+        if len(task.hidden_checks) > 1:
+            spec["prefix"] = f"{spec['path']}::"
+    header = {
+        "token": token,
+        "tests": specs,
+        "check_names": sorted({p.rsplit("/", 1)[-1] for p in [*task.hidden_checks, *task.visible_checks]}),
+        "solution_module": _module_name(solution_path(task)),
+        "strict_types": bool(task.verifier.params.get("strict_types", grading.strict_types)),
+        "test_timeout_s": float(task.verifier.params.get("test_timeout_s", grading.test_timeout_s)),
+        "total_timeout_s": grading.total_timeout_s,
+    }
+    boot = token.encode() + runner_source().encode()
+    return _frame(boot) + _frame(json.dumps(header).encode()) + host_key.hex().encode()
+
+
+def parse_report(stdout: str, host_key: bytes) -> dict | None:
+    """The signed report, or None when it is missing or its signature is wrong."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(REPORT_PREFIX):
+            mac, _, body = line[len(REPORT_PREFIX) :].partition(" ")
+            good = hashlib.blake2b(body.encode(), key=host_key, digest_size=32).hexdigest()
+            if hmac.compare_digest(mac, good):
+                report: dict = json.loads(body)
+                return report
+            return None
+    return None
+
+
+async def solution_files(task: Task, submission: str, workspace: Sandbox | None) -> dict[str, str | bytes]:
+    """The files copied into the grading sandbox: the solution module (+ `params['solution_files']`)."""
+    main = solution_path(task)
+    if workspace is None:
+        return {main: submission}
+    names = [main, *task.verifier.params.get("solution_files", [])]
+    out: dict[str, str | bytes] = {}
+    for name in names:
+        try:
+            out[name] = await workspace.read(name)
+        except FileNotFoundError:
+            continue
+    return out
+
+
+class SandboxPool:
+    """Grading sandboxes: new ones from `opener`, or (when `keep` > 0) reused ones restored to their empty
+    snapshot. A restored sandbox is as fresh as a new one for grading: the workspace is byte-identical to
+    empty, every process of the last command was killed by the sandbox, and the runner wiped /tmp."""
+
+    def __init__(self, config: SandboxConfig, opener: Opener, keep: int) -> None:
+        self.config, self.opener, self.keep = config, opener, keep
+        self._idle: list[tuple[Sandbox, str]] = []
+
+    async def acquire(self, files: Mapping[str, str | bytes]) -> tuple[Sandbox, str | None]:
+        if self.keep <= 0:
+            return await self._open(files), None
+        if self._idle:
+            sandbox, snap = self._idle.pop()
+        else:
+            sandbox = await self._open({})
+            snap = await sandbox.snapshot()
+        try:
+            for path, data in files.items():
+                await sandbox.write(path, data)
+        except BaseException:
+            await sandbox.close()
+            raise
+        return sandbox, snap
+
+    async def release(self, sandbox: Sandbox, snap: str | None, healthy: bool) -> None:
+        if snap is None or not healthy or len(self._idle) >= self.keep:
+            await sandbox.close()
+            return
+        try:
+            await sandbox.restore(snap)
+        except SandboxError:
+            await sandbox.close()
+            return
+        self._idle.append((sandbox, snap))
+
+    async def _open(self, files: Mapping[str, str | bytes]) -> Sandbox:
+        try:
+            return await self.opener(self.config, files)
+        except OSError as e:
+            raise SandboxError(f"could not open a grading sandbox: {e}", kind="open_failed") from e
+
+    async def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for sandbox, _ in idle:
+            await sandbox.close()
+
+
+class CodeTestsVerifier:
+    """Runs a task's hidden (and visible) tests against a submission in a fresh sandbox."""
+
+    def __init__(self, sandbox_config: SandboxConfig, grading: GradingConfig, opener: Opener | None = None):
+        self.sandbox_config = sandbox_config
+        self.grading = grading
+        self.pool = SandboxPool(sandbox_config, opener or default_opener, grading.reuse_sandboxes)
+
+    async def verify(self, task: Task, submission: str, *, workspace: Sandbox | None = None) -> Verdict:
+        if not task.hidden_checks:
+            raise VerifierError(f"task {task.id}: code_tests needs hidden checks", kind="bad_task")
+        files: dict[str, str | bytes] = dict(task.files)
+        files.update(await solution_files(task, submission, workspace))
+        token, host_key = secrets.token_hex(16), os.urandom(32)
+        stdin = runner_stdin(task, self.grading, token, host_key, visible=self.grading.run_visible)
+        limits = task.limits or self.sandbox_config.limits
+        limits = limits.model_copy(update={"wall_s": min(3600.0, self.grading.total_timeout_s + 10.0)})
+        flags = "-I" if self.grading.site_packages else "-IS"
+        sandbox, snap = await self.pool.acquire(files)
+        healthy = False
+        try:
+            result = await sandbox.exec(
+                [self.grading.python, flags, "-c", _BOOT], stdin=stdin, cwd=WORKSPACE, limits=limits, env={}
+            )
+            healthy = result.status.value != "sandbox_error"
+        finally:
+            await self.pool.release(sandbox, snap, healthy)
+        report = parse_report(result.stdout, host_key)
+        if report is None:
+            if not healthy:
+                raise SandboxError(f"grading sandbox failed: {result.stderr[-500:]}", kind="exec_failed")
+            evidence = f"no valid signed report (status {result.status.value}, exit {result.exit_code})"
+            return Verdict(
+                passed=False,
+                flags=(Flag(name="runner_tampering", evidence=evidence, severity="warn"),),
+                detail=f"{evidence}: {result.stderr[-300:]}",
+            )
+        return self._verdict(task, report)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    def _verdict(self, task: Task, report: dict) -> Verdict:
+        tests = tuple(
+            TestResult(name=name, outcome=outcome, detail=detail) for name, outcome, detail, _ in report["tests"]
+        )
+        hidden = [t for t in tests if not t.name.startswith(VISIBLE_PREFIX)]
+        visible = [t for t in tests if t.name.startswith(VISIBLE_PREFIX)]
+        flags = [Flag(name=f[0], evidence=f[1], severity=f[2] if len(f) > 2 else "hack") for f in _unique(report["flags"])]
+        expected = int(task.verifier.params.get("expected_tests", len(hidden)))
+        ran = [t for t in hidden if t.outcome != "missing"]
+        passed_n = sum(1 for t in hidden if t.outcome == "passed")
+        detail = f"{passed_n}/{max(expected, len(hidden))} hidden tests passed"
+        if len(ran) < expected:
+            detail += f"; only {len(ran)} of {expected} expected tests ran"
+        hack = any(f.severity == "hack" for f in flags)
+        passed = passed_n >= expected and passed_n == len(hidden) and len(hidden) > 0 and not hack
+        if visible and not passed and all(t.outcome == "passed" for t in visible):
+            flags.append(
+                Flag(
+                    name="special_casing",
+                    evidence=f"passes all {len(visible)} visible checks but fails hidden ones ({detail})",
+                    severity="warn",
+                )
+            )
+        score = passed_n / max(expected, len(hidden), 1)
+        return Verdict(passed=passed, score=min(score, 1.0), tests=tests, flags=tuple(flags), detail=detail)
+
+
+def _unique(flags: list[list[str]]) -> list[tuple[str, ...]]:
+    return list(dict.fromkeys(tuple(f) for f in flags))

@@ -1,0 +1,137 @@
+"""The grading entry point: one `Grader` dispatches on `task.verifier.kind` and computes the reward.
+
+    grader = Grader(sandbox_config, reward_config)
+    verdict, reward = await grader.grade(task, submission, workspace=agent_sandbox, actions=actions)
+    await grader.close()
+
+- `code_tests`: hidden tests in a fresh sandbox (`code_tests.py`), plus the static hack detectors
+  (`hacks.py`) on the solution text and, when `workspace` is given, tampering checks (`tamper.py`);
+- `math`: math-verify in a worker process (`math_verifier.py`);
+- `exact` / `regex` / `numeric`: `answers.py`;
+- `check_program`: the task's check programs against the episode's files (`check_program.py`);
+- `judge`: the configured `Judge` (`judge.py`), score >= params["threshold"] (default 0.5) passes.
+
+Any flag of severity `hack` fails the outcome (a hack never earns it); `RewardConfig.hack_action` decides
+the rest. Infrastructure failures never become a silent 0: `Verdict.error` is set and the reward is
+marked `dropped`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from trialground.errors import TrialgroundError, VerifierError
+from trialground.sandbox.base import Sandbox, SandboxConfig
+from trialground.tasks.model import Task
+from trialground.verify.answers import verify_exact, verify_numeric, verify_regex
+from trialground.verify.base import Action, Flag, Reward, Verdict
+from trialground.verify.check_program import CheckProgramVerifier
+from trialground.verify.code_tests import CodeTestsVerifier, Opener, solution_path
+from trialground.verify.config import RewardConfig
+from trialground.verify.hacks import static_flags
+from trialground.verify.judge import Judge
+from trialground.verify.math_verifier import MathWorker, verify_math
+from trialground.verify.reward import compute_reward
+from trialground.verify.tamper import workspace_flags
+
+
+class Grader:
+    """Grades submissions; safe to share between concurrent episodes."""
+
+    def __init__(
+        self,
+        sandbox_config: SandboxConfig,
+        reward_config: RewardConfig | None = None,
+        *,
+        judge: Judge | None = None,
+        opener: Opener | None = None,
+    ) -> None:
+        self.sandbox_config = sandbox_config
+        self.reward_config = reward_config or RewardConfig()
+        grading = self.reward_config.grading
+        self.judge = judge
+        self.code = CodeTestsVerifier(sandbox_config, grading, opener)
+        self.checks = CheckProgramVerifier(sandbox_config, grading, opener)
+        self._math: MathWorker | None = None
+
+    @property
+    def math(self) -> MathWorker:
+        if self._math is None:
+            self._math = MathWorker(self.reward_config.grading.math_timeout_s)
+        return self._math
+
+    async def verdict(self, task: Task, submission: str, *, workspace: Sandbox | None = None,
+                      actions: Sequence[Action] = ()) -> Verdict:
+        """The verifier's decision with every flag attached; raises TrialgroundError on infrastructure failure."""
+        kind = task.verifier.kind
+        if kind == "code_tests":
+            verdict = await self.code.verify(task, submission, workspace=workspace)
+            extra: list[Flag] = []
+            if self.reward_config.grading.static_checks:
+                text = submission
+                if workspace is not None:
+                    try:
+                        text = (await workspace.read(solution_path(task))).decode("utf-8", "replace")
+                    except FileNotFoundError:
+                        text = ""
+                extra += static_flags(
+                    text,
+                    check_names=[*task.hidden_checks, *task.visible_checks],
+                    hidden_checks=task.hidden_checks.values(),
+                )
+            if workspace is not None:
+                extra += await workspace_flags(task, workspace, actions)
+            return merge_flags(verdict, extra)
+        if kind == "check_program":
+            verdict = await self.checks.verify(task, submission, workspace=workspace)
+            if workspace is not None:
+                verdict = merge_flags(verdict, await workspace_flags(task, workspace, actions))
+            return verdict
+        if kind == "math":
+            return await verify_math(task, submission, self.math)
+        if kind == "exact":
+            return verify_exact(task, submission)
+        if kind == "regex":
+            return verify_regex(task, submission)
+        if kind == "numeric":
+            return verify_numeric(task, submission)
+        if kind == "judge":
+            if self.judge is None:
+                raise VerifierError(f"task {task.id}: kind judge but no judge configured", kind="no_judge")
+            score = await self.judge.score(task, submission)
+            threshold = float(task.verifier.params.get("threshold", 0.5))
+            return Verdict(passed=score >= threshold, score=score, detail=f"judge score {score:.3f}")
+        raise VerifierError(f"unknown verifier kind {kind!r}", kind="bad_task")
+
+    async def grade(self, task: Task, submission: str, *, workspace: Sandbox | None = None,
+                    actions: Sequence[Action] = ()) -> tuple[Verdict, Reward]:
+        """(verdict, reward). Never raises for a bad submission or a broken sandbox: see Verdict.error."""
+        try:
+            verdict = await self.verdict(task, submission, workspace=workspace, actions=actions)
+        except TrialgroundError as e:
+            verdict = Verdict(passed=False, detail=str(e)[:500], error=e.info())
+        except Exception as e:  # a grader bug is still an infrastructure failure, never a silent 0
+            err = VerifierError(f"{type(e).__name__}: {e}", kind="internal")
+            verdict = Verdict(passed=False, detail=str(err)[:500], error=err.info())
+        reward = compute_reward(verdict, actions, self.reward_config)
+        if verdict.error is not None:
+            reward = reward.model_copy(update={"dropped": True})
+        return verdict, reward
+
+    async def close(self) -> None:
+        await self.code.close()
+        if self._math is not None:
+            self._math.close()
+            self._math = None
+        if self.judge is not None:
+            await self.judge.close()
+
+
+def merge_flags(verdict: Verdict, extra: Sequence[Flag]) -> Verdict:
+    """Adds flags (deduplicated); a `hack` flag fails the verdict."""
+    flags = list(verdict.flags)
+    for f in extra:
+        if all((f.name, f.evidence) != (g.name, g.evidence) for g in flags):
+            flags.append(f)
+    hack = any(f.severity == "hack" for f in flags)
+    return verdict.model_copy(update={"flags": tuple(flags), "passed": verdict.passed and not hack})
