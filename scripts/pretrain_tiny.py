@@ -77,7 +77,7 @@ def encode_pairs(tok, pairs: list[tuple[str, str]]) -> list[tuple[list[int], lis
     for prompt, solution in pairs:
         msgs = [{"role": "user", "content": prompt}]
         p = list(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=False))
-        out.append((p, tok.encode(solution, add_special_tokens=False) + [tok.eos_token_id]))
+        out.append((p, [*tok.encode(solution, add_special_tokens=False), tok.eos_token_id]))
     return out
 
 
@@ -112,6 +112,32 @@ def pass_rates(model, tok, encoded, instances, *, samples: int, seed: int) -> di
     return result
 
 
+def evaluate(model_dir: str, n: int, samples: int, seed: int) -> None:
+    """Pass rates of a saved model on the eval split, graded by the real sandboxed grader."""
+    import asyncio
+
+    from trialground.policy.config import PolicyConfig
+    from trialground.policy.hf import HFPolicy
+    from trialground.policy.quality import measure_pass_rates
+    from trialground.sandbox.base import SandboxConfig
+    from trialground.tasks.codegen import generate_codegen_tasks
+    from trialground.verify.grader import Grader
+
+    policy = HFPolicy(PolicyConfig(model=model_dir))
+    tasks = generate_codegen_tasks(n, seed=seed, split="eval")
+
+    async def run() -> None:
+        grader = Grader(SandboxConfig())
+        try:
+            t0 = time.time()
+            rates = await measure_pass_rates(policy, tasks, grader, samples=samples, seed=seed)
+            print(json.dumps({**vars(rates), "eval_seed": seed, "seconds": round(time.time() - t0, 1)}))
+        finally:
+            await grader.close()
+
+    asyncio.run(run())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=tiny_model_dir())
@@ -128,9 +154,15 @@ def main() -> None:
     ap.add_argument("--eval-n", type=int, default=128, help="held-out instances used to decide when to stop")
     ap.add_argument("--target", type=float, default=0.3, help="stop at the first greedy pass@1 >= this")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--evaluate", metavar="MODEL", help="only grade MODEL ('tiny' or a dir) on eval tasks")
+    ap.add_argument("--eval-tasks", type=int, default=128, help="--evaluate: eval-split tasks (seed --seed)")
+    ap.add_argument("--samples", type=int, default=8, help="--evaluate: draws per task at temperature 1")
     args = ap.parse_args()
     os.nice(10)  # the CPU is shared
     torch.set_num_threads(args.threads)
+    if args.evaluate:
+        evaluate(args.evaluate, args.eval_tasks, args.samples, args.seed)
+        return
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     t0 = time.time()
@@ -142,9 +174,10 @@ def main() -> None:
     data = encode_pairs(tok, pairs)
     held_enc = encode_pairs(tok, [(i.prompt, i.solution) for i in held])
     lens = [len(c) for _, c in data]
+    mean_prompt = sum(len(p) for p, _ in data) / len(data)
     print(
-        f"data {time.time() - t0:.0f}s: {len(data)} pairs, prompt ~{sum(len(p) for p, _ in data) / len(data):.0f} "
-        f"tokens, solution ~{sum(lens) / len(lens):.0f} (max {max(lens)})",
+        f"data {time.time() - t0:.0f}s: {len(data)} pairs, prompt ~{mean_prompt:.0f} tokens, "
+        f"solution ~{sum(lens) / len(lens):.0f} (max {max(lens)})",
         flush=True,
     )
 

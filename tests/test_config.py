@@ -49,7 +49,9 @@ def write(tmp_path: Path, text: str) -> Path:
         ("loop:\n  samples_per_task: 0\n", "loop.samples_per_task", "greater than or equal to 1"),
     ],
 )
-def test_bad_values_name_file_path_and_expectation(tmp_path: Path, text: str, path: str, expected: str) -> None:
+def test_bad_values_name_file_path_and_expectation(
+    tmp_path: Path, text: str, path: str, expected: str
+) -> None:
     bad = write(tmp_path, text)
     with pytest.raises(ConfigError) as err:
         load_config(bad)
@@ -60,7 +62,7 @@ def test_bad_values_name_file_path_and_expectation(tmp_path: Path, text: str, pa
 
 
 def test_bad_override_is_rejected() -> None:
-    with pytest.raises(ConfigError, match="loop.steps"):
+    with pytest.raises(ConfigError, match=r"loop\.steps"):
         load_config(None, ["loop.steps=-4"])
     with pytest.raises(ConfigError, match="expected KEY=VALUE"):
         load_config(None, ["loop.steps"])

@@ -1,15 +1,159 @@
-"""`trialground tasks ...`."""
+"""`trialground tasks list|show|export|validate SOURCE`.
+
+SOURCE is any spec `trialground.tasks.sources.load_source` accepts (codegen, humaneval,
+reasoning_gym:<dataset>, math, math:FILE, data, ops, FILE.jsonl, DIR). Bad input (unknown source, broken
+task file, unknown id) prints one clear line on stderr and exits 2.
+
+`validate` loads the tasks here and hands them to the verify component:
+`trialground.verify.validate.run_validation(tasks, *, source, runs, eval_tasks, eval_name, json_report)`
+prints its table, writes the JSON report and returns the exit status (0: every task valid).
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Literal
+
 import typer
+from rich.console import Console
+from rich.table import Table
 
-from trialground.cli.common import not_built
+from trialground.cli.common import EXIT_USAGE, err_console, fail
+from trialground.errors import TaskError
+from trialground.tasks.model import Task
 
-app = typer.Typer(help="Tasks commands.", no_args_is_help=True)
+app = typer.Typer(help="Task sources: list, show, export and validate tasks.", no_args_is_help=True)
+
+SourceArg = Annotated[
+    str,
+    typer.Argument(help="codegen, humaneval, reasoning_gym:<name>, math[:FILE], data, ops, FILE.jsonl, DIR"),
+]
+SeedOpt = Annotated[int, typer.Option(help="Seed of generated sources")]
+NOpt = Annotated[int | None, typer.Option("--n", "-n", help="Number of tasks (generators: how many to make)")]
+SplitOpt = Annotated[
+    str | None, typer.Option(help="train or eval (default: generators train, files as stored)")
+]
+
+
+def _load(source: str, seed: int, n: int | None, split: str | None) -> list[Task]:
+    from trialground.tasks.sources import load_source
+
+    if split not in (None, "train", "eval"):
+        fail(f"--split must be train or eval, got {split!r}", EXIT_USAGE)
+    chosen: Literal["train", "eval"] | None = split  # type: ignore[assignment]
+    try:
+        with err_console.status(f"loading {source} ..."):
+            return load_source(source, seed=seed, n=n, split=chosen)
+    except TaskError as e:
+        fail(str(e), EXIT_USAGE)
+
+
+def _head(text: str, width: int = 70) -> str:
+    one = " ".join(text.split())
+    return one if len(one) <= width else one[: width - 1] + "…"
 
 
 @app.command("list")
-def _placeholder() -> None:
-    """Not built yet."""
-    not_built("tasks")
+def list_tasks(
+    source: SourceArg,
+    seed: SeedOpt = 0,
+    n: NOpt = None,
+    split: SplitOpt = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object per line instead of a table")
+    ] = False,
+) -> None:
+    """A table of the source's tasks: id, domain, split, verifier and the head of the prompt."""
+    tasks = _load(source, seed, n, split)
+    if as_json:
+        for t in tasks:
+            row = {"id": t.id, "domain": t.domain, "split": t.split, "verifier": t.verifier.kind}
+            print(json.dumps({**row, "name": t.metadata.get("name"), "prompt": _head(t.prompt, 200)}))
+        return
+    table = Table(title=f"{source}: {len(tasks)} tasks", show_lines=False)
+    for col in ("id", "domain", "split", "verifier", "prompt"):
+        table.add_column(col, overflow="fold" if col == "prompt" else "ellipsis", no_wrap=col != "prompt")
+    for t in tasks:
+        table.add_row(t.id, t.domain, t.split, t.verifier.kind, _head(t.prompt))
+    Console().print(table)
+
+
+def _find(tasks: list[Task], key: str) -> Task:
+    exact = [t for t in tasks if t.id == key or t.metadata.get("name") == key]
+    if exact:
+        return exact[0]
+    prefixed = [t for t in tasks if t.id.startswith(key)]
+    if len(prefixed) == 1:
+        return prefixed[0]
+    if prefixed:
+        fail(f"id prefix {key!r} matches {len(prefixed)} tasks; give more characters", EXIT_USAGE)
+    fail(f"no task {key!r} in this source (ids are content hashes; see `trialground tasks list`)", EXIT_USAGE)
+
+
+@app.command("show")
+def show(
+    source: SourceArg,
+    task_id: Annotated[str, typer.Argument(help="Task id, unique id prefix, or name (e.g. HumanEval/0)")],
+    seed: SeedOpt = 0,
+    n: NOpt = None,
+    split: SplitOpt = None,
+) -> None:
+    """One task as JSON (every field, checks included)."""
+    task = _find(_load(source, seed, n, split), task_id)
+    print(json.dumps(task.model_dump(mode="json"), indent=2, ensure_ascii=False))
+
+
+@app.command("export")
+def export(
+    source: SourceArg,
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="FILE.jsonl, or a directory (one task directory each)")
+    ],
+    seed: SeedOpt = 0,
+    n: NOpt = None,
+    split: SplitOpt = None,
+) -> None:
+    """Write the source's tasks as JSONL (or in the directory form when OUT does not end in .jsonl)."""
+    from trialground.tasks.io import write_jsonl, write_task_dirs
+
+    tasks = _load(source, seed, n, split)
+    try:
+        if out.suffix == ".jsonl":
+            write_jsonl(tasks, out)
+        else:
+            if out.exists() and any(out.iterdir()):
+                fail(f"{out}: directory exists and is not empty", EXIT_USAGE)
+            write_task_dirs(tasks, out)
+    except (OSError, TaskError) as e:
+        fail(f"cannot write {out}: {e}", EXIT_USAGE)
+    err_console.print(f"wrote {len(tasks)} tasks to {out}")
+
+
+@app.command("validate")
+def validate(
+    source: SourceArg,
+    runs: Annotated[int, typer.Option(min=1, max=100, help="Times the reference runs (flaky checks)")] = 3,
+    json_report: Annotated[
+        Path | None, typer.Option("--json-report", help="Write the report as JSON here")
+    ] = None,
+    eval_set: Annotated[
+        str | None, typer.Option("--eval-set", help="Source to check overlap against")
+    ] = None,
+    seed: SeedOpt = 0,
+    n: NOpt = None,
+    split: SplitOpt = None,
+) -> None:
+    """Check every task: the reference passes N times identically, trivial and hack submissions fail,
+    gold answers parse, enough tests; duplicates and eval-set overlap. Exit 1 when a task is invalid."""
+    tasks = _load(source, seed, n, split)
+    eval_tasks = _load(eval_set, seed, None, None) if eval_set else []
+    try:
+        from trialground.verify.validate import run_validation
+    except ImportError as e:
+        fail(f"`trialground tasks validate` is not built yet (trialground.verify.validate: {e})", EXIT_USAGE)
+    code = run_validation(
+        tasks, source=source, runs=runs, eval_tasks=eval_tasks, eval_name=eval_set, json_report=json_report
+    )
+    sys.exit(int(code))

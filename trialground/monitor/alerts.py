@@ -54,7 +54,12 @@ class Alert(BaseModel):
     @classmethod
     def make(cls, rule: str, action: Action, step: int, message: str, evidence: Evidence) -> Alert:
         return cls(
-            rule=rule, severity=_SEVERITY[action], action=action, step=step, message=message, evidence=evidence
+            rule=rule,
+            severity=_SEVERITY[action],
+            action=action,
+            step=step,
+            message=message,
+            evidence=evidence,
         )
 
 

@@ -27,8 +27,9 @@ class ShiftRuleConfig(_Frozen):
     standardised by the reference mean and standard deviation (floored at `sd_floor`), and a Page CUSUM
     with allowance `cusum_k` fires when it passes `cusum_h`. The shift must also be practically large:
     the mean after the estimated change point differs from the reference mean by at least `min_delta`
-    (and by `min_rel_delta` of the reference mean), over at least `min_run` observations. With `confirm="ks_or_psi"`, a two-sample KS test
-    (p < `ks_alpha`) or the population stability index (PSI > `psi_threshold`) must agree.
+    (and by `min_rel_delta` of the reference mean), over at least `min_run` observations. With
+    `confirm="ks_or_psi"`, a two-sample KS test (p < `ks_alpha`) or the population stability index
+    (PSI > `psi_threshold`) must agree.
     `level`, when set, fires on its own once the mean of the last `level_window` values passes it.
     """
 
@@ -76,7 +77,9 @@ class DivergenceRuleConfig(_Frozen):
 
     Train reward is averaged over the steps since the previous evaluation. Fires when the train series
     rises (Kendall tau >= `min_train_tau`, Theil–Sen rise over the span >= `min_train_rise`), the eval
-    Theil–Sen change over the span is <= `eval_tolerance`, and Spearman(train, eval) <= `max_spearman`.
+    Theil–Sen change over the span is <= `eval_tolerance`, the gap train - eval grows by at least
+    `min_gap_growth` (Theil–Sen, over the span: this keeps eval noise from passing for divergence), and
+    Spearman(train, eval) <= `max_spearman`.
     """
 
     enabled: bool = Field(True, description="Evaluate this rule")
@@ -87,6 +90,7 @@ class DivergenceRuleConfig(_Frozen):
     min_train_tau: float = Field(0.6, ge=-1.0, le=1.0, description="Kendall tau of train reward vs time")
     min_train_rise: float = Field(0.1, ge=0.0, description="Smallest train-reward rise over the span")
     eval_tolerance: float = Field(0.0, description="Largest eval rise over the span still called flat")
+    min_gap_growth: float = Field(0.15, ge=0.0, description="Smallest growth of (train - eval) over the span")
     max_spearman: float = Field(0.0, ge=-1.0, le=1.0, description="Spearman(train, eval) at most this")
     cooldown: int = Field(50, ge=0, le=1_000_000, description="Steps before it fires again")
 
@@ -163,7 +167,12 @@ class RulesConfig(_Frozen):
     )
     zero_var_groups: ShiftRuleConfig = Field(
         default_factory=lambda: ShiftRuleConfig(
-            keys=("train/zero_var_group_frac",), direction="up", window=5, min_delta=0.25, min_run=3, level=0.9
+            keys=("train/zero_var_group_frac",),
+            direction="up",
+            window=5,
+            min_delta=0.25,
+            min_run=3,
+            level=0.9,
         ),
         description="Share of groups with identical rewards (no learning signal)",
     )

@@ -111,6 +111,23 @@ def trend(x: ArrayLike, y: ArrayLike) -> TrendResult:
     return TrendResult(float(ts.slope), float(ts.low_slope), float(ts.high_slope), tau, p)
 
 
+def plausible_upward_trend(y: ArrayLike, alpha: float) -> bool:
+    """A cheap, conservative screen before `trend`: False only when Mann–Kendall cannot reach `alpha`.
+
+    Uses the S statistic with the no-ties variance (ties only shrink the variance, i.e. raise |z|, so the
+    screen lets through ten times the alpha to stay on the safe side).
+    """
+    ys = np.asarray(y, dtype=float)
+    n = ys.size
+    s = float(np.sign(ys[None, :] - ys[:, None])[np.triu_indices(n, 1)].sum())
+    if s <= 0:
+        return False
+    var = n * (n - 1) * (2 * n + 5) / 18.0
+    z = (s - 1) / math.sqrt(var)
+    p = math.erfc(z / math.sqrt(2))  # two-sided
+    return p < min(1.0, 10 * alpha)
+
+
 def spearman(x: ArrayLike, y: ArrayLike) -> float:
     """Spearman rank correlation; 0.0 when either side is constant (no evidence either way)."""
     xs = np.asarray(x, dtype=float)

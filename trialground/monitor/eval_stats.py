@@ -49,7 +49,9 @@ def outcomes_from_samples(samples: Iterable[tuple[str, str, bool]]) -> list[Eval
     return [EvalOutcome(t, d, n[(t, d)], c[(t, d)]) for (t, d) in n]
 
 
-def summarise(outcomes: Sequence[EvalOutcome], ks: Sequence[int] = (1,), prefix: str = "eval") -> dict[str, float]:
+def summarise(
+    outcomes: Sequence[EvalOutcome], ks: Sequence[int] = (1,), prefix: str = "eval"
+) -> dict[str, float]:
     """Metrics `eval/pass@k`, `eval/pass@k/<domain>`, `eval/n_tasks`, `eval/n_tasks/<domain>`.
 
     A domain's pass@k is the mean over its tasks with at least k samples.

@@ -49,7 +49,11 @@ class Monitor:
         self.errors: list[str] = []  # webhook failures and the like: reported, never fatal
         self._flagged_path = self.run_dir / "flagged.jsonl"
         self._sinks: list[Sink] = []
-        self._webhook = Webhook(self.config.webhook_url, self.config.webhook_timeout_s) if self.config.webhook_url else None
+        self._webhook = (
+            Webhook(self.config.webhook_url, self.config.webhook_timeout_s)
+            if self.config.webhook_url
+            else None
+        )
         self.prometheus: PrometheusExporter | None = None
         try:
             self._sinks = [open_sink(name, self.run_dir) for name in dict.fromkeys(self.config.sinks)]

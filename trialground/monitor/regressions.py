@@ -76,10 +76,14 @@ class RegressionLog:
             f.write(json.dumps(row) + "\n")
 
     def queued(self, step: int, task_id: str, reason: str, detail: str = "") -> None:
-        self._append({"event": "queued", "step": step, "task_id": task_id, "reason": reason, "detail": detail})
+        self._append(
+            {"event": "queued", "step": step, "task_id": task_id, "reason": reason, "detail": detail}
+        )
 
     def attempt(self, step: int, task_id: str, solved: bool, reward: float | None = None) -> None:
-        self._append({"event": "attempt", "step": step, "task_id": task_id, "solved": solved, "reward": reward})
+        self._append(
+            {"event": "attempt", "step": step, "task_id": task_id, "solved": solved, "reward": reward}
+        )
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:

@@ -4,12 +4,12 @@ Metric keys the default rules read (missing keys simply keep a rule silent):
 
 | key | meaning | rule |
 |---|---|---|
-| `env/error_rate`, `env/timeout_rate` | share of sandbox executions that errored / timed out this step | env_anomaly |
+| `env/error_rate`, `env/timeout_rate` | share of sandbox executions erroring / timing out | env_anomaly |
 | `pool/queue_depth`, `pool/wait_p99_s` | tasks waiting for an environment; p99 wait (s) | backlog |
 | `canary/<name>` | canary submissions re-scored (e.g. `canary/good_pass_rate`) | reward_drift |
 | `verify/error_rate/<source>` | verifier infrastructure error rate per task source | reward_drift |
 | `reward/mean/<domain>` | mean training reward per domain | domain_reward_shift |
-| `reward/mean`, `eval/pass@1` | training reward; held-out pass@1 (only on eval steps) | reward_eval_divergence |
+| `reward/mean`, `eval/pass@1` | training reward; held-out pass@1 (eval steps) | reward_eval_divergence |
 | `hack/flag_rate` | share of trajectories the hack detectors flagged | hack_flag_rate |
 | `rollout/response_len_mean`, `reward/outcome_mean` | mean response tokens; share passed | response_length |
 | `rollout/clip_ratio` | share of responses cut at the token budget | clip_ratio |
@@ -24,6 +24,7 @@ key stays quiet on that key for its `cooldown` steps.
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import math
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -84,9 +85,17 @@ class Rule(Protocol):
     def check(self, step: int, history: MetricHistory) -> list[Alert]: ...
 
 
+_MATCH_CACHE: dict[tuple[tuple[str, ...], str], bool] = {}
+
+
 def _matching(patterns: tuple[str, ...], keys: set[str]) -> Iterator[str]:
     for key in sorted(keys):
-        if any(fnmatch.fnmatchcase(key, p) for p in patterns):
+        hit = _MATCH_CACHE.get((patterns, key))
+        if hit is None:
+            if len(_MATCH_CACHE) > 100_000:  # bounded: metric names are few, but be safe
+                _MATCH_CACHE.clear()
+            hit = _MATCH_CACHE[(patterns, key)] = any(fnmatch.fnmatchcase(key, p) for p in patterns)
+        if hit:
             yield key
 
 
@@ -141,7 +150,9 @@ class ShiftRule:
                     value=level_mean,
                     threshold=c.level,
                 )
-                return Alert.make(self.name, c.action, step, f"{key} at {level_mean:.3g} (limit {c.level})", ev)
+                return Alert.make(
+                    self.name, c.action, step, f"{key} at {level_mean:.3g} (limit {c.level})", ev
+                )
         if values.size < c.window + c.min_baseline:
             return None
         ref, recent, rsteps = values[: -c.window], values[-c.window :], steps[-c.window :]
@@ -195,6 +206,8 @@ class TrendRule:
             steps, values = history.series(key, last=c.window)
             if values.size < c.window or not self._cool.ready(key, step):
                 continue
+            if not detectors.plausible_upward_trend(values, c.alpha):
+                continue  # cheap screen: scipy is only called when a trend is possible
             tr = detectors.trend(steps, values)
             span = float(steps[-1] - steps[0])
             growth = tr.slope * span
@@ -239,7 +252,7 @@ class DivergenceRule:
             return []
         # Train reward at each eval: the mean over the steps since the previous eval.
         bounds = [int(esteps[0]) - int(np.diff(esteps).mean()) if esteps.size > 1 else -1, *map(int, esteps)]
-        train = [history.between(c.train_key, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+        train = [history.between(c.train_key, lo, hi) for lo, hi in itertools.pairwise(bounds)]
         pairs = [(s, float(t.mean()), e) for s, t, e in zip(esteps, train, evals, strict=True) if t.size]
         pairs = pairs[-c.k_evals :]
         if len(pairs) < c.k_evals:
@@ -258,6 +271,9 @@ class DivergenceRule:
             and rho <= c.max_spearman
         ):
             return []
+        gap_growth = detectors.trend(xs, tr_vals - ev_vals).slope * span
+        if gap_growth < c.min_gap_growth:
+            return []
         ev = Evidence(
             key=f"{c.train_key},{c.eval_key}",
             values=_vals(ev_vals),
@@ -272,6 +288,7 @@ class DivergenceRule:
                 "eval_tau": e_tr.tau,
                 "eval_change": eval_change,
                 "eval_theil_sen_slope": e_tr.slope,
+                "gap_growth": gap_growth,
                 "k_evals": float(c.k_evals),
             },
         )

@@ -26,11 +26,10 @@ def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
     start = math.floor(lo / step) * step
-    ticks = []
-    t = start
-    while t <= hi + step * 0.5 and len(ticks) < 20:
-        ticks.append(round(t, 10))
-        t += step
+    ticks = [round(start, 10)]
+    # Extend until the data's top is covered, so no point is drawn outside the frame.
+    while ticks[-1] < hi - 1e-12 and len(ticks) < 30:
+        ticks.append(round(start + len(ticks) * step, 10))
     return ticks
 
 
@@ -86,7 +85,8 @@ def line_chart(
     for t in yt:
         parts.append(
             f'<line x1="{_L}" x2="{width - _R}" y1="{sy(t):.1f}" y2="{sy(t):.1f}" stroke="#e5e7eb"/>'
-            f'<text x="{_L - 6}" y="{sy(t) + 3:.1f}" font-size="10" text-anchor="end" fill="#555">{_fmt(t)}</text>'
+            f'<text x="{_L - 6}" y="{sy(t) + 3:.1f}" font-size="10" text-anchor="end" fill="#555">'
+            f"{_fmt(t)}</text>"
         )
     for t in xt:
         parts.append(
@@ -99,7 +99,9 @@ def line_chart(
         colour = PALETTE[i % len(PALETTE)]
         good = [(x, y) for x, y in s if math.isfinite(x) and math.isfinite(y)]
         if name in markers or len(good) == 1:
-            parts.extend(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{colour}"/>' for x, y in good)
+            parts.extend(
+                f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{colour}"/>' for x, y in good
+            )
         if name not in markers and len(good) > 1:
             path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in good)
             parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="1.6"/>')
@@ -129,7 +131,8 @@ def bar_chart(
 
     parts = [
         f'<line x1="{_L}" x2="{width - _R}" y1="{sy(t):.1f}" y2="{sy(t):.1f}" stroke="#e5e7eb"/>'
-        f'<text x="{_L - 6}" y="{sy(t) + 3:.1f}" font-size="10" text-anchor="end" fill="#555">{_fmt(t)}</text>'
+        f'<text x="{_L - 6}" y="{sy(t) + 3:.1f}" font-size="10" text-anchor="end" fill="#555">'
+        f"{_fmt(t)}</text>"
         for t in yt
     ]
     for i, (label, v) in enumerate(bars.items()):
@@ -140,7 +143,8 @@ def bar_chart(
         parts.append(
             f'<rect x="{x:.1f}" y="{top:.1f}" width="{bw * 0.7:.1f}" height="{max(base - top, 1):.1f}" '
             f'fill="{PALETTE[i % len(PALETTE)]}"><title>{escape(label)}: {_fmt(v)}</title></rect>'
-            f'<text x="{x + bw * 0.35:.1f}" y="{top - 3:.1f}" font-size="10" text-anchor="middle">{_fmt(v)}</text>'
+            f'<text x="{x + bw * 0.35:.1f}" y="{top - 3:.1f}" font-size="10" text-anchor="middle">'
+            f"{_fmt(v)}</text>"
             f'<text x="{x + bw * 0.35:.1f}" y="{height - _B + 14}" font-size="10" text-anchor="middle" '
             f'fill="#333">{escape(label[:24])}</text>'
         )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -101,3 +102,84 @@ def synthetic_run(
             for i, d in enumerate(DOMAINS):
                 m[f"eval/pass@1/{d}"] = rate(eval_p + (0.1 if i == 0 else -0.1), 128)
         yield step, m
+
+
+def write_synthetic_run_dir(
+    run_dir: str | Path,
+    seed: int = 0,
+    steps: int = 120,
+    *,
+    fault: Fault | None = "hacking",
+    fault_step: int = 60,
+    tasks_per_step: int = 4,
+    samples: int = 4,
+) -> Path:
+    """A complete run directory (metrics, alerts, trajectories, flagged, regressions) for report tests.
+
+    Trajectory Parquet files follow the orchestrator's column names (step, task_id, domain, group_id,
+    sample_index, policy_version, reward, outcome, advantage, flags, flag_evidence, error_kind, ...).
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from trialground.monitor.config import MonitorConfig
+    from trialground.monitor.monitor import Monitor
+
+    path = Path(run_dir)
+    rng = np.random.default_rng(seed + 1)
+    task_ids = [f"task{i:04d}" for i in range(40)]
+    (path / "trajectories").mkdir(parents=True, exist_ok=True)
+    mon = Monitor(path, MonitorConfig(console=False))
+    try:
+        for step, metrics in synthetic_run(seed, steps, fault=fault, fault_step=fault_step):
+            mon.observe(step, metrics)
+            rows: dict[str, list[object]] = {k: [] for k in _TRAJ_COLUMNS}
+            hacking = fault == "hacking" and step >= fault_step
+            for t in range(tasks_per_step):
+                task = task_ids[int(rng.integers(0, len(task_ids)))]
+                for s in range(samples):
+                    flagged = hacking and task in task_ids[:5] and rng.random() < 0.7
+                    err = rng.random() < metrics["env/error_rate"]
+                    outcome = float(rng.random() < metrics["reward/mean"])
+                    rows["step"].append(step)
+                    rows["task_id"].append(task)
+                    rows["domain"].append(DOMAINS[t % 2])
+                    rows["group_id"].append(f"{step}-{t}")
+                    rows["sample_index"].append(s)
+                    rows["policy_version"].append(step)
+                    rows["reward"].append(None if err else outcome)
+                    rows["outcome"].append(None if err else outcome)
+                    rows["advantage"].append(None if err else outcome - 0.5)
+                    rows["flags"].append(["test_tampering"] if flagged else [])
+                    rows["flag_evidence"].append(
+                        ["wrote conftest.py that skips every test"] if flagged else []
+                    )
+                    rows["error_kind"].append("timeout" if err else None)
+                    rows["completion"].append("def solve(x):\n    return x  # synthetic")
+                    if flagged:
+                        mon.record_flagged(step, task, ["test_tampering"], ["wrote conftest.py"])
+            pq.write_table(pa.table(rows), path / "trajectories" / f"step_{step}.parquet")
+            if step and step % 20 == 0:
+                mon.record_regressions(
+                    step, task_ids[step // 20 : step // 20 + 2], "eval_failure", "pass@1=0"
+                )
+    finally:
+        mon.close()
+    return path
+
+
+_TRAJ_COLUMNS = (
+    "step",
+    "task_id",
+    "domain",
+    "group_id",
+    "sample_index",
+    "policy_version",
+    "reward",
+    "outcome",
+    "advantage",
+    "flags",
+    "flag_evidence",
+    "error_kind",
+    "completion",
+)

@@ -17,8 +17,9 @@ from trialground.orchestrator.rundir import RunDir
 from trialground.policy.base import Policy
 from trialground.rollout.trajectory import Trajectory
 from trialground.tasks.model import Task
-from trialground.tasks.pool import TaskPool
+from trialground.tasks.pool import TaskPool, load_task_sets
 from trialground.verify.grader import Grader
+
 
 def seed_everything(seed: int) -> None:
     import torch
@@ -99,34 +100,12 @@ class Components:
             self.monitor.close()
 
 
-def load_tasks(config: RunConfig) -> tuple[TaskPool, list[Task]]:
-    """Training pool and held-out evaluation tasks, checked to share no task."""
-    from trialground.tasks.sources import load_source
-
-    cfg = config.tasks
-    train: list[Task] = []
-    weights: dict[str, float] = {}
-    for src in cfg.sources:
-        n = cfg.num_train if src.limit is None else src.limit
-        got = load_source(src.source, seed=cfg.seed, n=n, split="train")
-        train.extend(got)
-        weights.update({t.id: src.weight for t in got})
-    evals: list[Task] = []
-    for src in cfg.eval_sources or cfg.sources:
-        n = cfg.num_eval if src.limit is None else min(src.limit, cfg.num_eval)
-        evals.extend(load_source(src.source, seed=cfg.seed, n=n, split="eval"))
-    overlap = {t.id for t in train} & {t.id for t in evals}
-    if overlap:
-        train = [t for t in train if t.id not in overlap]
-    return TaskPool(train, cfg, weights=weights), evals
-
-
 def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Components:
     """Everything a run (train=True) or an evaluation (train=False) needs."""
     from trialground.policy.factory import make_policy
 
     seed_everything(config.seed)
-    pool, evals = load_tasks(config)
+    pool, evals = load_task_sets(config.tasks)
     policy = make_policy(config.policy)
     trainer = None
     if train:

@@ -11,7 +11,7 @@ from trialground.config import RunConfig
 from trialground.orchestrator.batches import AsyncBatches, SyncBatches
 from trialground.orchestrator.components import Components, build
 from trialground.orchestrator.evaluate import evaluate
-from trialground.orchestrator.metrics import rollout_metrics
+from trialground.orchestrator.metrics import rollout_metrics, useful_token_metrics
 from trialground.orchestrator.rundir import RunDir
 from trialground.orchestrator.state import restore, save
 from trialground.train.advantages import compute_advantages, filter_groups
@@ -46,7 +46,7 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
             kept, fstats = filter_groups(batch.groups) if loop.dynamic_sampling else (batch.groups, None)
             flat = [t for g in kept for t in g]
             advantages = compute_advantages(flat, config.trainer.algorithm)
-            t0 = time.perf_counter()
+            version, t0 = c.trainer.version, time.perf_counter()
             metrics = await asyncio.to_thread(c.trainer.step, flat, advantages)
             metrics["train/step_s"] = time.perf_counter() - t0
             c.sync_weights()  # rollouts from now on carry the new version
@@ -55,7 +55,9 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
                 await batches.advance(step)
                 metrics["async/trainer_wait_s"] = batches.wait_s
             c.record_outcomes(batch.tasks, batch.groups)  # pass rates; flagged tasks -> regressions
-            metrics |= rollout_metrics(batch.groups, c.domains, c.trainer.version)
+            metrics |= rollout_metrics(batch.groups, c.domains, version) | useful_token_metrics(
+                flat, advantages
+            )
             metrics |= fstats.as_metrics() if fstats else {}
             metrics["rollout/batch_s"] = batch.rollout_s
             run_dir.write_step(step, c, batch.groups, flat, advantages)

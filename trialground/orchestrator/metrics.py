@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from trialground.monitor.cost import useful_tokens
 from trialground.rollout.trajectory import Trajectory
 
 
@@ -44,6 +45,10 @@ def rollout_metrics(
     out.update({k: float(v) for k, v in kinds.items()})
     lengths = [len(t.completion()[0]) for t in trajs]
     out["rollout/response_len_mean"] = float(np.mean(lengths))
+    out["rollout/generated_tokens"] = float(
+        sum(len(turn.token_ids) for t in trajs for turn in t.turns if turn.role == "policy")
+    )
+    out["env/sandbox_s"] = float(sum(t.timings.get("env_s", 0.0) for t in trajs))
     out["rollout/clip_ratio"] = sum(t.finish_reason == "length" for t in trajs) / len(trajs)
     flagged = [t for t in ok if t.reward is not None and t.reward.flags]
     out["hack/flag_rate"] = len(flagged) / max(1, len(ok))
@@ -62,3 +67,11 @@ def rollout_metrics(
         zero_var += int(len(vals) >= 2 and max(vals) - min(vals) < 1e-9)
     out["train/zero_var_group_frac"] = zero_var / max(1, len(groups))
     return out
+
+
+def useful_token_metrics(
+    trained: Sequence[Trajectory], advantages: Sequence[float | None]
+) -> dict[str, float]:
+    """Tokens that carry gradient (non-zero advantage): the denominator of cost per useful token."""
+    n_tokens = [sum(len(turn.token_ids) for turn in t.turns if turn.role == "policy") for t in trained]
+    return {"rollout/useful_tokens": float(useful_tokens(advantages, n_tokens))}

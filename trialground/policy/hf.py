@@ -147,8 +147,8 @@ class HFPolicy(Policy):
         self.config = config
         try:
             path = resolve_model_dir(config.model)
-            self._tokenizer = AutoTokenizer.from_pretrained(path)
-            model = LlamaForCausalLM.from_pretrained(path, torch_dtype=_DTYPES[config.dtype])
+            self._tokenizer: Any = AutoTokenizer.from_pretrained(path)
+            model: Any = LlamaForCausalLM.from_pretrained(path, dtype=_DTYPES[config.dtype])
         except (OSError, ValueError) as exc:
             raise PolicyError(f"cannot load model {config.model!r}: {exc}") from exc
         self.device = torch.device(config.device)
@@ -171,7 +171,7 @@ class HFPolicy(Policy):
     def encode_chat(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
         """Prompt token ids of a conversation, rendered with the model's chat template."""
         ids = self._tokenizer.apply_chat_template(
-            list(messages), add_generation_prompt=True, tokenize=True, return_dict=False
+            [dict(m) for m in messages], add_generation_prompt=True, tokenize=True, return_dict=False
         )
         return [int(i) for i in ids]
 
@@ -253,6 +253,7 @@ class HFPolicy(Policy):
                 raise PolicyError(f"load_weights: unknown parameter names {unknown[:5]}")
             with torch.no_grad():
                 for name, value in state_dict.items():
-                    if value is not own[name]:
-                        own[name].copy_(torch.as_tensor(value).to(own[name].dtype))
+                    tensor = torch.as_tensor(value)
+                    if tensor.data_ptr() != own[name].data_ptr():  # shared with the trainer: nothing to copy
+                        own[name].copy_(tensor.to(device=own[name].device, dtype=own[name].dtype))
             self.version = version

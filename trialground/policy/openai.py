@@ -10,7 +10,8 @@ chat-templated prompt arrives as rendered) and the returned text is encoded back
   (the endpoint applies its own template); `chat(messages, params)` sends real messages.
 
 `Generation.logprobs` holds the endpoint's per-token logprobs when it returns them for exactly as many
-tokens as the local encoding of the text, and NaN otherwise (eval needs none). Requests run concurrently
+tokens as the local encoding of the text, and NaN otherwise (eval needs none); the appended eos
+token's logprob is NaN. Requests run concurrently
 (at most `max_concurrency`), with `max_retries` retries on connection errors and 5xx answers; anything
 else raises `PolicyError`.
 """
@@ -127,20 +128,18 @@ class OpenAIPolicy(Policy):
         if reason == "stop" and isinstance(matched, str) and matched in params.stop:
             text += matched  # our contract keeps the stop string; endpoints drop it
         ids = list(self._tokenizer.encode(text, add_special_tokens=False))
+        numeric = logprobs is not None and all(isinstance(x, int | float) for x in logprobs)
+        if numeric and logprobs is not None and len(logprobs) == len(ids):
+            lps = [float(x) for x in logprobs]
+        else:
+            lps = [math.nan] * len(ids)
         if reason == "stop" and not any(s in text for s in params.stop):
             # the endpoint's own end of turn: record it as eos, with the eos token, like the hf policy
             reason = "eos"
             ids.append(self._tokenizer.eos_token_id)
-        if (
-            logprobs is not None
-            and len(logprobs) == len(ids)
-            and all(isinstance(x, int | float) for x in logprobs)
-        ):
-            lps = tuple(float(x) for x in logprobs)
-        else:
-            lps = (math.nan,) * len(ids)
+            lps.append(math.nan)  # endpoints do not report the end-of-turn token's logprob
         return Generation(
-            token_ids=tuple(ids), logprobs=lps, text=text, finish_reason=reason, version=self.version
+            token_ids=tuple(ids), logprobs=tuple(lps), text=text, finish_reason=reason, version=self.version
         )  # type: ignore[arg-type]
 
     def load_weights(self, state_dict: Mapping[str, Any], version: int) -> None:

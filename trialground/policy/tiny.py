@@ -85,7 +85,6 @@ def tiny_llama_config(vocab_size: int, hidden: int = 128, layers: int = 4, heads
         num_key_value_heads=heads,
         max_position_embeddings=256,
         rms_norm_eps=1e-5,
-        rope_theta=10000.0,
         tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=None,  # filled from the tokenizer

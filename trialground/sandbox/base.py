@@ -82,12 +82,14 @@ class SandboxConfig(BaseModel):
     snapshot_mode: Literal["auto", "overlay", "copy"] = Field(
         "auto", description="Workspace snapshots: overlayfs where it works, copying otherwise"
     )
-    warm: bool = Field(True, description="Keep a long-lived sandbox process to run commands without new namespaces")
+    warm: bool = Field(
+        True, description="Keep a long-lived sandbox process to run commands without new namespaces"
+    )
     python_prefix: str | None = Field(
-        None, description="Python runtime shown read-only in the sandbox (default: this interpreter's base prefix)"
+        None, description="Python runtime shown read-only in the sandbox (default: our base prefix)"
     )
     python_fast: bool = Field(
-        True, description="Run plain `python3 ...` commands by forking a pre-started interpreter in the sandbox"
+        True, description="Run plain `python3 ...` commands by forking a pre-started interpreter"
     )
 
 
@@ -108,7 +110,7 @@ class Sandbox(abc.ABC):
         cwd: str | None = None,
         limits: Limits | None = None,
     ) -> ExecResult:
-        """Run `cmd` in the sandbox. Program failures are results; only a broken sandbox raises SandboxError."""
+        """Run `cmd` in the sandbox. Program failures are results; a broken sandbox raises SandboxError."""
 
     @abc.abstractmethod
     async def write(self, path: str, data: bytes | str) -> None:

@@ -13,6 +13,7 @@ On a root host the sandbox also runs as an unprivileged host uid (65534) inside 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import marshal
 import os
@@ -45,7 +46,8 @@ SUPERVISOR_SOURCE = (Path(__file__).with_name("supervisor.py")).read_text()
 # The supervisor's code reaches it on its stdin, marshalled when the sandbox runs this very Python version
 # (skips compiling it at every start), as source otherwise. The bootstrap reads exactly that many bytes.
 _BOOT = (
-    "import os,marshal\nb=b''\nwhile len(b)<{n}:\n c=os.read(0,{n}-len(b))\n if not c:raise SystemExit(1)\n b+=c\n"
+    "import os,marshal\nb=b''\nwhile len(b)<{n}:\n c=os.read(0,{n}-len(b))\n"
+    " if not c:raise SystemExit(1)\n b+=c\n"
     "exec(marshal.loads(b) if {compiled} else compile(b,'supervisor.py','exec'),{{'__name__':'__main__'}})"
 )
 
@@ -75,7 +77,9 @@ def _identity_files() -> tuple[Path, Path]:
     if not passwd.exists():
         d.mkdir(parents=True, exist_ok=True)
         tmp = d / f".passwd.{os.getpid()}"
-        tmp.write_text(f"root:x:0:0::/:/usr/sbin/nologin\nsandbox:x:{INNER_UID}:{INNER_UID}::{WORKSPACE}:/bin/bash\n")
+        tmp.write_text(
+            f"root:x:0:0::/:/usr/sbin/nologin\nsandbox:x:{INNER_UID}:{INNER_UID}::{WORKSPACE}:/bin/bash\n"
+        )
         tmp.replace(passwd)
         tmp = d / f".group.{os.getpid()}"
         tmp.write_text(f"root:x:0:\nsandbox:x:{INNER_UID}:\n")
@@ -129,13 +133,14 @@ def bwrap_argv(config: SandboxConfig, workspace: Path, seccomp_fd: int, tmp_mb: 
         if not prefix.startswith("/usr/"):
             argv += ["--ro-bind", _runtime_source(prefix), prefix]
     argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmp_mb << 20), "--tmpfs", "/tmp"]
-    argv += ["--bind", str(workspace), WORKSPACE, "--chdir", "/", "--seccomp", str(seccomp_fd)]
+    argv += ["--bind", str(workspace), WORKSPACE, "--remount-ro", "/", "--chdir", "/"]
+    argv += ["--seccomp", str(seccomp_fd)]
     argv += ["--clearenv", "--setenv", "PATH", default_env(config)["PATH"], "--setenv", "LANG", "C.UTF-8"]
     python = "python3" if config.rootfs else f"{_python_prefix(config)}/bin/python3"
     return [*argv, "--", python, "-I", "-S", "-c", supervisor_payload(config)[0]]
 
 
-def _enter(procs_files: list[str], uid: int | None):  # noqa: ANN202 - returns a preexec callable
+def _enter(procs_files: list[str], uid: int | None):
     """A preexec function: join the cgroup, then drop to the sandbox uid (only raw syscalls: we are
     between fork and exec)."""
 
@@ -167,7 +172,9 @@ class BwrapSandbox(Sandbox):
         self._closed = False
 
     @classmethod
-    async def create(cls, config: SandboxConfig, files: Mapping[str, str | bytes] | None = None) -> BwrapSandbox:
+    async def create(
+        cls, config: SandboxConfig, files: Mapping[str, str | bytes] | None = None
+    ) -> BwrapSandbox:
         if not bwrap_available():
             raise SandboxError(
                 f"bubblewrap not found at {BWRAP}; install it (Debian/Ubuntu: apt-get install bubblewrap, "
@@ -218,10 +225,8 @@ class BwrapSandbox(Sandbox):
         if proc is None:
             return
         if proc.returncode is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-            except ProcessLookupError:
-                pass
         await proc.wait()
         if self.cgroup:
             self.cgroup.kill_all()
@@ -258,7 +263,9 @@ class BwrapSandbox(Sandbox):
             if self._proc is None or self._proc.returncode is not None:
                 await self._start()
             if self.cgroup:
-                self.cgroup.set_limits(lim.memory_mb * 2**20 + SUPERVISOR_SLACK_BYTES, lim.pids + SUPERVISOR_PIDS)
+                self.cgroup.set_limits(
+                    lim.memory_mb * 2**20 + SUPERVISOR_SLACK_BYTES, lim.pids + SUPERVISOR_PIDS
+                )
                 before = self.cgroup.counters()
             out = Collected(cap=lim.output_bytes)
             assert self._proc is not None and self._proc.stdin and self._proc.stdout
@@ -279,7 +286,9 @@ class BwrapSandbox(Sandbox):
                 oom, pids_hit = after[0] > before[0], after[1] > before[1]
             if not self.config.warm:
                 await self._stop()
-        return build_result(report, bytes(out.stdout), bytes(out.stderr), cap=lim.output_bytes, oom=oom, pids_hit=pids_hit)
+        return build_result(
+            report, bytes(out.stdout), bytes(out.stderr), cap=lim.output_bytes, oom=oom, pids_hit=pids_hit
+        )
 
     def _rlimits(self, lim: Limits) -> dict[str, int]:
         rl = {

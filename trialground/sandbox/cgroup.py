@@ -7,6 +7,7 @@ and the caller falls back to rlimits. The sandbox's processes enter the group be
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -59,10 +60,8 @@ class Cgroup:
         """Set the ceilings and reset the peak counter for the next command."""
         self._write("memory", "memory.limit_in_bytes", str(memory_bytes))
         self._write("pids", "pids.max", str(pids))
-        try:
+        with contextlib.suppress(OSError):
             self._write("memory", "memory.max_usage_in_bytes", "0")
-        except OSError:
-            pass
 
     def counters(self) -> tuple[int, int, int]:
         """(oom kills, times the pids limit refused a fork, peak memory bytes) so far."""
@@ -93,10 +92,8 @@ class Cgroup:
             if not members:
                 break
             for pid in members:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
             if frozen:
                 self._write("freezer", "freezer.state", "THAWED")
                 frozen = False

@@ -15,7 +15,9 @@ from trialground.sandbox.base import Command, ExecResult, Limits, Sandbox, Sandb
 T = TypeVar("T")
 
 
-async def open_sandbox(config: SandboxConfig | None = None, files: Mapping[str, str | bytes] | None = None) -> Sandbox:
+async def open_sandbox(
+    config: SandboxConfig | None = None, files: Mapping[str, str | bytes] | None = None
+) -> Sandbox:
     """A fresh sandbox of `config.backend` with `files` written into its workspace.
 
     bwrap is the default; `process` (no isolation) and `remote` are used only when chosen. Raises

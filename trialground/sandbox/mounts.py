@@ -27,7 +27,10 @@ CAN_MOUNT = os.geteuid() == 0
 
 def _mount(source: str, target: Path, fstype: str | None, flags: int, data: str | None) -> None:
     rc = _libc.mount(
-        source.encode(), str(target).encode(), fstype.encode() if fstype else None, flags,
+        source.encode(),
+        str(target).encode(),
+        fstype.encode() if fstype else None,
+        flags,
         data.encode() if data else None,
     )
     if rc != 0:

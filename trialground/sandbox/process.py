@@ -9,6 +9,7 @@ process group is killed), RLIMIT_CPU/FSIZE/AS/NPROC, output cut at `output_bytes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import resource
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 WARNING = "sandbox backend 'process' does NOT isolate: commands run as this user with full host access"
 
 
-def _limit_child(lim: Limits):  # noqa: ANN202 - returns a preexec callable
+def _limit_child(lim: Limits):
     def preexec() -> None:
         cpu = max(1, int(lim.cpu_s + 0.999))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
@@ -44,7 +45,9 @@ class ProcessSandbox(Sandbox):
         self._closed = False
 
     @classmethod
-    async def create(cls, config: SandboxConfig, files: Mapping[str, str | bytes] | None = None) -> ProcessSandbox:
+    async def create(
+        cls, config: SandboxConfig, files: Mapping[str, str | bytes] | None = None
+    ) -> ProcessSandbox:
         log.warning(WARNING)
         workspace = Workspace(config.limits.disk_mb, None, overlay=False)
         for path, data in (files or {}).items():
@@ -67,8 +70,13 @@ class ProcessSandbox(Sandbox):
         if not argv:
             raise SandboxError("empty command", kind="bad_command")
         workdir = str(self.workspace.ws if cwd is None else self.workspace.ws / cwd.lstrip("/"))
-        base_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.workspace.ws), "LANG": "C.UTF-8"}
+        base_env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(self.workspace.ws),
+            "LANG": "C.UTF-8",
+        }
         start = time.monotonic()
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
@@ -76,7 +84,9 @@ class ProcessSandbox(Sandbox):
                 start_new_session=True, preexec_fn=_limit_child(lim),
             )  # fmt: skip
         except FileNotFoundError:
-            return build_result({"exit_code": 127}, b"", f"{argv[0]}: command not found\n".encode(), cap=lim.output_bytes)
+            return build_result(
+                {"exit_code": 127}, b"", f"{argv[0]}: command not found\n".encode(), cap=lim.output_bytes
+            )
         out = Collected(cap=lim.output_bytes)
         reason = ""
         exceeded = asyncio.Event()
@@ -99,14 +109,13 @@ class ProcessSandbox(Sandbox):
 
         pumps = asyncio.gather(pump(proc.stdout, "O"), pump(proc.stderr, "E"), feed(), proc.wait())
         stop = asyncio.ensure_future(exceeded.wait())
-        done, _ = await asyncio.wait({pumps, stop}, timeout=lim.wall_s, return_when=asyncio.FIRST_COMPLETED)
+        waiters: set[asyncio.Future[object]] = {pumps, stop}  # type: ignore[arg-type]
+        done, _ = await asyncio.wait(waiters, timeout=lim.wall_s, return_when=asyncio.FIRST_COMPLETED)
         if pumps not in done:
             reason = "output_limit" if stop in done else "timeout"
         stop.cancel()
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         await proc.wait()
         pumps.cancel()
         status = proc.returncode
@@ -116,9 +125,9 @@ class ProcessSandbox(Sandbox):
             report["signal"] = -status
         else:
             report["exit_code"] = status
-        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-        report["maxrss_kb"] = 0
-        report["cpu_s"] = 0.0 if usage is None else 0.0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)  # approximate when execs overlap
+        report["cpu_s"] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        report["maxrss_kb"] = after.ru_maxrss
         return build_result(report, bytes(out.stdout), bytes(out.stderr), cap=lim.output_bytes)
 
     async def write(self, path: str, data: bytes | str) -> None:

@@ -85,7 +85,7 @@ def _run_python(parsed: tuple[set[str], str, str, list[str]]) -> int:
     import io
 
     flags, mode, target, argv = parsed
-    unbuffered = "u" in flags or bool(os.environ.get("PYTHONUNBUFFERED")) and not {"I", "E"} & flags
+    unbuffered = "u" in flags or (bool(os.environ.get("PYTHONUNBUFFERED")) and not {"I", "E"} & flags)
     for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
         raw = io.FileIO(fd, "rb" if fd == 0 else "wb", closefd=False)
         if fd == 0:
@@ -94,7 +94,10 @@ def _run_python(parsed: tuple[set[str], str, str, list[str]]) -> int:
             buffered = io.BufferedWriter(raw)
             errors = "backslashreplace" if fd == 2 else "strict"
             stream = io.TextIOWrapper(
-                buffered, encoding="utf-8", errors=errors, line_buffering=fd == 2 or unbuffered,
+                buffered,
+                encoding="utf-8",
+                errors=errors,
+                line_buffering=fd == 2 or unbuffered,
                 write_through=unbuffered,
             )
         setattr(sys, name, stream)
@@ -130,7 +133,7 @@ def _run_python(parsed: tuple[set[str], str, str, list[str]]) -> int:
                 runpy.run_path(target, run_name="__main__")
     except SystemExit as exc:
         code = _exit_code(exc.code)
-    except BaseException:  # noqa: BLE001 - the program's own error is reported like the interpreter does
+    except BaseException:  # the program's own error is reported like the interpreter does
         import traceback
 
         traceback.print_exc()
@@ -143,7 +146,7 @@ def _run_python(parsed: tuple[set[str], str, str, list[str]]) -> int:
         atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
-    except BaseException:  # noqa: BLE001 - a broken stdout at exit is the program's business
+    except BaseException:  # a broken stdout at exit is the program's business
         code = code or 120
     return code
 
@@ -183,6 +186,8 @@ def _child(req: dict, fds: tuple[int, int, int]) -> None:
         if parsed is not None:
             os._exit(_run_python(parsed))
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores these; programs expect defaults
+            signal.signal(sig, signal.SIG_DFL)
         os.execvpe(req["argv"][0], req["argv"], req["env"])
     except FileNotFoundError:
         os.write(2, f"{req['argv'][0]}: command not found\n".encode())
@@ -190,7 +195,7 @@ def _child(req: dict, fds: tuple[int, int, int]) -> None:
     except PermissionError as exc:
         os.write(2, f"{req['argv'][0]}: {exc}\n".encode())
         os._exit(126)
-    except BaseException as exc:  # noqa: BLE001 - anything else is reported as the command's failure
+    except BaseException as exc:  # anything else is reported as the command's failure
         os.write(2, f"sandbox: cannot start {req['argv'][0]!r}: {exc!r}\n".encode())
         os._exit(126)
 
@@ -199,7 +204,7 @@ def _kill_everything() -> dict[int, tuple[int, object]]:
     """SIGKILL every process in the namespace but us, reap them all; returns {pid: (status, rusage)}."""
     reaped: dict[int, tuple[int, object]] = {}
     while True:
-        try:
+        try:  # noqa: SIM105 - contextlib would cost start-up time in here
             os.kill(-1, signal.SIGKILL)
         except ProcessLookupError:
             pass
@@ -289,8 +294,8 @@ def _run(req: dict, ctl_out: int, fds_to_close: tuple[int, ...]) -> dict:
     reaped = _kill_everything()
     if main_status is None and pid in reaped:
         main_status = reaped[pid][0]
-    for _status, usage in reaped.values():
-        maxrss = max(maxrss, usage.ru_maxrss)  # type: ignore[attr-defined]
+    for _status, usage_any in reaped.values():
+        maxrss = max(maxrss, usage_any.ru_maxrss)  # type: ignore[attr-defined]
     for fd in (out_r, err_r, in_w):
         if fd >= 0:
             os.close(fd)
@@ -312,7 +317,7 @@ def _set_non_dumpable() -> None:
     costs milliseconds to import."""
     import _ctypes
 
-    prctl = _ctypes.dlsym(_ctypes.dlopen(None), "prctl")
+    prctl = _ctypes.dlsym(_ctypes.dlopen(None), "prctl")  # type: ignore[arg-type]
     _ctypes.call_function(prctl, (4, 0, 0, 0, 0))
     if _ctypes.call_function(prctl, (3, 0, 0, 0, 0)) != 0:
         raise SystemExit("supervisor: cannot make itself non-dumpable")

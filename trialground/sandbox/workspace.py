@@ -132,9 +132,8 @@ class Workspace:
         if sid not in self._snapshots:
             raise SandboxError(f"unknown snapshot {sid!r}", kind="bad_snapshot")
         if not self.overlay:
-            shutil.rmtree(self.ws)
+            _clear(self.ws)  # the directory itself stays: a running sandbox has it mounted
             _copy_tree(self._snapshots[sid][0], self.ws)
-            self._chown(self.ws)
             return
         mounts.umount(self.ws)
         self.layers = list(self._snapshots[sid])
@@ -167,7 +166,7 @@ class Workspace:
                 self.layers.append(mine)
             self._mount(self.layers)
         else:
-            shutil.rmtree(self.ws)
+            _clear(self.ws)
             _copy_tree(other.ws, self.ws)
 
     def close(self) -> None:
@@ -179,6 +178,14 @@ class Workspace:
             self.root.rmdir()
         else:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _clear(directory: Path) -> None:
+    for entry in os.scandir(directory):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path)
+        else:
+            os.unlink(entry.path)
 
 
 def _copy_tree(src: Path, dst: Path) -> None:

@@ -2,8 +2,9 @@
 
 The agent must compute the answer (the table is too long to do by eye) and end the reply
 with a line `Answer: <value>`. Numeric answers use the `numeric` verifier
-(`params={"answer": float, "rel_tol": 0.0, "abs_tol": ...}`, abs_tol 0.011 for 2-decimal answers (rounding either way), 0 for
-counts); names use `exact` (`params={"answer": str}`). The reference is the gold answer text;
+(`params={"answer": float, "rel_tol": 0.0, "abs_tol": ...}`; abs_tol 0.011 for 2-decimal answers, so
+either rounding direction passes, 0 for counts); names use `exact` (`params={"answer": str}`). The
+reference is the gold answer text;
 `metadata["reference_program"]` is a standard-library Python program that prints it from the CSV (the
 tests run it to prove the gold answer is what the question asks).
 
@@ -47,7 +48,10 @@ SCHEMAS = (
     Schema(
         "weather.csv",
         "daily readings of weather stations",
-        {"station": ("aberdeen", "bergen", "cork", "dover", "esbjerg"), "sky": ("clear", "cloudy", "rain", "fog")},
+        {
+            "station": ("aberdeen", "bergen", "cork", "dover", "esbjerg"),
+            "sky": ("clear", "cloudy", "rain", "fog"),
+        },
         {"temp_c": (-8.0, 31.0, 1), "wind_kmh": (0, 90, 0), "rain_mm": (0.0, 40.0, 1)},
     ),
     Schema(
@@ -61,10 +65,7 @@ SCHEMAS = (
     ),
 )
 
-_LOAD = (
-    "import csv, statistics\n"
-    "rows = list(csv.DictReader(open({file!r}, newline='')))\n"
-)
+_LOAD = "import csv, statistics\nrows = list(csv.DictReader(open({file!r}, newline='')))\n"
 
 
 @dataclass(frozen=True)
@@ -79,8 +80,16 @@ def _num(row: dict[str, str], col: str) -> float:
 
 
 def _templates() -> list[Callable[[np.random.Generator, Schema, list[dict[str, str]]], Question | None]]:
-    return [_mean_filtered, _sum_two_filters, _argmax_total, _argmin_mean, _count_distinct, _count_rows,
-            _median_filtered, _range_filtered]
+    return [
+        _mean_filtered,
+        _sum_two_filters,
+        _argmax_total,
+        _argmin_mean,
+        _count_distinct,
+        _count_rows,
+        _median_filtered,
+        _range_filtered,
+    ]
 
 
 def _pick(rng: np.random.Generator, options: tuple[str, ...] | list[str]) -> str:
@@ -93,7 +102,8 @@ def _mean_filtered(rng: np.random.Generator, s: Schema, rows: list[dict[str, str
     vals = [_num(r, num) for r in rows if r[cat] == val]
     if not vals:
         return None
-    prog = f"v = [float(r[{num!r}]) for r in rows if r[{cat!r}] == {val!r}]\nprint(round(sum(v) / len(v), 2))\n"
+    prog = f"v = [float(r[{num!r}]) for r in rows if r[{cat!r}] == {val!r}]\n"
+    prog += "print(round(sum(v) / len(v), 2))\n"
     text = f"What is the average {num} over the rows whose {cat} is {val!r}? Round to 2 decimal places."
     return Question(text, round(sum(vals) / len(vals), 2), prog)
 
@@ -105,7 +115,8 @@ def _sum_two_filters(rng: np.random.Generator, s: Schema, rows: list[dict[str, s
     threshold = float(np.median([_num(r, other) for r in rows]))
     vals = [_num(r, num) for r in rows if r[cat] == val and _num(r, other) > threshold]
     prog = (
-        f"v = [float(r[{num!r}]) for r in rows if r[{cat!r}] == {val!r} and float(r[{other!r}]) > {threshold!r}]\n"
+        f"v = [float(r[{num!r}]) for r in rows\n"
+        f"     if r[{cat!r}] == {val!r} and float(r[{other!r}]) > {threshold!r}]\n"
         "print(round(sum(v), 2))\n"
     )
     text = (
@@ -192,7 +203,10 @@ def _range_filtered(rng: np.random.Generator, s: Schema, rows: list[dict[str, st
     prog = (
         f"v = [float(r[{num!r}]) for r in rows if r[{cat!r}] == {val!r}]\nprint(round(max(v) - min(v), 2))\n"
     )
-    text = f"What is the difference between the largest and smallest {num} among rows whose {cat} is {val!r}? Round to 2 decimal places."
+    text = (
+        f"What is the difference between the largest and smallest {num} among rows whose {cat} is "
+        f"{val!r}? Round to 2 decimal places."
+    )
     return Question(text, round(max(vals) - min(vals), 2), prog)
 
 
@@ -206,7 +220,7 @@ def _table(rng: np.random.Generator, s: Schema) -> tuple[str, list[dict[str, str
             row[col] = _pick(rng, options)
         for col, (lo, hi, dec) in s.nums.items():
             x = float(rng.uniform(lo, hi))
-            row[col] = str(int(round(x))) if dec == 0 else f"{x:.{dec}f}"
+            row[col] = str(round(x)) if dec == 0 else f"{x:.{dec}f}"
         rows.append(row)
     lines = [",".join(header)] + [",".join(r[c] for c in header) for r in rows]
     return "\n".join(lines) + "\n", rows

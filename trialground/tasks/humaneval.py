@@ -29,9 +29,7 @@ VISIBLE = "test_examples.py"
 
 # Problems whose docstring examples the canonical solution does not reproduce (wrong or environment-
 # dependent examples in the benchmark itself), found by running every example against it once.
-_WRONG_EXAMPLES = frozenset(
-    f"HumanEval/{i}" for i in (47, 51, 65, 108, 113, 116, 128, 145, 156, 162)
-)
+_WRONG_EXAMPLES = frozenset(f"HumanEval/{i}" for i in (47, 51, 65, 108, 113, 116, 128, 145, 156, 162))
 
 PROMPT = """Complete the Python function below so that it does what its docstring says.
 Submit the complete module (imports, any helper functions and `{entry_point}`); it is saved as {path}.
@@ -107,7 +105,8 @@ def hidden_check(problem: dict[str, Any]) -> tuple[str, int]:
     )
     tests: list[str] = []
     if body and all(isinstance(s, ast.Assert) for s in body):
-        asserts = [s for s in body if not isinstance(s.test, ast.Constant)]  # drop `assert True, "..."`
+        # drop `assert True, "..."` placeholders
+        asserts = [s for s in body if isinstance(s, ast.Assert) and not isinstance(s.test, ast.Constant)]
         for i, stmt in enumerate(asserts, start=1):
             tests.append(
                 f"def test_case_{i:02d}():\n    {param} = _submission.{entry}\n    {ast.unparse(stmt)}\n"
@@ -138,9 +137,11 @@ def visible_check(problem: dict[str, Any]) -> dict[str, str]:
         "import doctest\n\nimport solution\n\n"
         f"EXAMPLES = {doc!r}\n\n\n"
         "def test_examples():\n"
-        "    test = doctest.DocTestParser().get_doctest(EXAMPLES, dict(vars(solution)), 'examples', None, 0)\n"
+        "    parser = doctest.DocTestParser()\n"
+        "    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)\n"
+        "    test = parser.get_doctest(EXAMPLES, dict(vars(solution)), 'examples', None, 0)\n"
         "    report = []\n"
-        "    result = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE).run(test, out=report.append)\n"
+        "    result = runner.run(test, out=report.append)\n"
         "    assert result.failed == 0, ''.join(report)\n"
     )
     return {VISIBLE: body}

@@ -106,11 +106,15 @@ def _read_tree(root: Path) -> dict[str, str]:
         if file.is_dir():
             continue
         if file.is_symlink() or not file.is_file():
-            raise TaskError(f"{file}: only regular files are allowed in a task directory", kind="invalid_file")
+            raise TaskError(
+                f"{file}: only regular files are allowed in a task directory", kind="invalid_file"
+            )
         try:
             out[file.relative_to(root).as_posix()] = file.read_text(encoding="utf-8")
         except UnicodeDecodeError as e:
-            raise TaskError(f"{file}: not UTF-8 text (tasks hold text files only)", kind="invalid_file") from e
+            raise TaskError(
+                f"{file}: not UTF-8 text (tasks hold text files only)", kind="invalid_file"
+            ) from e
     return out
 
 
@@ -130,7 +134,9 @@ def read_task_dir(path: str | Path, *, check_ids: bool = True) -> Task:
         raise TaskError(f"{meta_path}: expected a mapping of task fields", kind="invalid_task")
     for field, sub in _DIR_PARTS.items():
         if field in data:
-            raise TaskError(f"{meta_path}: {field}: belongs in {sub}/, not in {TASK_YAML}", kind="invalid_task")
+            raise TaskError(
+                f"{meta_path}: {field}: belongs in {sub}/, not in {TASK_YAML}", kind="invalid_task"
+            )
         data[field] = _read_tree(root / sub)
     ref_file = root / REFERENCE_FILE
     if ref_file.exists():
@@ -160,9 +166,7 @@ def _with_line(meta_path: Path, data: dict[str, Any], check_ids: bool) -> Task:
             key = str(cause.errors()[0]["loc"][0])
             line = _yaml_key_line(meta_path, key)
             if line is not None:
-                raise TaskError(
-                    f"{meta_path}:{line}: {_describe(cause)}", kind="invalid_task"
-                ) from cause
+                raise TaskError(f"{meta_path}:{line}: {_describe(cause)}", kind="invalid_task") from cause
         raise
 
 

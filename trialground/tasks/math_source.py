@@ -70,7 +70,9 @@ def math_tasks(path: str | Path) -> list[Task]:
         problem, answer = row.pop("_problem"), row.pop("_answer")
         for key, value in row.items():
             if not isinstance(value, _SCALARS):
-                raise TaskError(f"{where}: {key}: extra fields must be scalars (kept as metadata)", kind="invalid_task")
+                raise TaskError(
+                    f"{where}: {key}: extra fields must be scalars (kept as metadata)", kind="invalid_task"
+                )
         tasks.append(math_task(problem, answer, split=split, metadata={**row, "line": lineno}))
     if not tasks:
         raise TaskError(f"{path}: no problems", kind="empty")

@@ -23,6 +23,7 @@ a task's split is a hash of its content (20% eval).
 from __future__ import annotations
 
 import hashlib
+
 import numpy as np
 
 from trialground.tasks import ops_families as fam
@@ -31,7 +32,15 @@ from trialground.tasks.sources import Split
 
 EVAL_PER_MILLE = 200
 CHECK = "check_ops.py"
-FAMILIES = ("config_key", "config_value", "port_conflict", "pid_path", "script_bug", "env_file", "import_error")
+FAMILIES = (
+    "config_key",
+    "config_value",
+    "port_conflict",
+    "pid_path",
+    "script_bug",
+    "env_file",
+    "import_error",
+)
 
 
 def _to_task(family: str, case: fam.Case) -> Task:
@@ -47,7 +56,8 @@ def _to_task(family: str, case: fam.Case) -> Task:
         hidden_checks={CHECK: check},
         reference=case.fixed,
         verifier=VerifierSpec(
-            kind="check_program", params={"solution_path": case.fix_path, "program": CHECK, "check_timeout_s": 60}
+            kind="check_program",
+            params={"solution_path": case.fix_path, "program": CHECK, "check_timeout_s": 60},
         ),
         metadata={"source": "ops", "family": family, "variant": case.variant},
     )

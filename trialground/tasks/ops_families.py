@@ -128,7 +128,10 @@ def _config_family(rng: np.random.Generator, kind: str) -> Case:
     else:  # pid_path
         bad["pid_file"] = f"run/pids/{cfg['name']}.pid"
         del expect["pid_file"]
-        variant, error = "pid-dir-missing", f"cannot write pid file {bad['pid_file']}: No such file or directory"
+        variant, error = (
+            "pid-dir-missing",
+            f"cannot write pid file {bad['pid_file']}: No such file or directory",
+        )
     if kind == "config_value":
         cfg[key] = {"port": 8000 + int(rng.integers(0, 900)), "workers": 4, "log_level": "info"}[key]
         while key == "port" and cfg["port"] in held:
@@ -140,7 +143,13 @@ def _config_family(rng: np.random.Generator, kind: str) -> Case:
         "etc/ports.lock": lock_text,
         "run/README": "Runtime files (pid files) of the services.\n",
     }
-    spec = {"kind": "config", "app": app, "lock": lock_text, "lock_path": "etc/ports.lock", "expect": expect}
+    spec: dict[str, object] = {
+        "kind": "config",
+        "app": app,
+        "lock": lock_text,
+        "lock_path": "etc/ports.lock",
+        "expect": expect,
+    }
     return Case(
         variant=f"{path}:{variant}",
         files=files,
@@ -243,8 +252,12 @@ def _env_case(rng: np.random.Generator) -> Case:
     )
 
 
-HELPERS = (("helpers.py", "helper"), ("textutil.py", "textutils"), ("kvtools.py", "kv_tools"),
-           ("lineparse.py", "line_parse"))
+HELPERS = (
+    ("helpers.py", "helper"),
+    ("textutil.py", "textutils"),
+    ("kvtools.py", "kv_tools"),
+    ("lineparse.py", "line_parse"),
+)
 HELPER_SOURCE = '''"""Parsing of `key = value` lines."""
 
 
@@ -256,7 +269,7 @@ def parse_line(line):
     key, _, value = line.partition("=")
     return key.strip(), int(value)
 '''
-SERVICE_SOURCE = '''"""Totals service: reads input.txt (`key = value` lines) and prints `key total` per key, sorted by key."""
+SERVICE_SOURCE = '''"""Totals service: reads input.txt (`key = value` lines), prints `key total` per key."""
 
 import sys
 
@@ -298,8 +311,12 @@ def _import_case(rng: np.random.Generator) -> Case:
         symptom=f"`python3 service.py` fails with `ModuleNotFoundError: No module named '{wrong}'`.",
         goal="`python3 service.py` prints the totals of input.txt.",
         constraint="Do not rename or edit the helper module and do not hard-code any output.",
-        check_spec={"kind": "import", "helper_path": helper_path, "helper": HELPER_SOURCE,
-                    "seed": int(rng.integers(1, 1_000_000))},
+        check_spec={
+            "kind": "import",
+            "helper_path": helper_path,
+            "helper": HELPER_SOURCE,
+            "seed": int(rng.integers(1, 1_000_000)),
+        },
     )
 
 

@@ -93,7 +93,10 @@ def _generate(name: str, *, seed: int, n: int, split: Split) -> list[Task]:
             from trialground.tasks.codegen import generate_codegen_tasks
         except ImportError as e:
             raise TaskError(f"codegen: the generator is not available ({e})", kind="not_built") from e
-        tasks = list(generate_codegen_tasks(n, seed, split))
+        try:
+            tasks = list(generate_codegen_tasks(n, seed, split))
+        except ValueError as e:
+            raise TaskError(f"codegen: {e}", kind="generator") from e
     elif name == "data":
         from trialground.tasks.data_analysis import data_tasks
 

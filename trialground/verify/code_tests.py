@@ -16,11 +16,15 @@ How a grading goes:
 
 from __future__ import annotations
 
+import ast
+import functools
 import hashlib
 import hmac
-import json
+import marshal
 import os
 import secrets
+import sys
+from types import CodeType
 from collections.abc import Awaitable, Callable, Mapping
 from importlib import resources
 
@@ -32,8 +36,10 @@ from trialground.verify.config import GradingConfig
 
 Opener = Callable[[SandboxConfig, Mapping[str, str | bytes]], Awaitable[Sandbox]]
 
+# The runner arrives on stdin as a marshalled code object (no source compile in the sandbox); marshal
+# ties it to this Python version, so a different sandbox Python exits 96 (an infrastructure error).
 _BOOT = (
-    "import os\n"
+    "import os, sys, marshal\n"
     "def _r(n):\n"
     "    b = b''\n"
     "    while len(b) < n:\n"
@@ -42,15 +48,13 @@ _BOOT = (
     "            raise SystemExit(97)\n"
     "        b += c\n"
     "    return b\n"
-    "_b = _r(int(_r(10)))\n"
-    "exec(compile(_b[32:], '<tg-' + _b[:32].decode() + '>', 'exec'), {'__name__': 'tg_runner'})\n"
+    f"if sys.version_info[:2] != {tuple(sys.version_info[:2])!r}:\n"
+    "    print('runner needs Python %d.%d' % " + f"{tuple(sys.version_info[:2])!r}" + ", file=sys.stderr)\n"
+    "    raise SystemExit(96)\n"
+    "exec(marshal.loads(_r(int(_r(10)))), {'__name__': 'tg_runner'})\n"
 )
 REPORT_PREFIX = "TGREPORT "
 VISIBLE_PREFIX = "visible::"
-
-
-def runner_source() -> str:
-    return resources.files("trialground.verify").joinpath("runner.py").read_text()
 
 
 async def default_opener(config: SandboxConfig, files: Mapping[str, str | bytes]) -> Sandbox:
@@ -69,11 +73,54 @@ def _module_name(path: str) -> str:
     return path[:-3]
 
 
+@functools.lru_cache(maxsize=4096)
+def test_names(source: str) -> list[str]:
+    """Top-level `def test_*` names in definition order, read from the AST (never by running the file)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        raise VerifierError(f"check file does not parse: {e}", kind="bad_task") from e
+    return [
+        n.name
+        for n in tree.body
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name.startswith("test")
+    ]
+
+
+@functools.cache
+def runner_source() -> str:
+    return resources.files("trialground.verify").joinpath("runner.py").read_text()
+
+
+_PLACEHOLDER = "<tg-0000>"
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(source: str, path: str) -> CodeType:
+    try:
+        return compile(source, f"{_PLACEHOLDER}:{path}", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:
+        raise VerifierError(f"{path} does not compile: {e}", kind="bad_task") from e
+
+
+def _retitle(code: CodeType, filename: str) -> CodeType:
+    """The same code object with `filename` everywhere (nested functions and classes included)."""
+    consts = tuple(_retitle(c, filename) if isinstance(c, CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
+
+
+def compiled_for(source: str, path: str, token: str) -> CodeType:
+    """`source` compiled as `<tg-TOKEN:path>`: the runner trusts frames from files named with its token."""
+    return _retitle(_compiled(source, path), f"<tg-{token}:{path}>" if path else f"<tg-{token}>")
+
+
 def _frame(data: bytes) -> bytes:
     return f"{len(data):010d}".encode() + data
 
 
-def runner_stdin(task: Task, grading: GradingConfig, token: str, host_key: bytes, *, visible: bool) -> bytes:
+def runner_stdin(
+    task: Task, grading: GradingConfig, token: str, host_key: bytes, *, visible: bool, wipe_tmp: bool = False
+) -> bytes:
     """The runner's stdin: boot block (token + runner source), header, host key (read last)."""
     specs = [
         {"path": p, "module": f"tg_hidden_{i}", "prefix": "", "source": src}
@@ -84,20 +131,26 @@ def runner_stdin(task: Task, grading: GradingConfig, token: str, host_key: bytes
             {"path": p, "module": f"tg_visible_{i}", "prefix": f"{VISIBLE_PREFIX}{p}::", "source": src}
             for i, (p, src) in enumerate(sorted(task.visible_checks.items()))
         ]
+    for spec in specs:
+        source = str(spec.pop("source"))
+        spec["names"] = test_names(source)
+        spec["code"] = compiled_for(source, str(spec["path"]), token)
     for spec in specs[: len(task.hidden_checks)]:
         if len(task.hidden_checks) > 1:
             spec["prefix"] = f"{spec['path']}::"
     header = {
         "token": token,
         "tests": specs,
+        "n_hidden": sum(len(spec["names"]) for spec in specs[: len(task.hidden_checks)]),
         "check_names": sorted({p.rsplit("/", 1)[-1] for p in [*task.hidden_checks, *task.visible_checks]}),
         "solution_module": _module_name(solution_path(task)),
         "strict_types": bool(task.verifier.params.get("strict_types", grading.strict_types)),
         "test_timeout_s": float(task.verifier.params.get("test_timeout_s", grading.test_timeout_s)),
         "total_timeout_s": grading.total_timeout_s,
+        "wipe_tmp": wipe_tmp,
     }
-    boot = token.encode() + runner_source().encode()
-    return _frame(boot) + _frame(json.dumps(header).encode()) + host_key.hex().encode()
+    boot = marshal.dumps(compiled_for(runner_source(), "", token))
+    return _frame(boot) + _frame(marshal.dumps(header)) + host_key.hex().encode()
 
 
 def parse_report(stdout: str, host_key: bytes) -> dict | None:
@@ -107,8 +160,11 @@ def parse_report(stdout: str, host_key: bytes) -> dict | None:
             mac, _, body = line[len(REPORT_PREFIX) :].partition(" ")
             good = hashlib.blake2b(body.encode(), key=host_key, digest_size=32).hexdigest()
             if hmac.compare_digest(mac, good):
-                report: dict = json.loads(body)
-                return report
+                try:
+                    report = marshal.loads(bytes.fromhex(body))  # authenticated above: written by the runner
+                except (ValueError, EOFError, TypeError):
+                    return None
+                return report if isinstance(report, dict) else None
             return None
     return None
 
@@ -190,7 +246,10 @@ class CodeTestsVerifier:
         files: dict[str, str | bytes] = dict(task.files)
         files.update(await solution_files(task, submission, workspace))
         token, host_key = secrets.token_hex(16), os.urandom(32)
-        stdin = runner_stdin(task, self.grading, token, host_key, visible=self.grading.run_visible)
+        reused = self.pool.keep > 0 and self.sandbox_config.backend == "bwrap"
+        stdin = runner_stdin(
+            task, self.grading, token, host_key, visible=self.grading.run_visible, wipe_tmp=reused
+        )
         limits = task.limits or self.sandbox_config.limits
         limits = limits.model_copy(update={"wall_s": min(3600.0, self.grading.total_timeout_s + 10.0)})
         flags = "-I" if self.grading.site_packages else "-IS"
@@ -205,6 +264,8 @@ class CodeTestsVerifier:
             await self.pool.release(sandbox, snap, healthy)
         report = parse_report(result.stdout, host_key)
         if report is None:
+            if result.exit_code == 96:
+                raise VerifierError(f"sandbox Python mismatch: {result.stderr[-200:]}", kind="python_mismatch")
             if not healthy:
                 raise SandboxError(f"grading sandbox failed: {result.stderr[-500:]}", kind="exec_failed")
             evidence = f"no valid signed report (status {result.status.value}, exit {result.exit_code})"

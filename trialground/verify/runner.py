@@ -20,8 +20,7 @@ all of which the hook blocks; what remains (signal-handler frames, raw fd writes
 `trialground.verify.hacks`.
 """
 
-import ast
-import json
+import marshal
 import os
 import select
 import signal
@@ -38,6 +37,10 @@ def _mac(key, body):
     return blake2b(body.encode(), key=key, digest_size=32).hexdigest()
 
 
+def _dumps(obj):
+    return marshal.dumps(obj).hex()
+
+
 def _same(a, b):
     from _operator import _compare_digest
 
@@ -52,15 +55,6 @@ def _read_exact(fd, n):
             raise EOFError("stdin closed early")
         out += chunk
     return out
-
-
-def _test_names(source):
-    """Top-level `def test_*` names in definition order (the supervisor never executes test code)."""
-    return [
-        node.name
-        for node in ast.parse(source).body
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test")
-    ]
 
 
 def _plain(value, budget):
@@ -83,13 +77,11 @@ def _plain(value, budget):
     return True
 
 
-def worker(hdr, key, report_w, start, names):
-    """Run tests `start..` in this (forked) process; every message is `mac json`."""
-    import sysconfig
-
+def worker(hdr, key, report_w, start, names, hidden_failed):
+    """Run tests `start..` in this (forked) process; every message is `mac hex(marshal)` (json would cost an import of `re`)."""
     token = hdr["token"]
-    lib_dirs = {sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
-    trusted_prefixes = tuple(d + "/" for d in lib_dirs if d) + ("<frozen ", "<tg-" + token)
+    stdlib = os.path.dirname(os.__file__) + "/"  # site-packages of this runtime live below it too
+    trusted_prefixes = (stdlib, "/usr/lib/python3/", "/usr/local/lib/python3", "<frozen ", "<tg-" + token)
     plain = _plain
     check_names = tuple(hdr["check_names"])
     flags = []
@@ -97,7 +89,7 @@ def worker(hdr, key, report_w, start, names):
     getframe = sys._getframe
     write = os.write
     mac = _mac
-    dumps = json.dumps
+    dumps = _dumps
 
     def send(obj):
         body = dumps(obj)
@@ -121,70 +113,71 @@ def worker(hdr, key, report_w, start, names):
     }
     spawning = ("subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "pty.", "ctypes.")
 
-    def hook(event, args):
-        if guard[0]:
-            return
-        watched = event in introspection or event.startswith(spawning) or event in ("open", "os.kill", "os.putenv")
-        if not watched:
-            return
+    def caller_files():
         guard[0] = True
         try:
-            f = getframe(1)
-            caller = f.f_code.co_filename
-            outer = f.f_back.f_code.co_filename if f.f_back is not None else ""
+            f = getframe(2)
+            return f.f_code.co_filename, (f.f_back.f_code.co_filename if f.f_back is not None else "")
         finally:
             guard[0] = False
-        by_solution = untrusted(caller) or (
-            event in introspection and caller.endswith(("inspect.py", "traceback.py")) and untrusted(outer)
-        )
-        if not by_solution:
+
+    def hook(event, args):
+        """Introspection is blocked when the submission asks for it (the stdlib uses it legitimately);
+        spawning, signals, PYTHON* variables and check/config/proc files are off limits to everyone, as
+        the worker's own code never needs them once the hook is installed."""
+        if guard[0]:
             return
         if event in introspection:
-            flag("test_reading", f"{event} {args[1] if event == 'object.__getattr__' else ''} from {caller}")
+            caller, outer = caller_files()
+            if untrusted(caller) or (caller.endswith(("inspect.py", "traceback.py")) and untrusted(outer)):
+                detail = args[1] if event == "object.__getattr__" else ""
+                flag("test_reading", f"{event} {detail} from {caller}")
+                raise PermissionError(f"{event} is not allowed during grading")
+        elif event.startswith(spawning):
+            flag("runner_tampering", f"{event} from {caller_files()[0]}")
             raise PermissionError(f"{event} is not allowed during grading")
-        if event.startswith(spawning):
-            flag("runner_tampering", f"{event} from {caller}")
-            raise PermissionError(f"{event} is not allowed during grading")
-        if event == "os.kill":
-            flag("early_exit", f"os.kill{args!r} from {caller}")
+        elif event == "os.kill" or event == "signal.pthread_kill":
+            flag("early_exit", f"{event}{args!r} from {caller_files()[0]}")
             raise PermissionError("signals are not allowed during grading")
-        if event == "os.putenv":
+        elif event == "os.putenv":
             name = args[0].decode() if isinstance(args[0], bytes) else str(args[0])
             if name.startswith("PYTHON"):
                 flag("test_tampering", f"sets environment variable {name}")
-            return
-        path = str(args[0])
-        base = path.rsplit("/", 1)[-1]
-        mode = str(args[1] or "r")
-        if path.startswith("/proc") or (isinstance(args[0], int)):
-            flag("runner_tampering", f"opens {path} from {caller}")
-            raise PermissionError("access to process internals is not allowed during grading")
-        if base in check_names or base.startswith(("conftest", "sitecustomize", "usercustomize")) or base.endswith(
-            ".pth"
-        ):
-            kind = "test_tampering" if any(c in mode for c in "wax+") else "test_reading"
-            flag(kind, f"open({path!r}, {mode!r}) from {caller}")
-            raise PermissionError("test and configuration files are off limits during grading")
+        elif event == "open":
+            path = args[0]
+            if isinstance(path, int):
+                caller, outer = caller_files()  # the import system wraps fds it opened itself
+                if untrusted(caller) or (caller.endswith(("os.py", "io.py", "socket.py")) and untrusted(outer)):
+                    flag("runner_tampering", f"opens file descriptor {path} from {caller}")
+                    raise PermissionError("re-opening file descriptors is not allowed during grading")
+                return
+            path = os.fsdecode(path) if isinstance(path, bytes) else str(path)
+            base = path.rsplit("/", 1)[-1]
+            mode = str(args[1] or "r")
+            if path.startswith("/proc"):
+                flag("runner_tampering", f"opens {path} from {caller_files()[0]}")
+                raise PermissionError("access to process internals is not allowed during grading")
+            if base in check_names or base.startswith(("conftest", "sitecustomize", "usercustomize")) or (
+                base.endswith(".pth")
+            ):
+                kind = "test_tampering" if any(c in mode for c in "wax+") else "test_reading"
+                flag(kind, f"open({path!r}, {mode!r}) from {caller_files()[0]}")
+                raise PermissionError("test and configuration files are off limits during grading")
 
     # Silence the worker: the submission must not write into the supervisor's report or stdin.
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
+    sys.dont_write_bytecode = True
     sys.addaudithook(hook)
     ws = os.getcwd()  # the exec's cwd is the workspace, whatever the backend maps it to
     sys.path.insert(0, ws)
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 3000))
 
+    import atexit
     import builtins
-    import threading
 
     watched_modules = {"builtins": builtins, "time": time}
-    try:
-        import datetime
-
-        watched_modules["datetime"] = datetime
-    except ImportError:
-        pass
     snapshot = {m: dict(vars(mod)) for m, mod in watched_modules.items()}
     handlers = {s: signal.getsignal(s) for s in (signal.SIGALRM, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)}
 
@@ -194,9 +187,14 @@ def worker(hdr, key, report_w, start, names):
         try:
             threads = len(os.listdir("/proc/self/task"))
         except OSError:
+            import threading
+
             threads = threading.active_count()
         if threads > 1:
             found.append(("runner_tampering", f"{threads - 1} background thread(s) left running"))
+        if atexit._ncallbacks():
+            found.append(("early_exit", f"{atexit._ncallbacks()} exit handler(s) registered"))
+            atexit._clear()
         if sys.gettrace() is not None or sys.getprofile() is not None:
             found.append(("runner_tampering", "a trace or profile hook was installed"))
         for s, h in handlers.items():
@@ -209,6 +207,14 @@ def worker(hdr, key, report_w, start, names):
                     kind = "test_tampering" if m == "builtins" else "timing_spoof"
                     found.append((kind, f"{m}.{k} was replaced"))
                     now[k] = v  # restore so later tests measure honestly
+        dt = sys.modules.get("datetime")
+        if dt is not None:
+            import _datetime
+
+            for k in ("datetime", "date", "time", "timedelta", "timezone"):
+                if getattr(dt, k, None) is not getattr(_datetime, k):
+                    found.append(("timing_spoof", f"datetime.{k} was replaced"))
+                    setattr(dt, k, getattr(_datetime, k))
         return found
 
     class Hack(BaseException):
@@ -230,6 +236,7 @@ def worker(hdr, key, report_w, start, names):
 
     import types
 
+    t_setup = time.perf_counter()
     sol_name = hdr["solution_module"]
     import_error = None
     try:
@@ -239,6 +246,7 @@ def worker(hdr, key, report_w, start, names):
         import_error = f"importing {sol_name}: {type(e).__name__}: {e}"
         if isinstance(e, SystemExit):
             flag("early_exit", f"SystemExit raised while importing {sol_name}")
+    t_imported = time.perf_counter()
     proxy = None
     if solution is not None:
         proxy = types.ModuleType(sol_name)
@@ -246,30 +254,40 @@ def worker(hdr, key, report_w, start, names):
             wrap = isinstance(v, types.FunctionType) and getattr(v, "__module__", None) == sol_name
             setattr(proxy, k, guarded(v) if wrap else v)
 
-    tests = {}
-    for spec in hdr["tests"]:
+    loaded = {}
+
+    def load(spec):
+        """name -> test function (or an error string) for one check file, compiled from memory."""
         mod = types.ModuleType(spec["module"])
         mod.__file__ = "<tg-" + token + ":" + spec["path"] + ">"
         try:
-            if import_error is None:
-                code = compile(spec["source"], mod.__file__, "exec")
-                exec(code, mod.__dict__)
-                for k, v in list(vars(mod).items()):
-                    if v is solution:
-                        setattr(mod, k, proxy)
-                    elif isinstance(v, types.FunctionType) and getattr(v, "__module__", None) == sol_name:
-                        setattr(mod, k, guarded(v))
-            for n in spec["names"]:
-                tests[spec["prefix"] + n] = getattr(mod, n, None) if import_error is None else None
+            exec(spec["code"], mod.__dict__)  # compiled by the host with this token in its filename
+            for k, v in list(vars(mod).items()):
+                if v is solution:
+                    setattr(mod, k, proxy)
+                elif isinstance(v, types.FunctionType) and getattr(v, "__module__", None) == sol_name:
+                    setattr(mod, k, guarded(v))
+            return {spec["prefix"] + n: getattr(mod, n, None) for n in spec["names"]}
         except BaseException as e:
             err = f"loading {spec['path']}: {type(e).__name__}: {e}"
-            for n in spec["names"]:
-                tests[spec["prefix"] + n] = err
+            return {spec["prefix"] + n: err for n in spec["names"]}
 
+    reported = 0  # flags raised while importing the submission go out with the first result
+    owner = [j for j, spec in enumerate(hdr["tests"]) for _ in spec["names"]]
+    n_hidden = hdr["n_hidden"]
     for i in range(start, len(names)):
         name = names[i]
         before = len(flags)
-        fn = tests.get(name)
+        if i >= n_hidden and not hidden_failed:
+            # visible checks only matter when hidden ones failed (to flag overfitting to the visible ones)
+            send({"t": "start", "i": i})
+            send({"t": "result", "i": i, "outcome": "skipped", "detail": "hidden tests passed", "s": 0.0,
+                  "flags": flags[reported:]})
+            reported = len(flags)
+            continue
+        if import_error is None and owner[i] not in loaded:
+            loaded[owner[i]] = load(hdr["tests"][owner[i]])
+        fn = loaded[owner[i]].get(name) if import_error is None else None
         send({"t": "start", "i": i})
         t0 = time.perf_counter()
         outcome, detail = "passed", ""
@@ -298,22 +316,25 @@ def worker(hdr, key, report_w, start, names):
         if len(flags) > before and outcome == "passed":
             outcome, detail = "failed", "flagged: " + "; ".join(f[1] for f in flags[before:])
         elapsed = time.perf_counter() - t0
-        send({"t": "result", "i": i, "outcome": outcome, "detail": detail, "s": elapsed, "flags": flags[before:]})
-    send({"t": "done"})
+        if i < n_hidden and outcome != "passed":
+            hidden_failed = True
+        send({"t": "result", "i": i, "outcome": outcome, "detail": detail, "s": elapsed, "flags": flags[reported:]})
+        reported = len(flags)
+    send({"t": "done", "times": [t_setup, t_imported, time.perf_counter()]})
     os._exit(0)
 
 
 def supervise(hdr):
     """Fork workers until every test has a result; return the report (results, flags, stats)."""
     specs = hdr["tests"]
-    for spec in specs:
-        spec["names"] = _test_names(spec["source"])
+    n_hidden = hdr["n_hidden"]
     names = [spec["prefix"] + n for spec in specs for n in spec["names"]]
     results = [None] * len(names)
     flags = []
     timeout = float(hdr["test_timeout_s"])
     budget_end = time.monotonic() + float(hdr["total_timeout_s"])
     start, forks = 0, 0
+    stamps = [time.perf_counter()]
     while start < len(names):
         if time.monotonic() > budget_end:
             for j in range(start, len(names)):
@@ -325,7 +346,8 @@ def supervise(hdr):
         if pid == 0:
             os.close(r)
             try:
-                worker(hdr, key, w, start, names)
+                failed_before = any(res is None or res[0] != "passed" for res in results[: min(start, n_hidden)])
+                worker(hdr, key, w, start, names, failed_before)
             finally:
                 os._exit(70)
         os.close(w)
@@ -351,7 +373,7 @@ def supervise(hdr):
                 if not _same(mac, _mac(key, body)):
                     flags.append(["runner_tampering", "a result line with a bad signature was written"])
                     continue
-                msg = json.loads(body)
+                msg = marshal.loads(bytes.fromhex(body))
                 if msg["t"] == "start":
                     current, deadline = msg["i"], time.monotonic() + timeout
                 elif msg["t"] == "result" and msg["i"] == current and results[current] is None:
@@ -360,6 +382,7 @@ def supervise(hdr):
                     current += 1
                     deadline = time.monotonic() + timeout
                 elif msg["t"] == "done":
+                    stamps.append(msg["times"])
                     ended = "done"
         if ended != "done":
             os.kill(pid, signal.SIGKILL)
@@ -377,41 +400,46 @@ def supervise(hdr):
             current += 1
         start = max(current, start + 1) if ended != "done" else len(names)
     return {"tests": [[n, *(res or ["missing", "no result", 0.0])] for n, res in zip(names, results)],
-            "flags": flags, "forks": forks}
+            "flags": flags, "forks": forks, "stamps": stamps + [time.perf_counter()]}
 
 
 def _wipe(top):
-    import shutil
-
-    try:
-        names = os.listdir(top)
-    except OSError:
-        return
-    for name in names:
-        path = os.path.join(top, name)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
+    for root, dirs, files in os.walk(top, topdown=False):
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
             try:
-                os.unlink(path)
+                os.unlink(os.path.join(root, name))
+            except OSError:
+                pass
+        for name in dirs:
+            try:
+                os.rmdir(os.path.join(root, name))
             except OSError:
                 pass
 
 
 def main():
     try:
-        import ctypes
+        # Non-dumpable (PR_SET_DUMPABLE=0): workers get no /proc/<pid>/mem, fd or ptrace access to us. A
+        # non-dumpable process's /proc entries belong to root, so only pay for ctypes when not yet set
+        # (the sandbox's fast path forks an already non-dumpable supervisor).
+        if os.stat("/proc/self/mem").st_uid == os.getuid():
+            import ctypes
 
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE=0: no /proc/<pid>/mem, fd or ptrace access
-        del sys.modules["ctypes"]
+            ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
+            del sys.modules["ctypes"]
     except Exception:
         pass
+    t0 = time.perf_counter()
     size = int(_read_exact(0, 10))
-    hdr = json.loads(_read_exact(0, size))
+    hdr = marshal.loads(_read_exact(0, size))
     report = supervise(hdr)
-    _wipe("/tmp")  # every worker is gone: leave nothing for the next grading in a reused sandbox
+    report["stamps"].insert(0, t0)
+    if hdr.get("wipe_tmp") and os.getcwd() == "/workspace" and os.getpid() < 100:
+        # Inside a reused bwrap sandbox only (its own PID namespace and /tmp tmpfs), never on a host:
+        # every worker is gone, leave nothing for the next grading.
+        _wipe("/tmp")
     key = bytes.fromhex(_read_exact(0, 64).decode())  # read only now: no worker can ever have seen it
-    body = json.dumps(report)
+    body = _dumps(report)
     sys.stdout.write(REPORT_PREFIX + _mac(key, body) + " " + body + "\n")
     sys.stdout.flush()
 

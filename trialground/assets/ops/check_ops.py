@@ -1,4 +1,4 @@
-"""Hidden check of a trialground ops task. Runs after the episode with the workspace as cwd; exit 0 = repaired.
+"""Hidden check of a trialground ops task: runs after the episode, cwd = the workspace; exit 0 = repaired.
 
 It never trusts code the agent could have changed: services run from pristine copies held in SPEC against
 the agent's configuration, and scripts the agent repaired run on fresh inputs whose answer this check
@@ -91,7 +91,10 @@ def check_script() -> None:
             write(os.path.join(work, rel), text)
         proc = run(["bash", SPEC["script"]], cwd=work)
         report = os.path.join(work, "out", "report.txt")
-        got = open(report).read().strip() if os.path.exists(report) else None
+        got = None
+        if os.path.exists(report):
+            with open(report) as f:
+                got = f.read().strip()
         shutil.rmtree(work, ignore_errors=True)
         if proc.returncode != 0:
             fail(f"{SPEC['script']} exits {proc.returncode}: {proc.stderr.strip()[-300:]}")

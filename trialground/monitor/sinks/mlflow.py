@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Mapping
@@ -19,6 +20,9 @@ def mlflow_key(key: str) -> str:
 
 class MlflowSink:
     def __init__(self, store: Path, run_name: str, experiment: str = "trialground") -> None:
+        # MLflow 3 keeps the file store in maintenance mode behind this switch; it is still the only
+        # backend that needs no database, which is what a run directory wants.
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         try:
             from mlflow.tracking import MlflowClient
         except ImportError as exc:

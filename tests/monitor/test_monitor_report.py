@@ -1,0 +1,122 @@
+"""The HTML report and the live dashboard: content, self-containment, tolerance, and headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+from monkit import chromium, dump_dom, pixel_stats, screenshot
+from typer.testing import CliRunner
+
+from trialground.cli import app
+from trialground.monitor.dashboard import Dashboard
+from trialground.monitor.report import write_report
+from trialground.monitor.rundata import load_run
+from trialground.monitor.synthetic import write_synthetic_run_dir
+
+needs_chromium = pytest.mark.skipif(
+    chromium() is None,
+    reason="headless Chromium not installed (apt-get install -y chromium; ./dev test does it)",
+)
+
+
+@pytest.fixture(scope="module")
+def synth_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_synthetic_run_dir(
+        tmp_path_factory.mktemp("runs") / "hacky", seed=0, steps=120, fault_step=60
+    )
+
+
+def test_run_data_reads_everything(synth_run: Path) -> None:
+    d = load_run(synth_run)
+    assert len(d.metrics) == 120 and d.last_step == 119
+    assert {a.rule for a in d.alerts} >= {"reward_eval_divergence"}
+    assert d.flagged and d.flagged[0].count >= d.flagged[-1].count
+    assert d.flagged[0].flags["test_tampering"] > 0
+    assert d.regressions and all(r.attempts >= 0 for r in d.regressions)
+    assert any(r.solved_step is not None and r.solved_step > r.queued_step for r in d.regressions)
+    assert d.trajectory_rows == 120 * 16 and d.error_rows > 0
+
+
+def test_report_is_one_self_contained_file(synth_run: Path, tmp_path: Path) -> None:
+    out = CliRunner().invoke(app, ["report", str(synth_run), "--out", str(tmp_path / "r.html")])
+    assert out.exit_code == 0, out.output
+    html = (tmp_path / "r.html").read_text()
+    for title in (
+        "Reward by domain",
+        "Training reward vs evaluation",
+        "Pass rates",
+        "Environment latency",
+        "Pool utilisation",
+        "Alert timeline",
+        "Most-flagged trajectories",
+        "Regression loop",
+        "Cost per step",
+    ):
+        assert title in html, title
+    assert html.count("<svg") >= 10
+    assert "reward_eval_divergence" in html and "spearman" in html  # alert evidence shown
+    assert "wrote conftest.py" in html  # flag evidence shown
+    assert "solved at step" in html
+    # Offline: no external scripts, styles, images or fonts.
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+    assert "<script" not in html
+
+
+def test_report_of_an_empty_or_partial_run(tmp_path: Path) -> None:
+    (tmp_path / "alerts.jsonl").touch()
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0, "time": 1, "reward/mean": 0.1}\n{"step": 1, "ti')
+    (tmp_path / "trajectories").mkdir()
+    (tmp_path / "trajectories" / "step_0.parquet").write_bytes(b"not parquet")
+    html = write_report(tmp_path).read_text()
+    assert "no alerts fired" in html and "no evaluation yet" in html
+    assert CliRunner().invoke(app, ["report", str(tmp_path / "missing")]).exit_code == 2
+
+
+def test_dashboard_json_endpoint_follows_the_run(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 0, "time": 1.0, "reward/mean": 0.2}) + "\n")
+    dash = Dashboard(run, port=0, refresh_s=0.5).start()
+    try:
+        page = httpx.get(dash.url, timeout=10)
+        assert page.status_code == 200 and "api/state" in page.text and "<svg" in page.text
+        s1 = httpx.get(dash.url + "api/state", timeout=10).json()
+        assert s1["last_step"] == 0 and "Reward" in s1["html"]
+        with (run / "metrics.jsonl").open("a") as f:
+            f.write(json.dumps({"step": 1, "time": 2.0, "reward/mean": 0.4}) + "\n")
+        s2 = httpx.get(dash.url + "api/state", timeout=10).json()
+        assert s2["last_step"] == 1 and s2["version"] != s1["version"]
+        assert httpx.get(dash.url + "nope", timeout=10).status_code == 404
+    finally:
+        dash.close()
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_report_screenshot_shows_plots(synth_run: Path, tmp_path: Path) -> None:
+    report = write_report(synth_run)
+    png = screenshot(report.resolve().as_uri(), tmp_path / "report.png", size=(1280, 2400))
+    var, colours = pixel_stats(png)
+    assert var > 100 and colours > 50, (var, colours)
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_dashboard_screenshot_live(synth_run: Path, tmp_path: Path) -> None:
+    run = tmp_path / "live"
+    shutil.copytree(synth_run, run)
+    dash = Dashboard(run, port=0, refresh_s=0.5).start()
+    try:
+        png = screenshot(dash.url, tmp_path / "dash.png", size=(1280, 1600), wait_ms=3000)
+        # The page's script polled /api/state in the real browser and rewrote the header.
+        dom = dump_dom(dash.url, wait_ms=3000)
+        assert "live · last step 119" in dom, dom[:2000]
+    finally:
+        dash.close()
+    var, colours = pixel_stats(png)
+    assert var > 100 and colours > 50, (var, colours)

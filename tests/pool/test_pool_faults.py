@@ -1,0 +1,97 @@
+"""Faults are data, with real bwrap sandboxes: a sandbox killed mid-episode fails only its own episode,
+its slot is replaced, and nothing leaks (processes, mounts, workspace directories)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+from poolkit import make_task
+
+from trialground.envs.config import EnvConfig
+from trialground.envs.tool_env import ToolEnv
+from trialground.envs.toolcalls import format_tool_call
+from trialground.pool import EnvPool, LocalBackend, PoolConfig
+from trialground.sandbox.base import Sandbox, SandboxConfig
+from trialground.tasks.model import Task
+from trialground.verify.grader import Grader
+
+
+class RecordingBackend(LocalBackend):
+    """The real local backend, remembering what it made so the test can look for leftovers."""
+
+    def __init__(self, config: SandboxConfig) -> None:
+        super().__init__(config)
+        self.roots: list[Path] = []
+
+    async def create(self, task: Task) -> Sandbox:
+        box = await super().create(task)
+        self.roots.append(Path(box.workspace.root))  # type: ignore[attr-defined]
+        return box
+
+
+def child_pids() -> set[int]:
+    me, out = os.getpid(), set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == me:
+                out.add(int(entry))
+    return out
+
+
+def mounts_under(roots: list[Path]) -> list[str]:
+    text = Path("/proc/self/mountinfo").read_text()
+    return [line for line in text.splitlines() if any(str(r) in line for r in roots)]
+
+
+BASH = format_tool_call("bash", {"command": "echo alive"})
+
+
+async def test_killed_sandbox_is_episode_error_others_go_on_nothing_leaks() -> None:
+    sandbox_config = SandboxConfig()
+    backend = RecordingBackend(sandbox_config)
+    grader = Grader(sandbox_config)
+    pool = EnvPool(
+        PoolConfig(max_active=3), env_config=EnvConfig(kind="tool"), sandbox_config=sandbox_config,
+        grader=grader, backend=backend,
+    )  # fmt: skip
+    before = child_pids()
+    tasks = [make_task(i) for i in range(3)]
+    try:
+        envs = [await pool.acquire(t) for t in tasks]
+        for env, t in zip(envs, tasks, strict=True):
+            await env.reset(t)
+            assert (await env.step(BASH)).text == "[exit 0]\nalive"
+        victim = envs[1]
+        assert isinstance(victim, ToolEnv)
+        os.kill(victim.sandbox._proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
+        results = await asyncio.gather(*(env.step(BASH) for env in envs))
+        assert results[1].done and results[1].info["error"].boundary == "sandbox"
+        assert results[1].info["error"].kind == "sandbox_died" and results[1].reward is None
+        assert [r.text for i, r in enumerate(results) if i != 1] == ["[exit 0]\nalive"] * 2
+        for env in envs:
+            await pool.release(env)
+        m = pool.metrics()
+        assert m["pool/failures/sandbox_died"] == 1 and m["pool/recycled"] == 1
+        assert m["pool/idle"] == 2 and m["pool/active"] == 0
+        # capacity is back: all three tasks run again, the victim's on a fresh sandbox
+        again = [await pool.acquire(t) for t in tasks]
+        for env, t in zip(again, tasks, strict=True):
+            await env.reset(t)
+            obs = await env.step(format_tool_call("bash", {"command": "cat a.txt"}))
+            assert obs.text == f"[exit 0]\ncontent {tasks.index(t)}"
+            await pool.release(env)
+        assert pool.metrics()["pool/created"] == 4
+    finally:
+        await pool.close()
+        await grader.close()
+    assert len(backend.roots) == 4
+    assert child_pids() <= before, "sandbox processes outlived the pool"
+    assert mounts_under(backend.roots) == []
+    assert [r for r in backend.roots if r.exists()] == []

@@ -1,0 +1,118 @@
+"""exec / write / read on a real bubblewrap sandbox."""
+
+from __future__ import annotations
+
+import pytest
+
+from trialground.errors import SandboxError
+from trialground.sandbox.base import ExecStatus, Limits, Sandbox, SandboxConfig
+from trialground.sandbox.factory import SyncSandbox, open_sandbox
+
+
+async def test_argv_script_exit_codes(sandbox: Sandbox) -> None:
+    r = await sandbox.exec(["echo", "hello"])
+    assert r.status is ExecStatus.OK and r.exit_code == 0 and r.stdout == "hello\n"
+    r = await sandbox.exec("echo out; echo err >&2; exit 3")
+    assert r.status is ExecStatus.NONZERO_EXIT and r.exit_code == 3
+    assert (r.stdout, r.stderr) == ("out\n", "err\n")
+    r = await sandbox.exec(["no-such-command"])
+    assert r.exit_code == 127 and "not found" in r.stderr
+
+
+async def test_stdin_env_cwd(sandbox: Sandbox) -> None:
+    await sandbox.write("sub/dir/file.txt", "x")
+    r = await sandbox.exec("cat; echo $FOO; pwd", stdin="in\n", env={"FOO": "bar"}, cwd="sub/dir")
+    assert r.stdout == "in\nbar\n/workspace/sub/dir\n"
+    big = b"z" * 300_000
+    r = await sandbox.exec(["wc", "-c"], stdin=big)
+    assert r.stdout.strip() == str(len(big))
+
+
+async def test_identity_and_view(sandbox: Sandbox) -> None:
+    r = await sandbox.exec("id -u; hostname; ls /; echo $HOME")
+    lines = r.stdout.split()
+    assert lines[0] == "1000" and lines[1] == "sandbox"
+    assert "workspace" in lines and "work" not in lines and lines[-1] == "/workspace"
+
+
+async def test_write_read_roundtrip_and_bad_paths(sandbox: Sandbox) -> None:
+    await sandbox.write("/workspace/a/b.bin", b"\x00\xff")
+    assert await sandbox.read("a/b.bin") == b"\x00\xff"
+    await sandbox.exec("echo made > made.txt")
+    assert await sandbox.read("/workspace/made.txt") == b"made\n"
+    with pytest.raises(FileNotFoundError):
+        await sandbox.read("missing.txt")
+    for bad in ("/etc/passwd", "../x", "a/../../x"):
+        with pytest.raises(SandboxError):
+            await sandbox.write(bad, "x")
+    r = await sandbox.exec("echo new > a/b.bin && cat a/b.bin")  # the sandbox can change host-written files
+    assert r.stdout == "new\n"
+
+
+async def test_output_cut_and_invalid_utf8(sandbox: Sandbox) -> None:
+    lim = Limits(output_bytes=2048)
+    r = await sandbox.exec(
+        ["python3", "-I", "-S", "-c", "import sys; sys.stdout.buffer.write(b'ab\\xff' * 10)"]
+    )
+    assert r.ok and r.stdout == "ab\ufffd" * 10
+    r = await sandbox.exec(["bash", "-c", "head -c 5000 /dev/zero | tr '\\0' x"], limits=lim)
+    assert r.status is ExecStatus.OUTPUT_LIMIT and r.stdout == "x" * 2048 and r.stdout_truncated
+
+
+async def test_timeout_and_cpu_reported(sandbox: Sandbox) -> None:
+    r = await sandbox.exec(["sleep", "5"], limits=Limits(wall_s=0.3))
+    assert r.status is ExecStatus.TIMEOUT and 0.3 <= r.wall_s < 2
+    r = await sandbox.exec(["python3", "-I", "-S", "-c", "sum(range(3_000_000))"])
+    assert r.ok and r.cpu_s > 0 and r.peak_memory_mb > 1
+
+
+async def test_file_size_limit(sandbox: Sandbox) -> None:
+    r = await sandbox.exec("exec head -c 3M /dev/zero > f", limits=Limits(file_size_mb=1))
+    assert r.status is ExecStatus.KILLED and r.signal == 25  # SIGXFSZ
+    assert int((await sandbox.exec("stat -c %s f")).stdout) <= 1 << 20
+
+
+async def test_python_fast_path_behaves_like_python(sandbox: Sandbox) -> None:
+    await sandbox.write("solution.py", "def f(x):\n    return x + 1\n")
+    await sandbox.write("test_solution.py", "from solution import f\n\ndef test_f():\n    assert f(1) == 2\n")
+    await sandbox.write("prog.py", "import sys\nprint(sys.argv, __name__)\nsys.exit(4)\n")
+    r = await sandbox.exec(["python3", "-c", "import solution, sys; print(solution.f(1), sys.argv)", "a"])
+    assert r.ok and r.stdout == "2 ['-c', 'a']\n"
+    r = await sandbox.exec(["python3", "prog.py", "x"])
+    assert r.exit_code == 4 and r.stdout == "['prog.py', 'x'] __main__\n"
+    r = await sandbox.exec(["python3", "-I", "-S", "-c", "raise ValueError('boom')"])
+    assert r.exit_code == 1 and "ValueError: boom" in r.stderr
+    r = await sandbox.exec(["python3", "-I", "-S", "-c", "print(input()[::-1])"], stdin="abc\n")
+    assert r.stdout == "cba\n"
+    r = await sandbox.exec(["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_solution.py"])
+    assert r.ok and "1 passed" in r.stdout, r
+
+
+async def test_python_fast_path_can_be_disabled() -> None:
+    async with await open_sandbox(SandboxConfig(python_fast=False)) as sb:
+        r = await sb.exec(["python3", "-I", "-S", "-c", "import sys; print(sys.flags.isolated)"])
+        assert r.stdout == "1\n"
+
+
+async def test_cold_mode_restarts_per_exec() -> None:
+    async with await open_sandbox(SandboxConfig(warm=False), {"f": "1"}) as sb:
+        assert (await sb.exec(["cat", "f"])).stdout == "1"
+        assert (await sb.exec("echo 2 > f; cat f")).stdout == "2\n"
+
+
+def test_sync_facade() -> None:
+    with SyncSandbox(SandboxConfig(), {"x.txt": "sync"}) as sb:
+        assert sb.exec(["cat", "x.txt"]).stdout == "sync"
+        sb.write("y.txt", "y")
+        assert sb.read("y.txt") == b"y"
+
+
+async def test_closed_sandbox_raises(sandbox: Sandbox) -> None:
+    await sandbox.close()
+    with pytest.raises(SandboxError):
+        await sandbox.exec(["true"])
+
+
+async def test_missing_rootfs_is_a_sandbox_error() -> None:
+    with pytest.raises(SandboxError):
+        await open_sandbox(SandboxConfig(rootfs="/no/such/rootfs"))

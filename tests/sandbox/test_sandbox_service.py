@@ -1,0 +1,120 @@
+"""The sandbox service over real HTTP on loopback, and the remote backend as its client."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from trialground.errors import SandboxError
+from trialground.sandbox.base import ExecStatus, SandboxConfig
+from trialground.sandbox.factory import open_sandbox
+from trialground.sandbox.service import create_app
+
+TOKEN = "t0ken-for-tests-0123456789"
+
+
+@dataclass
+class Server:
+    url: str
+    app: object
+    token_file: Path
+
+    def config(self, **kw: object) -> SandboxConfig:
+        return SandboxConfig(backend="remote", remote_url=self.url, token_file=str(self.token_file), **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    app = create_app(TOKEN, max_sessions=3, idle_s=0.6, max_concurrent_execs=2)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    uv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not uv.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    try:
+        yield Server(f"http://127.0.0.1:{port}", app, token_file)
+    finally:
+        uv.should_exit = True
+        thread.join(timeout=20)
+        sock.close()
+
+
+async def test_wrong_or_missing_token_is_401_and_nothing_runs(server: Server, tmp_path: Path) -> None:
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
+            r = await client.post("/sessions", json={}, headers=headers)
+            assert r.status_code == 401
+            r = await client.post(
+                "/sessions/x/exec", json={"cmd": ["touch", "/workspace/x"]}, headers=headers
+            )
+            assert r.status_code == 401
+        health = (await client.get("/health")).json()
+        assert health["sessions"] == 0
+    bad = tmp_path / "bad"
+    bad.write_text("nope")
+    with pytest.raises(SandboxError, match="401"):
+        await open_sandbox(SandboxConfig(backend="remote", remote_url=server.url, token_file=str(bad)))
+
+
+async def test_remote_sandbox_full_interface(server: Server) -> None:
+    async with await open_sandbox(server.config(), {"a.txt": "A"}) as sb:
+        r = await sb.exec("cat a.txt; cat", stdin=b"\xffin")
+        assert r.status is ExecStatus.OK and r.stdout == "A\ufffdin"
+        await sb.write("b.bin", b"\x00\x01")
+        assert await sb.read("b.bin") == b"\x00\x01"
+        with pytest.raises(FileNotFoundError):
+            await sb.read("missing")
+        sid = await sb.snapshot()
+        await sb.exec("rm a.txt")
+        await sb.restore(sid)
+        child = await sb.fork()
+        try:
+            assert (await child.exec(["cat", "a.txt"])).stdout == "A"
+        finally:
+            await child.close()
+
+
+async def test_concurrent_sessions_and_session_limit(server: Server) -> None:
+    boxes = await asyncio.gather(*(open_sandbox(server.config()) for _ in range(3)))
+    try:
+        results = await asyncio.gather(*(b.exec(f"sleep 0.2; echo {i}") for i, b in enumerate(boxes)))
+        assert [r.stdout for r in results] == ["0\n", "1\n", "2\n"]
+        with pytest.raises(SandboxError, match="429"):
+            await open_sandbox(server.config())
+    finally:
+        await asyncio.gather(*(b.close() for b in boxes))
+    async with await open_sandbox(server.config()) as again:  # capacity is back once they close
+        assert (await again.exec(["true"])).ok
+
+
+async def test_vanished_client_is_reaped(server: Server) -> None:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with httpx.AsyncClient(base_url=server.url, headers=headers) as client:
+        sid = (await client.post("/sessions", json={})).json()["session_id"]
+        assert (await client.get("/health")).json()["sessions"] == 1
+    # The client is gone without closing its session; the reaper frees it.
+    await asyncio.sleep(1.2)
+    async with httpx.AsyncClient(base_url=server.url, headers=headers) as client:
+        health = (await client.get("/health")).json()
+        assert health["sessions"] == 0 and health["reaped"] == 1
+        assert (await client.post(f"/sessions/{sid}/exec", json={"cmd": ["true"]})).status_code == 404
+
+
+async def test_network_refused_unless_server_allows(server: Server) -> None:
+    with pytest.raises(SandboxError, match="403"):
+        await open_sandbox(server.config(network=True))

@@ -1,0 +1,90 @@
+"""Snapshot, restore and fork: byte-identical states, overlay and copying modes, flat restore cost."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from trialground.sandbox.base import Limits, SandboxConfig
+from trialground.sandbox.factory import open_sandbox
+from trialground.sandbox.mounts import overlay_works
+
+MODES = ["overlay", "copy"]
+
+
+def tree_cmd() -> str:
+    return "find . -type f | sort | xargs -r sha256sum; find . | sort"
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_restore_is_byte_identical(mode: str) -> None:
+    cfg = SandboxConfig(snapshot_mode=mode)  # type: ignore[arg-type]
+    async with await open_sandbox(cfg, {"a.txt": "A", "d/b.txt": "B"}) as sb:
+        before = (await sb.exec(tree_cmd())).stdout
+        sid = await sb.snapshot()
+        await sb.exec(
+            "echo changed > a.txt; rm -r d; mkdir -p new/deep; echo x > new/deep/x; chmod 600 a.txt"
+        )
+        await sb.write("host.txt", "h")
+        assert (await sb.exec(tree_cmd())).stdout != before
+        await sb.restore(sid)
+        assert (await sb.exec(tree_cmd())).stdout == before
+        await sb.exec("echo again > a.txt")  # restore twice from the same snapshot
+        await sb.restore(sid)
+        assert (await sb.exec(tree_cmd())).stdout == before
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_nested_snapshots(mode: str) -> None:
+    async with await open_sandbox(SandboxConfig(snapshot_mode=mode), {"v": "0"}) as sb:  # type: ignore[arg-type]
+        s0 = await sb.snapshot()
+        await sb.write("v", "1")
+        s1 = await sb.snapshot()
+        await sb.write("v", "2")
+        await sb.restore(s1)
+        assert await sb.read("v") == b"1"
+        await sb.restore(s0)
+        assert await sb.read("v") == b"0"
+        await sb.restore(s1)
+        assert await sb.read("v") == b"1"
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_forks_start_identical_and_diverge(mode: str) -> None:
+    async with await open_sandbox(SandboxConfig(snapshot_mode=mode), {"t.py": "print(1)\n"}) as sb:
+        await sb.exec("echo state > s.txt")
+        forks = [await sb.fork() for _ in range(3)]
+        try:
+            states = {(await f.exec(tree_cmd())).stdout for f in forks}
+            assert states == {(await sb.exec(tree_cmd())).stdout}
+            for i, f in enumerate(forks):
+                await f.exec(f"echo {i} > s.txt")
+            assert [await f.read("s.txt") for f in forks] == [b"0\n", b"1\n", b"2\n"]
+            assert await sb.read("s.txt") == b"state\n"
+        finally:
+            await sb.close()  # the parent goes first: forks keep working on their own
+            for f in forks:
+                assert (await f.exec(["cat", "t.py"])).stdout == "print(1)\n"
+                await f.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not overlay_works(), reason="overlayfs cannot be mounted here")
+async def test_restore_cost_is_flat_in_workspace_size() -> None:
+    cfg = SandboxConfig(limits=Limits(disk_mb=256))
+    times = {}
+    for n in (10, 10_000):
+        files = {f"d{i % 100}/f{i}.txt": f"{i}" for i in range(n)}
+        async with await open_sandbox(cfg, files) as sb:
+            sid = await sb.snapshot()
+            await sb.exec("rm -rf d1 d2; echo x > d3/f3.txt")
+            best = float("inf")
+            for _ in range(5):
+                start = time.perf_counter()
+                await sb.restore(sid)
+                best = min(best, time.perf_counter() - start)
+            times[n] = best
+            expected = ["3", str(sum(1 for i in range(n) if i % 100 == 1))]
+            assert (await sb.exec("cat d3/f3.txt; echo; ls d1 | wc -l")).stdout.split() == expected
+    assert times[10_000] < 0.02 and times[10_000] < times[10] * 5 + 0.005, times

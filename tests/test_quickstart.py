@@ -1,0 +1,118 @@
+"""The walking skeleton end to end: real tasks, real bwrap sandboxes, the real tiny model, real updates."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from trialground.config import load_config
+
+torch = pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "examples" / "quickstart.yaml"
+SMALL = [
+    "loop.steps=2",
+    "loop.batch_tasks=2",
+    "loop.samples_per_task=4",
+    "tasks.num_train=50",
+    "tasks.num_eval=4",
+    "policy.sampling.max_new_tokens=24",
+    "policy.eval_sampling.max_new_tokens=24",
+]
+
+pytestmark = pytest.mark.slow
+
+
+def small_config(tmp_path: Path, name: str, *extra: str):  # type: ignore[no-untyped-def]
+    return load_config(QUICKSTART, [*SMALL, f"output_dir={tmp_path}", f"name={name}", *extra])
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, float]]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def test_walking_skeleton_leaves_a_complete_run_dir(tmp_path: Path) -> None:
+    from trialground.orchestrator.loop import run
+
+    cfg = small_config(tmp_path, "skeleton")
+    summary = asyncio.run(run(cfg))
+    run_dir = Path(summary.run_dir)
+    assert summary.steps == 2
+    assert (run_dir / "config.yaml").is_file()
+    assert (run_dir / "alerts.jsonl").is_file()
+    metrics = read_metrics(run_dir)
+    steps = [m["step"] for m in metrics]
+    assert steps[-2:] == [1, 2]
+    last = metrics[-1]
+    for key in ("reward/mean", "train/loss", "env/error_rate", "eval/pass@1", "rollout/response_len_mean"):
+        assert key in last, key
+    assert all("/" in k for k in last if k not in ("step", "time"))
+    table = pq.read_table(run_dir / "trajectories" / "step_1.parquet").to_pylist()
+    assert len(table) == 2 * 4
+    assert all(row["error_kind"] is None for row in table), table
+    assert all(row["reward"] is not None and row["policy_version"] == 0 for row in table)
+    assert (run_dir / "checkpoints" / "step_2" / "meta.json").is_file()
+    assert summary.eval_before is not None and summary.eval_after is not None
+
+
+def _train_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "trialground", "train", *args]
+
+
+def test_resume_after_kill_matches_an_uninterrupted_run(tmp_path: Path) -> None:
+    overrides = [*SMALL, "loop.steps=3", "loop.checkpoint_interval=1", f"output_dir={tmp_path}"]
+    sets = [a for o in overrides for a in ("--set", o)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    straight = subprocess.run(
+        _train_cmd(str(QUICKSTART), *sets, "--set", "name=straight"), env=env, capture_output=True, text=True
+    )
+    assert straight.returncode == 0, straight.stderr[-3000:]
+
+    killed_dir = tmp_path / "killed"
+    proc = subprocess.Popen(
+        _train_cmd(str(QUICKSTART), *sets, "--set", "name=killed"),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 600
+    while not (killed_dir / "checkpoints" / "step_1" / "meta.json").exists():
+        assert proc.poll() is None, "the run ended before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.5)  # let it get into step 2
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (killed_dir / "checkpoints" / "step_3").exists()
+
+    resumed = subprocess.run(_train_cmd("--resume", str(killed_dir)), env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+    a, b = read_metrics(tmp_path / "straight"), read_metrics(killed_dir)
+    assert [m["step"] for m in a] == [m["step"] for m in b]
+    for ma, mb in zip(a, b, strict=True):
+        assert ma.get("reward/mean") == mb.get("reward/mean"), (
+            ma["step"],
+            ma.get("reward/mean"),
+            mb.get("reward/mean"),
+        )
+    for step in (1, 2, 3):
+        ta = pq.read_table(tmp_path / "straight" / "trajectories" / f"step_{step}.parquet").column(
+            "completion"
+        )
+        tb = pq.read_table(killed_dir / "trajectories" / f"step_{step}.parquet").column("completion")
+        assert ta.to_pylist() == tb.to_pylist(), step
+    wa = torch.load(tmp_path / "straight" / "checkpoints" / "step_3" / "model.pt", weights_only=True)
+    wb = torch.load(killed_dir / "checkpoints" / "step_3" / "model.pt", weights_only=True)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)

@@ -1,0 +1,192 @@
+"""The trainer on a tiny random Llama: batch building, ratios, accumulation, failures, LoRA, KL."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from train_helpers import PAD, sequence_logprobs, tiny_llama, traj
+
+from trialground.rollout.trajectory import Trajectory
+from trialground.train.config import TrainerConfig
+from trialground.train.trainer import Trainer, build_samples
+
+
+def _on_policy(
+    model: torch.nn.Module, specs: list[tuple[list[int], list[int], float]], temperature: float = 1.0
+):
+    """Trajectories whose recorded logprobs are the model's own at `temperature`."""
+    out = []
+    for i, (prompt, completion, reward) in enumerate(specs):
+        lp = sequence_logprobs(model, prompt + completion, len(prompt), temperature)  # type: ignore[arg-type]
+        out.append(traj(prompt, [("policy", completion, lp)], reward=reward, group="g", index=i))
+    return out
+
+
+SPECS = [
+    ([1, 2, 3], [4, 5, 6, 7], 1.0),
+    ([1, 2, 3], [8, 9], 0.0),
+    ([5, 6], [10, 11, 12], 0.0),
+    ([5, 6, 7, 8], [13], 1.0),
+]
+ADV = [1.0, -1.0, -0.5, 0.5]
+
+
+def test_build_samples_aligns_targets() -> None:
+    t = traj(
+        [1, 2, 3],
+        [("policy", [4, 5], [-0.1, -0.2]), ("env", [6, 7], []), ("policy", [8], [-0.3])],
+    )
+    (s,) = build_samples([t], [0.5])
+    assert s.ids == [1, 2, 3, 4, 5, 6, 7, 8]
+    # target j is ids[j + 1]: the policy tokens 4, 5 and 8 are trained, nothing else
+    assert s.mask == [0, 0, 1, 1, 0, 0, 1]
+    assert s.old_logprobs == [0.0, 0.0, -0.1, -0.2, 0.0, 0.0, -0.3]
+    trained = [s.ids[j + 1] for j, m in enumerate(s.mask) if m]
+    assert trained == [4, 5, 8]
+    assert s.advantage == 0.5
+
+
+def test_build_samples_skips_failures_and_missing_logprobs_marked() -> None:
+    ok = traj([1], [("policy", [2], [])])
+    failed = traj([1], [("policy", [2], [-0.1])], error=True)
+    only_env = traj([1], [("env", [2], [])])
+    samples = build_samples([ok, failed, only_env], [1.0, 1.0, 1.0])
+    assert len(samples) == 1 and samples[0].old_logprobs is None
+    with pytest.raises(ValueError):
+        build_samples([ok], [])
+
+
+def test_on_policy_first_step_has_ratio_one_and_moves_logprobs() -> None:
+    model = tiny_llama()
+    trainer = Trainer(model, TrainerConfig(lr=1e-2, micro_batch_size=2), PAD)
+    batch = _on_policy(model, SPECS)
+    before = [sum(sequence_logprobs(model, p + c, len(p))) for p, c, _ in SPECS]
+    m = trainer.step(batch, ADV)
+    assert m["train/ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert m["train/clip_frac"] == 0.0
+    assert m["train/tokens"] == 10.0 and m["train/sequences"] == 4.0
+    assert m["train/grad_norm"] > 0 and m["train/entropy"] > 0
+    assert trainer.version == 1 and m["train/version"] == 1.0
+    after = [sum(sequence_logprobs(model, p + c, len(p))) for p, c, _ in SPECS]
+    # the trained module is the one passed in (shared in-process): positive advantages went up
+    assert after[0] > before[0] and after[3] > before[3]
+    assert after[1] < before[1] and after[2] < before[2]
+
+
+def test_temperature_matches_sampling_temperature() -> None:
+    model = tiny_llama()
+    batch = _on_policy(model, SPECS, temperature=2.0)
+    m = Trainer(model, TrainerConfig(), PAD, temperature=2.0).step(batch, ADV)
+    assert m["train/ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    model2 = tiny_llama()
+    m_wrong = Trainer(model2, TrainerConfig(), PAD, temperature=1.0).step(batch, ADV)
+    assert abs(m_wrong["train/ratio_mean"] - 1.0) > 1e-3
+    with pytest.raises(ValueError, match="temperature"):
+        Trainer(tiny_llama(), TrainerConfig(), PAD, temperature=0.0)
+
+
+def test_gradient_accumulation_equals_full_batch() -> None:
+    params = []
+    for mbs in (1, 3, 4):
+        model = tiny_llama()
+        batch = _on_policy(model, SPECS)
+        Trainer(model, TrainerConfig(lr=1e-2, micro_batch_size=mbs), PAD).step(batch, ADV)
+        params.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert torch.allclose(params[0], params[1], atol=1e-6)
+    assert torch.allclose(params[0], params[2], atol=1e-6)
+
+
+def _params(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def test_infra_failures_change_nothing() -> None:
+    runs = []
+    for with_failure in (False, True):
+        model = tiny_llama()
+        batch: list[Trajectory] = _on_policy(model, SPECS)
+        adv: list[float | None] = list(ADV)
+        if with_failure:
+            bad = traj([1, 2], [("policy", [30, 31, 32], [-1.0, -1.0, -1.0])], reward=None, error=True)
+            batch.insert(1, bad)
+            adv.insert(1, None)
+        m = Trainer(model, TrainerConfig(lr=1e-2), PAD).step(batch, adv)
+        runs.append((_params(model), m["train/tokens"]))
+    assert runs[0][1] == runs[1][1]
+    assert all(torch.equal(a, b) for a, b in zip(runs[0][0], runs[1][0], strict=True))
+
+
+def test_skip_zero_advantage_gives_the_same_update() -> None:
+    runs = []
+    for skip in (False, True):
+        model = tiny_llama()
+        batch = _on_policy(model, SPECS)
+        Trainer(model, TrainerConfig(lr=1e-2, skip_zero_advantage=skip), PAD).step(
+            batch, [1.0, 0.0, 0.0, -1.0]
+        )
+        runs.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert torch.allclose(runs[0], runs[1], atol=1e-7)
+
+
+def test_recompute_old_logprobs_and_epochs() -> None:
+    model = tiny_llama()
+    batch = []
+    for t in _on_policy(model, SPECS):
+        turns = tuple(
+            u.model_copy(update={"logprobs": tuple(x + 0.1 for x in u.logprobs)}) if u.role == "policy" else u
+            for u in t.turns
+        )
+        batch.append(t.model_copy(update={"turns": turns}))
+    m = Trainer(model, TrainerConfig(old_logprobs="recompute", epochs=3, lr=1e-2), PAD).step(batch, ADV)
+    assert m["train/sampler_logprob_diff"] == pytest.approx(0.1, abs=1e-5)
+    # averaged over 3 epochs: ratio 1 in the first, drifting after the updates
+    assert m["train/ratio_mean"] != pytest.approx(1.0, abs=1e-6)
+    # trajectories without recorded logprobs are recomputed in "sampling" mode too
+    bare = [traj(p, [("policy", c, [])], reward=r) for p, c, r in SPECS]
+    m2 = Trainer(tiny_llama(), TrainerConfig(), PAD).step(bare, ADV)
+    assert m2["train/ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_nothing_trainable_is_a_skipped_step() -> None:
+    trainer = Trainer(tiny_llama(), TrainerConfig(), PAD)
+    m = trainer.step([traj([1], [("policy", [2], [0.0])], error=True)], [None])
+    assert m["train/skipped"] == 1.0 and trainer.version == 0
+
+
+def test_lora_trains_adapters_and_merged_weights_match() -> None:
+    model = tiny_llama()
+    frozen = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer = Trainer(model, TrainerConfig(lora_rank=4, lora_alpha=8, lr=5e-2), PAD)
+    batch = _on_policy(model, SPECS)
+    for _ in range(2):
+        trainer.step(batch, ADV)
+    trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    merged = trainer.state_dict()
+    assert set(merged) == set(frozen)  # plain HF names, LoRA folded in
+    changed = [k for k in merged if not torch.equal(merged[k], frozen[k])]
+    assert changed and all(k.endswith(".weight") for k in changed)
+    fresh = tiny_llama(seed=123)
+    fresh.load_state_dict(merged)
+    x = torch.tensor([[1, 2, 3, 4, 5, 6]])
+    with torch.no_grad():
+        assert torch.allclose(fresh(input_ids=x).logits, trainer.model(input_ids=x).logits, atol=1e-5)
+        # the caller's module samples with the adapters too (peft injects into it)
+        assert torch.allclose(model(input_ids=x).logits, trainer.model(input_ids=x).logits)
+
+
+def test_kl_to_reference() -> None:
+    model = tiny_llama()
+    ref = copy.deepcopy(model)
+    trainer = Trainer(model, TrainerConfig(kl_coef=0.1, lr=5e-2), PAD)
+    batch = _on_policy(ref, SPECS)
+    m1 = trainer.step(batch, ADV)
+    assert m1["train/kl"] == pytest.approx(0.0, abs=1e-7)
+    m2 = trainer.step(batch, ADV)
+    assert m2["train/kl"] > 1e-6
+    # LoRA: the reference is the base model with adapters disabled
+    lora = Trainer(tiny_llama(), TrainerConfig(kl_coef=0.1, lora_rank=2, lr=5e-2), PAD)
+    assert lora.step(batch, ADV)["train/kl"] == pytest.approx(0.0, abs=1e-7)
+    assert lora.step(batch, ADV)["train/kl"] > 0.0

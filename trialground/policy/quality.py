@@ -1,0 +1,85 @@
+"""How good a policy is on code tasks: greedy pass@1, sampled pass@1 and pass@k with the real grader.
+
+Used by `scripts/pretrain_tiny.py --evaluate` and by the tiny-model quality test. Each task's prompt is
+rendered with the policy's chat template as one user message; the generated text is the submission.
+Any grading that ends in an infrastructure error raises: a number made of silent zeros is worse than none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from trialground.errors import VerifierError
+from trialground.policy.base import Policy, SamplingParams
+from trialground.tasks.model import Task
+from trialground.verify.grader import Grader
+
+
+@dataclass(frozen=True)
+class PassRates:
+    tasks: int
+    greedy_pass_at_1: float
+    sampled_pass_at_1: float | None  # None when samples == 0
+    pass_at_k: float | None
+    k: int
+
+
+def prompt_ids(policy: Policy, task: Task) -> list[int]:
+    ids = policy.tokenizer.apply_chat_template(
+        [{"role": "user", "content": task.prompt}],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
+    )
+    return [int(i) for i in ids]
+
+
+async def _passes(
+    grader: Grader, tasks: Sequence[Task], texts: Sequence[str], concurrency: int
+) -> list[bool]:
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(task: Task, text: str) -> bool:
+        async with gate:
+            verdict, _ = await grader.grade(task, text)
+        if verdict.error is not None:
+            raise VerifierError(f"grading task {task.id} failed: {verdict.error.message}")
+        return verdict.passed
+
+    return list(await asyncio.gather(*(one(t, s) for t, s in zip(tasks, texts, strict=True))))
+
+
+async def measure_pass_rates(
+    policy: Policy,
+    tasks: Sequence[Task],
+    grader: Grader,
+    *,
+    samples: int = 8,
+    max_new_tokens: int = 48,
+    seed: int = 0,
+    batch_size: int = 64,
+    concurrency: int = 4,
+) -> PassRates:
+    """Greedy pass@1 over `tasks`; with `samples` > 0 also `samples` draws at temperature 1 per task:
+    sampled pass@1 (mean over all draws) and pass@k (k = samples: at least one draw passes)."""
+    prompts = [prompt_ids(policy, t) for t in tasks]
+
+    async def texts_for(ps: list[list[int]], params: SamplingParams) -> list[str]:
+        out: list[str] = []
+        for i in range(0, len(ps), batch_size):
+            out += [g.text for g in await policy.generate(ps[i : i + batch_size], params)]
+        return out
+
+    greedy = await texts_for(prompts, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens))
+    greedy_ok = await _passes(grader, tasks, greedy, concurrency)
+    sampled_p1 = pass_k = None
+    if samples > 0:
+        params = SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens, seed=seed)
+        reps = [p for p in prompts for _ in range(samples)]
+        sampled = await texts_for(reps, params)
+        ok = await _passes(grader, [t for t in tasks for _ in range(samples)], sampled, concurrency)
+        sampled_p1 = sum(ok) / len(ok)
+        pass_k = sum(any(ok[i * samples : (i + 1) * samples]) for i in range(len(tasks))) / len(tasks)
+    return PassRates(len(tasks), sum(greedy_ok) / len(tasks), sampled_p1, pass_k, samples)

@@ -1,0 +1,305 @@
+"""Task-set validation: is every task sound enough to train on?
+
+Per task (graded with the real `Grader`, real sandboxes):
+- the reference passes `runs` times with identical per-test results; a test whose outcome flips makes the
+  task `quarantined` (flaky); a reference that fails makes it `invalid`;
+- trivial and adversarial submissions earn nothing: code tasks get the empty module, `pass`, stubs that
+  `return None` and echo their first argument, and the built-in hack set (`hack_submissions`); answer tasks
+  get "", "I don't know" and an empty `\\boxed{}`; check-program tasks get the untouched workspace;
+- gold answers parse (math: math-verify; numeric: a number; regex: compiles);
+- code tasks have at least `min_tests` hidden tests and as many as `expected_tests` says;
+- duplicates, near-duplicates and overlap with a named eval set (`trialground.tasks.dedup`) make the later
+  task of each group `invalid`.
+
+`run_validation` (the CLI entry point) prints a table, writes the JSON report and returns the exit status
+(0: every task valid, 1: some task invalid or quarantined).
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from trialground.sandbox.base import SandboxConfig
+from trialground.tasks.model import Task
+from trialground.verify.answers import parse_number
+from trialground.verify.code_tests import test_names
+from trialground.verify.config import RewardConfig
+from trialground.verify.grader import Grader
+
+Status = Literal["valid", "invalid", "quarantined"]
+
+
+class TaskValidation(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task_id: str
+    name: str = ""
+    kind: str
+    status: Status
+    problems: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = Field((), description="Findings that do not make the task invalid")
+    flaky_tests: tuple[str, ...] = ()
+    tests: int = 0
+
+
+class ValidationReport(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str
+    runs: int
+    tasks: tuple[TaskValidation, ...]
+    duplicates: tuple[dict, ...] = Field((), description="Dedup findings (trialground.tasks.dedup)")
+
+    @property
+    def ok(self) -> bool:
+        return all(t.status == "valid" for t in self.tasks)
+
+    def counts(self) -> dict[str, int]:
+        out = {"valid": 0, "invalid": 0, "quarantined": 0}
+        for t in self.tasks:
+            out[t.status] += 1
+        return out
+
+
+def _functions(reference: str | None) -> list[str]:
+    try:
+        tree = ast.parse(reference or "")
+    except SyntaxError:
+        return []
+    return [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+
+
+def hack_submissions(functions: Sequence[str]) -> dict[str, str]:
+    """The built-in adversarial set for a code task defining `functions` (one entry per hack kind)."""
+
+    def each(body: str, head: str = "") -> str:
+        return head + "".join(f"def {f}(*args, **kwargs):\n{body}\n" for f in functions)
+
+    return {
+        "empty": "",
+        "pass": "pass\n",
+        "return_none": each("    return None\n"),
+        "echo_input": each("    return args[0] if args else None\n"),
+        "always_equal": each(
+            "    return AlwaysEqual()\n",
+            "class AlwaysEqual:\n    def __eq__(self, other):\n        return True\n"
+            "    def __ne__(self, other):\n        return False\n    def __bool__(self):\n        return True\n\n",
+        ),
+        "exit_in_call": each("    sys.exit(0)\n", "import sys\n\n"),
+        "exit_at_import": each("    return None\n", "import os\nos._exit(0)\n\n"),
+        "patch_builtins": each(
+            "    return args[0] if args else None\n",
+            "import builtins\nbuiltins.abs = lambda x: 0\nbuiltins.isinstance = lambda *a: True\n\n",
+        ),
+        "read_caller": each(
+            "    frame = sys._getframe(1)\n    return frame.f_back.f_locals\n", "import sys\n\n"
+        ),
+    }
+
+
+def answer_trivia() -> dict[str, str]:
+    return {"empty": "", "dont_know": "I don't know.", "empty_box": "\\boxed{}"}
+
+
+class Validator:
+    def __init__(self, grader: Grader, *, runs: int = 3, min_tests: int = 1, concurrency: int = 4) -> None:
+        self.grader, self.runs, self.min_tests = grader, runs, min_tests
+        self._sem = asyncio.Semaphore(concurrency)
+
+    async def _grade(self, task: Task, submission: str):  # type: ignore[no-untyped-def]
+        async with self._sem:
+            return await self.grader.grade(task, submission)
+
+    async def validate(self, task: Task) -> TaskValidation:
+        kind = task.verifier.kind
+        problems: list[str] = []
+        problems += self._static_problems(task)
+        n_tests = 0
+        if kind == "code_tests":
+            n_tests = sum(len(test_names(src)) for src in task.hidden_checks.values()) if task.hidden_checks else 0
+            expected = int(task.verifier.params.get("expected_tests", n_tests))
+            if n_tests < self.min_tests:
+                problems.append(f"only {n_tests} hidden tests (< {self.min_tests})")
+            if expected != n_tests:
+                problems.append(f"expected_tests={expected} but the checks define {n_tests}")
+        flaky: list[str] = []
+        if task.reference is None:
+            problems.append("no reference solution")
+        else:
+            refs = await asyncio.gather(*(self._grade(task, task.reference) for _ in range(self.runs)))
+            errors = [v.error.message for v, _ in refs if v.error is not None]
+            if errors:
+                problems.append(f"grading failed: {errors[0][:200]}")
+            outcomes = [{t.name: t.outcome for t in v.tests} for v, _ in refs]
+            names = sorted({n for o in outcomes for n in o})
+            flaky = [n for n in names if len({o.get(n) for o in outcomes}) > 1]
+            passes = [v.passed for v, _ in refs]
+            if flaky or (any(passes) and not all(passes)):
+                problems.append(f"reference results differ between runs (flaky: {', '.join(flaky) or 'verdict'})")
+            elif not any(passes):
+                detail = refs[0][0].detail
+                problems.append(f"reference fails: {detail[:200]}")
+        for label, submission in self._adversarial(task).items():
+            verdict, reward = await self._grade(task, submission)
+            if verdict.error is None and reward.outcome > 0:
+                problems.append(f"trivial/adversarial submission `{label}` passes")
+        status: Status = "quarantined" if flaky or any("differ between runs" in p for p in problems) else "valid"
+        if problems and status == "valid":
+            status = "invalid"
+        return TaskValidation(
+            task_id=task.id,
+            name=str(task.metadata.get("name", "")),
+            kind=kind,
+            status=status,
+            problems=tuple(problems),
+            flaky_tests=tuple(flaky),
+            tests=n_tests,
+        )
+
+    def _adversarial(self, task: Task) -> dict[str, str]:
+        kind = task.verifier.kind
+        if kind == "code_tests":
+            functions = _functions(task.reference)
+            entry = task.verifier.params.get("entry_point")
+            if entry and entry not in functions:
+                functions.append(str(entry))
+            return hack_submissions(functions or ["solve"])
+        if kind == "check_program":
+            path = task.verifier.params.get("solution_path")
+            untouched = task.files.get(str(path), "") if path else ""
+            return {"untouched_workspace": untouched, "empty": ""}
+        return answer_trivia()
+
+    def _static_problems(self, task: Task) -> list[str]:
+        params, kind = task.verifier.params, task.verifier.kind
+        if kind in ("exact", "numeric", "math") and "answer" not in params:
+            return ["no gold answer (params['answer'])"]
+        if kind == "numeric" and parse_number(str(params["answer"])) is None:
+            return [f"gold answer {params['answer']!r} is not a number"]
+        if kind == "regex":
+            import re
+
+            try:
+                re.compile(str(params.get("pattern", "")))
+            except re.error as e:
+                return [f"regex does not compile: {e}"]
+        if kind == "math":
+            from trialground.verify.math_verifier import check
+
+            ok, detail = self.grader.math.call(str(params["answer"]), f"${params['answer']}$")
+            if not ok:
+                return [f"gold answer does not verify against itself: {detail}"]
+            del check
+        if kind in ("code_tests", "check_program") and not task.hidden_checks:
+            return ["no hidden checks"]
+        return []
+
+
+async def validate_tasks(
+    tasks: Sequence[Task],
+    *,
+    runs: int = 3,
+    eval_tasks: Sequence[Task] = (),
+    eval_name: str = "eval",
+    source: str = "",
+    sandbox_config: SandboxConfig | None = None,
+    reward_config: RewardConfig | None = None,
+    concurrency: int = 4,
+    min_tests: int = 1,
+    progress: Progress | None = None,
+) -> ValidationReport:
+    """Validate every task (see module docstring); never raises for a bad task."""
+    from trialground.tasks.dedup import find_duplicates
+
+    grader = Grader(sandbox_config or SandboxConfig(), reward_config or RewardConfig())
+    validator = Validator(grader, runs=runs, min_tests=min_tests, concurrency=concurrency)
+    bar = progress.add_task("validating", total=len(tasks)) if progress is not None else None
+
+    async def one(task: Task) -> TaskValidation:
+        result = await validator.validate(task)
+        if progress is not None and bar is not None:
+            progress.advance(bar)
+        return result
+
+    try:
+        results = list(await asyncio.gather(*(one(t) for t in tasks)))
+    finally:
+        await grader.close()
+    findings = find_duplicates(tasks, eval_tasks, eval_name=eval_name)
+    by_id = {t.id: t for t in tasks}
+    extra: dict[str, list[str]] = {}
+    notes: dict[str, list[str]] = {}
+    for f in findings:
+        repeats = f.task_ids if f.kind == "eval_overlap" else f.task_ids[1:]
+        text = f"{f.kind}: {f.detail or ', '.join(f.task_ids)}"[:200]
+        for tid in repeats:
+            # Prompts equal only after dropping punctuation (HumanEval/56 vs /61: "<>" vs "()") are a
+            # note, not a duplicate, when the raw prompts differ.
+            first = by_id.get(f.task_ids[0])
+            same_raw = first is not None and tid in by_id and " ".join(first.prompt.split()) == " ".join(
+                by_id[tid].prompt.split()
+            )
+            (notes if f.kind == "same_prompt" and not same_raw else extra).setdefault(tid, []).append(text)
+    final = []
+    for r in results:
+        if r.task_id in extra:
+            status: Status = "quarantined" if r.status == "quarantined" else "invalid"
+            r = r.model_copy(update={"problems": r.problems + tuple(extra[r.task_id]), "status": status})
+        if r.task_id in notes:
+            r = r.model_copy(update={"warnings": tuple(notes[r.task_id])})
+        final.append(r)
+    return ValidationReport(
+        source=source,
+        runs=runs,
+        tasks=tuple(final),
+        duplicates=tuple(f.model_dump(mode="json") for f in findings),
+    )
+
+
+def print_report(report: ValidationReport, console: Console, *, all_rows: bool = False) -> None:
+    rows = [t for t in report.tasks if all_rows or t.status != "valid"]
+    table = Table(title=f"validation of {report.source or 'tasks'} ({report.runs} reference runs)")
+    for col in ("task", "kind", "tests", "status", "problems"):
+        table.add_column(col, overflow="fold")
+    for t in rows:
+        style = {"valid": "green", "invalid": "red", "quarantined": "yellow"}[t.status]
+        table.add_row(t.name or t.task_id, t.kind, str(t.tests), f"[{style}]{t.status}[/]", "; ".join(t.problems))
+    if rows:
+        console.print(table)
+    c = report.counts()
+    console.print(f"{len(report.tasks)} tasks: {c['valid']} valid, {c['invalid']} invalid, {c['quarantined']} quarantined")
+
+
+def run_validation(
+    tasks: Sequence[Task],
+    *,
+    source: str = "",
+    runs: int = 3,
+    eval_tasks: Sequence[Task] = (),
+    eval_name: str | None = None,
+    json_report: Path | str | None = None,
+    concurrency: int = 4,
+) -> int:
+    """CLI entry point: validate, print the table (stdout), write the JSON report; 0 when all valid, else 1."""
+    err = Console(stderr=True)
+    with Progress(console=err, transient=True) as progress:
+        report = asyncio.run(
+            validate_tasks(
+                tasks, runs=runs, eval_tasks=eval_tasks, eval_name=eval_name or "eval", source=source,
+                concurrency=concurrency, progress=progress,
+            )
+        )  # fmt: skip
+    print_report(report, Console(), all_rows=len(report.tasks) <= 50)
+    if json_report is not None:
+        Path(json_report).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_report).write_text(report.model_dump_json(indent=2))
+    return 0 if report.ok else 1
