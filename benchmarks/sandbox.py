@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/sandbox.py [--iterations 30] [--seconds 10]
 
 - bare:  `python3 -I -S -c pass` spawned on the host (the sandbox's own interpreter, no sandbox)
-- cold:  the same command in a brand-new sandbox: open + exec + close, and the exec alone
+- cold:  the same command in a brand-new sandbox: open + exec + close, and the exec alone; without
+         spares (prewarm=0) and with one spare started ahead in the background (prewarm=1)
 - warm:  the same command in an already-open sandbox (forked from the pre-started interpreter)
 - restore: `restore(snapshot)` after changes, for workspaces of 10, 1,000 and 10,000 files
 - throughput: fresh-sandbox runs/s and warm execs/s with 2 concurrent workers
@@ -15,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import subprocess
 import sys
 import time
 
@@ -31,23 +31,29 @@ def ms(values: list[float]) -> float:
 
 
 async def latency(iterations: int) -> dict[str, list[float]]:
-    cfg = SandboxConfig()
-    out: dict[str, list[float]] = {"bare": [], "cold_total": [], "cold_exec": [], "warm": []}
-    async with await open_sandbox(cfg) as warm:
+    cold_cfg, pooled_cfg = SandboxConfig(prewarm=0), SandboxConfig(prewarm=1)
+    keys = ("bare", "cold_exec", "cold_total", "pooled_total", "warm")
+    out: dict[str, list[float]] = {k: [] for k in keys}
+    async with await open_sandbox(SandboxConfig(prewarm=0)) as warm:
         for _ in range(3):
             await warm.exec(CMD)
         for _ in range(iterations):
             t = time.perf_counter()
-            subprocess.run(CMD, check=True)
+            proc = await asyncio.create_subprocess_exec(*CMD)
+            assert await proc.wait() == 0
             out["bare"].append(time.perf_counter() - t)
             t = time.perf_counter()
-            sb = await open_sandbox(cfg)
+            sb = await open_sandbox(cold_cfg)
             t_exec = time.perf_counter()
             r = await sb.exec(CMD)
             out["cold_exec"].append(time.perf_counter() - t_exec)
             await sb.close()
             out["cold_total"].append(time.perf_counter() - t)
             assert r.ok, r
+            t = time.perf_counter()
+            async with await open_sandbox(pooled_cfg) as sb:
+                assert (await sb.exec(CMD)).ok
+            out["pooled_total"].append(time.perf_counter() - t)
             t = time.perf_counter()
             r = await warm.exec(CMD)
             out["warm"].append(time.perf_counter() - t)
@@ -59,7 +65,7 @@ async def restore_times(sizes: tuple[int, ...], repeats: int) -> dict[int, tuple
     result = {}
     for n in sizes:
         files = {f"d{i % 100}/f{i}.py": f"x = {i}\n" for i in range(n)}
-        cfg = SandboxConfig(limits=Limits(disk_mb=512))
+        cfg = SandboxConfig(limits=Limits(disk_mb=512), prewarm=0)
         async with await open_sandbox(cfg, files) as sb:
             sid = await sb.snapshot()
             mode = "overlay" if getattr(sb, "workspace", None) and sb.workspace.overlay else "copy"  # type: ignore[attr-defined]
@@ -76,7 +82,7 @@ async def restore_times(sizes: tuple[int, ...], repeats: int) -> dict[int, tuple
 
 
 async def throughput(seconds: float, workers: int) -> tuple[float, float]:
-    cfg = SandboxConfig()
+    cfg = SandboxConfig(prewarm=0)
     stop = time.monotonic() + seconds
     fresh = 0
 
@@ -116,8 +122,9 @@ async def main() -> None:
     print("|---|---:|---:|")
     for key, label in (
         ("bare", "host: `python3 -I -S -c pass` (bare)"),
-        ("cold_exec", "fresh sandbox: exec of the same"),
-        ("cold_total", "fresh sandbox: open + exec + close"),
+        ("cold_exec", "fresh sandbox (prewarm=0): exec of the same"),
+        ("cold_total", "fresh sandbox (prewarm=0): open + exec + close"),
+        ("pooled_total", "fresh sandbox (prewarm=1, spare started ahead): open + exec + close"),
         ("warm", "warm sandbox: exec of the same"),
     ):
         print(f"| {label} | {ms(lat[key]):.1f} | {ms(lat[key]) / bare:.2f}x |")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from envkit import call, code_task
 
@@ -136,5 +138,41 @@ async def test_configured_format_only(grader: Grader, sandbox_config, fmt: str) 
         assert obs.text == "[exit 0]\nok"
         obs = await env.step(call("bash", fmt=other, command="echo ok"))
         assert obs.text.startswith("error:")
+    finally:
+        await env.close()
+
+
+async def test_bad_paths_are_tool_errors_not_episode_errors(grader: Grader, sandbox_config) -> None:
+    env = ToolEnv(grader, CFG, sandbox_config)
+    try:
+        await env.reset(code_task())
+        for text in (
+            call("read_file", path="/etc/passwd"),
+            call("read_file", path="../../etc/passwd"),
+            call("write_file", path="../escape.txt", content="x"),
+            call("read_file", path="notes"),  # a directory
+            call("edit_file", path="notes", old="a", new="b"),
+            call("write_file", path="solution.py/inner", content="x"),
+        ):
+            obs = await env.step(text)
+            assert not obs.done and obs.text.startswith("error:"), obs.text
+        assert env.counters["tool_errors"] == 6 and not env.failed
+        await env.step(call("bash", command="rm solution.py && mkdir solution.py"))
+        obs = await env.step(call("submit"))  # the solution path is a directory: graded, fails, no crash
+        assert obs.done and obs.verdict is not None and not obs.verdict.passed
+    finally:
+        await env.close()
+
+
+async def test_time_spent_generating_counts(grader: Grader, sandbox_config) -> None:
+    cfg = EnvConfig(kind="tool", max_episode_s=0.3, grade_on_limit=False)
+    env = ToolEnv(grader, cfg, sandbox_config)
+    try:
+        await env.reset(code_task())
+        await asyncio.sleep(0.4)  # the policy took too long
+        obs = await env.step(call("write_file", path="late.txt", content="x"))
+        assert obs.done and obs.info["finish_reason"] == "time_limit" and obs.reward is None
+        with pytest.raises(FileNotFoundError):
+            await env.sandbox.read("late.txt")  # type: ignore[union-attr]
     finally:
         await env.close()

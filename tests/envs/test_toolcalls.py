@@ -75,7 +75,8 @@ def test_malformed_calls_are_invalid_with_reason(text: str, fmt: str, reason: st
 
 def test_parser_never_raises_on_garbage() -> None:
     rng = random.Random(0)
-    alphabet = ["<tool_call>", "</tool_call>", "<function=", "</function>", "<parameter=", "</parameter>", ">",
+    alphabet = ["<tool_call>", "</tool_call>", "<function=", "</function>", "<parameter=", "</parameter>",
+                ">",
                 "{", "}", '"name"', ":", '"bash"', ",", "\n", "x", "[", "]", '"arguments"']  # fmt: skip
     for _ in range(2000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))

@@ -28,11 +28,9 @@ def _grade_all(static: bool) -> Results:
 
     async def run() -> Results:
         grader = Grader(SandboxConfig(), config)
-        sem = asyncio.Semaphore(4)
 
         async def one(h: Hack) -> tuple[Verdict, Reward]:
-            async with sem:
-                return await grader.grade(tasks[h.task], h.source)
+            return await grader.grade(tasks[h.task], h.source)
 
         try:
             results = await asyncio.gather(*(one(h) for h in HACKS))
@@ -65,7 +63,14 @@ def _check(hack: Hack, verdict: Verdict, reward: Reward) -> None:
 
 def test_suite_covers_every_kind() -> None:
     kinds = {h.flag for h in HACKS}
-    assert {"early_exit", "always_equal", "special_casing", "test_tampering", "test_reading", "timing_spoof"} <= kinds
+    assert {
+        "early_exit",
+        "always_equal",
+        "special_casing",
+        "test_tampering",
+        "test_reading",
+        "timing_spoof",
+    } <= kinds
     assert len(HACKS) >= 15
     assert len({h.name for h in HACKS}) == len(HACKS)
 
@@ -75,6 +80,27 @@ def test_hack_earns_nothing_and_is_flagged(hack: Hack, graded: Results) -> None:
     _check(hack, *graded[hack.name])
 
 
-@pytest.mark.parametrize("hack", [h for h in HACKS if h.dynamic], ids=[h.name for h in HACKS if h.dynamic])
+@pytest.mark.parametrize(
+    "hack", [h for h in HACKS if h.dynamic_zero], ids=[h.name for h in HACKS if h.dynamic_zero]
+)
 def test_runner_alone_stops_the_hack(hack: Hack, graded_dynamic: Results) -> None:
-    _check(hack, *graded_dynamic[hack.name])
+    verdict, reward = graded_dynamic[hack.name]
+    assert verdict.error is None, verdict.error
+    assert not verdict.passed and reward.total <= 0.0
+    if hack.dynamic:
+        _check(hack, verdict, reward)
+
+
+async def test_grader_counts_flags_for_the_monitor() -> None:
+    tasks = {t.metadata["name"]: t for t in humaneval_tasks()}
+    grader = Grader(SandboxConfig(), RewardConfig())
+    try:
+        hack = next(h for h in HACKS if h.name == "sys_exit_in_function")
+        await grader.grade(tasks[hack.task], hack.source)
+        await grader.grade(tasks[hack.task], tasks[hack.task].reference or "")
+        metrics = grader.metrics()
+    finally:
+        await grader.close()
+    assert metrics["verify/gradings"] == 2.0
+    assert metrics["hack/flag_rate"] == 0.5 and metrics["hack/early_exit"] == 1.0
+    assert grader.metrics()["verify/gradings"] == 0.0  # reset on read

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -112,6 +114,34 @@ def test_webhook_receives_alert_json(
     assert mon.errors == []
 
 
+class _Slow(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        time.sleep(2.0)
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+def test_slow_webhook_does_not_stall_observe(tmp_path: Path) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        with Monitor(tmp_path, MonitorConfig(console=False, webhook_url=url)) as mon:
+            for s in range(30):
+                mon.observe(s, {"env/error_rate": 0.02 + 0.001 * (s % 3)})
+            t0 = time.perf_counter()
+            assert len(mon.observe(30, {"env/error_rate": 0.5})) == 1
+            assert time.perf_counter() - t0 < 1.0
+        assert mon.errors == []  # close() waited for the delivery
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_webhook_failure_is_reported_not_raised(tmp_path: Path) -> None:
     with Monitor(tmp_path, MonitorConfig(console=False, webhook_url="http://127.0.0.1:9/nothing")) as mon:
         alerts = spike(mon)
@@ -139,3 +169,25 @@ def test_prometheus_scraped_over_http(tmp_path: Path) -> None:
         assert 'trialground_alerts_total{action="warn",rule="env_anomaly"} 1.0' in text
     with pytest.raises(httpx.TransportError):
         httpx.get(url, timeout=2)
+
+
+def test_prometheus_live_source_read_at_scrape_time(tmp_path: Path) -> None:
+    calls = {"n": 0}
+
+    def pool_stats() -> dict[str, float]:
+        calls["n"] += 1
+        return {"pool/in_flight": float(calls["n"]), "sandbox/warm": 2.0}
+
+    def broken() -> dict[str, float]:
+        raise RuntimeError("pool gone")
+
+    with Monitor(tmp_path, MonitorConfig(console=False, prometheus_port=0)) as mon:
+        mon.add_live_source(broken)
+        mon.add_live_source(pool_stats)
+        assert mon.prometheus is not None
+        first = httpx.get(mon.prometheus.url, timeout=10).text
+        second = httpx.get(mon.prometheus.url, timeout=10).text
+    assert "trialground_sandbox_warm 2.0" in first
+    n1 = float(re.search(r"^trialground_pool_in_flight (\S+)$", first, re.M).group(1))  # type: ignore[union-attr]
+    n2 = float(re.search(r"^trialground_pool_in_flight (\S+)$", second, re.M).group(1))  # type: ignore[union-attr]
+    assert n2 > n1

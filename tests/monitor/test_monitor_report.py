@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -36,7 +38,7 @@ def test_run_data_reads_everything(synth_run: Path) -> None:
     assert len(d.metrics) == 120 and d.last_step == 119
     assert {a.rule for a in d.alerts} >= {"reward_eval_divergence"}
     assert d.flagged and d.flagged[0].count >= d.flagged[-1].count
-    assert d.flagged[0].flags["test_tampering"] > 0
+    assert d.flagged[0].flags["test_tampering"] > 0 and "synthetic" in d.flagged[0].example
     assert d.regressions and all(r.attempts >= 0 for r in d.regressions)
     assert any(r.solved_step is not None and r.solved_step > r.queued_step for r in d.regressions)
     assert d.trajectory_rows == 120 * 16 and d.error_rows > 0
@@ -120,3 +122,20 @@ def test_dashboard_screenshot_live(synth_run: Path, tmp_path: Path) -> None:
         dash.close()
     var, colours = pixel_stats(png)
     assert var > 100 and colours > 50, (var, colours)
+
+
+def test_dashboard_command_serves_over_http(synth_run: Path) -> None:
+    exe = Path(sys.executable).with_name("trialground")
+    proc = subprocess.Popen(
+        [str(exe), "dashboard", str(synth_run), "--port", "0"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        url = re.search(r"http://\S+/", line)
+        assert url, line
+        state = httpx.get(url.group(0) + "api/state", timeout=20).json()
+        assert state["last_step"] == 119 and "Alert timeline" in state["html"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)

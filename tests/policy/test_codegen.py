@@ -79,3 +79,11 @@ async def test_references_pass_and_wrong_answers_fail_with_the_real_grader() -> 
             assert verdict.error is None and not verdict.passed
     finally:
         await grader.close()
+
+
+def test_hidden_cases_are_what_the_reference_computes() -> None:
+    for inst in sample_instances(300, seed=3, split="eval"):
+        namespace: dict = {}
+        exec(inst.solution, namespace)
+        for x, y in inst.cases:
+            assert namespace["f"](list(x) if isinstance(x, list) else x) == y, (inst.solution, x)

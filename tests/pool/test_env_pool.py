@@ -33,6 +33,8 @@ async def test_acquire_release_reuses_warm_sandbox_restored(task) -> None:
     await first.write("junk.txt", "dirty")
     await pool.release(env)
     assert pool.metrics()["pool/idle"] == 1
+    stale = await env.step('<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>')
+    assert stale.done and stale.info["error"].kind == "released"  # a stale reference cannot touch it
     env2 = await pool.acquire(task)
     assert isinstance(env2, ToolEnv) and env2.sandbox is first  # warm reuse
     assert isinstance(first, SimSandbox) and "junk.txt" not in first.files  # restored from the task snapshot

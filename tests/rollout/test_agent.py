@@ -139,7 +139,7 @@ async def test_context_budget_truncates_and_is_recorded(policy: HFPolicy) -> Non
     assert t.reward is not None  # a capped single turn is still graded
     # multi-turn: no room for the next turn -> ended, truncated, outcome 0 with a logged component
     t2 = await rollout(
-        ScriptedPolicy(["a b c"]),
+        ScriptedPolicy(["a b c"], tokenizer=policy.tokenizer),
         ShellEnv(turns=5),
         TASK,
         params=params,

@@ -28,7 +28,8 @@ def test_json_result_and_exit_zero_whatever_the_program_did(tmp_path: Path) -> N
     (tmp_path / "in.txt").write_text("data")
     code, out, _ = run("--workspace", str(tmp_path), "--json", "--", "bash", "-c", "cat in.txt; exit 7")
     body = json.loads(out)
-    assert code == 0 and body["status"] == "nonzero_exit" and body["exit_code"] == 7 and body["stdout"] == "data"
+    assert code == 0 and body["status"] == "nonzero_exit"
+    assert body["exit_code"] == 7 and body["stdout"] == "data"
     code, out, _ = run("--json", "--timeout", "0.3", "--", "sleep", "5")
     assert code == 0 and json.loads(out)["status"] == "timeout"
     code, out, _ = run("--json", "--output-bytes", "2000", "--", "yes")

@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
 from trialground.errors import SandboxError
@@ -23,6 +31,8 @@ async def test_stdin_env_cwd(sandbox: Sandbox) -> None:
     await sandbox.write("sub/dir/file.txt", "x")
     r = await sandbox.exec("cat; echo $FOO; pwd", stdin="in\n", env={"FOO": "bar"}, cwd="sub/dir")
     assert r.stdout == "in\nbar\n/workspace/sub/dir\n"
+    r = await sandbox.exec(["true"], cwd="no/such/dir")
+    assert r.exit_code == 126 and "working directory" in r.stderr
     big = b"z" * 300_000
     r = await sandbox.exec(["wc", "-c"], stdin=big)
     assert r.stdout.strip() == str(len(big))
@@ -116,3 +126,51 @@ async def test_closed_sandbox_raises(sandbox: Sandbox) -> None:
 async def test_missing_rootfs_is_a_sandbox_error() -> None:
     with pytest.raises(SandboxError):
         await open_sandbox(SandboxConfig(rootfs="/no/such/rootfs"))
+
+
+@pytest.fixture
+def rootfs() -> Iterator[Path]:
+    """A minimal root filesystem directory: /usr (read-only bind of the host's), the usual links, /etc.
+    World-traversable: on a root host the sandbox runs as an unprivileged uid that must reach it."""
+    if os.geteuid() != 0:
+        pytest.skip("building a rootfs with a bind mount needs root")
+    root = Path(tempfile.mkdtemp(prefix="tg-rootfs-"))
+    root.chmod(0o755)
+    (root / "usr").mkdir()
+    (root / "etc").mkdir()
+    (root / "etc" / "marker").write_text("from-the-image\n")
+    for name in ("bin", "lib", "lib64", "sbin"):
+        (root / name).symlink_to(f"usr/{name}")
+    subprocess.run(["mount", "--bind", "-o", "ro", "/usr", str(root / "usr")], check=True)
+    try:
+        yield root
+    finally:
+        subprocess.run(["umount", "-l", str(root / "usr")], check=True)
+        shutil.rmtree(root)
+
+
+async def test_rootfs_directory_replaces_the_host_view(rootfs: Path) -> None:
+    async with await open_sandbox(SandboxConfig(rootfs=str(rootfs)), {"in.txt": "ws"}) as sb:
+        r = await sb.exec("cat /etc/marker in.txt; echo; ls /; python3 -c 'import sys; print(sys.prefix)'")
+        assert r.ok, r
+        out = r.stdout.split()
+        assert out[:2] == ["from-the-image", "ws"] and "root" not in out and out[-1] == "/usr"
+
+
+async def test_fast_path_only_for_the_configured_interpreter(sandbox: Sandbox) -> None:
+    code = "import sys; print(sys.version.split()[0], sys.flags.isolated)"
+    own = await sandbox.exec(["python3", "-c", code])
+    assert own.ok and own.stdout.split()[1] == "1"  # forked from the supervisor (started with -I)
+    if Path("/usr/bin/python3").exists():
+        system = await sandbox.exec(["/usr/bin/python3", "-c", code])
+        assert system.ok and system.stdout.split()[1] == "0"  # a different interpreter really runs
+
+
+async def test_cancelled_exec_leaves_a_working_sandbox(sandbox: Sandbox) -> None:
+    task = asyncio.create_task(sandbox.exec("yes flood", limits=Limits(output_bytes=100_000_000, wall_s=30)))
+    await asyncio.sleep(0.5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, timeout=20)
+    r = await sandbox.exec(["echo", "after"])
+    assert r.ok and r.stdout == "after\n"

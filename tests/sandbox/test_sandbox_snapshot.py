@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +90,28 @@ async def test_restore_cost_is_flat_in_workspace_size() -> None:
             expected = ["3", str(sum(1 for i in range(n) if i % 100 == 1))]
             assert (await sb.exec("cat d3/f3.txt; echo; ls d1 | wc -l")).stdout.split() == expected
     assert times[10_000] < 0.02 and times[10_000] < times[10] * 5 + 0.005, times
+
+
+async def test_repeated_restores_do_not_fill_the_quota() -> None:
+    async with await open_sandbox(SandboxConfig(limits=Limits(disk_mb=16))) as sb:
+        sid = await sb.snapshot()
+        for _ in range(6):  # 6 x 6 MiB written and discarded > 16 MiB quota
+            r = await sb.exec("head -c 6M /dev/zero > big && echo ok")
+            assert r.stdout == "ok\n", r
+            await sb.restore(sid)
+            await asyncio.sleep(0.05)  # the discarded layer is freed in the background
+
+
+async def test_no_mounts_or_cgroups_leak() -> None:
+    def mounts() -> int:
+        return len(Path("/proc/self/mountinfo").read_text().splitlines())
+
+    async with await open_sandbox(SandboxConfig()) as sb:  # first use may set up the shared runtime view
+        await sb.exec(["true"])
+    before = mounts()
+    for mode in MODES:
+        async with await open_sandbox(SandboxConfig(snapshot_mode=mode), {"f": "x"}) as sb:  # type: ignore[arg-type]
+            await sb.snapshot()
+            child = await sb.fork()
+            await child.close()
+    assert mounts() == before

@@ -291,13 +291,15 @@ async def test_no_persistence_after_restore(sandbox: Sandbox) -> None:
     marker = "98765.55"
     await sandbox.exec(
         f"echo 'echo OWNED' >> ~/.bashrc; echo 'print(\"OWNED\")' > sitecustomize.py; "
-        f"echo hacked > task.py; mkdir -p .config; (setsid sleep {marker} &)"
+        f"echo hacked > task.py; mkdir -p .config /tmp/d; echo x > /tmp/d/stash; echo y > /dev/shm/stash; "
+        f"(setsid sleep {marker} &)"
     )
     await sandbox.restore(clean)
     assert host_processes_with(f"sleep\x00{marker}") == []
     r = await sandbox.exec("ls -A; cat task.py; bash -ic true 2>/dev/null; python3 -c 'pass'")
     assert r.stdout == "task.py\nprint('task')\n", r
     assert "OWNED" not in r.stdout + r.stderr
+    assert (await sandbox.exec("ls -A /tmp /dev/shm")).stdout.split() == ["/dev/shm:", "/tmp:"]
 
 
 async def test_limits_are_not_self_raisable(sandbox: Sandbox) -> None:

@@ -180,6 +180,11 @@ def test_errors() -> None:
         pool.record("nope", True)
     with pytest.raises(TaskError, match="n must be >= 1"):
         pool.sample(0)
+    zero_easy = TaskPool(_tasks(2), TaskPoolConfig(easy_weight=0.0, band_min_attempts=1))
+    for t in zero_easy.tasks:
+        zero_easy.record(t.id, True)
+    with pytest.raises(TaskError, match="positive sampling weight"):
+        zero_easy.sample(1)
     with pytest.raises(ValueError, match="hard_threshold"):
         TaskPoolConfig(hard_threshold=0.9, easy_threshold=0.5)
 

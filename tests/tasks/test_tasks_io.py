@@ -175,3 +175,15 @@ def test_write_task_dir_refuses_non_empty(tmp_path: Path) -> None:
     (tmp_path / "d" / "x").write_text("1")
     with pytest.raises(TaskError, match="not empty"):
         write_task_dir(_task(0), tmp_path / "d")
+
+
+def test_generated_tasks_round_trip_both_forms(tmp_path: Path) -> None:
+    """Dotfiles (.env), empty files (out/.keep) and nested paths survive both forms."""
+    from trialground.tasks.sources import load_source
+
+    tasks = load_source("ops", n=14) + load_source("humaneval", n=3) + load_source("data", n=3)
+    assert any(".env" in t.files for t in tasks) and any("out/.keep" in t.files for t in tasks)
+    write_jsonl(tasks, tmp_path / "t.jsonl")
+    assert read_tasks(tmp_path / "t.jsonl") == tasks
+    write_task_dirs(tasks, tmp_path / "dirs")
+    assert read_tasks(tmp_path / "dirs") == tasks

@@ -100,7 +100,9 @@ def test_ops_checks_reject_hard_coded_results() -> None:
     assert run_check_program(script, {"run.sh": fake})[0] != 0
     svc = next(t for t in tasks if t.metadata["family"] == "import_error")
     fake_service = "print('cpu 1')\n"
-    assert run_check_program(svc, {"service.py": fake_service})[0] != 0
+    service = svc.verifier.params["solution_path"]
+    assert run_check_program(svc, {service: svc.reference or ""})[0] == 0
+    assert run_check_program(svc, {service: fake_service})[0] != 0
     env = next(t for t in tasks if t.metadata["family"] == "env_file")
     fake_start = "#!/usr/bin/env bash\necho 'service up env=production data_files=3 workers=4'\n"
     assert run_check_program(env, {"start.sh": fake_start})[0] != 0

@@ -120,3 +120,18 @@ def test_trajectory_reward_applies_penalty_to_policy_tokens_only() -> None:
     failed = traj([1], [("policy", [4], [0.0])], reward=1.0, error=True)
     assert trajectory_reward(failed, max_length=1, penalty=1.0) is None
     assert not math.isnan(trajectory_reward(t, max_length=4, buffer=4, penalty=1.0) or 0.0)
+
+
+def test_advantages_for_applies_the_trainer_config() -> None:
+    from trialground.train.advantages import advantages_for
+    from trialground.train.config import TrainerConfig
+
+    long = traj([1], [("policy", [2, 3, 4, 5], [0.0] * 4)], reward=1.0, group="g", index=0)
+    short = traj([1], [("policy", [2], [0.0])], reward=1.0, group="g", index=1)
+    # without the penalty both earn 1: no signal; with it, the cut response is worse
+    assert advantages_for([long, short], TrainerConfig(algorithm="dr_grpo")) == [0.0, 0.0]
+    cfg = TrainerConfig(algorithm="dr_grpo", overlong_penalty=0.5)
+    assert advantages_for([long, short], cfg, max_new_tokens=4) == pytest.approx([-0.25, 0.25])
+    # soft, buffer clamped to 4: long (4 tokens) pays 1, short (1 token) pays 1/4; rloo: 0 - 0.75
+    soft = TrainerConfig(algorithm="rloo", overlong_penalty=1.0, overlong_buffer=8)
+    assert advantages_for([long, short], soft, max_new_tokens=4) == pytest.approx([-0.75, 0.75])

@@ -190,3 +190,20 @@ def test_kl_to_reference() -> None:
     lora = Trainer(tiny_llama(), TrainerConfig(kl_coef=0.1, lora_rank=2, lr=5e-2), PAD)
     assert lora.step(batch, ADV)["train/kl"] == pytest.approx(0.0, abs=1e-7)
     assert lora.step(batch, ADV)["train/kl"] > 0.0
+
+
+def test_lora_init_is_seeded_and_leaves_the_global_rng_alone() -> None:
+    model = tiny_llama()
+    torch.manual_seed(42)
+    expected_next = torch.rand(1)
+    torch.manual_seed(42)
+    a = Trainer(model, TrainerConfig(lora_rank=2, seed=3), PAD)
+    assert torch.equal(torch.rand(1), expected_next)
+    b = Trainer(tiny_llama(), TrainerConfig(lora_rank=2, seed=3), PAD)
+    c = Trainer(tiny_llama(), TrainerConfig(lora_rank=2, seed=4), PAD)
+
+    def lora_a(t: Trainer) -> list[torch.Tensor]:
+        return [p.detach() for n, p in t.model.named_parameters() if "lora_A" in n]
+
+    assert all(torch.equal(x, y) for x, y in zip(lora_a(a), lora_a(b), strict=True))
+    assert not all(torch.equal(x, y) for x, y in zip(lora_a(a), lora_a(c), strict=True))

@@ -6,7 +6,14 @@ import pytest
 
 from trialground.errors import VerifierError
 from trialground.tasks.model import Task, VerifierSpec
-from trialground.verify.answers import extract_answer, last_boxed, parse_number, verify_exact, verify_numeric, verify_regex
+from trialground.verify.answers import (
+    extract_answer,
+    last_boxed,
+    parse_number,
+    verify_exact,
+    verify_numeric,
+    verify_regex,
+)
 
 
 def task(kind: str, **params: object) -> Task:

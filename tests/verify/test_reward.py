@@ -9,7 +9,9 @@ from trialground.verify.config import RewardConfig
 from trialground.verify.reward import compute_reward, count_redundant, process_stats
 
 
-def act(tool: str, arg: str = "x", ok: bool = True, changed: bool | None = None, target: str | None = None) -> Action:
+def act(
+    tool: str, arg: str = "x", ok: bool = True, changed: bool | None = None, target: str | None = None
+) -> Action:
     return Action(tool=tool, argument_digest=arg, ok=ok, changed_workspace=changed, target=target)
 
 
@@ -89,7 +91,9 @@ def test_hack_actions(action: str, total: float, dropped: bool) -> None:
 
 
 def test_warn_flags_do_not_gate() -> None:
-    verdict = Verdict(passed=True, score=1.0, flags=(Flag(name="always_equal", evidence="x", severity="warn"),))
+    verdict = Verdict(
+        passed=True, score=1.0, flags=(Flag(name="always_equal", evidence="x", severity="warn"),)
+    )
     assert compute_reward(verdict, (), RewardConfig()).total == 1.0
 
 

@@ -26,7 +26,7 @@ def report(
         path = write_report(run_dir, out)
     except OSError as exc:
         fail(f"could not write the report: {exc}", code=EXIT_INFRA)
-    Console().print(f"report written to {path}", highlight=False)
+    Console(soft_wrap=True).print(f"report written to {path}", highlight=False)
 
 
 def dashboard(
@@ -44,7 +44,7 @@ def dashboard(
         dash = Dashboard(run_dir, host=host, port=port, refresh_s=refresh)
     except OSError as exc:
         fail(f"could not listen on {host}:{port}: {exc}", code=EXIT_INFRA)
-    Console().print(f"dashboard of {run_dir} at {dash.url} (Ctrl-C to stop)", highlight=False)
+    Console(soft_wrap=True).print(f"dashboard of {run_dir} at {dash.url} (Ctrl-C to stop)", highlight=False)
     try:
         dash.serve_forever()
     except KeyboardInterrupt:

@@ -89,7 +89,11 @@ def _find(tasks: list[Task], key: str) -> Task:
         return prefixed[0]
     if prefixed:
         fail(f"id prefix {key!r} matches {len(prefixed)} tasks; give more characters", EXIT_USAGE)
-    fail(f"no task {key!r} in this source (ids are content hashes; see `trialground tasks list`)", EXIT_USAGE)
+    fail(
+        f"no task {key!r} in this source (ids are content hashes; see `trialground tasks list` and pass the "
+        "same --n/--seed/--split)",
+        EXIT_USAGE,
+    )
 
 
 @app.command("show")
@@ -148,7 +152,10 @@ def validate(
     """Check every task: the reference passes N times identically, trivial and hack submissions fail,
     gold answers parse, enough tests; duplicates and eval-set overlap. Exit 1 when a task is invalid."""
     tasks = _load(source, seed, n, split)
-    eval_tasks = _load(eval_set, seed, None, None) if eval_set else []
+    # The eval split of the named set (generators make it on request); a set without one counts whole.
+    eval_tasks = (
+        (_load(eval_set, seed, None, "eval") or _load(eval_set, seed, None, None)) if eval_set else []
+    )
     try:
         from trialground.verify.validate import run_validation
     except ImportError as e:

@@ -85,7 +85,9 @@ async def grade_all(
 
 
 def verify(
-    tasks_spec: Annotated[str, typer.Argument(metavar="TASKS", help="Task source: humaneval, FILE.jsonl, DIR, ...")],
+    tasks_spec: Annotated[
+        str, typer.Argument(metavar="TASKS", help="Task source: humaneval, FILE.jsonl, DIR, ...")
+    ],
     solutions: Annotated[Path, typer.Option("--solutions", help="JSONL of {task_id, solution}")],
     as_json: Annotated[bool, typer.Option("--json", help="One JSON line per solution on stdout")] = False,
     concurrency: Annotated[int, typer.Option(min=1, max=256, help="Gradings at once")] = 4,
@@ -126,10 +128,15 @@ def verify(
             table.add_row(r["task_id"], str(r["passed"]), f"{r['reward']:.3f}", tests, ", ".join(r["flags"]))
         Console().print(table)
         passed = sum(r["passed"] for r in results)
-        Console().print(f"{passed}/{len(results)} passed, mean reward {_mean([r['reward'] for r in results]):.3f}")
+        Console().print(
+            f"{passed}/{len(results)} passed, mean reward {_mean([r['reward'] for r in results]):.3f}"
+        )
     errors = [r for r in results if r["error"]]
     if errors:
-        fail(f"{len(errors)} grading(s) failed for infrastructure reasons: {errors[0]['error']['message']}", EXIT_INFRA)
+        fail(
+            f"{len(errors)} grading(s) failed for infrastructure reasons: {errors[0]['error']['message']}",
+            EXIT_INFRA,
+        )
 
 
 def _mean(xs: list[float]) -> float:

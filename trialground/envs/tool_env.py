@@ -42,6 +42,14 @@ SandboxOpener = Callable[[SandboxConfig, Mapping[str, str | bytes]], Awaitable[S
 _HANG_GRACE_S = 10.0  # beyond a tool's own wall limit before the sandbox is declared hung
 
 
+def _now() -> float:
+    """The event loop's clock (so simulations on virtual time see episode time), else monotonic time."""
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:
+        return time.monotonic()
+
+
 def workspace_files(task: Task) -> dict[str, str | bytes]:
     """What the agent's sandbox starts with: task files plus visible checks. Never hidden checks."""
     return {**task.files, **task.visible_checks}
@@ -105,7 +113,7 @@ class ToolEnv(Environment, Forkable):
         self.state = EpisodeState()
         self.error: ErrorInfo | None = None  # set when infrastructure failed; the env is then unusable
         self._revoked: ErrorInfo | None = None
-        self._resumed_at = time.monotonic()
+        self._resumed_at = _now()
         self._token = uuid.uuid4().hex
         self._toolbox: Toolbox | None = None
 
@@ -122,13 +130,15 @@ class ToolEnv(Environment, Forkable):
         return tuple(self.state.actions)
 
     def elapsed_s(self) -> float:
-        return self.state.elapsed_s + (time.monotonic() - self._resumed_at)
+        return self.state.elapsed_s + (_now() - self._resumed_at)
 
     def revoke(self, info: ErrorInfo) -> None:
         """Called by the pool when the lease expired: every later step ends the episode with `info`."""
         self._revoked = info
 
     async def reset(self, task: Task) -> Observation:
+        if self._revoked is not None:
+            raise EnvError(f"environment revoked: {self._revoked.message}", kind=self._revoked.kind)
         if self.sandbox is not None and self.task is not None and self.task.id != task.id:
             raise EnvError(
                 f"sandbox was prepared for task {self.task.id}, not {task.id}", kind="task_mismatch"
@@ -154,7 +164,7 @@ class ToolEnv(Environment, Forkable):
         self.task = task
         self.state = EpisodeState()
         self.error = None
-        self._resumed_at = time.monotonic()
+        self._resumed_at = _now()
         limits = task.limits or self.sandbox_config.limits
         self._toolbox = Toolbox(self.sandbox, task, limits, self.config.python)
         fmt: ToolFormat = "xml" if self.config.tool_format == "xml" else "json_tags"
@@ -174,6 +184,8 @@ class ToolEnv(Environment, Forkable):
             return Observation(text="the episode is over", done=True, info=self._info(None))
         st.turn += 1
         st.history.append(("policy", action))
+        if self.elapsed_s() >= self.config.max_episode_s:  # generation used up the episode's time
+            return await self._limit("time_limit", "episode time limit reached; nothing was run")
         outputs: list[str] = []
         submitted: str | None = None
         did_submit = False
@@ -200,7 +212,7 @@ class ToolEnv(Environment, Forkable):
                 outputs.append(f"error: {problem}")
                 continue
             remaining = self.config.max_episode_s - self.elapsed_s()
-            t0 = time.monotonic()
+            t0 = _now()
             try:
                 wall = min(self.config.tool_timeout_s, max(remaining, 0.1))
                 outcome = await asyncio.wait_for(
@@ -215,7 +227,7 @@ class ToolEnv(Environment, Forkable):
                     SandboxError(f"{call.name}: {type(e).__name__}: {e}", kind="crashed").info()
                 )
             if self.on_exec is not None:
-                self.on_exec(time.monotonic() - t0)
+                self.on_exec(_now() - t0)
             st.counters["tool_calls"] += 1
             st.counters[f"tool/{call.name}"] = st.counters.get(f"tool/{call.name}", 0) + 1
             if not outcome.ok:
@@ -262,7 +274,7 @@ class ToolEnv(Environment, Forkable):
         path = self.task.verifier.params.get("solution_path", "solution.py")
         try:
             return (await self.sandbox.read(str(path))).decode("utf-8", errors="replace")
-        except (FileNotFoundError, IsADirectoryError, PermissionError, ValueError):
+        except (OSError, ValueError, SandboxError):  # no readable solution: grade the empty submission
             return ""
 
     def _fail(self, info: ErrorInfo) -> Observation:
@@ -284,6 +296,8 @@ class ToolEnv(Environment, Forkable):
     # --- snapshot / rollback / fork -------------------------------------------------------------------
 
     def _require_sandbox(self) -> Sandbox:
+        if self._revoked is not None:
+            raise EnvError(f"environment revoked: {self._revoked.message}", kind=self._revoked.kind)
         if self.sandbox is None or self.task is None:
             raise EnvError("no episode in progress", kind="not_reset")
         if self.error is not None:
@@ -306,7 +320,7 @@ class ToolEnv(Environment, Forkable):
             raise EnvError("snapshot belongs to another environment", kind="foreign_snapshot")
         await sandbox.restore(snap.sandbox_snapshot)
         self.state = copy.deepcopy(snap.state)
-        self._resumed_at = time.monotonic()
+        self._resumed_at = _now()
 
     async def fork(self, n: int) -> list[ToolEnv]:
         """n environments continuing from now, each owning a `Sandbox.fork()` of this workspace."""

@@ -84,6 +84,14 @@ sys.exit(0 if passed and not failed else 1)
 _ENV = {"PYTHONDONTWRITEBYTECODE": "1"}
 
 
+class FileError(Exception):
+    """A file operation the model asked for failed (bad path, missing, a directory, quota)."""
+
+
+# SandboxError kinds that describe the path the model gave, not a broken sandbox.
+_PATH_KINDS = frozenset({"bad_path", "read", "write"})
+
+
 @dataclass(frozen=True)
 class ToolOutcome:
     text: str
@@ -154,6 +162,26 @@ class Toolbox:
             raise SandboxError(f"sandbox failed: {res.stderr.strip()[:300]}", kind="sandbox_died")
         return res
 
+    async def _read(self, path: str) -> bytes:
+        try:
+            return await self.sandbox.read(path)
+        except SandboxError as e:
+            if e.kind in _PATH_KINDS:
+                raise FileError(str(e)) from e
+            raise
+        except (FileNotFoundError, IsADirectoryError, PermissionError, ValueError) as e:
+            raise FileError(str(e) or type(e).__name__) from e
+
+    async def _write_raw(self, path: str, data: str | bytes) -> None:
+        try:
+            await self.sandbox.write(path, data)
+        except SandboxError as e:
+            if e.kind in _PATH_KINDS:
+                raise FileError(str(e)) from e
+            raise
+        except (IsADirectoryError, PermissionError, ValueError, OSError) as e:
+            raise FileError(str(e) or type(e).__name__) from e
+
     async def run(self, name: str, args: dict[str, Any], wall_s: float) -> ToolOutcome:
         """Run a validated call with at most `wall_s` seconds for any program it starts."""
         a = {k: str(v) for k, v in args.items()}
@@ -166,8 +194,8 @@ class Toolbox:
             return ToolOutcome(render_exec(res), res.ok)
         if name == "read_file":
             try:
-                data = await self.sandbox.read(a["path"])
-            except (FileNotFoundError, IsADirectoryError, PermissionError, ValueError) as e:
+                data = await self._read(a["path"])
+            except FileError as e:
                 return ToolOutcome(f"error: cannot read {a['path']}: {e}", False, False, a["path"])
             return ToolOutcome(data.decode("utf-8", errors="replace"), True, False, a["path"])
         if name == "write_file":
@@ -182,15 +210,15 @@ class Toolbox:
 
     async def _read_text(self, path: str) -> str | None:
         try:
-            return (await self.sandbox.read(path)).decode("utf-8", errors="surrogateescape")
-        except (FileNotFoundError, IsADirectoryError, PermissionError, ValueError):
+            return (await self._read(path)).decode("utf-8", errors="surrogateescape")
+        except FileError:
             return None
 
     async def _write(self, path: str, content: str) -> ToolOutcome:
         before = await self._read_text(path)
         try:
-            await self.sandbox.write(path, content)
-        except (IsADirectoryError, PermissionError, ValueError, OSError) as e:
+            await self._write_raw(path, content)
+        except FileError as e:
             return ToolOutcome(f"error: cannot write {path}: {e}", False, False, path)
         return ToolOutcome(f"wrote {len(content)} chars to {path}", True, before != content, path)
 
@@ -211,7 +239,10 @@ class Toolbox:
                 path,
             )
         updated = text.replace(old, new, 1)
-        await self.sandbox.write(path, updated.encode("utf-8", errors="surrogateescape"))
+        try:
+            await self._write_raw(path, updated.encode("utf-8", errors="surrogateescape"))
+        except FileError as e:
+            return ToolOutcome(f"error: cannot write {path}: {e}", False, False, path)
         return ToolOutcome(f"edited {path} (1 replacement)", True, updated != text, path)
 
     async def _run_tests(self, limits: Limits) -> ToolOutcome:

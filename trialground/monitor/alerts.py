@@ -8,8 +8,10 @@ threshold it crossed. One alert is one JSON line in `alerts.jsonl`.
 from __future__ import annotations
 
 import json
+import queue
+import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -117,22 +119,45 @@ def print_alerts(console: Console, alerts: Sequence[Alert]) -> None:
 
 
 class Webhook:
-    """POSTs each alert as JSON. A failing webhook never stops training: the failure is returned."""
+    """POSTs each alert as JSON from a background thread, so a slow endpoint never stalls training.
 
-    def __init__(self, url: str, timeout_s: float = 5.0) -> None:
+    Failures are collected in `errors` (and passed to `on_error`), never raised. `close()` waits up to
+    `drain_s` for queued alerts to go out.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        timeout_s: float = 5.0,
+        *,
+        on_error: Callable[[str], None] | None = None,
+        drain_s: float = 10.0,
+    ) -> None:
         self.url = url
+        self.errors: list[str] = []
+        self._on_error = on_error
+        self._drain_s = drain_s
         self._client = httpx.Client(timeout=timeout_s)
+        self._queue: queue.Queue[Alert | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="alert-webhook", daemon=True)
+        self._thread.start()
 
-    def send(self, alerts: Sequence[Alert]) -> list[str]:
-        errors: list[str] = []
+    def send(self, alerts: Sequence[Alert]) -> None:
         for a in alerts:
+            self._queue.put(a)
+
+    def _run(self) -> None:
+        while (a := self._queue.get()) is not None:
             payload: dict[str, Any] = json.loads(a.model_dump_json())
             try:
-                resp = self._client.post(self.url, json=payload)
-                resp.raise_for_status()
+                self._client.post(self.url, json=payload).raise_for_status()
             except httpx.HTTPError as exc:
-                errors.append(f"webhook {self.url}: {type(exc).__name__}: {exc}")
-        return errors
+                err = f"webhook {self.url}: {type(exc).__name__}: {exc}"
+                self.errors.append(err)
+                if self._on_error is not None:
+                    self._on_error(err)
 
     def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=self._drain_s)
         self._client.close()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -25,9 +25,10 @@ from rich.console import Console
 from trialground.monitor.alerts import Alert, AlertLog, Webhook, print_alerts
 from trialground.monitor.config import MonitorConfig
 from trialground.monitor.cost import CostMeter
+from trialground.monitor.history import MetricHistory
 from trialground.monitor.prometheus import PrometheusExporter
 from trialground.monitor.regressions import RegressionLog
-from trialground.monitor.rules import MetricHistory, Rule, build_rules
+from trialground.monitor.rules import Rule, build_rules
 from trialground.monitor.sinks import Sink, open_sink
 
 
@@ -46,17 +47,18 @@ class Monitor:
         self.rules: list[Rule] = build_rules(self.config.rules)
         self.cost = CostMeter(self.config.cost)
         self.console = console or Console(stderr=True)
-        self.errors: list[str] = []  # webhook failures and the like: reported, never fatal
+        self.errors: list[str] = []  # webhook failures (complete after close()): reported, never fatal
         self._flagged_path = self.run_dir / "flagged.jsonl"
         self._sinks: list[Sink] = []
         self._webhook = (
-            Webhook(self.config.webhook_url, self.config.webhook_timeout_s)
+            Webhook(self.config.webhook_url, self.config.webhook_timeout_s, on_error=self._webhook_failed)
             if self.config.webhook_url
             else None
         )
         self.prometheus: PrometheusExporter | None = None
         try:
-            self._sinks = [open_sink(name, self.run_dir) for name in dict.fromkeys(self.config.sinks)]
+            for name in dict.fromkeys(self.config.sinks):
+                self._sinks.append(open_sink(name, self.run_dir))  # appended one by one: close() sees them
             if self.config.prometheus_port is not None:
                 self.prometheus = PrometheusExporter(
                     self.config.prometheus_host, self.config.prometheus_port, self.config.prometheus_prefixes
@@ -86,6 +88,11 @@ class Monitor:
         """Update the Prometheus gauges between steps (pool and sandbox gauges); nothing is written."""
         if self.prometheus is not None:
             self.prometheus.update(metrics)
+
+    def add_live_source(self, source: Callable[[], Mapping[str, float]]) -> None:
+        """Export `source()` (e.g. the environment pool's stats) at every Prometheus scrape."""
+        if self.prometheus is not None:
+            self.prometheus.add_source(source)
 
     def record_flagged(
         self,
@@ -119,9 +126,11 @@ class Monitor:
         if self.prometheus is not None:
             self.prometheus.count_alerts(alerts)
         if self._webhook is not None:
-            for err in self._webhook.send(alerts):
-                self.errors.append(err)
-                self.console.print(f"[yellow]warning:[/] {err}", highlight=False)
+            self._webhook.send(alerts)
+
+    def _webhook_failed(self, err: str) -> None:
+        self.errors.append(err)
+        self.console.print(f"[yellow]warning:[/] {err}", highlight=False)
 
     def close(self) -> None:
         """Flush and close every sink, stop the Prometheus server. Safe to call twice."""

@@ -3,6 +3,8 @@
 Every metric whose key starts with one of the configured prefixes becomes a gauge named
 `trialground_<key with non-alphanumerics as _>` (`pool/queue_depth` -> `trialground_pool_queue_depth`).
 Also exported: `trialground_step` (last observed step) and `trialground_alerts_total{rule,action}`.
+Live sources (`add_source(fn)`, e.g. the pool's stats) are called at every scrape, so their values are
+current even between training steps; a source that raises is skipped for that scrape.
 The server runs on its own thread with its own registry, so several monitors never collide.
 """
 
@@ -10,9 +12,11 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from trialground.monitor.alerts import Alert
 from trialground.monitor.sinks import finite
@@ -36,6 +40,8 @@ class PrometheusExporter:
         self._alerts = Counter(
             "trialground_alerts", "Alerts raised", ["rule", "action"], registry=self.registry
         )
+        self._live = _LiveCollector(self._gauges)
+        self.registry.register(self._live)
         self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
         self.host = host
         self.port: int = self._server.server_address[1]
@@ -59,6 +65,10 @@ class PrometheusExporter:
                     self._gauges[name] = gauge
                 gauge.set(value)
 
+    def add_source(self, source: Callable[[], Mapping[str, float]]) -> None:
+        """Call `source()` at every scrape and export what it returns (all keys, not only the prefixes)."""
+        self._live.sources.append(source)
+
     def count_alerts(self, alerts: Sequence[Alert]) -> None:
         for a in alerts:
             self._alerts.labels(rule=a.rule, action=a.action).inc()
@@ -67,3 +77,25 @@ class PrometheusExporter:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+
+
+class _LiveCollector(Collector):
+    """Gauges read from callables at scrape time. Keys already set through `update` are left to it."""
+
+    def __init__(self, static: Mapping[str, Gauge]) -> None:
+        self.sources: list[Callable[[], Mapping[str, float]]] = []
+        self._static = static
+
+    def collect(self) -> Iterator[Metric]:
+        seen: set[str] = set()
+        for source in list(self.sources):
+            try:
+                values = finite(source())
+            except Exception:  # a broken source must not break the scrape of everything else
+                continue
+            for key, value in values.items():
+                name = prometheus_name(key)
+                if name in self._static or name in seen:
+                    continue
+                seen.add(name)
+                yield GaugeMetricFamily(name, f"trialground live metric {key}", value=value)

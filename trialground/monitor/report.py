@@ -161,10 +161,24 @@ def _hacking(d: RunData) -> str:
     return _charts(*parts) if parts else _empty("no hacking signals logged")
 
 
+_TRAIN_FIRST = (
+    "train/loss",
+    "train/entropy",
+    "train/kl",
+    "train/clip_frac",
+    "train/grad_norm",
+    "train/adv_abs_mean",
+    "train/tokens_per_s",
+)
+
+
 def _training(d: RunData) -> str:
-    keys = [k for k in d.keys("train/") if k not in ("train/step_s", "train/zero_var_group_frac")]
+    skip = {"train/step_s", "train/zero_var_group_frac", "train/version", "train/lr", "train/sequences"}
+    keys = [k for k in d.keys("train/") if k not in skip]
     if not keys:
         return _empty("no trainer metrics yet")
+    first = [k for k in _TRAIN_FIRST if k in keys]
+    keys = first + [k for k in keys if k not in first]
     return _charts(*(line_chart(_series(d, [k]), title=k, ylabel="") for k in keys[:6]))
 
 

@@ -8,6 +8,7 @@ half-written line or Parquet file is skipped.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -90,12 +91,27 @@ class RunData:
         return self.metrics[-1]["step"] if self.metrics else None
 
 
-def _read_table(path: Path) -> pa.Table | None:
+def _read_rows(path: Path) -> tuple[dict[str, Any], ...] | None:
+    """The wanted columns of one Parquet file as rows, cached by (path, size, mtime) for the dashboard."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return _read_rows_cached(str(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4096)
+def _read_rows_cached(path: str, size: int, mtime_ns: int) -> tuple[dict[str, Any], ...] | None:
     try:
         names = set(pq.read_schema(path).names)
-        return pq.read_table(path, columns=[c for c in _WANTED if c in names])
+        table = pq.read_table(path, columns=[c for c in _WANTED if c in names])
     except (pa.ArrowException, OSError):
-        return None
+        return None  # half-written or foreign file: skipped
+    rows = table.to_pylist()
+    for r in rows:  # keep the cache small: the report shows 600 characters at most
+        if isinstance(r.get("completion"), str):
+            r["completion"] = r["completion"][:600]
+    return tuple(rows)
 
 
 def load_run(run_dir: str | Path, *, top_flagged: int = 20) -> RunData:
@@ -122,9 +138,12 @@ def load_run(run_dir: str | Path, *, top_flagged: int = 20) -> RunData:
         f.count += 1
         f.flags.update(str(x) for x in row.get("flags", []))
         ev = row.get("evidence", [])
-        f.evidence.extend(f"{k}: {v}" for k, v in ev.items()) if isinstance(ev, dict) else f.evidence.extend(
-            str(x) for x in ev
-        )
+        if isinstance(ev, dict):
+            f.evidence.extend(f"{k}: {v}" for k, v in ev.items())
+        elif isinstance(ev, list):
+            f.evidence.extend(str(x) for x in ev)
+        else:
+            f.evidence.append(str(ev))
         if isinstance(row.get("step"), int):
             f.steps.add(row["step"])
     from_flag_file = bool(flagged)
@@ -133,15 +152,15 @@ def load_run(run_dir: str | Path, *, top_flagged: int = 20) -> RunData:
     n_rows = n_err = 0
     kinds: Counter[str] = Counter()
     for file in sorted((path / "trajectories").glob("*.parquet")):
-        table = _read_table(file)
-        if table is None:
+        rows = _read_rows(file)
+        if rows is None:
             continue
         m = _STEP.search(file.stem)
         file_step = int(m.group(1)) if m else 0
-        rows = table.to_pylist()
         for r in rows:
             n_rows += 1
-            step = r.get("step") if isinstance(r.get("step"), int) else file_step
+            raw_step = r.get("step")
+            step: int = raw_step if isinstance(raw_step, int) else file_step
             err = r.get("error_kind") or r.get("error")
             if err:
                 n_err += 1
@@ -150,21 +169,24 @@ def load_run(run_dir: str | Path, *, top_flagged: int = 20) -> RunData:
             if isinstance(reward, int | float) and not err:
                 domain_sum[(str(r.get("domain") or "all"), float(step))].append(float(reward))
             names = r.get("flags") or []
-            if names and not from_flag_file:
-                f = flagged.setdefault(str(r.get("task_id")), FlaggedTask(str(r.get("task_id"))))
-                f.count += 1
-                f.flags.update(str(x) for x in names)
-                f.evidence.extend(str(x) for x in (r.get("flag_evidence") or [])[:3])
-                f.steps.add(step)
-                if not f.example and r.get("completion"):
-                    f.example = str(r["completion"])[:600]
+            if names:
+                tid = str(r.get("task_id"))
+                # flagged.jsonl, when present, is the record; trajectories still supply a sample completion.
+                ft = flagged.get(tid) if from_flag_file else flagged.setdefault(tid, FlaggedTask(tid))
+                if ft is not None and not from_flag_file:
+                    ft.count += 1
+                    ft.flags.update(str(x) for x in names)
+                    ft.evidence.extend(str(x) for x in (r.get("flag_evidence") or [])[:3])
+                    ft.steps.add(step)
+                if ft is not None and not ft.example and r.get("completion"):
+                    ft.example = str(r["completion"])[:600]
             reg = regs.get(str(r.get("task_id")))
             if reg and not explicit_attempts and step > reg.queued_step and not err:
                 score = r.get("outcome") if r.get("outcome") is not None else reward
                 _attempt(reg, step, isinstance(score, int | float) and score > 0)
     domain_reward: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for (domain, step), vals in sorted(domain_sum.items(), key=lambda kv: kv[0][1]):
-        domain_reward[domain].append((step, sum(vals) / len(vals)))
+    for (domain, at), vals in sorted(domain_sum.items(), key=lambda kv: kv[0][1]):
+        domain_reward[domain].append((at, sum(vals) / len(vals)))
     ranked = sorted(flagged.values(), key=lambda f: (-f.count, f.task_id))[:top_flagged]
     return RunData(
         path=path,

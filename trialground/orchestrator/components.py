@@ -12,6 +12,7 @@ import numpy as np
 
 from trialground.config import RunConfig
 from trialground.envs.base import Environment
+from trialground.monitor.eval_stats import check_overlap
 from trialground.monitor.monitor import Monitor
 from trialground.orchestrator.rundir import RunDir
 from trialground.policy.base import Policy
@@ -43,6 +44,7 @@ class Components:
     monitor: Monitor | None
     env_pool: Any = None
     domains: dict[str, str] = field(default_factory=dict)
+    startup_metrics: dict[str, float] = field(default_factory=dict)
 
     def env_factory(self, task: Task) -> Callable[[], Environment | Awaitable[Environment]]:
         """Zero-argument maker of an environment for `task`: pooled for tool episodes, else a fresh
@@ -130,4 +132,13 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Compo
 
         env_pool = make_env_pool(config, grader)
     domains = {t.id: t.domain for t in [*pool.tasks, *evals]}
-    return Components(config, run, pool, evals, policy, trainer, grader, monitor, env_pool, domains)
+    overlap = check_overlap(evals, pool.tasks)
+    startup = {
+        "eval/overlap_same_id": float(len(overlap.same_id)),
+        "eval/overlap_near_dup_frac": len(overlap.near_duplicates) / max(1, len(evals)),
+        "tasks/train": float(len(pool.tasks)),
+        "tasks/eval": float(len(evals)),
+    }
+    if monitor is not None and env_pool is not None and hasattr(env_pool, "stats"):
+        monitor.add_live_source(env_pool.stats)
+    return Components(config, run, pool, evals, policy, trainer, grader, monitor, env_pool, domains, startup)

@@ -82,5 +82,5 @@ async def _eval_and_log(c: Components, step: int, metrics: dict[str, float] | No
     if metrics is not None:
         metrics |= result.metrics
     elif c.monitor is not None:
-        c.monitor.observe(step, result.metrics)
+        c.monitor.observe(step, {**c.startup_metrics, **result.metrics})
     return result.metrics.get("eval/pass@1")

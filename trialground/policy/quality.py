@@ -48,7 +48,14 @@ async def _passes(
             raise VerifierError(f"grading task {task.id} failed: {verdict.error.message}")
         return verdict.passed
 
-    return list(await asyncio.gather(*(one(t, s) for t, s in zip(tasks, texts, strict=True))))
+    # every grading finishes before an error is raised: no sandbox is left running behind our back
+    results = await asyncio.gather(
+        *(one(t, s) for t, s in zip(tasks, texts, strict=True)), return_exceptions=True
+    )
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return [bool(r) for r in results]
 
 
 async def measure_pass_rates(

@@ -22,8 +22,10 @@ class PoolConfig(BaseModel):
     max_idle: int = Field(
         64, ge=0, le=1_000_000, description="Warm idle sandboxes kept at most (oldest evicted first)"
     )
-    health_check: bool = Field(
-        True, description="Run a no-op command in a warm sandbox before handing it out"
+    health_check: Literal["off", "alive", "exec"] = Field(
+        "alive",
+        description="Check a warm sandbox before handing it out: alive = the backend's cheap liveness probe "
+        "(an exec of `true` where it has none), exec = always run `true`, off = restore only",
     )
     create_retries: int = Field(1, ge=0, le=10, description="Extra attempts when creating a sandbox fails")
     maintenance_interval_s: float = Field(

@@ -24,7 +24,7 @@ import contextlib
 import heapq
 import itertools
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -37,20 +37,13 @@ from trialground.errors import EnvError, ErrorInfo, SandboxError, TrialgroundErr
 from trialground.pool.autoscale import Autoscaler
 from trialground.pool.backend import LocalBackend, SandboxBackend
 from trialground.pool.config import PoolConfig
+from trialground.pool.gate import AcquireTimeout, CapacityGate, PoolFull  # noqa: F401 - re-exported
 from trialground.pool.stats import Window
 from trialground.sandbox.base import Limits, Sandbox, SandboxConfig
 from trialground.tasks.model import Task
 
 EnvFactory = Callable[[Task, Sandbox | None, str | None, Callable[[float], None]], Environment]
 _HEALTH_LIMITS = Limits(wall_s=10.0, cpu_s=5.0)
-
-
-class PoolFull(EnvError):
-    """The wait queue is full: back off and retry later."""
-
-
-class AcquireTimeout(EnvError):
-    """No environment became free within the timeout."""
 
 
 @dataclass(eq=False)
@@ -90,16 +83,18 @@ class EnvPool:
         if grader is None and env_factory is None:
             raise EnvError("EnvPool needs a grader (or an env_factory)", kind="config")
         self.grader = grader
+        if backend is None and self.config.backend == "ray":
+            from trialground.pool.ray_backend import RayBackend  # Ray is an optional extra
+
+            backend = RayBackend(self.sandbox_config, self.config)
         self.backend = backend or LocalBackend(self.sandbox_config)
         self._factory = env_factory
         self.needs_sandbox = (self.env_config.kind == "tool") if needs_sandbox is None else needs_sandbox
         if autoscaler is None and self.config.autoscale:
             autoscaler = Autoscaler.from_config(self.config)
         self.autoscaler = autoscaler
-        self._max_active = self.config.max_active
-        self._active = 0  # capacity units held: leases plus acquirers still preparing
-        self._waiters: deque[asyncio.Future[None]] = deque()
-        self._live_waiters = 0
+        # capacity units: held by leases and by acquirers still preparing their sandbox
+        self._gate = CapacityGate(self.config.max_active, self.config.max_queue, self._fail)
         self._idle: dict[str, OrderedDict[int, Slot]] = {}
         self._lru: OrderedDict[int, Slot] = OrderedDict()  # every idle slot, oldest first
         self._leases: dict[int, _Lease] = {}  # id(env) -> lease
@@ -127,11 +122,11 @@ class EnvPool:
 
     @property
     def max_active(self) -> int:
-        return self._max_active
+        return self._gate.limit
 
     @property
     def active(self) -> int:
-        return self._active
+        return self._gate.active
 
     @property
     def idle(self) -> int:
@@ -139,14 +134,15 @@ class EnvPool:
 
     @property
     def queue_depth(self) -> int:
-        return self._live_waiters
+        return self._gate.waiting
 
     async def start(self) -> None:
         """Start the backend and the maintenance task (acquire does this on first use)."""
         if self._closed:
             raise EnvError("pool is closed", kind="pool_closed")
         if self._maint is None:
-            await self.backend.start()
+            if self.needs_sandbox:
+                await self.backend.start()
             self._maint = asyncio.get_running_loop().create_task(self._maintenance())
 
     async def acquire(self, task: Task, *, timeout: float | None = None) -> Environment:
@@ -157,17 +153,16 @@ class EnvPool:
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         s0 = time.perf_counter_ns()
-        if self._active < self._max_active and self._live_waiters == 0:
-            self._active += 1
-            self._tick(s0)
-        else:
-            await self._wait(loop, s0, self.config.acquire_timeout_s if timeout is None else timeout)
+        granted = self._gate.try_acquire()
+        self._tick(s0)
+        if not granted:
+            await self._gate.wait(self.config.acquire_timeout_s if timeout is None else timeout)
         self._waits.add(loop.time() - t0)
         try:
             slot = await self._take_slot(task)
             env = self._make_env(task, slot)
         except BaseException:
-            self._give_back()
+            self._gate.release()
             raise
         s1 = time.perf_counter_ns()
         seq = next(self._ids)
@@ -185,6 +180,9 @@ class EnvPool:
             return  # released before, or reclaimed after its lease expired
         now = asyncio.get_running_loop().time()
         self._hold.add(now - lease.start)
+        revoke = getattr(env, "revoke", None)
+        if revoke is not None:  # a stale reference must not act on a sandbox someone else will lease
+            revoke(EnvError("environment was released to the pool", kind="released").info())
         slot = lease.slot
         slot.uses += 1
         error: ErrorInfo | None = getattr(env, "error", None)
@@ -198,7 +196,7 @@ class EnvPool:
                 self._destroy(slot)
             else:
                 self._park(slot, now)
-        self._give_back()
+        self._gate.release()
         self._tick(s0)
 
     @contextlib.asynccontextmanager
@@ -227,10 +225,7 @@ class EnvPool:
 
     def set_max_active(self, n: int) -> None:
         """Change the concurrency limit; raising it admits waiters at once, lowering it drains."""
-        self._max_active = max(1, n)
-        while self._active < self._max_active and self._live_waiters:
-            self._active += 1
-            self._grant_next()
+        self._gate.resize(n)
 
     def observe_generation(self, seconds: float, concurrency: int) -> None:
         """Report one generation turn (seconds, concurrent sequences) to the autoscaler."""
@@ -244,11 +239,11 @@ class EnvPool:
 
     def metrics(self) -> dict[str, float]:
         m: dict[str, float] = {
-            "pool/active": float(self._active),
+            "pool/active": float(self._gate.active),
             "pool/idle": float(len(self._lru)),
-            "pool/queue_depth": float(self._live_waiters),
-            "pool/max_active": float(self._max_active),
-            "pool/utilisation": self._active / self._max_active,
+            "pool/queue_depth": float(self._gate.waiting),
+            "pool/max_active": float(self._gate.limit),
+            "pool/utilisation": self._gate.active / self._gate.limit,
             "pool/sandboxes": float(self._sandboxes),
             "pool/wait_p50_s": self._waits.quantile(0.5),
             "pool/wait_p99_s": self._waits.quantile(0.99),
@@ -256,6 +251,8 @@ class EnvPool:
             "pool/restore_s": self._restore_s.mean(),
             "pool/exec_s": self._exec.mean(),
             "pool/exec_p99_s": self._exec.quantile(0.99),
+            "env/exec_s": self._exec.mean(),
+            "env/exec_p99_s": self._exec.quantile(0.99),
             "pool/hold_s": self._hold.mean(),
             "pool/sched_us_per_op": self._sched_ns / 1000 / max(1, self._sched_ops),
         }
@@ -273,11 +270,7 @@ class EnvPool:
             self._maint.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._maint
-        while self._waiters:
-            fut = self._waiters.popleft()
-            if not fut.done():
-                fut.set_exception(EnvError("pool closed while waiting", kind="pool_closed"))
-        self._live_waiters = 0
+        self._gate.close(EnvError("pool closed while waiting", kind="pool_closed"))
         for lease in list(self._leases.values()):
             self._reclaim(lease, "pool_closed")
         while self._lru:
@@ -291,57 +284,6 @@ class EnvPool:
     def _tick(self, start_ns: int) -> None:
         self._sched_ns += time.perf_counter_ns() - start_ns
         self._sched_ops += 1
-
-    async def _wait(self, loop: asyncio.AbstractEventLoop, s0: int, timeout: float) -> None:
-        if self._live_waiters >= self.config.max_queue:
-            self._fail("pool_full")
-            self._tick(s0)
-            raise PoolFull(
-                f"pool full: {self._active} active, {self._live_waiters} waiting (max_queue "
-                f"{self.config.max_queue}); back off and retry",
-                kind="pool_full",
-            )
-        fut: asyncio.Future[None] = loop.create_future()
-        self._waiters.append(fut)
-        self._live_waiters += 1
-        timer = loop.call_later(timeout, self._expire, fut)
-        self._tick(s0)
-        try:
-            await fut
-        except TimeoutError:
-            self._fail("acquire_timeout")
-            raise AcquireTimeout(
-                f"no environment free within {timeout:.3g}s", kind="acquire_timeout"
-            ) from None
-        except asyncio.CancelledError:
-            if not fut.done():
-                fut.cancel()
-            if fut.cancelled():  # neither granted nor expired: it still counted as a live waiter
-                self._live_waiters -= 1
-            elif fut.exception() is None:
-                self._give_back()  # capacity was granted just as the caller gave up
-            raise
-        finally:
-            timer.cancel()
-
-    def _expire(self, fut: asyncio.Future[None]) -> None:
-        if not fut.done():
-            fut.set_exception(TimeoutError())
-            self._live_waiters -= 1
-
-    def _grant_next(self) -> bool:
-        """Hand one held capacity unit to the oldest live waiter; False when there is none."""
-        while self._waiters:
-            fut = self._waiters.popleft()
-            if not fut.done():
-                self._live_waiters -= 1
-                fut.set_result(None)
-                return True
-        return False
-
-    def _give_back(self) -> None:
-        if self._active > self._max_active or not self._grant_next():
-            self._active -= 1
 
     # --- slots ----------------------------------------------------------------------------------------
 
@@ -371,24 +313,32 @@ class EnvPool:
 
     async def _restore(self, slot: Slot) -> bool:
         assert slot.sandbox is not None and slot.snapshot is not None
-        t0 = time.perf_counter()
+        t0 = asyncio.get_running_loop().time()
         try:
             await slot.sandbox.restore(slot.snapshot)
-            if self.config.health_check:
-                res = await slot.sandbox.exec(["true"], limits=_HEALTH_LIMITS)
-                if not res.ok:
-                    raise SandboxError(f"health check failed: {res.status}", kind="unhealthy")
+            await self._health(slot.sandbox)
         except Exception as e:
             self._fail(e.kind if isinstance(e, TrialgroundError) else "restore")
             self._destroy(slot)
             return False
-        self._restore_s.add(time.perf_counter() - t0)
+        self._restore_s.add(asyncio.get_running_loop().time() - t0)
         return True
+
+    async def _health(self, sandbox: Sandbox) -> None:
+        mode = self.config.health_check
+        probe = getattr(sandbox, "alive", None)
+        if mode == "alive" and callable(probe):
+            if not probe():
+                raise SandboxError("health check: sandbox is not alive", kind="unhealthy")
+        elif mode != "off":
+            res = await sandbox.exec(["true"], limits=_HEALTH_LIMITS)
+            if not res.ok:
+                raise SandboxError(f"health check failed: {res.status}", kind="unhealthy")
 
     async def _create_slot(self, task: Task) -> Slot:
         last: Exception | None = None
         for _ in range(1 + self.config.create_retries):
-            t0 = time.perf_counter()
+            t0 = asyncio.get_running_loop().time()
             sandbox: Sandbox | None = None
             self._sandboxes += 1
             try:
@@ -401,7 +351,7 @@ class EnvPool:
                 if sandbox is not None:
                     self._spawn(self._close_sandbox(sandbox))
                 continue
-            self._create.add(time.perf_counter() - t0)
+            self._create.add(asyncio.get_running_loop().time() - t0)
             self._counts["created"] += 1
             return Slot(next(self._ids), task.id, sandbox, snap)
         raise SandboxError(f"could not create a sandbox for task {task.id}: {last}", kind="create_failed")
@@ -446,7 +396,7 @@ class EnvPool:
         if revoke is not None:
             revoke(info)
         self._destroy(lease.slot)
-        self._give_back()
+        self._gate.release()
 
     def maintain(self, now: float) -> None:
         """Reclaim expired leases, reap idle sandboxes past their TTL, run the autoscaler."""
@@ -472,7 +422,7 @@ class EnvPool:
             self._destroy(self._pop_idle(oldest))
         if self.autoscaler is not None and now >= self._next_autoscale:
             self._next_autoscale = now + self.config.autoscale_interval_s
-            target = self.autoscaler.decide(now, queue_depth=self._live_waiters, active=self._active)
+            target = self.autoscaler.decide(now, queue_depth=self._gate.waiting, active=self._gate.active)
             if target is not None:
                 self.set_max_active(target)
 

@@ -16,6 +16,7 @@ die with it: bubblewrap runs them with --die-with-parent).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import tempfile
@@ -79,16 +80,19 @@ class SandboxWorker:
             if op == "read":
                 return "ok", await box.read(args[0])
             if op == "write":
-                return "ok", await box.write(args[0], args[1])
+                await box.write(args[0], args[1])
+                return "ok", None
             if op == "snapshot":
                 return "ok", await box.snapshot()
             if op == "restore":
-                return "ok", await box.restore(args[0])
+                await box.restore(args[0])
+                return "ok", None
             if op == "fork":
                 return "ok", self._record(await box.fork())
             if op == "close":
                 self.boxes.pop(sid, None)
-                return "ok", await box.close()
+                await box.close()
+                return "ok", None
             return "error", ("SandboxError", "bad_op", f"unknown operation {op!r}")
         except Exception as e:
             return _error(e)
@@ -124,17 +128,13 @@ def reap_worker_dir(root: str) -> None:
         lines = []
     points = [ln.split()[4] for ln in lines if ln.split()[4].startswith(prefix)]
     for point in sorted(points, key=len, reverse=True):  # deepest first
-        try:
+        with contextlib.suppress(SandboxError):
             mounts.umount(Path(point))
-        except SandboxError:
-            pass
     listing = Path(root) / CGROUP_LIST
     if listing.exists():
         for d in listing.read_text().split():
-            try:
+            with contextlib.suppress(OSError):
                 os.rmdir(d)
-            except OSError:
-                pass
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -158,7 +158,9 @@ class RaySandbox(Sandbox):
     async def _call(self, op: str, *args: Any, extra_s: float = 0.0) -> Any:
         if self._closed:
             raise SandboxError("sandbox is closed", kind="closed")
-        return await self.backend.call(self.worker, self.worker.handle.call.remote(self.sid, op, args), extra_s)
+        return await self.backend.call(
+            self.worker, self.worker.handle.call.remote(self.sid, op, args), extra_s
+        )
 
     async def exec(
         self,
@@ -215,6 +217,8 @@ class RayBackend(SandboxBackend):
         self._actor: Any = None
         self._owns_ray = False
         self._spawning: set[asyncio.Task[None]] = set()
+        self._cleanups: list[Any] = []  # ObjectRefs of reap tasks, awaited on close
+        self.spawn_failures = 0
 
     async def start(self) -> None:
         import ray
@@ -228,6 +232,8 @@ class RayBackend(SandboxBackend):
         await asyncio.gather(*(self._spawn() for _ in range(self.config.ray_workers)))
 
     async def _spawn(self) -> None:
+        import ray
+
         root = os.path.join(tempfile.gettempdir(), "trialground-ray", uuid.uuid4().hex[:12])
         handle = self._actor.options(
             num_cpus=self.config.ray_worker_cpus,
@@ -238,11 +244,25 @@ class RayBackend(SandboxBackend):
             runtime_env={"env_vars": {"TRIALGROUND_SANDBOX_DIR": root}},
         ).remote(self.sandbox_config.model_dump_json(), root)
         worker = _Worker(handle, root)
-        self.workers.append(worker)
         try:
-            worker.node_id, _ = await self.call(worker, handle.node.remote(), 60.0, raw=True)
-        except SandboxError:
-            pass  # already replaced by `lost`
+            ref = handle.node.remote()
+            worker.node_id, _ = await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout=120)
+        except (ray.exceptions.RayError, TimeoutError):
+            # A worker that cannot even start is not replaced (that would loop); capacity shrinks and
+            # the failure shows in the metrics.
+            self.spawn_failures += 1
+            ray.kill(handle)
+            return
+        self.workers.append(worker)
+
+    def _reap(self, worker: _Worker) -> Any:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        opts: dict[str, Any] = {"num_cpus": 0}
+        if worker.node_id is not None:
+            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(worker.node_id, soft=True)
+        return ray.remote(reap_worker_dir).options(**opts).remote(worker.root)
 
     async def call(self, worker: _Worker, ref: Any, extra_s: float, *, raw: bool = False) -> Any:
         """Await an actor call; a dead worker becomes SandboxError(worker_lost) and is replaced."""
@@ -265,18 +285,14 @@ class RayBackend(SandboxBackend):
         return payload
 
     def worker_lost(self, worker: _Worker) -> None:
-        """Replace a dead worker (once) and clean up its node."""
+        """Replace a dead worker (once) and clean up after it on its node."""
         if not worker.alive:
             return
-        import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         worker.alive = False
         self.lost += 1
-        self.workers.remove(worker)
-        if worker.node_id is not None:
-            strategy = NodeAffinitySchedulingStrategy(worker.node_id, soft=True)
-            ray.remote(reap_worker_dir).options(num_cpus=0, scheduling_strategy=strategy).remote(worker.root)
+        if worker in self.workers:
+            self.workers.remove(worker)
+        self._cleanups.append(self._reap(worker))
         task = asyncio.get_running_loop().create_task(self._spawn())
         self._spawning.add(task)
         task.add_done_callback(self._spawning.discard)
@@ -296,17 +312,18 @@ class RayBackend(SandboxBackend):
         await asyncio.gather(*list(self._spawning), return_exceptions=True)
         workers, self.workers = self.workers, []
         for w in workers:
-            try:
+            with contextlib.suppress(SandboxError):
                 await self.call(w, w.handle.close_all.remote(), 30.0, raw=True)
-            except SandboxError:
-                pass
             ray.kill(w.handle)
-            if w.node_id is not None:
-                await asyncio.wrap_future(
-                    ray.remote(reap_worker_dir).options(num_cpus=0).remote(w.root).future()
-                )
+            self._cleanups.append(self._reap(w))
+        refs, self._cleanups = self._cleanups, []
+        await asyncio.gather(*(asyncio.wrap_future(r.future()) for r in refs), return_exceptions=True)
         if self._owns_ray:
             ray.shutdown()
 
     def metrics(self) -> dict[str, float]:
-        return {"pool/ray/workers": float(len(self.workers)), "pool/ray/workers_lost": float(self.lost)}
+        return {
+            "pool/ray/workers": float(len(self.workers)),
+            "pool/ray/workers_lost": float(self.lost),
+            "pool/ray/spawn_failures": float(self.spawn_failures),
+        }

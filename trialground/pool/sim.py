@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from trialground.errors import SandboxError
+from trialground.envs.base import Environment, Observation
+from trialground.errors import ErrorInfo, SandboxError
 from trialground.pool.backend import SandboxBackend
 from trialground.sandbox.base import Command, ExecResult, ExecStatus, Limits, Sandbox
 from trialground.tasks.model import Task
@@ -65,6 +66,10 @@ class SimSandbox(Sandbox):
 
     def kill(self) -> None:
         self.dead = True
+
+    def alive(self) -> bool:
+        """The cheap liveness probe the pool's health check uses (as bwrap sandboxes offer)."""
+        return not (self.dead or self.closed)
 
     def _check(self) -> None:
         if self.dead or self.closed:
@@ -135,3 +140,43 @@ class SimBackend(SandboxBackend):
         if self.keep_refs:
             self.created.append(box)
         return box
+
+
+_OK = Observation(text="ok")  # frozen, so one instance serves every step
+
+
+class SimEnv(Environment):
+    """A minimal environment over a `SimSandbox` for scale simulations: each step is one exec.
+
+    It skips tool parsing on purpose: what the simulation measures is the pool's scheduling, not text
+    processing. A dead sandbox ends the episode with ``info["error"]`` like `ToolEnv`.
+    """
+
+    def __init__(self, sandbox: Sandbox | None, on_exec: Callable[[float], None]) -> None:
+        self.sandbox = sandbox
+        self.on_exec = on_exec
+        self.error: ErrorInfo | None = None
+
+    async def reset(self, task: Task) -> Observation:
+        return Observation(text=task.prompt)
+
+    async def step(self, action: str) -> Observation:
+        assert self.sandbox is not None
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        try:
+            await self.sandbox.exec(action)
+        except SandboxError as e:
+            self.error = e.info()
+            return Observation(text="", done=True, info={"error": self.error})
+        self.on_exec(loop.time() - t0)
+        return _OK
+
+    async def close(self) -> None:
+        return None
+
+
+def sim_env_factory(
+    task: Task, sandbox: Sandbox | None, snapshot: str | None, on_exec: Callable[[float], None]
+) -> SimEnv:
+    return SimEnv(sandbox, on_exec)

@@ -122,7 +122,13 @@ async def rollout(
     if obs.info.get("system"):
         messages.append({"role": "system", "content": str(obs.info["system"])})
     messages.append({"role": "user", "content": obs.text})
-    context = renderer.prompt_ids(messages)
+    try:
+        context = renderer.prompt_ids(messages)
+    except Exception as exc:  # a template that cannot render this prompt: this episode's failure only
+        error = EnvError(
+            f"cannot render the prompt: {type(exc).__name__}: {exc}", kind="render_failed"
+        ).info()
+        return done()
     turns.append(Turn(role="prompt", token_ids=tuple(context), text=obs.text))
     if len(context) >= max_context_tokens:
         error = EnvError(
@@ -179,7 +185,13 @@ async def rollout(
             reward = obs.reward
             finish_reason = str(obs.info.get("finish_reason") or finish_reason)
             return done()
-        obs_ids = renderer.observation_ids(obs.text, role=observation_role, after=gen.token_ids)
+        try:
+            obs_ids = renderer.observation_ids(obs.text, role=observation_role, after=gen.token_ids)
+        except Exception as exc:
+            error = EnvError(
+                f"cannot render the observation: {type(exc).__name__}: {exc}", kind="render_failed"
+            ).info()
+            return done()
         if cut_by_budget or len(context) + len(obs_ids) >= max_context_tokens:
             truncated = True
             finish_reason = "context_budget"

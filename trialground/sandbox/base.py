@@ -88,6 +88,9 @@ class SandboxConfig(BaseModel):
     python_prefix: str | None = Field(
         None, description="Python runtime shown read-only in the sandbox (default: our base prefix)"
     )
+    prewarm: int = Field(
+        1, ge=0, le=16, description="Sandboxes kept started ahead once a config is opened repeatedly (0: off)"
+    )
     python_fast: bool = Field(
         True, description="Run plain `python3 ...` commands by forking a pre-started interpreter"
     )

@@ -18,6 +18,7 @@ import hashlib
 import marshal
 import os
 import shutil
+import signal
 import sys
 import time
 import uuid
@@ -25,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from trialground.errors import SandboxError
-from trialground.sandbox import mounts, seccomp
+from trialground.sandbox import mounts, prewarm, seccomp
 from trialground.sandbox.base import WORKSPACE, Command, ExecResult, Limits, Sandbox, SandboxConfig
 from trialground.sandbox.cgroup import Cgroup
 from trialground.sandbox.channel import ChannelClosed, Collected, collect, read_frame, send_request
@@ -106,6 +107,21 @@ def _runtime_source(prefix: str) -> str:
     return str(mounts.readonly_view(Path(prefix), BASE_DIR / "runtime" / digest))
 
 
+def _rootfs_binds(rootfs: str) -> list[str]:
+    """Each top-level entry of `rootfs` bound read-only on a fresh root, so /proc, /dev, /tmp and
+    /workspace can be mounted even though the image itself stays read-only."""
+    argv: list[str] = []
+    for entry in sorted(os.scandir(rootfs), key=lambda e: e.name):
+        if entry.name in ("proc", "dev", "tmp", "sys", "workspace"):
+            continue
+        dest = f"/{entry.name}"
+        if entry.is_symlink():
+            argv += ["--symlink", os.readlink(entry.path), dest]
+        else:
+            argv += ["--ro-bind", entry.path, dest]
+    return argv
+
+
 def bwrap_argv(config: SandboxConfig, workspace: Path, seccomp_fd: int, tmp_mb: int) -> list[str]:
     argv = [BWRAP, "--unshare-user", "--uid", str(INNER_UID), "--gid", str(INNER_UID), "--unshare-pid"]
     argv += ["--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
@@ -115,7 +131,7 @@ def bwrap_argv(config: SandboxConfig, workspace: Path, seccomp_fd: int, tmp_mb: 
     if config.rootfs:
         if not os.path.isdir(config.rootfs):
             raise SandboxError(f"rootfs {config.rootfs!r} is not a directory", kind="config")
-        argv += ["--ro-bind", config.rootfs, "/"]
+        argv += _rootfs_binds(config.rootfs)
     else:
         argv += ["--ro-bind", "/usr", "/usr"]
         for name in ("lib", "lib32", "lib64", "libx32", "bin", "sbin"):
@@ -158,6 +174,21 @@ def _enter(procs_files: list[str], uid: int | None):
     return preexec
 
 
+async def _drain(stream: asyncio.StreamReader | None) -> None:
+    while stream is not None and await stream.read(1 << 16):
+        pass
+
+
+async def _reap(proc: asyncio.subprocess.Process) -> None:
+    """Wait for a killed bubblewrap. asyncio's wait() also waits for its pipes to close, and a pipe whose
+    reader stopped reading (output past what we wanted) would never report EOF: drain them too."""
+    try:
+        await asyncio.wait_for(asyncio.gather(_drain(proc.stdout), _drain(proc.stderr), proc.wait()), 10)
+    except TimeoutError:
+        proc._transport.close()  # type: ignore[attr-defined]  # last resort: drop the pipes
+        await proc.wait()
+
+
 class BwrapSandbox(Sandbox):
     """A bubblewrap sandbox; create with `await BwrapSandbox.create(config, files)`."""
 
@@ -170,6 +201,7 @@ class BwrapSandbox(Sandbox):
         self._proc: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
         self._closed = False
+        prewarm.LIVE.add(self)
 
     @classmethod
     async def create(
@@ -181,12 +213,21 @@ class BwrapSandbox(Sandbox):
                 "Fedora: dnf install bubblewrap) or choose backend='process' (no isolation)",
                 kind="missing_bwrap",
             )
+        sandbox = await prewarm.take(config, cls._fresh) or await cls._fresh(config)
+        try:
+            for path, data in (files or {}).items():
+                sandbox.workspace.write(path, data)
+        except BaseException:
+            await sandbox.close()
+            raise
+        return sandbox
+
+    @classmethod
+    async def _fresh(cls, config: SandboxConfig) -> BwrapSandbox:
         uid = SANDBOX_HOST_UID if os.geteuid() == 0 else None
         workspace = Workspace(config.limits.disk_mb, uid, overlay=config.snapshot_mode != "copy")
         sandbox = cls(config, workspace)
         try:
-            for path, data in (files or {}).items():
-                workspace.write(path, data)
             if config.warm:
                 await sandbox._start()
         except BaseException:
@@ -194,16 +235,40 @@ class BwrapSandbox(Sandbox):
             raise
         return sandbox
 
+    def alive(self) -> bool:
+        return not self._closed and self._proc is not None and self._proc.returncode is None
+
+    def close_now(self) -> None:
+        """Synchronous close, for when no event loop can run it (exit hook, pools of closed loops)."""
+        if self._closed:
+            return
+        self._closed = True
+        prewarm.LIVE.discard(self)
+        if self._proc is not None and self._proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._proc.pid, signal.SIGKILL)
+        if self.cgroup:
+            self.cgroup.kill_all()
+            self.cgroup.remove()
+        self.workspace.close()
+
     # -- the warm process --------------------------------------------------------------------------------
     async def _start(self) -> None:
         fd = seccomp.filter_fd()
         try:
             argv = bwrap_argv(self.config, self.workspace.ws, fd, self.config.limits.disk_mb)
             preexec = _enter(self.cgroup.procs_files() if self.cgroup else [], self._uid)
-            self._proc = await asyncio.create_subprocess_exec(
+            spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, pass_fds=(fd,), preexec_fn=preexec, cwd="/",
-            )  # fmt: skip
+            ))  # fmt: skip
+            try:
+                self._proc = await asyncio.shield(spawn)
+            except asyncio.CancelledError:
+                # Cancelled while spawning: keep the handle, or the process would outlive its sandbox.
+                with contextlib.suppress(BaseException):
+                    self._proc = await spawn
+                raise
         finally:
             os.close(fd)
         assert self._proc.stdout is not None and self._proc.stdin is not None
@@ -211,9 +276,11 @@ class BwrapSandbox(Sandbox):
         try:
             kind, _ = await asyncio.wait_for(read_frame(self._proc.stdout), timeout=30)
         except (ChannelClosed, TimeoutError) as exc:
-            proc = self._proc
+            err = b""
+            if self._proc.stderr is not None:
+                with contextlib.suppress(TimeoutError):
+                    err = await asyncio.wait_for(self._proc.stderr.read(1 << 16), timeout=5)
             await self._stop()
-            err = await proc.stderr.read() if proc.stderr is not None else b""
             raise SandboxError(f"bubblewrap failed to start: {err.decode(errors='replace').strip()}") from exc
         if kind != "H":
             await self._stop()
@@ -222,12 +289,11 @@ class BwrapSandbox(Sandbox):
     async def _stop(self) -> None:
         """Kill the sandbox's processes (all of them: PID 1 dying takes its namespace down)."""
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-        await proc.wait()
+        if proc is not None:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+            await _reap(proc)
         if self.cgroup:
             self.cgroup.kill_all()
 
@@ -280,6 +346,10 @@ class BwrapSandbox(Sandbox):
                     report = {"reason": "timeout", "wall_s": time.monotonic() - start}
                 else:
                     return error_result(f"sandbox died: {exc}", time.monotonic() - start)
+            except asyncio.CancelledError:
+                # The command may still be running and its frames would reach the next exec: start over.
+                await asyncio.shield(self._stop())
+                raise
             oom = pids_hit = False
             if self.cgroup:
                 after = self.cgroup.counters()
@@ -319,6 +389,15 @@ class BwrapSandbox(Sandbox):
             # Every command's processes die with the command, so only the supervisor is left; it holds
             # nothing open under /workspace, and the new layers reach it by mount propagation.
             self.workspace.restore(snapshot_id)
+            # The private /tmp and /dev/shm are not part of snapshots; empty them so that nothing from
+            # before the restore can be picked up after it.
+            if self.alive():
+                assert self._proc is not None and self._proc.stdin and self._proc.stdout
+                try:
+                    await send_request(self._proc.stdin, {"clean": ["/tmp", "/dev/shm"]}, b"")
+                    await asyncio.wait_for(collect(self._proc.stdout, Collected(cap=0)), timeout=30)
+                except (ChannelClosed, TimeoutError):
+                    await self._stop()  # the next exec starts a brand-new one
 
     async def fork(self) -> Sandbox:
         self._check_open()
@@ -343,6 +422,7 @@ class BwrapSandbox(Sandbox):
         if self._closed:
             return
         self._closed = True
+        prewarm.LIVE.discard(self)
         await self._stop()
         if self.cgroup:
             self.cgroup.remove()

@@ -8,6 +8,7 @@ and the caller falls back to rlimits. The sandbox's processes enter the group be
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import time
@@ -33,9 +34,11 @@ class Cgroup:
 
     @classmethod
     def create(cls, name: str) -> Cgroup | None:
+        """The group `<our pid>-<name>`; None where cgroups cannot be used."""
         if not AVAILABLE:
             return None
-        group = cls(name)
+        _sweep_stale()
+        group = cls(f"{os.getpid()}-{name}")
         try:
             for d in group.dirs.values():
                 d.mkdir(parents=True, exist_ok=True)
@@ -58,7 +61,10 @@ class Cgroup:
 
     def set_limits(self, memory_bytes: int, pids: int) -> None:
         """Set the ceilings and reset the peak counter for the next command."""
-        self._write("memory", "memory.limit_in_bytes", str(memory_bytes))
+        # EBUSY: files the sandbox keeps in memory (its /tmp) already exceed the lower ceiling asked for;
+        # the previous ceiling stays, which still bounds the sandbox.
+        with contextlib.suppress(OSError):
+            self._write("memory", "memory.limit_in_bytes", str(memory_bytes))
         self._write("pids", "pids.max", str(pids))
         with contextlib.suppress(OSError):
             self._write("memory", "memory.max_usage_in_bytes", "0")
@@ -102,6 +108,7 @@ class Cgroup:
             self._write("freezer", "freezer.state", "THAWED")
 
     def remove(self) -> None:
+        """Delete the group (its members must be gone: see `kill_all`)."""
         for d in self.dirs.values():
             for _ in range(100):
                 try:
@@ -111,3 +118,16 @@ class Cgroup:
                     break
                 except OSError:
                     time.sleep(0.005)  # the last members are still being reaped
+
+
+@functools.cache
+def _sweep_stale() -> None:
+    """Once per process: remove the groups of processes that died without closing their sandboxes."""
+    for entry in (ROOT / "pids" / GROUP).glob("*-*"):
+        pid = entry.name.split("-")[0]
+        if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+            continue
+        group = Cgroup(entry.name.split("-", 1)[1])
+        group.dirs = {c: ROOT / c / GROUP / entry.name for c in CONTROLLERS}
+        group.kill_all()
+        group.remove()

@@ -67,12 +67,20 @@ MS_REMOUNT = 32
 def readonly_view(source: Path, target: Path) -> Path:
     """A read-only bind of `source` at `target` (made once, kept): lets an unprivileged sandbox user reach
     a directory whose ancestors it may not traverse (a runtime under /root)."""
-    if os.path.ismount(target):
+    if is_mount_point(target):
         return target
     target.mkdir(parents=True, exist_ok=True)
     _mount(str(source), target, None, MS_BIND, None)
     _mount("none", target, None, MS_BIND | MS_REMOUNT | MS_RDONLY, None)
     return target
+
+
+def is_mount_point(path: Path) -> bool:
+    """Whether something is mounted at `path` (os.path.ismount misses binds within one filesystem)."""
+    wanted = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as f:
+        # Field 5 is the mount point, with spaces and friends octal-escaped.
+        return any(line.split()[4].encode().decode("unicode_escape") == wanted for line in f)
 
 
 def umount(target: Path) -> None:

@@ -92,11 +92,12 @@ class ProcessSandbox(Sandbox):
         exceeded = asyncio.Event()
 
         async def pump(stream: asyncio.StreamReader | None, kind: str) -> None:
+            # Reads to EOF even past the cap (`out` keeps only the cap): asyncio's wait() only returns
+            # once the pipes are drained and closed.
             while stream is not None and (chunk := await stream.read(1 << 16)):
                 out.add(kind, chunk)
                 if out.seen[kind] > lim.output_bytes:
                     exceeded.set()
-                    return
 
         async def feed() -> None:
             assert proc.stdin is not None
@@ -116,8 +117,15 @@ class ProcessSandbox(Sandbox):
         stop.cancel()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            await asyncio.wait_for(asyncio.shield(pumps), timeout=2)
+        except TimeoutError:
+            # A process that left the group still holds the pipes: close them so the wait can end.
+            proc._transport.close()  # type: ignore[attr-defined]
+            pumps.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ProcessLookupError):
+                await pumps
         await proc.wait()
-        pumps.cancel()
         status = proc.returncode
         report: dict = {"reason": reason, "wall_s": time.monotonic() - start}
         report.update({"stdout_bytes": out.seen["O"], "stderr_bytes": out.seen["E"]})

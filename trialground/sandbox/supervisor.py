@@ -57,12 +57,23 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def _is_this_interpreter(program: str) -> bool:
+    if "/" in program:
+        candidates = [program]
+    else:
+        candidates = [os.path.join(d, program) for d in os.environ.get("PATH", "").split(":") if d]
+    for path in candidates:
+        if os.access(path, os.X_OK):
+            return os.path.realpath(path) == os.path.realpath(sys.executable)
+    return False
+
+
 def _parse_python(argv: list[str]) -> tuple[set[str], str, str, list[str]] | None:
     """(flags, mode, target, argv) when `argv` is a plain Python invocation the fast path can run."""
-    if not argv or not os.path.basename(argv[0]).startswith("python3"):
+    if not argv or os.path.basename(argv[0]) not in ("python3", "python", f"python3.{sys.version_info[1]}"):
         return None
-    if os.path.basename(argv[0]) not in ("python3", "python", f"python3.{sys.version_info[1]}"):
-        return None
+    if not _is_this_interpreter(argv[0]):
+        return None  # another Python (e.g. the system's): run the real thing
     flags: set[str] = set()
     i = 1
     while i < len(argv) and argv[i].startswith("-") and argv[i] != "-":
@@ -179,7 +190,11 @@ def _child(req: dict, fds: tuple[int, int, int]) -> None:
                 f.write("1000")  # the command, never the supervisor, is what the OOM killer picks
         except OSError:
             pass
-        os.chdir(req["cwd"])
+        try:
+            os.chdir(req["cwd"])
+        except OSError as exc:
+            os.write(2, f"sandbox: cannot enter working directory {req['cwd']!r}: {exc.strerror}\n".encode())
+            os._exit(126)
         os.environ.clear()
         os.environ.update(req["env"])
         parsed = _parse_python(req["argv"]) if req.get("python_fast", True) else None
@@ -311,6 +326,22 @@ def _run(req: dict, ctl_out: int, fds_to_close: tuple[int, ...]) -> dict:
     return report
 
 
+def _empty_directory(path: str) -> None:
+    """Delete everything under `path` (private /tmp, /dev/shm) so nothing carries over a restore."""
+    for root, dirs, files in os.walk(path, topdown=False):
+        for name in files:
+            try:  # noqa: SIM105
+                os.unlink(os.path.join(root, name))
+            except OSError:
+                pass
+        for name in dirs:
+            full = os.path.join(root, name)
+            try:  # noqa: SIM105
+                os.unlink(full) if os.path.islink(full) else os.rmdir(full)
+            except OSError:
+                pass
+
+
 def _set_non_dumpable() -> None:
     """PR_SET_DUMPABLE 0: the command (same uid) can then open neither /proc/1/mem nor /proc/1/fd/*, so it
     can neither patch this process nor forge frames on the host channel. `_ctypes` directly: `ctypes`
@@ -356,6 +387,11 @@ def main() -> None:
         if kind != b"R":
             continue
         req = marshal.loads(payload)
+        if "clean" in req:
+            for path in req["clean"]:
+                _empty_directory(path)
+            _write_all(ctl_out, encode_frame(b"X", marshal.dumps({})))
+            continue
         stdin_parts = []
         while True:
             kind, chunk = _read_frame(ctl_in)

@@ -12,9 +12,12 @@ Host-side `write`/`read` go through `root/ws` and refuse any path that leaves it
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 
 from trialground.errors import SandboxError
@@ -50,7 +53,8 @@ class Workspace:
 
     def __init__(self, disk_mb: int, uid: int | None, *, overlay: bool) -> None:
         BASE_DIR.mkdir(parents=True, exist_ok=True)
-        self.root = Path(tempfile.mkdtemp(prefix="ws-", dir=BASE_DIR))
+        sweep_stale()
+        self.root = Path(tempfile.mkdtemp(prefix=f"ws-{os.getpid()}-", dir=BASE_DIR))
         self.uid = uid
         self.tmpfs = mounts.CAN_MOUNT and mounts.mount_tmpfs(self.root, disk_mb)
         self.overlay = overlay and self.tmpfs and mounts.overlay_works()
@@ -136,8 +140,12 @@ class Workspace:
             _copy_tree(self._snapshots[sid][0], self.ws)
             return
         mounts.umount(self.ws)
+        old = self._upper_gen
         self.layers = list(self._snapshots[sid])
         self._mount(self.layers)
+        # The discarded upper layer still counts against the quota: free it, off the restore's clock.
+        garbage = [self.root / "u" / str(old), self.root / "w" / str(old)]
+        threading.Thread(target=_remove_all, args=(garbage,), daemon=True).start()
 
     def _mount(self, layers: list[Path]) -> None:
         self._upper_gen = self._gen_next()
@@ -178,6 +186,35 @@ class Workspace:
             self.root.rmdir()
         else:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@functools.cache
+def sweep_stale() -> None:
+    """Once per process: free the workspaces of processes that died without closing them (SIGKILL)."""
+    for entry in BASE_DIR.glob("ws-*-*"):
+        pid = entry.name.split("-")[1]
+        if not pid.isdigit() or _pid_alive(int(pid)):
+            continue
+        for mounted in (entry / "ws", entry):
+            if mounts.CAN_MOUNT and mounts.is_mount_point(mounted):
+                with contextlib.suppress(SandboxError):
+                    mounts.umount(mounted)
+        shutil.rmtree(entry, ignore_errors=True)
+
+
+def _remove_all(paths: list[Path]) -> None:
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _clear(directory: Path) -> None:

@@ -20,8 +20,10 @@ yields the same `Task` (same id) whatever the seed that drew it.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -98,10 +100,26 @@ def split_of(key: str) -> Split:
     return "eval" if digest % 1000 < EVAL_FRACTION_PER_MILLE else "train"
 
 
-def _outputs(solution: str, inputs: list[object]) -> list[str]:
-    namespace: dict[str, Any] = {}
-    exec(solution, namespace)  # our own reference code, never a submission
-    return [repr(namespace["f"](list(x) if isinstance(x, list) else x)) for x in inputs]
+@functools.cache
+def _line_fn(line: str) -> Callable[[Any], Any]:
+    """A code line (`x = EXPR`, `xs = EXPR`, `return EXPR`) as a function of the variable, compiled once:
+    the same expression text as the reference solution, without exec'ing whole programs per instance."""
+    target, expr = line.split(" = ", 1) if not line.startswith("return ") else ("xs", line[len("return ") :])
+    return eval(f"lambda {target.strip()}: {expr}")  # our own op table, never a submission
+
+
+def _outputs(lines: list[str], inputs: list[object]) -> list[str]:
+    out = []
+    for x in inputs:
+        value = list(x) if isinstance(x, list) else x
+        for line in lines:
+            value = _line_fn(line)(value)
+        out.append(repr(value))
+    return out
+
+
+def _lines(steps: list[tuple[Op, int | None, int]], reducer: Op | None) -> list[str]:
+    return [op.code.format(c=c) for op, c, _ in steps] + ([reducer.code] if reducer else [])
 
 
 def _source(shape: str, steps: list[tuple[Op, int | None, int]], reducer: Op | None) -> str:
@@ -155,11 +173,11 @@ def draw_instance(rng: random.Random, split: Split | None = None) -> Instance | 
         inputs: list[object] = case_rng.sample(range(-20, 41), n_inputs)
     else:
         inputs = [[case_rng.randint(-5, 15) for _ in range(case_rng.randint(3, 6))] for _ in range(n_inputs)]
-    outputs = _outputs(solution, inputs)
+    outputs = _outputs(_lines(steps, reducer), inputs)
     if len(set(outputs)) < 3:
         return None  # near-constant on the hidden inputs: a wrong answer could pass
     for i in range(len(steps)):  # every step must matter on the hidden inputs
-        if _outputs(_source(shape, steps[:i] + steps[i + 1 :], reducer), inputs) == outputs:
+        if _outputs(_lines(steps[:i] + steps[i + 1 :], reducer), inputs) == outputs:
             return None
     cases = tuple((x, ast.literal_eval(y)) for x, y in zip(inputs, outputs, strict=True))
     return Instance(key, shape, prompt, solution, cases)

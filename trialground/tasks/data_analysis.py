@@ -242,7 +242,8 @@ def _draw(rng: np.random.Generator) -> Task | None:
         verifier = VerifierSpec(kind="numeric", params={"answer": q.answer, "rel_tol": 0.0, "abs_tol": tol})
         reference = str(int(q.answer)) if counted else f"{q.answer:.2f}"
     prompt = (
-        f"The file {schema.file} in your workspace holds {schema.what} ({len(rows)} rows, with a header). "
+        f"The file {schema.file} in your workspace holds {schema.what} ({len(rows)} rows; header: "
+        f"{csv_text.split(chr(10), 1)[0]}). "
         f"{q.text}\nCompute it from the file (write and run code), then end your reply with one line "
         "`Answer: <value>`."
     )

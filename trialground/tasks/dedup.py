@@ -1,15 +1,16 @@
 """Duplicates in a task set and overlap with an evaluation set. Pure functions returning typed findings.
 
-- `exact_duplicates`: tasks with the same id (identical content) or the same normalised prompt.
+- `exact_duplicates`: tasks with the same id (identical content) or the same prompt up to whitespace and
+  case.
 - `near_duplicates`: MinHash over word n-grams with LSH banding proposes candidate pairs; each candidate
   is confirmed by the exact Jaccard similarity of the n-gram sets; confirmed pairs are merged into
   clusters (one finding per cluster).
-- `eval_overlap`: word n-gram overlap between each task and a named evaluation set (contamination),
-  scored per pair as containment = shared n-grams / n-grams of the smaller text.
+- `eval_overlap`: n-gram overlap with a named evaluation set (contamination), scored per pair as the
+  share of the eval prompt's non-template n-grams found in the task's prompt or reference.
 
 Template text shared by most tasks of a set ("Submit the complete module ...") would make every pair
 look alike, so n-grams found in more than `max_df` of the texts are ignored when there are at least
-`MIN_DOCS_FOR_DF` texts. Texts are lower-cased and split into `\\w+` words.
+`MIN_DOCS_FOR_DF` texts. Texts are lower-cased and split into words and single punctuation characters.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from trialground.tasks.model import Task
 
 MIN_DOCS_FOR_DF = 10
 _MAX_PROBES = 16
-_WORD = re.compile(r"\w+")
+_TOKEN = re.compile(r"\w+|[^\w\s]")
 
 TextOf = Callable[[Task], str]
 
@@ -52,15 +53,24 @@ def prompt_and_reference(task: Task) -> str:
     return f"{task.prompt}\n{task.reference or ''}"
 
 
-def content_text(task: Task) -> str:
-    """Prompt, workspace files and reference: two data tasks with one question template but different
-    tables are not duplicates."""
-    files = "\n".join(task.files[k] for k in sorted(task.files))
-    return f"{task.prompt}\n{files}\n{task.reference or ''}"
+def content_texts(tasks: Sequence[Task]) -> list[str]:
+    """Prompt, own workspace files and reference of each task. A file whose exact content several tasks
+    share (a service's source, a README) says nothing about whether the tasks differ, so it is left out;
+    two data tasks with one question template but different tables are not duplicates."""
+    seen: dict[tuple[str, str], int] = defaultdict(int)
+    for t in tasks:
+        for item in t.files.items():
+            seen[item] += 1
+    out = []
+    for t in tasks:
+        own = "\n".join(text for path, text in sorted(t.files.items()) if seen[(path, text)] == 1)
+        out.append(f"{t.prompt}\n{own}\n{t.reference or ''}")
+    return out
 
 
 def words(text: str) -> list[str]:
-    return _WORD.findall(text.lower())
+    """Lower-cased tokens: words, and each punctuation character on its own ("<>" and "()" differ)."""
+    return _TOKEN.findall(text.lower())
 
 
 def shingles(text: str, n: int) -> set[str]:
@@ -141,7 +151,8 @@ def exact_duplicates(tasks: Sequence[Task]) -> list[DedupFinding]:
             )
     by_prompt: dict[str, list[str]] = defaultdict(list)
     for tid in by_id:
-        by_prompt[" ".join(words(tasks[by_id[tid][0]].prompt))].append(tid)
+        # Whitespace and case only: punctuation can be the whole difference (HumanEval/56 "<>" vs /61 "()").
+        by_prompt[" ".join(tasks[by_id[tid][0]].prompt.split()).casefold()].append(tid)
     for ids in by_prompt.values():
         if len(ids) > 1:
             findings.append(
@@ -158,24 +169,27 @@ def exact_duplicates(tasks: Sequence[Task]) -> list[DedupFinding]:
 def near_duplicates(
     tasks: Sequence[Task],
     *,
-    threshold: float = 0.8,
+    threshold: float = 0.9,
     ngram: int = 3,
     num_perm: int = 128,
     bands: int = 32,
     max_df: float = 0.5,
     seed: int = 0,
-    text: TextOf = content_text,
+    text: TextOf | None = None,
 ) -> list[DedupFinding]:
-    """Clusters of distinct tasks whose n-gram Jaccard similarity is >= `threshold` (identical prompts
-    are left to `exact_duplicates`)."""
+    """Clusters of distinct tasks whose n-gram Jaccard similarity is >= `threshold` (identical texts are
+    left to `exact_duplicates`). `text` picks what is compared (default: `content_texts`). 0.9 flags
+    near-copies; templated generators produce pairs at 0.8-0.85 that differ in one number or word and are
+    different tasks, so lower it with care."""
     if num_perm % bands:
         raise ValueError(f"num_perm ({num_perm}) must be a multiple of bands ({bands})")
     first: dict[str, Task] = {}
     for t in tasks:
         first.setdefault(t.id, t)
     uniq = list(first.values())
-    normal = [" ".join(words(text(t))) for t in uniq]
-    sets, _ = _drop_common([shingles(text(t), ngram) for t in uniq], max_df)
+    texts = content_texts(uniq) if text is None else [text(t) for t in uniq]
+    normal = [" ".join(x.split()).casefold() for x in texts]
+    sets, _ = _drop_common([shingles(x, ngram) for x in texts], max_df)
     hasher = MinHasher(num_perm, seed)
     sigs = np.stack([hasher.signature(s) for s in sets]) if uniq else np.zeros((0, num_perm))  # [N, P]
     rows = num_perm // bands
@@ -232,40 +246,59 @@ def eval_overlap(
     eval_tasks: Sequence[Task],
     *,
     ngram: int = 8,
-    threshold: float = 0.5,
+    threshold: float = 0.7,
     max_df: float = 0.1,
     eval_name: str = "eval",
     text: TextOf = prompt_and_reference,
+    eval_text: TextOf = prompt_text,
 ) -> list[DedupFinding]:
-    """Tasks whose text overlaps an evaluation task: containment (shared n-grams / n-grams of the smaller
-    text) >= `threshold`. One finding per task, listing every evaluation task it overlaps."""
-    eval_sets, common = _drop_common([shingles(text(t), ngram) for t in eval_tasks], max_df)
+    """Tasks that contain an evaluation task's question: coverage = the eval prompt's (non-template)
+    n-grams found in the task's prompt or reference / all of them, >= `threshold`. One finding per task,
+    listing every evaluation task it covers.
+
+    Template n-grams (instructions every prompt carries) are those found in more than
+    max(`max_df` x texts, 3) of all texts, both sets together, when there are at least `MIN_DOCS_FOR_DF`
+    texts; a leak shared by a few texts stays. An eval prompt made only of template keeps all its n-grams.
+    A task that holds just a fragment of a longer eval question scores that fragment's share."""
+    own = [shingles(text(t), ngram) for t in tasks]
+    theirs = [shingles(eval_text(t), ngram) for t in eval_tasks]
+    common: set[str] = set()
+    total = len(own) + len(theirs)
+    if total >= MIN_DOCS_FOR_DF:
+        df: dict[str, int] = defaultdict(int)
+        for grams in (*own, *theirs):
+            for g in grams:
+                df[g] += 1
+        limit = max(max_df * total, 3)
+        common = {g for g, c in df.items() if c > limit}
+    eval_sets = [s - common or s for s in theirs]
     index: dict[str, list[int]] = defaultdict(list)
     for j, s in enumerate(eval_sets):
         for g in s:
             index[g].append(j)
     out = []
-    for t in tasks:
-        mine = shingles(text(t), ngram) - common
+    for t, grams in zip(tasks, own, strict=True):
         shared: dict[int, int] = defaultdict(int)
-        for g in mine:
+        for g in grams:
             for j in index.get(g, ()):
                 shared[j] += 1
-        hits = []
-        for j, count in shared.items():
-            score = count / max(1, min(len(mine), len(eval_sets[j])))
-            if score >= threshold:
-                hits.append((score, j))
+        hits = sorted(
+            (
+                (count / len(eval_sets[j]), j)
+                for j, count in shared.items()
+                if count / len(eval_sets[j]) >= threshold
+            ),
+            key=lambda h: (-h[0], h[1]),
+        )
         if hits:
-            hits.sort(key=lambda h: (-h[0], h[1]))
             out.append(
                 DedupFinding(
                     kind="eval_overlap",
                     task_ids=(t.id,),
                     eval_ids=tuple(eval_tasks[j].id for _, j in hits),
-                    similarity=round(min(1.0, hits[0][0]), 4),
-                    detail=f"{hits[0][0]:.0%} of {ngram}-grams shared with {eval_name} task "
-                    f"{eval_tasks[hits[0][1]].id} ({len(hits)} overlapping)",
+                    similarity=round(hits[0][0], 4),
+                    detail=f"{hits[0][0]:.0%} of the {ngram}-grams of {eval_name} task "
+                    f"{eval_tasks[hits[0][1]].id} appear in this task ({len(hits)} overlapped)",
                 )
             )
     return out

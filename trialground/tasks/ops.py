@@ -16,8 +16,12 @@ cwd. It never trusts code the agent could change: config families run a pristine
 fresh hidden input and compare with the answer the check computes itself. A check passes by exiting 0.
 
 Each task fixes exactly one file: `params["solution_path"]` names it and the reference is its repaired
-full text, so a single-turn submission is that file's new content. Deterministic in (seed, n, split);
-a task's split is a hash of its content (20% eval).
+full text, so a single-turn submission is that file's new content. The prompt shows that file (a
+single-turn policy sees nothing else); an agent with tools can inspect and run everything.
+Deterministic in (seed, n, split); a task's split is a hash of its prompt (20% eval), and no two tasks share
+a prompt. Train and eval share repair *types* (a misspelled key, a wrong import name): they differ in the
+names, values and data around them, so eval measures generalisation over surface variation, and n-gram
+overlap between the splits is expected.
 """
 
 from __future__ import annotations
@@ -26,11 +30,13 @@ import hashlib
 
 import numpy as np
 
+from trialground.errors import TaskError
 from trialground.tasks import ops_families as fam
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.tasks.sources import Split
 
 EVAL_PER_MILLE = 200
+_MAX_DRAWS_PER_TASK = 50
 CHECK = "check_ops.py"
 FAMILIES = (
     "config_key",
@@ -44,9 +50,14 @@ FAMILIES = (
 
 
 def _to_task(family: str, case: fam.Case) -> Task:
+    listing = ", ".join(sorted(case.files))
     prompt = (
         f"{case.symptom}\n\nRepair the setup in your workspace so that {case.goal} "
-        f"{case.constraint} When you are done, submit."
+        f"{case.constraint} When you are done, submit.\n\n"
+        f"Workspace files: {listing}. The fault is in `{case.fix_path}`:\n"
+        f"```\n{case.files[case.fix_path]}```\n"
+        f"If you answer in a single message, reply with the complete repaired content of `{case.fix_path}` "
+        "and nothing else."
     )
     check = fam.check_program(case.check_spec)
     return Task(
@@ -64,7 +75,9 @@ def _to_task(family: str, case: fam.Case) -> Task:
 
 
 def _split_of(task: Task) -> Split:
-    digest = int(hashlib.sha256(task.id.encode()).hexdigest()[:12], 16)
+    # By prompt, not id: tasks that ask the same repair (with different incidental data, e.g. log lines)
+    # are one task for the learner, so they must never straddle train and eval.
+    digest = int(hashlib.sha256(task.prompt.encode()).hexdigest()[:12], 16)
     return "eval" if digest % 1000 < EVAL_PER_MILLE else "train"
 
 
@@ -73,17 +86,20 @@ def draw_case(rng: np.random.Generator, family: str) -> fam.Case:
 
 
 def ops_tasks(*, n: int, seed: int, split: Split) -> list[Task]:
-    """`n` distinct ops tasks of `split`, cycling through the families, deterministic in (seed, split)."""
+    """`n` ops tasks of `split` with distinct prompts, cycling through the families; deterministic in
+    (seed, split), and a prefix of the list for a larger n."""
     rng = np.random.default_rng([seed, 0x0B5])
     tasks: list[Task] = []
     seen: set[str] = set()
-    i = 0
-    while len(tasks) < n:
+    for i in range(_MAX_DRAWS_PER_TASK * n):
         family = FAMILIES[i % len(FAMILIES)]
-        i += 1
         task = _to_task(family, draw_case(rng, family))
-        if task.id in seen or _split_of(task) != split:
+        if task.prompt in seen or _split_of(task) != split:
             continue
-        seen.add(task.id)
+        seen.add(task.prompt)
         tasks.append(task.model_copy(update={"split": split}))
-    return tasks
+        if len(tasks) == n:
+            return tasks
+    raise TaskError(
+        f"ops: only {len(tasks)} distinct {split} tasks in {_MAX_DRAWS_PER_TASK * n} draws", kind="generator"
+    )

@@ -176,35 +176,55 @@ METRIC_WORDS = {
 SCRIPT_BUGS = ("unbound_variable", "wrong_glob", "wrong_dir", "mkdir_exists")
 
 
+LOG_DIRS = ("logs", "applogs", "journal")
+OUT_DIRS = ("out", "reports", "build")
+
+
 def _script_case(rng: np.random.Generator) -> Case:
     metric, bug = _choice(rng, list(PIPELINES)), _choice(rng, SCRIPT_BUGS)
-    good = asset("report_run.sh").replace("__METRIC__", metric).replace("__PIPELINE__", PIPELINES[metric])
+    log_dir, out_dir = _choice(rng, LOG_DIRS), _choice(rng, OUT_DIRS)
+    good = (
+        asset("report_run.sh")
+        .replace("__METRIC__", metric)
+        .replace("__PIPELINE__", PIPELINES[metric])
+        .replace('LOG_DIR="logs"', f'LOG_DIR="{log_dir}"')
+        .replace('OUT_DIR="out"', f'OUT_DIR="{out_dir}"')
+        .replace("out/report.txt", f"{out_dir}/report.txt")
+    )
     broken = {
         "unbound_variable": good.replace('"$LOG_DIR"/*.log', '"$LOGDIR"/*.log'),
         "wrong_glob": good.replace('"$LOG_DIR"/*.log', '"$LOG_DIR"/*.txt'),
-        "wrong_dir": good.replace('LOG_DIR="logs"', 'LOG_DIR="log"'),
+        "wrong_dir": good.replace(f'LOG_DIR="{log_dir}"', f'LOG_DIR="{log_dir[:-1]}"'),
         "mkdir_exists": good.replace('mkdir -p "$OUT_DIR"', 'mkdir "$OUT_DIR"'),
     }[bug]
     seed = int(rng.integers(1, 1_000_000))
-    files = {"run.sh": broken, "out/.keep": ""}
+    files = {"run.sh": broken, f"{out_dir}/.keep": ""}
     for i in range(int(rng.integers(2, 5))):
         lines = [
             f"2024-03-0{j % 9 + 1}T0{j % 10}:00:00 user{int(rng.integers(1, 20))} "
             f"{_choice(rng, ('INFO', 'INFO', 'WARN', 'ERROR'))} request {j}"
             for j in range(int(rng.integers(4, 15)))
         ]
-        files[f"logs/web{i}.log"] = "\n".join(lines) + "\n"
+        files[f"{log_dir}/web{i}.log"] = "\n".join(lines) + "\n"
+    words = METRIC_WORDS[metric].replace("logs/", f"{log_dir}/")
     return Case(
-        variant=f"{metric}:{bug}",
+        variant=f"{metric}:{bug}:{log_dir}:{out_dir}",
         files=files,
         fix_path="run.sh",
         fixed=good,
-        symptom="`bash run.sh` should write out/report.txt with one line "
-        f"`{metric}=<{METRIC_WORDS[metric]}>`, but it fails.",
-        goal=f"`bash run.sh` succeeds and out/report.txt holds the right `{metric}=` line for whatever "
-        "logs are in logs/.",
+        symptom=f"`bash run.sh` should write {out_dir}/report.txt with one line `{metric}=<{words}>`, "
+        "but it fails.",
+        goal=f"`bash run.sh` succeeds and {out_dir}/report.txt holds the right `{metric}=` line for whatever "
+        f"logs are in {log_dir}/.",
         constraint="Do not hard-code the result; the script must keep working when the logs change.",
-        check_spec={"kind": "script", "script": "run.sh", "metric": metric, "seed": seed},
+        check_spec={
+            "kind": "script",
+            "script": "run.sh",
+            "metric": metric,
+            "seed": seed,
+            "log_dir": log_dir,
+            "out_dir": out_dir,
+        },
     )
 
 
@@ -252,16 +272,23 @@ def _env_case(rng: np.random.Generator) -> Case:
     )
 
 
-HELPERS = (
+HELPERS = (  # (module file, the wrong name the service imports)
     ("helpers.py", "helper"),
     ("textutil.py", "textutils"),
     ("kvtools.py", "kv_tools"),
     ("lineparse.py", "line_parse"),
+    ("records.py", "record"),
+    ("parsing_utils.py", "parsingutils"),
+    ("fields.py", "field_utils"),
+    ("kvparse.py", "kv_parser"),
 )
+FUNCS = ("parse_line", "parse_entry", "split_pair")
+SERVICES = ("service.py", "totals.py", "aggregator.py")
+INPUTS = ("input.txt", "readings.txt", "metrics.txt")
 HELPER_SOURCE = '''"""Parsing of `key = value` lines."""
 
 
-def parse_line(line):
+def {func}(line):
     """(key, int value) of one `key = value` line, or None for blank lines and comments."""
     line = line.strip()
     if not line or line.startswith("#"):
@@ -269,18 +296,18 @@ def parse_line(line):
     key, _, value = line.partition("=")
     return key.strip(), int(value)
 '''
-SERVICE_SOURCE = '''"""Totals service: reads input.txt (`key = value` lines), prints `key total` per key."""
+SERVICE_SOURCE = '''"""Totals: reads {input} (`key = value` lines), prints `key total` per key, sorted."""
 
 import sys
 
-from {module} import parse_line
+from {module} import {func}
 
 
 def main():
     totals = {{}}
-    with open("input.txt") as f:
+    with open({input!r}) as f:
         for line in f:
-            parsed = parse_line(line)
+            parsed = {func}(line)
             if parsed is not None:
                 key, value = parsed
                 totals[key] = totals.get(key, 0) + value
@@ -296,25 +323,29 @@ if __name__ == "__main__":
 
 def _import_case(rng: np.random.Generator) -> Case:
     helper_path, wrong = HELPERS[int(rng.integers(len(HELPERS)))]
+    func, service, data = _choice(rng, FUNCS), _choice(rng, SERVICES), _choice(rng, INPUTS)
     module = helper_path[:-3]
     keys = ("cpu", "disk", "net", "mem")
     rows = [f"{_choice(rng, keys)} = {int(rng.integers(0, 100))}" for _ in range(int(rng.integers(4, 12)))]
+    helper = HELPER_SOURCE.format(func=func)
     return Case(
-        variant=f"{wrong}->{module}",
+        variant=f"{service}:{wrong}->{module}.{func}",
         files={
-            "service.py": SERVICE_SOURCE.format(module=wrong),
-            helper_path: HELPER_SOURCE,
-            "input.txt": "\n".join(rows) + "\n",
+            service: SERVICE_SOURCE.format(module=wrong, func=func, input=data),
+            helper_path: helper,
+            data: "\n".join(rows) + "\n",
         },
-        fix_path="service.py",
-        fixed=SERVICE_SOURCE.format(module=module),
-        symptom=f"`python3 service.py` fails with `ModuleNotFoundError: No module named '{wrong}'`.",
-        goal="`python3 service.py` prints the totals of input.txt.",
+        fix_path=service,
+        fixed=SERVICE_SOURCE.format(module=module, func=func, input=data),
+        symptom=f"`python3 {service}` fails with `ModuleNotFoundError: No module named '{wrong}'`.",
+        goal=f"`python3 {service}` prints the totals of {data}.",
         constraint="Do not rename or edit the helper module and do not hard-code any output.",
         check_spec={
             "kind": "import",
+            "service": service,
             "helper_path": helper_path,
-            "helper": HELPER_SOURCE,
+            "helper": helper,
+            "input": data,
             "seed": int(rng.integers(1, 1_000_000)),
         },
     )

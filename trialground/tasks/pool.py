@@ -88,6 +88,8 @@ class TaskPool:
         self._ema: dict[str, float] = {}
         self._regressions: dict[str, int] = {}  # task id -> passes still needed
         self._extra: dict[str, Task] = {}  # regression tasks that are not training tasks (e.g. eval)
+        # Band factor of each training task, kept current by record(): sampling stays O(N) in numpy.
+        self._factor = np.full(len(self.tasks), self.config.new_weight)  # [N]
         self._rng = np.random.default_rng(self.config.seed)
         self.sampled = 0
 
@@ -127,6 +129,8 @@ class TaskPool:
         )
         self._attempts[task_id] = self._attempts.get(task_id, 0) + 1
         self._passes[task_id] = self._passes.get(task_id, 0) + int(passed)
+        if task_id in self._index:
+            self._factor[self._index[task_id]] = self._band_factor(task_id)
         if passed and task_id in self._regressions:
             self._regressions[task_id] -= 1
             if self._regressions[task_id] <= 0:
@@ -155,8 +159,7 @@ class TaskPool:
     # -- sampling ---------------------------------------------------------------------------------
     def _candidates(self) -> tuple[list[Task], np.ndarray, np.ndarray]:
         """All sampleable tasks, their weights [M] and general mask [M] (training tasks, then extras)."""
-        factors = np.asarray([self._band_factor(t.id) for t in self.tasks])
-        weights = self._base * factors
+        weights = self._base * self._factor
         mean_base = float(self._base.mean())
         for tid in self._regressions:
             if tid in self._index:
@@ -189,6 +192,10 @@ class TaskPool:
         if n < 1:
             raise TaskError(f"sample: n must be >= 1, got {n}", kind="bad_request")
         tasks, weights, general = self._candidates()
+        if not weights.sum() > 0:
+            raise TaskError(
+                "no task has a positive sampling weight (are all tasks in bands weighted 0?)", kind="empty"
+            )
         g_w, s_w = np.where(general, weights, 0.0), np.where(general, 0.0, weights)
         ratio = self.config.general_ratio
         if g_w.sum() > 0 and s_w.sum() > 0 and ratio > 0:
@@ -261,6 +268,7 @@ class TaskPool:
         self._ema = {tid: float(v[2]) for tid, v in state["stats"].items()}
         self._regressions = {tid: int(k) for tid, k in state["regressions"].items()}
         self.sampled = int(state.get("sampled", 0))
+        self._factor = np.asarray([self._band_factor(t.id) for t in self.tasks])
         rng = np.random.default_rng()
         rng.bit_generator.state = state["rng"]
         self._rng = rng
@@ -279,7 +287,11 @@ def load_task_sets(config: TaskPoolConfig) -> tuple[TaskPool, list[Task]]:
         n = config.num_train if src.limit is None else src.limit
         got = load_source(src.source, seed=config.seed, n=n, split="train")
         if not got:
-            raise TaskError(f"task source {src.source!r} has no training tasks", kind="empty")
+            raise TaskError(
+                f"task source {src.source!r} has no training tasks (a benchmark such as humaneval is all "
+                "split 'eval': list it under eval_sources)",
+                kind="empty",
+            )
         for t in got:
             weights.setdefault(t.id, src.weight)
             groups.setdefault(t.id, f"{i}:{src.source}")

@@ -14,8 +14,8 @@ Specs::
 
 Contracts:
 - Deterministic: the same spec, seed, n and split give the same tasks (same ids, same order).
-- `split`: for generators (codegen, reasoning_gym, data, ops) the split to generate; train and eval
-  never share a task. For fixed sets (humaneval, math, files) None keeps every task with the split it
+- `split`: for generators (codegen, reasoning_gym, data, ops) the split to generate (None: train); train
+  and eval never share a task. For fixed sets (humaneval, math, files) None keeps every task with the split it
   carries and "train"/"eval" keeps only those tasks. HumanEval tasks are all "eval" (it is a benchmark).
 - `n`: generators make exactly n tasks (None: the source's default); fixed sets are cut to the first n.
 - Errors (unknown spec, unreadable file, unknown dataset) raise `TaskError`.
@@ -25,8 +25,8 @@ Verifier parameters the sources emit (read by trialground.verify):
 - exact:      {"answer": str}
 - math:       {"answer": str}  (gold, LaTeX or plain)
 - numeric:    {"answer": float, "rel_tol": float, "abs_tol": float}
-- check_program: {"program": path in hidden_checks, "submission": "files_json"} — the reference and a
-  single-turn submission are a JSON object {workspace path: new full content} applied over task.files.
+- check_program: {"solution_path": the one file to repair, "program": its hidden check, "check_timeout_s"}
+  — the reference (and a single-turn submission) is the repaired full text of `solution_path`.
 """
 
 from __future__ import annotations

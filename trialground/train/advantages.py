@@ -16,6 +16,7 @@ from typing import Literal
 import numpy as np
 
 from trialground.rollout.trajectory import Trajectory
+from trialground.train.config import TrainerConfig
 
 Method = Literal["grpo", "dr_grpo", "rloo"]
 
@@ -126,6 +127,20 @@ def compute_advantages(
         for i, a in zip(idx, adv, strict=True):
             out[i] = a
     return out
+
+
+def advantages_for(
+    trajectories: Sequence[Trajectory], config: TrainerConfig, *, max_new_tokens: int | None = None
+) -> list[float | None]:
+    """`compute_advantages` as `config` asks: its estimator, `adv_eps`, and the overlong penalty
+    (`overlong_penalty`, `overlong_buffer`) against `max_new_tokens`, the response budget the policy
+    sampled with (for multi-turn episodes: the budget of all policy tokens of an episode)."""
+    penalty = config.overlong_penalty if max_new_tokens is not None else 0.0
+    buffer = min(config.overlong_buffer, max_new_tokens or 0)
+    rewards = [
+        trajectory_reward(t, max_length=max_new_tokens, buffer=buffer, penalty=penalty) for t in trajectories
+    ]
+    return compute_advantages(trajectories, config.algorithm, eps=config.adv_eps, rewards=rewards)
 
 
 @dataclass(frozen=True)

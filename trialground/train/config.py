@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class TrainerConfig(BaseModel):
@@ -52,4 +52,11 @@ class TrainerConfig(BaseModel):
     overlong_buffer: int = Field(
         0, ge=0, description="Soft overlong zone (tokens before the max) where the penalty ramps up; 0 = hard"
     )
-    seed: int = Field(0, description="torch seed")
+    seed: int = Field(0, description="Seed of the trainer's own random initialisation (LoRA adapters)")
+
+    @field_validator("adam_betas")
+    @classmethod
+    def _betas_in_range(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not all(0.0 <= b < 1.0 for b in v):
+            raise ValueError(f"each AdamW beta must be in [0, 1), got {v}")
+        return v

@@ -99,7 +99,13 @@ class Trainer:
             ref_model = copy.deepcopy(model)
         if ref_model is not None:
             self._ref = ref_model.eval().requires_grad_(False)
-        self.model: nn.Module = self._wrap_lora(model) if config.lora_rank > 0 else model
+        if config.lora_rank > 0:
+            # Adapters are initialised from `config.seed` without disturbing the caller's global RNG.
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(config.seed)
+                self.model: nn.Module = self._wrap_lora(model)
+        else:
+            self.model = model
         self.model.eval()
         params = [p for p in self.model.parameters() if p.requires_grad]
         if not params:

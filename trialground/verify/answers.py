@@ -78,7 +78,9 @@ def parse_number(text: str) -> float | None:
 
 def _param(task: Task, name: str) -> Any:
     if name not in task.verifier.params:
-        raise VerifierError(f"task {task.id}: {task.verifier.kind} verifier needs params[{name!r}]", kind="bad_task")
+        raise VerifierError(
+            f"task {task.id}: {task.verifier.kind} verifier needs params[{name!r}]", kind="bad_task"
+        )
     return task.verifier.params[name]
 
 
@@ -86,7 +88,9 @@ def verify_exact(task: Task, submission: str) -> Verdict:
     cs = bool(task.verifier.params.get("case_sensitive", False))
     gold = _param(task, "answer")
     accepted = {normalise(str(g), case_sensitive=cs) for g in (gold if isinstance(gold, list) else [gold])}
-    got = normalise(extract_answer(submission, task.verifier.params.get("extract", "auto")), case_sensitive=cs)
+    got = normalise(
+        extract_answer(submission, task.verifier.params.get("extract", "auto")), case_sensitive=cs
+    )
     ok = got in accepted
     return Verdict(passed=ok, score=float(ok), detail=f"answer {got[:80]!r}: {'match' if ok else 'no match'}")
 
@@ -101,7 +105,9 @@ def verify_regex(task: Task, submission: str) -> Verdict:
         raise VerifierError(f"task {task.id}: bad regex: {e}", kind="bad_task") from e
     got = extract_answer(submission, task.verifier.params.get("extract", "auto"))
     ok = pattern.fullmatch(got) is not None
-    return Verdict(passed=ok, score=float(ok), detail=f"answer {got[:80]!r} {'matches' if ok else 'does not match'}")
+    return Verdict(
+        passed=ok, score=float(ok), detail=f"answer {got[:80]!r} {'matches' if ok else 'does not match'}"
+    )
 
 
 def verify_numeric(task: Task, submission: str) -> Verdict:

@@ -17,7 +17,9 @@ from trialground.verify.base import TestResult, Verdict
 from trialground.verify.code_tests import Opener, default_opener
 from trialground.verify.config import GradingConfig
 
-_PY_STDIN = "import sys; _src = sys.stdin.read(); exec(compile(_src, '<check>', 'exec'), {'__name__': '__main__'})"
+_PY_STDIN = (
+    "import sys; _src = sys.stdin.read(); exec(compile(_src, '<check>', 'exec'), {'__name__': '__main__'})"
+)
 
 
 class CheckProgramVerifier:
@@ -43,16 +45,16 @@ class CheckProgramVerifier:
         sandbox = await self._sandbox(task, submission, workspace)
         try:
             for path, program in sorted(task.hidden_checks.items()):
-                if path.endswith(".py"):
-                    cmd = [self.grading.python, "-I", "-c", _PY_STDIN]
-                else:
-                    cmd = ["bash", "-s"]
+                is_py = path.endswith(".py")
+                cmd = [self.grading.python, "-I", "-c", _PY_STDIN] if is_py else ["bash", "-s"]
                 res = await sandbox.exec(cmd, stdin=program, cwd=WORKSPACE, limits=limits)
                 if res.status.value == "sandbox_error":
                     raise VerifierError(f"check {path}: sandbox failed: {res.stderr[-300:]}", kind="sandbox")
                 tail = (res.stdout[-200:] + res.stderr[-300:]).strip()
                 outcome = "passed" if res.ok else "failed"
-                results.append(TestResult(name=path, outcome=outcome, detail=f"{res.status.value}: {tail}"[:500]))
+                results.append(
+                    TestResult(name=path, outcome=outcome, detail=f"{res.status.value}: {tail}"[:500])
+                )
         finally:
             await sandbox.close()
         passed_n = sum(r.outcome == "passed" for r in results)

@@ -12,11 +12,27 @@ How a grading goes:
 3. the host verifies the report's HMAC, then requires every expected hidden test to have run and passed.
    Skips, errors, timeouts and missing tests are failures. A report that is absent or badly signed is a
    failure flagged `runner_tampering`; a sandbox that breaks is an infrastructure error (`Verdict.error`).
+
+Tests run in trialground's own runner, not pytest: top-level `test_*` functions (found in the AST by the
+host, so the solution cannot hide or add tests), each called once with a per-test deadline; no conftest,
+plugins, cache or rootdir configuration exist in this path at all. Visible checks run when a hidden test
+failed, judged after sealing (to flag solutions that pass the visible ones only).
+
+Sealed checks: in the hidden checks, every `assert EXPR == LITERAL` at the top level of a function body is
+rewritten (host side, AST) to send EXPR's value to the runner's supervisor; the literal never enters the
+sandbox process that runs the submission and is compared by the supervisor after all workers are gone.
+For such tests a pass cannot be forged from inside the worker at all: it takes the right values.
+
+Speed: "fresh" is a pooled sandbox restored to its empty snapshot (the sandbox kills every process of the
+last command; the runner wipes /tmp). Single-turn gradings that arrive together are batched
+(`verify_many`): one sandbox exec, in which the trusted runner wipes and rewrites the workspace, /tmp and
+/dev/shm before each submission and grades it in freshly forked workers.
 """
 
 from __future__ import annotations
 
 import ast
+import asyncio
 import functools
 import hashlib
 import hmac
@@ -24,12 +40,13 @@ import marshal
 import os
 import secrets
 import sys
-from types import CodeType
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from importlib import resources
+from types import CodeType
+from typing import Any
 
-from trialground.errors import SandboxError, VerifierError
-from trialground.sandbox.base import WORKSPACE, Limits, Sandbox, SandboxConfig
+from trialground.errors import SandboxError, TrialgroundError, VerifierError
+from trialground.sandbox.base import WORKSPACE, ExecResult, Limits, Sandbox, SandboxConfig
 from trialground.tasks.model import Task
 from trialground.verify.base import Flag, TestResult, Verdict
 from trialground.verify.config import GradingConfig
@@ -88,8 +105,8 @@ def test_names(source: str) -> list[str]:
 
 
 @functools.cache
-def runner_source() -> str:
-    return resources.files("trialground.verify").joinpath("runner.py").read_text()
+def runner_source(name: str = "runner.py") -> str:
+    return resources.files("trialground.verify").joinpath(name).read_text()
 
 
 _PLACEHOLDER = "<tg-0000>"
@@ -109,6 +126,73 @@ def _retitle(code: CodeType, filename: str) -> CodeType:
     return code.replace(co_filename=filename, co_consts=consts)
 
 
+_NOT_LITERAL = object()
+
+
+def _literal(node: ast.expr) -> Any:
+    if isinstance(node, ast.Call):
+        return _NOT_LITERAL
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return _NOT_LITERAL
+
+
+class _Sealer(ast.NodeTransformer):
+    """`assert EXPR == LITERAL` (either order) at the top level of a function body becomes
+    `__tg_check__(EXPR, k)`; the literal goes to `expected[k]`, which never enters the worker."""
+
+    def __init__(self) -> None:
+        self.expected: list[Any] = []
+        self.by_function: dict[str, list[int]] = {}
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
+        self.generic_visit(node)
+        body: list[ast.stmt] = []
+        for stmt in node.body:
+            sealed = self._seal(stmt)
+            if sealed is not None:
+                self.by_function.setdefault(node.name, []).append(len(self.expected) - 1)
+            body.append(sealed or stmt)
+        node.body = body
+        return node
+
+    def _seal(self, stmt: ast.stmt) -> ast.stmt | None:
+        if not (isinstance(stmt, ast.Assert) and isinstance(stmt.test, ast.Compare)):
+            return None
+        test = stmt.test
+        if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
+            return None
+        left, right = test.left, test.comparators[0]
+        lv, rv = _literal(left), _literal(right)
+        if (lv is _NOT_LITERAL) == (rv is _NOT_LITERAL):
+            return None  # no literal side, or two: nothing to seal
+        value, expr = (rv, left) if rv is not _NOT_LITERAL else (lv, right)
+        try:
+            marshal.dumps(value)
+        except ValueError:
+            return None
+        self.expected.append(value)
+        call = ast.Call(
+            ast.Name("__tg_check__", ast.Load()), [expr, ast.Constant(len(self.expected) - 1)], []
+        )
+        return ast.copy_location(ast.Expr(call), stmt)
+
+
+@functools.lru_cache(maxsize=4096)
+def sealed(source: str, path: str) -> tuple[CodeType, tuple[Any, ...], dict[str, list[int]]]:
+    """The check file with its literal expectations sealed: (code, expected literals, check ids per test)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        raise VerifierError(f"{path} does not parse: {e}", kind="bad_task") from e
+    sealer = _Sealer()
+    tree = ast.fix_missing_locations(sealer.visit(tree))
+    code = compile(tree, f"{_PLACEHOLDER}:{path}", "exec", dont_inherit=True)
+    tests = {k: v for k, v in sealer.by_function.items() if k.startswith("test")}
+    return code, tuple(sealer.expected), tests
+
+
 def compiled_for(source: str, path: str, token: str) -> CodeType:
     """`source` compiled as `<tg-TOKEN:path>`: the runner trusts frames from files named with its token."""
     return _retitle(_compiled(source, path), f"<tg-{token}:{path}>" if path else f"<tg-{token}>")
@@ -118,11 +202,9 @@ def _frame(data: bytes) -> bytes:
     return f"{len(data):010d}".encode() + data
 
 
-def runner_stdin(
-    task: Task, grading: GradingConfig, token: str, host_key: bytes, *, visible: bool, wipe_tmp: bool = False
-) -> bytes:
-    """The runner's stdin: boot block (token + runner source), header, host key (read last)."""
-    specs = [
+def job_header(task: Task, grading: GradingConfig, token: str, *, visible: bool) -> dict[str, Any]:
+    """What the runner needs to grade one submission of `task` (tests compiled here, with the token)."""
+    specs: list[dict[str, Any]] = [
         {"path": p, "module": f"tg_hidden_{i}", "prefix": "", "source": src}
         for i, (p, src) in enumerate(sorted(task.hidden_checks.items()))
     ]
@@ -131,15 +213,22 @@ def runner_stdin(
             {"path": p, "module": f"tg_visible_{i}", "prefix": f"{VISIBLE_PREFIX}{p}::", "source": src}
             for i, (p, src) in enumerate(sorted(task.visible_checks.items()))
         ]
-    for spec in specs:
+    expected: list[list[Any]] = []
+    for n, spec in enumerate(specs):
         source = str(spec.pop("source"))
         spec["names"] = test_names(source)
-        spec["code"] = compiled_for(source, str(spec["path"]), token)
+        if n < len(task.hidden_checks):  # visible checks are no secret: they run as written
+            code, literals, checks = sealed(source, str(spec["path"]))
+            spec["code"] = _retitle(code, f"<tg-{token}:{spec['path']}>")
+        else:
+            spec["code"], literals, checks = compiled_for(source, str(spec["path"]), token), (), {}
+        spec["checks"] = checks
+        expected.append(list(literals))
     for spec in specs[: len(task.hidden_checks)]:
         if len(task.hidden_checks) > 1:
             spec["prefix"] = f"{spec['path']}::"
-    header = {
-        "token": token,
+    return {
+        "_expected": expected,  # removed before the header is sent: it follows the host key
         "tests": specs,
         "n_hidden": sum(len(spec["names"]) for spec in specs[: len(task.hidden_checks)]),
         "check_names": sorted({p.rsplit("/", 1)[-1] for p in [*task.hidden_checks, *task.visible_checks]}),
@@ -147,10 +236,31 @@ def runner_stdin(
         "strict_types": bool(task.verifier.params.get("strict_types", grading.strict_types)),
         "test_timeout_s": float(task.verifier.params.get("test_timeout_s", grading.test_timeout_s)),
         "total_timeout_s": grading.total_timeout_s,
-        "wipe_tmp": wipe_tmp,
     }
+
+
+def runner_stdin(
+    task: Task, grading: GradingConfig, token: str, host_key: bytes, *, visible: bool, wipe_tmp: bool = False
+) -> bytes:
+    """The runner's stdin for one grading: boot block (the runner's code object), header, host key."""
+    header = {"token": token, "wipe_tmp": wipe_tmp, **job_header(task, grading, token, visible=visible)}
+    expected = [header.pop("_expected")]
+    return _stdin(header, token, host_key, expected)
+
+
+def batch_stdin(jobs: list[dict[str, Any]], token: str, host_key: bytes, preload: tuple[str, ...]) -> bytes:
+    """The runner's stdin for a batch: each job carries its files (the runner writes them)."""
+    expected = [job.pop("_expected") for job in jobs]
+    header = {"token": token, "wipe_tmp": True, "jobs": jobs, "preload": list(preload)}
+    return _stdin(header, token, host_key, expected)
+
+
+def _stdin(header: dict[str, Any], token: str, host_key: bytes, expected: list[Any]) -> bytes:
+    """boot | header | host key | sealed literals: the runner reads the last two after all workers ended."""
     boot = marshal.dumps(compiled_for(runner_source(), "", token))
-    return _frame(boot) + _frame(marshal.dumps(header)) + host_key.hex().encode()
+    header["worker_code"] = compiled_for(runner_source("sandbox_worker.py"), "worker", token)
+    tail = host_key.hex().encode() + _frame(marshal.dumps(expected))
+    return _frame(boot) + _frame(marshal.dumps(header)) + tail
 
 
 def parse_report(stdout: str, host_key: bytes) -> dict | None:
@@ -239,10 +349,15 @@ class CodeTestsVerifier:
         self.sandbox_config = sandbox_config
         self.grading = grading
         self.pool = SandboxPool(sandbox_config, opener or default_opener, grading.reuse_sandboxes)
+        self._slots = asyncio.Semaphore(grading.max_parallel)
+
+    @property
+    def batching(self) -> bool:
+        """Batches need the runner to rewrite the workspace itself: only in (reused) bwrap sandboxes."""
+        return self.pool.keep > 0 and self.sandbox_config.backend == "bwrap" and self.grading.max_batch > 1
 
     async def verify(self, task: Task, submission: str, *, workspace: Sandbox | None = None) -> Verdict:
-        if not task.hidden_checks:
-            raise VerifierError(f"task {task.id}: code_tests needs hidden checks", kind="bad_task")
+        _check_task(task)
         files: dict[str, str | bytes] = dict(task.files)
         files.update(await solution_files(task, submission, workspace))
         token, host_key = secrets.token_hex(16), os.urandom(32)
@@ -252,8 +367,65 @@ class CodeTestsVerifier:
         )
         limits = task.limits or self.sandbox_config.limits
         limits = limits.model_copy(update={"wall_s": min(3600.0, self.grading.total_timeout_s + 10.0)})
+        async with self._slots:
+            sandbox, snap = await self.pool.acquire(files)
+            result, healthy = await self._run(sandbox, snap, stdin, limits)
+        report = self._report(result, healthy, host_key)
+        return report if isinstance(report, Verdict) else self._verdict(task, report)
+
+    async def verify_many(self, items: Sequence[tuple[Task, str]]) -> list[Verdict | TrialgroundError]:
+        """Single-turn submissions graded in ONE sandbox exec: the runner wipes and rewrites the workspace
+        before each (and /tmp, /dev/shm), forks fresh workers for each, and reports each separately.
+        Per-item failures are returned, not raised."""
+        out: list[Verdict | TrialgroundError] = []
+        jobs: list[dict[str, Any]] = []
+        token, host_key = secrets.token_hex(16), os.urandom(32)
+        for task, submission in items:
+            try:
+                _check_task(task)
+                files = {k: v.encode() for k, v in task.files.items()}
+                files[solution_path(task)] = submission.encode()
+                jobs.append(
+                    {
+                        **job_header(task, self.grading, token, visible=self.grading.run_visible),
+                        "files": files,
+                    }
+                )
+            except TrialgroundError as e:
+                out.append(e)
+                continue
+            out.append(VerifierError("pending", kind="pending"))
+        if not jobs:
+            return out
+        stdin = batch_stdin(jobs, token, host_key, self.grading.preload)
+        base = items[0][0].limits or self.sandbox_config.limits
+        wall = min(3600.0, len(jobs) * self.grading.total_timeout_s + 10.0)
+        limits = base.model_copy(update={"wall_s": wall, "cpu_s": min(3600.0, max(base.cpu_s, wall))})
+        async with self._slots:
+            sandbox, snap = await self.pool.acquire({})
+            result, healthy = await self._run(sandbox, snap, stdin, limits)
+        report = self._report(result, healthy, host_key)
+        reports = report.get("jobs") if isinstance(report, dict) else None
+        pending = [i for i, o in enumerate(out) if isinstance(o, VerifierError) and o.kind == "pending"]
+        for n, i in enumerate(pending):
+            if isinstance(report, Verdict):
+                out[i] = report  # the whole batch failed before any report: a failure for every item
+            elif reports is None or n >= len(reports):
+                out[i] = VerifierError(
+                    f"batched grading returned no report: {report.get('error')}", kind="batch"
+                )
+            elif "error" in reports[n]:
+                out[i] = SandboxError(
+                    f"batched grading could not prepare: {reports[n]['error']}", kind="batch"
+                )
+            else:
+                out[i] = self._verdict(items[i][0], reports[n])
+        return out
+
+    async def _run(
+        self, sandbox: Sandbox, snap: str | None, stdin: bytes, limits: Limits
+    ) -> tuple[ExecResult, bool]:
         flags = "-I" if self.grading.site_packages else "-IS"
-        sandbox, snap = await self.pool.acquire(files)
         healthy = False
         try:
             result = await sandbox.exec(
@@ -262,30 +434,44 @@ class CodeTestsVerifier:
             healthy = result.status.value != "sandbox_error"
         finally:
             await self.pool.release(sandbox, snap, healthy)
+        return result, healthy
+
+    def _report(self, result: ExecResult, healthy: bool, host_key: bytes) -> dict | Verdict:
+        """The signed report; raises on infrastructure failure; a Verdict (failed) when the runner was
+        killed by the submission's doing (memory, a forged or missing report)."""
         report = parse_report(result.stdout, host_key)
-        if report is None:
-            if result.exit_code == 96:
-                raise VerifierError(f"sandbox Python mismatch: {result.stderr[-200:]}", kind="python_mismatch")
-            if not healthy:
-                raise SandboxError(f"grading sandbox failed: {result.stderr[-500:]}", kind="exec_failed")
-            evidence = f"no valid signed report (status {result.status.value}, exit {result.exit_code})"
-            return Verdict(
-                passed=False,
-                flags=(Flag(name="runner_tampering", evidence=evidence, severity="warn"),),
-                detail=f"{evidence}: {result.stderr[-300:]}",
+        if report is not None:
+            return report
+        if result.exit_code == 96:
+            raise VerifierError(f"sandbox Python mismatch: {result.stderr[-200:]}", kind="python_mismatch")
+        if result.exit_code in (97, 126, 127):  # the runner never started or never got its input
+            raise SandboxError(
+                f"grading runner could not start (exit {result.exit_code}): {result.stderr[-300:]}",
+                kind="runner_start",
             )
-        return self._verdict(task, report)
+        if not healthy:
+            raise SandboxError(f"grading sandbox failed: {result.stderr[-500:]}", kind="exec_failed")
+        evidence = f"no valid signed report (status {result.status.value}, exit {result.exit_code})"
+        return Verdict(
+            passed=False,
+            flags=(Flag(name="runner_tampering", evidence=evidence, severity="warn"),),
+            detail=f"{evidence}: {result.stderr[-300:]}",
+        )
 
     async def close(self) -> None:
         await self.pool.close()
 
     def _verdict(self, task: Task, report: dict) -> Verdict:
         tests = tuple(
-            TestResult(name=name, outcome=outcome, detail=detail) for name, outcome, detail, _ in report["tests"]
+            TestResult(name=name, outcome=outcome, detail=detail)
+            for name, outcome, detail, _ in report["tests"]
         )
         hidden = [t for t in tests if not t.name.startswith(VISIBLE_PREFIX)]
         visible = [t for t in tests if t.name.startswith(VISIBLE_PREFIX)]
-        flags = [Flag(name=f[0], evidence=f[1], severity=f[2] if len(f) > 2 else "hack") for f in _unique(report["flags"])]
+        flags = [
+            Flag(name=f[0], evidence=f[1], severity=f[2] if len(f) > 2 else "hack")
+            for f in _unique(report["flags"])
+        ]
         expected = int(task.verifier.params.get("expected_tests", len(hidden)))
         ran = [t for t in hidden if t.outcome != "missing"]
         passed_n = sum(1 for t in hidden if t.outcome == "passed")
@@ -304,6 +490,11 @@ class CodeTestsVerifier:
             )
         score = passed_n / max(expected, len(hidden), 1)
         return Verdict(passed=passed, score=min(score, 1.0), tests=tests, flags=tuple(flags), detail=detail)
+
+
+def _check_task(task: Task) -> None:
+    if not task.hidden_checks:
+        raise VerifierError(f"task {task.id}: code_tests needs hidden checks", kind="bad_task")
 
 
 def _unique(flags: list[list[str]]) -> list[tuple[str, ...]]:

@@ -20,7 +20,21 @@ class GradingConfig(BaseModel):
         8,
         ge=0,
         le=1024,
-        description="Idle grading sandboxes kept for reuse (restored to empty + /tmp wiped); 0: a new one each time",
+        description="Idle grading sandboxes kept for reuse (restored to empty, /tmp wiped); 0: new each time",
+    )
+    max_parallel: int = Field(4, ge=1, le=1024, description="Grading sandbox execs running at once")
+    max_batch: int = Field(
+        16,
+        ge=1,
+        le=256,
+        description="Single-turn code gradings batched into one sandbox exec (1: no batching)",
+    )
+    batch_window_s: float = Field(
+        0.005, ge=0.0, le=1.0, description="How long a grading waits for others to share its batch"
+    )
+    preload: tuple[str, ...] = Field(
+        ("typing", "math", "itertools", "heapq", "bisect", "string"),
+        description="Standard modules imported once per batch (of 4+), before the workers fork",
     )
     test_timeout_s: float = Field(5.0, gt=0, le=600, description="Deadline of one test function")
     total_timeout_s: float = Field(30.0, gt=0, le=3600, description="Deadline of all tests of one grading")
@@ -43,6 +57,12 @@ class RewardConfig(BaseModel):
     process_weight: float = Field(0.2, ge=0.0, le=10.0, description="Weight of process_score in [0, 1]")
     redundancy_weight: float = Field(0.01, ge=0.0, le=10.0, description="Penalty per redundant action")
     judge_weight: float = Field(0.0, ge=0.0, le=10.0, description="Weight of a judge score (0 = logged only)")
+    judge_sample_rate: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Fraction of rule-graded submissions also scored by the judge (cross-check)",
+    )
     hack_action: Literal["zero", "penalty", "drop"] = Field(
         "zero", description="What a hack flag does to the trajectory"
     )

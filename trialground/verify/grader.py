@@ -18,6 +18,8 @@ marked `dropped`.
 
 from __future__ import annotations
 
+import time
+from collections import Counter
 from collections.abc import Sequence
 
 from trialground.errors import TrialgroundError, VerifierError
@@ -25,18 +27,21 @@ from trialground.sandbox.base import Sandbox, SandboxConfig
 from trialground.tasks.model import Task
 from trialground.verify.answers import verify_exact, verify_numeric, verify_regex
 from trialground.verify.base import Action, Flag, Reward, Verdict
+from trialground.verify.batching import Batcher
 from trialground.verify.check_program import CheckProgramVerifier
 from trialground.verify.code_tests import CodeTestsVerifier, Opener, solution_path
 from trialground.verify.config import RewardConfig
 from trialground.verify.hacks import static_flags
-from trialground.verify.judge import Judge
+from trialground.verify.judge import CrossCheck, Judge
 from trialground.verify.math_verifier import MathWorker, verify_math
 from trialground.verify.reward import compute_reward
 from trialground.verify.tamper import workspace_flags
 
 
 class Grader:
-    """Grades submissions; safe to share between concurrent episodes."""
+    """Grades submissions; safe to share between concurrent episodes of ONE event loop (its sandbox pool
+    and batcher belong to the loop that first used it). `max_parallel` bounds its sandbox execs, so callers
+    may submit every grading at once."""
 
     def __init__(
         self,
@@ -50,7 +55,13 @@ class Grader:
         self.reward_config = reward_config or RewardConfig()
         grading = self.reward_config.grading
         self.judge = judge
+        self.cross_check = CrossCheck(self.reward_config.judge_sample_rate)
+        self._counts: Counter[str] = Counter()
+        self._seconds = 0.0
         self.code = CodeTestsVerifier(sandbox_config, grading, opener)
+        self._batcher: Batcher[tuple[Task, str], Verdict] = Batcher(
+            self.code.verify_many, max_batch=grading.max_batch, window_s=grading.batch_window_s
+        )
         self.checks = CheckProgramVerifier(sandbox_config, grading, opener)
         self._math: MathWorker | None = None
 
@@ -60,12 +71,17 @@ class Grader:
             self._math = MathWorker(self.reward_config.grading.math_timeout_s)
         return self._math
 
-    async def verdict(self, task: Task, submission: str, *, workspace: Sandbox | None = None,
-                      actions: Sequence[Action] = ()) -> Verdict:
-        """The verifier's decision with every flag attached; raises TrialgroundError on infrastructure failure."""
+    async def verdict(
+        self, task: Task, submission: str, *, workspace: Sandbox | None = None, actions: Sequence[Action] = ()
+    ) -> Verdict:
+        """The verifier's decision with every flag attached; raises TrialgroundError on infrastructure
+        failure."""
         kind = task.verifier.kind
         if kind == "code_tests":
-            verdict = await self.code.verify(task, submission, workspace=workspace)
+            if workspace is None and self.code.batching:
+                verdict = await self._batcher.submit((task, submission))
+            else:
+                verdict = await self.code.verify(task, submission, workspace=workspace)
             extra: list[Flag] = []
             if self.reward_config.grading.static_checks:
                 text = submission
@@ -103,9 +119,11 @@ class Grader:
             return Verdict(passed=score >= threshold, score=score, detail=f"judge score {score:.3f}")
         raise VerifierError(f"unknown verifier kind {kind!r}", kind="bad_task")
 
-    async def grade(self, task: Task, submission: str, *, workspace: Sandbox | None = None,
-                    actions: Sequence[Action] = ()) -> tuple[Verdict, Reward]:
+    async def grade(
+        self, task: Task, submission: str, *, workspace: Sandbox | None = None, actions: Sequence[Action] = ()
+    ) -> tuple[Verdict, Reward]:
         """(verdict, reward). Never raises for a bad submission or a broken sandbox: see Verdict.error."""
+        start = time.perf_counter()
         try:
             verdict = await self.verdict(task, submission, workspace=workspace, actions=actions)
         except TrialgroundError as e:
@@ -113,12 +131,56 @@ class Grader:
         except Exception as e:  # a grader bug is still an infrastructure failure, never a silent 0
             err = VerifierError(f"{type(e).__name__}: {e}", kind="internal")
             verdict = Verdict(passed=False, detail=str(err)[:500], error=err.info())
-        reward = compute_reward(verdict, actions, self.reward_config)
+        judge_score = await self._cross_check(task, submission, verdict)
+        reward = compute_reward(verdict, actions, self.reward_config, judge_score=judge_score)
         if verdict.error is not None:
             reward = reward.model_copy(update={"dropped": True})
+        self._count(verdict, time.perf_counter() - start)
         return verdict, reward
 
+    def _count(self, verdict: Verdict, seconds: float) -> None:
+        self._counts["gradings"] += 1
+        self._counts["passed"] += verdict.passed
+        self._counts["errors"] += verdict.error is not None
+        hacks = {f.name for f in verdict.flags if f.severity == "hack"}
+        self._counts["flagged"] += bool(hacks)
+        for name in hacks:
+            self._counts[f"flag:{name}"] += 1
+        self._seconds += seconds
+
+    async def _cross_check(self, task: Task, submission: str, verdict: Verdict) -> float | None:
+        """On a sample of rule-graded submissions, also ask the judge (a `judge` component, paid with
+        `judge_weight`, default 0 = logged) and record the rule-vs-judge agreement."""
+        rule_graded = task.verifier.kind != "judge" and verdict.error is None
+        if self.judge is None or not rule_graded or not self.cross_check.sampled(task, submission):
+            return None
+        try:
+            score = await self.judge.score(task, submission)
+        except TrialgroundError:
+            self.cross_check.errors += 1
+            return None
+        self.cross_check.record(verdict.passed, score)
+        return score
+
+    def metrics(self, reset: bool = True) -> dict[str, float]:
+        """Namespaced metrics since the last reset: `verify/gradings`, `verify/pass_rate`, `verify/errors`,
+        `verify/grade_s_mean`, `hack/flag_rate`, `hack/<flag name>` counts, and the judge cross-check."""
+        c, n = self._counts, max(self._counts["gradings"], 1)
+        out = {
+            "verify/gradings": float(c["gradings"]),
+            "verify/pass_rate": c["passed"] / n,
+            "verify/errors": float(c["errors"]),
+            "verify/grade_s_mean": self._seconds / n,
+            "hack/flag_rate": c["flagged"] / n,
+        }
+        out.update({f"hack/{k[5:]}": float(v) for k, v in c.items() if k.startswith("flag:")})
+        out.update(self.cross_check.metrics())
+        if reset:
+            self._counts, self._seconds = Counter(), 0.0
+        return out
+
     async def close(self) -> None:
+        await self._batcher.close()
         await self.code.close()
         if self._math is not None:
             self._math.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import hashlib
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -58,7 +59,9 @@ class OpenAIJudge(Judge):
     async def score(self, task: Task, submission: str) -> float:
         body = {
             "model": self.model,
-            "messages": [{"role": "user", "content": self.prompt.format(prompt=task.prompt, submission=submission)}],
+            "messages": [
+                {"role": "user", "content": self.prompt.format(prompt=task.prompt, submission=submission)}
+            ],
             "temperature": 0.0,
             "max_tokens": self.max_tokens,
         }
@@ -102,12 +105,21 @@ class HFClassifierJudge(Judge):
             raise VerifierError("HFClassifierJudge needs a tokenizer", kind="judge_config")
         self._torch = torch
         self.model = model.to(device).eval()
-        self.tokenizer, self.positive_label, self.max_length, self.device = tokenizer, positive_label, max_length, device
+        self.tokenizer, self.positive_label, self.max_length, self.device = (
+            tokenizer,
+            positive_label,
+            max_length,
+            device,
+        )
         self._lock = asyncio.Lock()
 
     def _score_sync(self, text_a: str, text_b: str) -> float:
         enc = self.tokenizer(text_a, text_b, truncation=True, max_length=self.max_length, return_tensors="pt")
-        enc = {k: v.to(self.device) for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        enc = {
+            k: v.to(self.device)
+            for k, v in enc.items()
+            if k in ("input_ids", "attention_mask", "token_type_ids")
+        }
         with self._torch.no_grad():
             logits = self.model(**enc).logits  # [1, num_labels]
         return float(logits.softmax(-1)[0, self.positive_label])
@@ -117,13 +129,44 @@ class HFClassifierJudge(Judge):
             return await asyncio.to_thread(self._score_sync, task.prompt, submission)
 
 
-def disagreement_rate(rule_passed: Sequence[bool], judge_scores: Sequence[float], threshold: float = 0.5) -> float:
+def disagreement_rate(
+    rule_passed: Sequence[bool], judge_scores: Sequence[float], threshold: float = 0.5
+) -> float:
     """Fraction of the sample where `score >= threshold` differs from the rule verdict."""
     if len(rule_passed) != len(judge_scores):
         raise ValueError("rule verdicts and judge scores differ in length")
     if not rule_passed:
         return 0.0
-    return sum((s >= threshold) != r for r, s in zip(rule_passed, judge_scores, strict=True)) / len(rule_passed)
+    return sum((s >= threshold) != r for r, s in zip(rule_passed, judge_scores, strict=True)) / len(
+        rule_passed
+    )
+
+
+class CrossCheck:
+    """Rule verdicts vs judge scores on a deterministic sample (by a hash of task id and submission)."""
+
+    def __init__(self, rate: float, threshold: float = 0.5) -> None:
+        self.rate, self.threshold = rate, threshold
+        self.pairs: list[tuple[bool, float]] = []
+        self.errors = 0
+
+    def sampled(self, task: Task, submission: str) -> bool:
+        if self.rate <= 0.0:
+            return False
+        digest = hashlib.blake2b(f"{task.id}\0{submission}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") / 2**64 < self.rate
+
+    def record(self, rule_passed: bool, score: float) -> None:
+        self.pairs.append((rule_passed, score))
+
+    def metrics(self) -> dict[str, float]:
+        """`verify/judge_disagreement` (rate on the sample), `verify/judge_samples`, `verify/judge_errors`."""
+        rate = disagreement_rate([r for r, _ in self.pairs], [s for _, s in self.pairs], self.threshold)
+        return {
+            "verify/judge_disagreement": rate,
+            "verify/judge_samples": float(len(self.pairs)),
+            "verify/judge_errors": float(self.errors),
+        }
 
 
 class Canary(BaseModel):
@@ -147,8 +190,14 @@ class CanaryReport(BaseModel):
 class CanaryCheck:
     """Re-checks a judge against labelled canaries every `interval` steps."""
 
-    def __init__(self, canaries: Sequence[Canary], *, interval: int = 50, min_accuracy: float = 0.8,
-                 threshold: float = 0.5) -> None:
+    def __init__(
+        self,
+        canaries: Sequence[Canary],
+        *,
+        interval: int = 50,
+        min_accuracy: float = 0.8,
+        threshold: float = 0.5,
+    ) -> None:
         if interval < 1:
             raise ValueError("interval must be >= 1")
         self.canaries, self.interval = list(canaries), interval

@@ -98,7 +98,9 @@ def compute_reward(
     stats = process_stats(actions, config)
     components = [
         RewardComponent(name="process", value=stats.process_score, weight=config.process_weight),
-        RewardComponent(name="redundant_actions", value=-float(stats.redundant), weight=config.redundancy_weight),
+        RewardComponent(
+            name="redundant_actions", value=-float(stats.redundant), weight=config.redundancy_weight
+        ),
         RewardComponent(name="tool_errors", value=float(stats.tool_errors), weight=0.0),
         RewardComponent(name="tests_before_submit", value=stats.tests_score, weight=0.0),
         RewardComponent(name="test_pass_fraction", value=verdict.score, weight=0.0),

@@ -92,7 +92,8 @@ def hack_submissions(functions: Sequence[str]) -> dict[str, str]:
         "always_equal": each(
             "    return AlwaysEqual()\n",
             "class AlwaysEqual:\n    def __eq__(self, other):\n        return True\n"
-            "    def __ne__(self, other):\n        return False\n    def __bool__(self):\n        return True\n\n",
+            "    def __ne__(self, other):\n        return False\n"
+            "    def __bool__(self):\n        return True\n\n",
         ),
         "exit_in_call": each("    sys.exit(0)\n", "import sys\n\n"),
         "exit_at_import": each("    return None\n", "import os\nos._exit(0)\n\n"),
@@ -111,7 +112,7 @@ def answer_trivia() -> dict[str, str]:
 
 
 class Validator:
-    def __init__(self, grader: Grader, *, runs: int = 3, min_tests: int = 1, concurrency: int = 4) -> None:
+    def __init__(self, grader: Grader, *, runs: int = 3, min_tests: int = 1, concurrency: int = 64) -> None:
         self.grader, self.runs, self.min_tests = grader, runs, min_tests
         self._sem = asyncio.Semaphore(concurrency)
 
@@ -125,12 +126,16 @@ class Validator:
         problems += self._static_problems(task)
         n_tests = 0
         if kind == "code_tests":
-            n_tests = sum(len(test_names(src)) for src in task.hidden_checks.values()) if task.hidden_checks else 0
+            n_tests = (
+                sum(len(test_names(src)) for src in task.hidden_checks.values()) if task.hidden_checks else 0
+            )
             expected = int(task.verifier.params.get("expected_tests", n_tests))
             if n_tests < self.min_tests:
                 problems.append(f"only {n_tests} hidden tests (< {self.min_tests})")
             if expected != n_tests:
                 problems.append(f"expected_tests={expected} but the checks define {n_tests}")
+        elif kind == "check_program":
+            n_tests = len(task.hidden_checks)
         flaky: list[str] = []
         if task.reference is None:
             problems.append("no reference solution")
@@ -144,15 +149,20 @@ class Validator:
             flaky = [n for n in names if len({o.get(n) for o in outcomes}) > 1]
             passes = [v.passed for v, _ in refs]
             if flaky or (any(passes) and not all(passes)):
-                problems.append(f"reference results differ between runs (flaky: {', '.join(flaky) or 'verdict'})")
+                problems.append(
+                    f"reference results differ between runs (flaky: {', '.join(flaky) or 'verdict'})"
+                )
             elif not any(passes):
                 detail = refs[0][0].detail
                 problems.append(f"reference fails: {detail[:200]}")
-        for label, submission in self._adversarial(task).items():
-            verdict, reward = await self._grade(task, submission)
+        adversarial = self._adversarial(task)
+        graded = await asyncio.gather(*(self._grade(task, s) for s in adversarial.values()))
+        for label, (verdict, reward) in zip(adversarial, graded, strict=True):
             if verdict.error is None and reward.outcome > 0:
                 problems.append(f"trivial/adversarial submission `{label}` passes")
-        status: Status = "quarantined" if flaky or any("differ between runs" in p for p in problems) else "valid"
+        status: Status = (
+            "quarantined" if flaky or any("differ between runs" in p for p in problems) else "valid"
+        )
         if problems and status == "valid":
             status = "invalid"
         return TaskValidation(
@@ -213,7 +223,7 @@ async def validate_tasks(
     source: str = "",
     sandbox_config: SandboxConfig | None = None,
     reward_config: RewardConfig | None = None,
-    concurrency: int = 4,
+    concurrency: int = 64,
     min_tests: int = 1,
     progress: Progress | None = None,
 ) -> ValidationReport:
@@ -236,26 +246,33 @@ async def validate_tasks(
         await grader.close()
     findings = find_duplicates(tasks, eval_tasks, eval_name=eval_name)
     by_id = {t.id: t for t in tasks}
-    extra: dict[str, list[str]] = {}
-    notes: dict[str, list[str]] = {}
+    positions: dict[str, list[int]] = {}
+    for i, t in enumerate(tasks):
+        positions.setdefault(t.id, []).append(i)
+    extra: dict[int, list[str]] = {}
+    notes: dict[int, list[str]] = {}
     for f in findings:
-        repeats = f.task_ids if f.kind == "eval_overlap" else f.task_ids[1:]
         text = f"{f.kind}: {f.detail or ', '.join(f.task_ids)}"[:200]
-        for tid in repeats:
+        if f.kind == "same_task":  # identical content: every copy after the first
+            marked = [p for tid in f.task_ids for p in positions.get(tid, [])[1:]]
+        else:
+            repeats = f.task_ids if f.kind == "eval_overlap" else f.task_ids[1:]
+            marked = [p for tid in repeats for p in positions.get(tid, [])]
+        first = by_id.get(f.task_ids[0])
+        for p in marked:
             # Prompts equal only after dropping punctuation (HumanEval/56 vs /61: "<>" vs "()") are a
             # note, not a duplicate, when the raw prompts differ.
-            first = by_id.get(f.task_ids[0])
-            same_raw = first is not None and tid in by_id and " ".join(first.prompt.split()) == " ".join(
-                by_id[tid].prompt.split()
+            same_raw = first is not None and " ".join(first.prompt.split()) == " ".join(
+                tasks[p].prompt.split()
             )
-            (notes if f.kind == "same_prompt" and not same_raw else extra).setdefault(tid, []).append(text)
+            (notes if f.kind == "same_prompt" and not same_raw else extra).setdefault(p, []).append(text)
     final = []
-    for r in results:
-        if r.task_id in extra:
+    for p, r in enumerate(results):
+        if p in extra:
             status: Status = "quarantined" if r.status == "quarantined" else "invalid"
-            r = r.model_copy(update={"problems": r.problems + tuple(extra[r.task_id]), "status": status})
-        if r.task_id in notes:
-            r = r.model_copy(update={"warnings": tuple(notes[r.task_id])})
+            r = r.model_copy(update={"problems": r.problems + tuple(extra[p]), "status": status})
+        if p in notes:
+            r = r.model_copy(update={"warnings": tuple(notes[p])})
         final.append(r)
     return ValidationReport(
         source=source,
@@ -272,11 +289,14 @@ def print_report(report: ValidationReport, console: Console, *, all_rows: bool =
         table.add_column(col, overflow="fold")
     for t in rows:
         style = {"valid": "green", "invalid": "red", "quarantined": "yellow"}[t.status]
-        table.add_row(t.name or t.task_id, t.kind, str(t.tests), f"[{style}]{t.status}[/]", "; ".join(t.problems))
+        table.add_row(
+            t.name or t.task_id, t.kind, str(t.tests), f"[{style}]{t.status}[/]", "; ".join(t.problems)
+        )
     if rows:
         console.print(table)
     c = report.counts()
-    console.print(f"{len(report.tasks)} tasks: {c['valid']} valid, {c['invalid']} invalid, {c['quarantined']} quarantined")
+    summary = f"{c['valid']} valid, {c['invalid']} invalid, {c['quarantined']} quarantined"
+    console.print(f"{len(report.tasks)} tasks: {summary}")
 
 
 def run_validation(
@@ -287,9 +307,9 @@ def run_validation(
     eval_tasks: Sequence[Task] = (),
     eval_name: str | None = None,
     json_report: Path | str | None = None,
-    concurrency: int = 4,
+    concurrency: int = 64,
 ) -> int:
-    """CLI entry point: validate, print the table (stdout), write the JSON report; 0 when all valid, else 1."""
+    """CLI entry point: validate, print the table (stdout), write the JSON report; 0 if all valid, else 1."""
     err = Console(stderr=True)
     with Progress(console=err, transient=True) as progress:
         report = asyncio.run(

@@ -61,7 +61,7 @@ def check_config() -> None:
     print(f"ok: {lines[-1]}")
 
 
-def _logs(rng: random.Random) -> tuple[dict[str, str], dict[str, int]]:
+def _logs(rng: random.Random, log_dir: str, out_dir: str) -> tuple[dict[str, str], dict[str, int]]:
     files, lines_total, errors, users = {}, 0, 0, set()
     for i in range(rng.randint(3, 6)):
         rows = []
@@ -74,9 +74,9 @@ def _logs(rng: random.Random) -> tuple[dict[str, str], dict[str, int]]:
         users.add("user0")
         errors += 1
         lines_total += len(rows)
-        files[f"logs/app{i}.log"] = "\n".join(rows) + "\n"
-    files["logs/notes.txt"] = "not a log: ERROR user99 must not be counted\n"
-    files["out/.keep"] = ""
+        files[f"{log_dir}/app{i}.log"] = "\n".join(rows) + "\n"
+    files[f"{log_dir}/notes.txt"] = "not a log: ERROR user99 must not be counted\n"
+    files[f"{out_dir}/.keep"] = ""
     return files, {"lines": lines_total, "errors": errors, "users": len(users)}
 
 
@@ -84,13 +84,13 @@ def check_script() -> None:
     with open(SPEC["script"]) as f:
         script = f.read()
     for trial in range(2):
-        files, answers = _logs(random.Random(SPEC["seed"] * 10 + trial))
+        files, answers = _logs(random.Random(SPEC["seed"] * 10 + trial), SPEC["log_dir"], SPEC["out_dir"])
         work = scratch()
         write(os.path.join(work, SPEC["script"]), script)
         for rel, text in files.items():
             write(os.path.join(work, rel), text)
         proc = run(["bash", SPEC["script"]], cwd=work)
-        report = os.path.join(work, "out", "report.txt")
+        report = os.path.join(work, SPEC["out_dir"], "report.txt")
         got = None
         if os.path.exists(report):
             with open(report) as f:
@@ -100,7 +100,7 @@ def check_script() -> None:
             fail(f"{SPEC['script']} exits {proc.returncode}: {proc.stderr.strip()[-300:]}")
         want = f"{SPEC['metric']}={answers[SPEC['metric']]}"
         if got != want:
-            fail(f"on fresh logs out/report.txt holds {got!r}, expected {want!r}")
+            fail(f"on fresh logs {SPEC['out_dir']}/report.txt holds {got!r}, expected {want!r}")
     print("ok: the report is right on fresh logs")
 
 
@@ -118,7 +118,7 @@ def check_env() -> None:
 
 
 def check_import() -> None:
-    with open("service.py") as f:
+    with open(SPEC["service"]) as f:
         service = f.read()
     rng = random.Random(SPEC["seed"])
     totals: dict[str, int] = {}
@@ -128,13 +128,13 @@ def check_import() -> None:
         totals[key] = totals.get(key, 0) + value
         rows.append(f"{key} = {value}")
     work = scratch()
-    write(os.path.join(work, "service.py"), service)
+    write(os.path.join(work, SPEC["service"]), service)
     write(os.path.join(work, SPEC["helper_path"]), SPEC["helper"])
-    write(os.path.join(work, "input.txt"), "\n".join(rows) + "\n")
-    proc = run([sys.executable, "-s", "-E", "service.py"], cwd=work)
+    write(os.path.join(work, SPEC["input"]), "\n".join(rows) + "\n")
+    proc = run([sys.executable, "-s", "-E", SPEC["service"]], cwd=work)
     shutil.rmtree(work, ignore_errors=True)
     if proc.returncode != 0:
-        fail(f"service.py exits {proc.returncode}: {proc.stderr.strip()[-300:]}")
+        fail(f"{SPEC['service']} exits {proc.returncode}: {proc.stderr.strip()[-300:]}")
     want = [f"{k} {totals[k]}" for k in sorted(totals)]
     if proc.stdout.strip().splitlines() != want:
         fail(f"on fresh input the output is {proc.stdout.strip()[-200:]!r}, expected {want!r}")

@@ -1,0 +1,157 @@
+"""Async vs sync orchestration, side by side in one run, with environment latency comparable to generation.
+
+Both modes run the real training loop (`trialground.orchestrator.loop.run`) on the quickstart config with
+the bundled tiny model, real bubblewrap grading and the same seed. Every environment step additionally
+waits `--latency` seconds, standing in for a slow environment (a remote sandbox, a long test run); by
+default the latency is set to the measured time of one batch's generation. The held-out evaluations at
+the start and end are skipped in both modes (they are identical work and not what is compared).
+
+Reported per mode: wall seconds for the N steps, steps/s and samples/s, mean staleness of the trained
+samples and the trainer's idle time waiting for batches; and the async/sync speed-up.
+
+    .venv/bin/python benchmarks/async_vs_sync.py --steps 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from trialground.config import load_config
+from trialground.envs.base import Environment, Observation
+from trialground.orchestrator import loop as loop_module
+from trialground.orchestrator.components import Components
+from trialground.policy.config import PolicyConfig
+from trialground.policy.hf import HFPolicy
+from trialground.tasks.codegen import generate_codegen_tasks
+from trialground.tasks.model import Task
+
+QUICKSTART = Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml"
+
+
+class SlowEnv(Environment):
+    """Wraps an environment; each `step` first waits `latency` seconds (I/O-like: no CPU used)."""
+
+    def __init__(self, inner: Environment, latency: float) -> None:
+        self.inner, self.latency = inner, latency
+
+    async def reset(self, task: Task) -> Observation:
+        return await self.inner.reset(task)
+
+    async def step(self, action: str) -> Observation:
+        await asyncio.sleep(self.latency)
+        return await self.inner.step(action)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+def install_latency(latency: float) -> None:
+    original = Components.env_factory
+
+    def env_factory(self: Components, task: Task) -> Any:
+        make = original(self, task)
+
+        async def slow() -> Environment:
+            made = make()
+            env = await made if asyncio.iscoroutine(made) else made
+            return SlowEnv(env, latency)  # type: ignore[arg-type]
+
+        return slow
+
+    Components.env_factory = env_factory  # type: ignore[method-assign]
+
+
+async def skip_eval(*_: Any, **__: Any) -> None:
+    return None
+
+
+def measure_generation(batch: int, max_new_tokens: int) -> float:
+    from trialground.policy.base import SamplingParams
+
+    policy = HFPolicy(PolicyConfig(model="tiny"))
+    tasks = generate_codegen_tasks(batch, seed=123, split="train")
+    prompts = [policy.encode_chat([{"role": "user", "content": t.prompt}]) for t in tasks]
+    params = SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens)
+    policy.generate_sync(prompts, params)  # warm-up
+    t0 = time.perf_counter()
+    for _ in range(2):
+        policy.generate_sync(prompts, params)
+    return (time.perf_counter() - t0) / 2
+
+
+def run_mode(mode: str, args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
+    overrides = [
+        f"name={mode}",
+        f"output_dir={out_dir}",
+        f"loop.mode={mode}",
+        f"loop.steps={args.steps}",
+        f"loop.batch_tasks={args.tasks}",
+        f"loop.samples_per_task={args.k}",
+        f"loop.max_staleness={args.max_staleness}",
+        f"seed={args.seed}",
+    ]
+    config = load_config(QUICKSTART, overrides)
+    t0 = time.perf_counter()
+    asyncio.run(loop_module.run(config))
+    seconds = time.perf_counter() - t0
+    lines = [json.loads(x) for x in (Path(out_dir) / mode / "metrics.jsonl").read_text().splitlines() if x]
+    steps = [m for m in lines if "train/loss" in m or "train/skipped" in m]
+
+    def mean(key: str) -> float | None:
+        vals = [m[key] for m in steps if key in m]
+        return round(sum(vals) / len(vals), 3) if vals else None
+
+    return {
+        "mode": mode,
+        "seconds": round(seconds, 1),
+        "steps_per_s": round(args.steps / seconds, 3),
+        "samples_per_s": round(args.steps * args.tasks * args.k / seconds, 2),
+        "reward_mean": mean("reward/mean"),
+        "staleness_mean": mean("async/staleness_mean") or mean("rollout/staleness_mean"),
+        "trainer_wait_s": mean("async/trainer_wait_s"),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--tasks", type=int, default=8, help="tasks per step")
+    ap.add_argument("--k", type=int, default=8, help="samples per task")
+    ap.add_argument("--max-staleness", type=int, default=1)
+    ap.add_argument(
+        "--latency",
+        type=float,
+        default=None,
+        help="seconds per env step (default: one batch's generation time)",
+    )
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    gen_s = measure_generation(args.tasks * args.k, 48)
+    latency = gen_s if args.latency is None else args.latency
+    n = args.tasks * args.k
+    print(f"generation of one batch ({n} samples): {gen_s:.2f}s; env latency per step: {latency:.2f}s")
+    install_latency(latency)
+    loop_module._eval_and_log = skip_eval  # type: ignore[assignment]
+    out_dir = tempfile.mkdtemp(prefix="async_vs_sync_")
+    try:
+        rows = [run_mode(mode, args, out_dir) for mode in ("sync", "async")]
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    print(
+        json.dumps(
+            {"args": vars(args), "generation_s": round(gen_s, 2), "latency_s": latency, "results": rows},
+            indent=1,
+        )
+    )
+    print(f"speed-up async/sync: {rows[0]['seconds'] / rows[1]['seconds']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+"""Our trainer vs TRL's GRPOTrainer, side by side in one run, on the same problem.
+
+Same: the bundled tiny model (both start from its weights), the codegen task family (the same tasks in the
+same order: step s uses tasks[s*T:(s+1)*T]), batch shape (T tasks x k samples), max completion length,
+temperature, learning rate, clip range (0.2 / 0.28), token-level loss, no KL, and the same sandboxed
+reward: our `Grader` grading every completion in a fresh bubblewrap sandbox (passed to TRL as its reward
+function, grading the batch concurrently just as our rollouts do). TRL gets its best CPU settings:
+bf16=False, use_cpu=True, gradient_checkpointing=False (TRL's default is on), no reference model
+(beta=0), one generation per optimiser step.
+
+Reported: samples/s over the N training steps (generation + grading + update), the mean training reward
+over the last third of the steps, and held-out greedy pass@1 of both final models (same evaluator).
+
+    .venv/bin/python benchmarks/train_vs_trl.py --steps 20 --tasks 4 --k 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import threading
+import time
+from typing import Any
+
+import torch
+
+from trialground.envs.single_turn import SingleTurnEnv
+from trialground.envs.text import extract_code
+from trialground.policy.base import SamplingParams
+from trialground.policy.config import PolicyConfig
+from trialground.policy.hf import HFPolicy
+from trialground.policy.tiny import tiny_model_dir
+from trialground.rollout.agent import rollout_group
+from trialground.rollout.batching import GroupBatcher
+from trialground.sandbox.base import Limits, SandboxConfig
+from trialground.tasks.codegen import generate_codegen_tasks
+from trialground.tasks.model import Task
+from trialground.train.advantages import compute_advantages
+from trialground.train.config import TrainerConfig
+from trialground.train.trainer import Trainer
+from trialground.verify.grader import Grader
+
+SANDBOX = SandboxConfig(limits=Limits(wall_s=5, cpu_s=5, memory_mb=256, pids=32))
+
+
+async def grade_all(grader: Grader, tasks: list[Task], completions: list[str]) -> list[float]:
+    """The shared reward: each completion's extracted program against its task's hidden tests."""
+    results = await asyncio.gather(
+        *(grader.grade(t, extract_code(c)) for t, c in zip(tasks, completions, strict=True))
+    )
+    return [reward.total if verdict.error is None else 0.0 for verdict, reward in results]
+
+
+class GradingLoop:
+    """One persistent event loop (in a thread) and one `Grader` for synchronous callers such as TRL's
+    reward function, so TRL's reward costs what ours does (no per-call set-up)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.grader = self.run(self._make())
+
+    async def _make(self) -> Grader:
+        return Grader(SANDBOX)
+
+    def run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def close(self) -> None:
+        self.run(self.grader.close())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+async def ours(args: argparse.Namespace, tasks: list[Task]) -> tuple[HFPolicy, dict[str, Any]]:
+    policy = HFPolicy(PolicyConfig(model="tiny"))
+    trainer = Trainer(
+        policy.model,
+        TrainerConfig(lr=args.lr, clip_low=0.2, clip_high=0.28, micro_batch_size=args.tasks * args.k),
+        policy.tokenizer.pad_token_id,
+        temperature=1.0,
+    )
+    params = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens)
+    grader = Grader(SANDBOX)
+    rewards: list[float] = []
+    reward_s = 0.0
+    t0 = time.perf_counter()
+    for step in range(args.steps):
+        batch = tasks[step * args.tasks : (step + 1) * args.tasks]
+        shared = GroupBatcher(policy, live=len(batch) * args.k, window_s=0.05)  # one generate call per step
+        groups = await asyncio.gather(
+            *(
+                rollout_group(
+                    shared,
+                    lambda: SingleTurnEnv(grader),
+                    task,
+                    args.k,
+                    params=params,
+                    group_id=f"{step}-{i}",
+                    max_context_tokens=512,
+                )
+                for i, task in enumerate(batch)
+            )
+        )
+        flat = [t for g in groups for t in g]
+        # episodes grade concurrently: the step's grading time is its slowest episode's env time
+        reward_s += max(t.timings.get("env_s", 0.0) for t in flat)
+        trainer.step(flat, compute_advantages(flat, "grpo"))
+        policy.load_weights(trainer.state_dict(), trainer.version)
+        step_rewards = [t.reward.total if t.reward else 0.0 for t in flat]
+        rewards.append(sum(step_rewards) / len(step_rewards))
+        print(f"  ours step {step + 1}: reward {rewards[-1]:.3f}", flush=True)
+    seconds = time.perf_counter() - t0
+    await grader.close()
+    return policy, {"seconds": seconds, "rewards": rewards, "reward_s": reward_s}
+
+
+def trl(args: argparse.Namespace, tasks: list[Task]) -> tuple[Any, dict[str, Any]]:
+    from datasets import Dataset
+    from transformers import AutoTokenizer, LlamaForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir())
+    model = LlamaForCausalLM.from_pretrained(tiny_model_dir(), dtype=torch.float32)
+    rows = [{"prompt": [{"role": "user", "content": t.prompt}], "task_index": i} for i, t in enumerate(tasks)]
+    rewards: list[float] = []
+    reward_s = [0.0]
+    grading = GradingLoop()
+
+    def sandboxed_reward(
+        prompts: list[Any], completions: list[Any], task_index: list[int], **_: Any
+    ) -> list[float]:
+        texts = [c[0]["content"] if isinstance(c, list) else str(c) for c in completions]
+        t0 = time.perf_counter()
+        values = grading.run(grade_all(grading.grader, [tasks[i] for i in task_index], texts))
+        reward_s[0] += time.perf_counter() - t0
+        rewards.append(sum(values) / len(values))
+        print(f"  trl  step {len(rewards)}: reward {rewards[-1]:.3f}", flush=True)
+        return values
+
+    config = GRPOConfig(
+        output_dir="/tmp/trl_bench",
+        max_steps=args.steps,
+        per_device_train_batch_size=args.tasks * args.k,
+        gradient_accumulation_steps=1,
+        num_generations=args.k,
+        steps_per_generation=1,
+        num_iterations=1,
+        max_completion_length=args.max_new_tokens,
+        temperature=1.0,
+        top_p=1.0,
+        learning_rate=args.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        beta=0.0,
+        epsilon=0.2,
+        epsilon_high=0.28,
+        loss_type="dapo",
+        scale_rewards="group",
+        bf16=False,
+        use_cpu=True,
+        gradient_checkpointing=False,  # TRL defaults it on: pure recompute cost for a model this small
+        shuffle_dataset=False,
+        dataloader_num_workers=0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=args.seed,
+        disable_tqdm=True,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[sandboxed_reward],
+        args=config,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+    )
+    t0 = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - t0
+    grading.close()
+    return model, {"seconds": seconds, "rewards": rewards, "reward_s": reward_s[0]}
+
+
+async def held_out_pass1(policy: HFPolicy, tasks: list[Task], max_new_tokens: int) -> float:
+    params = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
+    prompts = [policy.encode_chat([{"role": "user", "content": t.prompt}]) for t in tasks]
+    gens = await policy.generate(prompts, params)
+    grader = Grader(SANDBOX)
+    try:
+        values = await grade_all(grader, tasks, [g.text for g in gens])
+    finally:
+        await grader.close()
+    return sum(v > 0 for v in values) / len(values)
+
+
+def summary(name: str, res: dict[str, Any], samples: int, pass1: float) -> dict[str, Any]:
+    tail = res["rewards"][-max(1, len(res["rewards"]) // 3) :]
+    return {
+        "system": name,
+        "seconds": round(res["seconds"], 1),
+        "samples_per_s": round(samples / res["seconds"], 2),
+        "reward_s": round(res["reward_s"], 1),
+        "samples_per_s_excluding_reward": round(samples / (res["seconds"] - res["reward_s"]), 2),
+        "reward_first_step": round(res["rewards"][0], 3),
+        "reward_last_third": round(sum(tail) / len(tail), 3),
+        "held_out_pass@1": round(pass1, 3),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--tasks", type=int, default=4, help="tasks per step (T)")
+    ap.add_argument("--k", type=int, default=8, help="samples per task")
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--eval-tasks", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", choices=["ours", "trl"], default=None)
+    args = ap.parse_args()
+    tasks = generate_codegen_tasks(args.steps * args.tasks, seed=args.seed + 1, split="train")
+    evals = generate_codegen_tasks(args.eval_tasks, seed=args.seed + 2, split="eval")
+    samples = args.steps * args.tasks * args.k
+    base = HFPolicy(PolicyConfig(model="tiny"))
+    start = asyncio.run(held_out_pass1(base, evals, args.max_new_tokens))
+    print(f"held-out greedy pass@1 before training: {start:.3f}", flush=True)
+    rows = []
+    if args.only in (None, "trl"):
+        torch.manual_seed(args.seed)
+        print("TRL GRPOTrainer:", flush=True)
+        model, res = trl(args, tasks)
+        base.load_weights(model.state_dict(), 1)
+        rows.append(
+            summary("trl", res, samples, asyncio.run(held_out_pass1(base, evals, args.max_new_tokens)))
+        )
+    if args.only in (None, "ours"):
+        torch.manual_seed(args.seed)
+        print("trialground Trainer:", flush=True)
+        policy, res = asyncio.run(ours(args, tasks))
+        rows.append(
+            summary(
+                "trialground", res, samples, asyncio.run(held_out_pass1(policy, evals, args.max_new_tokens))
+            )
+        )
+    print(json.dumps({"args": vars(args), "pass@1_before": start, "results": rows}, indent=1))
+    if len(rows) == 2:
+        print(f"throughput ratio trialground/trl: {rows[1]['samples_per_s'] / rows[0]['samples_per_s']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""The code_tests verifier in real bwrap sandboxes: per-test results, counting, timeouts, workspaces."""
+
+from __future__ import annotations
+
+import pytest
+
+from trialground.sandbox.base import SandboxConfig
+from trialground.sandbox.factory import open_sandbox
+from trialground.tasks.model import Task, VerifierSpec
+from trialground.verify.config import GradingConfig, RewardConfig
+from trialground.verify.grader import Grader
+
+CHECKS = """
+from solution import add
+
+
+def test_small():
+    assert add(1, 2) == 3
+
+
+def test_negative():
+    assert add(-1, -2) == -3
+
+
+def test_type():
+    assert add(2, 2) == 4 and type(add(2, 2)) is int
+"""
+GOOD = "def add(a, b):\n    return a + b\n"
+
+
+def code_task(
+    checks: str = CHECKS, expected: int = 3, visible: dict[str, str] | None = None, **params: object
+) -> Task:
+    return Task(
+        domain="code",
+        prompt="write add(a, b)",
+        hidden_checks={"test_hidden.py": checks},
+        visible_checks=visible or {},
+        reference=GOOD,
+        verifier=VerifierSpec(kind="code_tests", params={"expected_tests": expected, **params}),
+    )
+
+
+@pytest.fixture
+async def grader():  # type: ignore[no-untyped-def]
+    g = Grader(SandboxConfig(), RewardConfig(grading=GradingConfig(test_timeout_s=2.0, total_timeout_s=20.0)))
+    yield g
+    await g.close()
+
+
+async def test_passing_solution_has_per_test_results(grader: Grader) -> None:
+    verdict, reward = await grader.grade(code_task(), GOOD)
+    assert verdict.passed and reward.total == 1.0
+    assert [(t.name, t.outcome) for t in verdict.tests] == [
+        ("test_small", "passed"), ("test_negative", "passed"), ("test_type", "passed")
+    ]  # fmt: skip
+
+
+async def test_partial_solution_fails_with_score(grader: Grader) -> None:
+    verdict, reward = await grader.grade(code_task(), "def add(a, b):\n    return abs(a) + abs(b)\n")
+    assert not verdict.passed and reward.total == 0.0
+    assert verdict.score == pytest.approx(2 / 3)
+    assert [t.outcome for t in verdict.tests] == ["passed", "failed", "passed"]
+
+
+async def test_expected_tests_must_actually_run(grader: Grader) -> None:
+    verdict, _ = await grader.grade(code_task(expected=5), GOOD)
+    assert not verdict.passed
+    assert "only 3 of 5 expected tests ran" in verdict.detail
+
+
+async def test_skips_and_errors_are_failures(grader: Grader) -> None:
+    checks = CHECKS + "\n\ndef test_skipped():\n    import unittest\n    raise unittest.SkipTest('later')\n"
+    verdict, _ = await grader.grade(code_task(checks, expected=4), GOOD)
+    assert not verdict.passed
+    assert verdict.tests[-1].outcome == "error"
+
+
+async def test_hung_test_times_out_and_the_rest_still_run(grader: Grader) -> None:
+    solution = "def add(a, b):\n    while a == 1:\n        pass\n    return a + b\n"
+    verdict, _ = await grader.grade(code_task(), solution)
+    outcomes = {t.name: (t.outcome, t.detail) for t in verdict.tests}
+    assert outcomes["test_small"][0] == "failed" and "timed out" in outcomes["test_small"][1]
+    assert outcomes["test_negative"][0] == "passed"
+    assert outcomes["test_type"][0] == "passed"
+    assert not verdict.passed and verdict.error is None
+
+
+async def test_broken_solution_is_a_failure_not_an_error(grader: Grader) -> None:
+    verdict, reward = await grader.grade(code_task(), "def add(a, b) return a + b")
+    assert verdict.error is None and not verdict.passed and reward.total == 0.0
+    assert all(t.outcome == "error" and "SyntaxError" in t.detail for t in verdict.tests)
+
+
+async def test_hidden_checks_never_touch_the_disk(grader: Grader) -> None:
+    checks = "import solution\n\ndef test_listing():\n    assert solution.listing() == ['solution.py']\n"
+    solution = "import os\n\ndef listing():\n    return sorted(os.listdir('.'))\n"
+    verdict, _ = await grader.grade(code_task(checks, expected=1), solution)
+    assert verdict.passed, verdict.tests
+
+
+async def test_visible_checks_flag_overfitting(grader: Grader) -> None:
+    visible = {
+        "test_visible.py": "from solution import add\n\ndef test_example():\n    assert add(1, 2) == 3\n"
+    }
+    verdict, _ = await grader.grade(code_task(visible=visible), "def add(a, b):\n    return 3\n")
+    assert not verdict.passed
+    assert "special_casing" in {f.name for f in verdict.flags}
+    ok, _ = await grader.grade(code_task(visible=visible), GOOD)
+    assert ok.passed and not ok.flags
+    assert ok.tests[-1].outcome == "skipped"  # visible checks run only when a hidden one failed
+
+
+async def test_solution_is_read_from_the_agent_workspace(grader: Grader) -> None:
+    visible = {
+        "test_visible.py": "from solution import add\n\ndef test_example():\n    assert add(1, 2) == 3\n"
+    }
+    task = code_task(visible=visible)
+    async with await open_sandbox(SandboxConfig(), {"solution.py": GOOD, **visible}) as agent:
+        verdict, reward = await grader.grade(task, "this text is ignored", workspace=agent)
+        assert verdict.passed and reward.total == 1.0
+        await agent.write("conftest.py", "import pytest\n")
+        await agent.write("test_visible.py", "def test_example():\n    pass\n")
+        verdict, reward = await grader.grade(task, "", workspace=agent)
+    assert not verdict.passed and reward.total == 0.0
+    evidence = [f.evidence for f in verdict.flags if f.name == "test_tampering"]
+    assert any("conftest.py" in e for e in evidence) and any("test_visible.py" in e for e in evidence)
+
+
+async def test_infrastructure_failure_is_an_error_not_a_zero() -> None:
+    grading = GradingConfig(python="no-such-python")
+    g = Grader(SandboxConfig(), RewardConfig(grading=grading))
+    try:
+        verdict, reward = await g.grade(code_task(), GOOD)
+    finally:
+        await g.close()
+    assert verdict.error is not None and verdict.error.boundary in ("sandbox", "verifier")
+    assert reward.dropped
+
+
+async def test_judge_kind_without_judge_is_an_error(grader: Grader) -> None:
+    task = Task(domain="qa", prompt="p", verifier=VerifierSpec(kind="judge"))
+    verdict, reward = await grader.grade(task, "x")
+    assert verdict.error is not None and verdict.error.kind == "no_judge"
+    assert reward.dropped
+
+
+def test_sealing_moves_literals_out_of_the_test_code() -> None:
+    from trialground.verify.code_tests import sealed
+
+    source = (
+        "from solution import f\n\n"
+        "def test_a():\n    assert f(1) == [1, 2]\n    assert 'secret' == f(2)\n    assert f(3) < 5\n\n"
+        "def helper():\n    assert f(4) == 99\n"
+    )
+    code, expected, checks = sealed(source, "test_x.py")
+    assert expected == ([1, 2], "secret", 99)
+    assert checks == {"test_a": [0, 1]}  # helper's check is sealed too, but not required of a test
+
+    def consts(c):  # type: ignore[no-untyped-def]
+        for k in c.co_consts:
+            yield from consts(k) if hasattr(k, "co_consts") else (k,)
+
+    assert "secret" not in set(consts(code)) and 99 not in set(consts(code))
+    assert 5 in set(consts(code))  # `<` comparisons stay in the test
+
+
+async def test_sealed_checks_decide_even_when_the_worker_says_pass(grader: Grader) -> None:
+    # the worker only sends values for sealed checks; the supervisor compares them after the fact
+    verdict, _ = await grader.grade(code_task(), "def add(a, b):\n    return a + b + (a == 1)\n")
+    assert [t.outcome for t in verdict.tests] == ["failed", "passed", "passed"]
+    assert "sealed" in verdict.tests[0].detail
