@@ -10,6 +10,7 @@
 3. warm vs cold with real bwrap sandboxes: acquire of a task whose sandbox is warm (restore to the task
    snapshot + health check) against creating one from scratch (open + snapshot), with the sandbox layer's
    own spare-sandbox prewarming off and on.
+4. mid-episode state control on a real sandbox with 50 files: env.snapshot(), env.rollback(), env.fork(4).
 """
 
 from __future__ import annotations
@@ -153,6 +154,37 @@ async def warm_vs_cold(n: int, prewarm: int) -> dict[str, float]:
     }
 
 
+async def fork_rollback(n: int) -> dict[str, float]:
+    from trialground.envs.tool_env import ToolEnv
+    from trialground.envs.toolcalls import format_tool_call
+
+    env = ToolEnv(NoGrader(), EnvConfig(kind="tool", max_turns=1000), SandboxConfig())
+    await env.reset(task(0))
+    files = "".join(f"printf '%0{1000}d' {i} > f{i}.txt; " for i in range(50))
+    await env.step(format_tool_call("bash", {"command": files}))
+    snap_s, roll_s, fork_s = [], [], []
+    for i in range(n):
+        t0 = time.perf_counter()
+        snap = await env.snapshot()
+        snap_s.append(time.perf_counter() - t0)
+        await env.step(format_tool_call("write_file", {"path": f"f{i}.txt", "content": "changed"}))
+        t0 = time.perf_counter()
+        await env.rollback(snap)
+        roll_s.append(time.perf_counter() - t0)
+    for _ in range(max(2, n // 5)):
+        t0 = time.perf_counter()
+        branches = await env.fork(4)
+        fork_s.append(time.perf_counter() - t0)
+        for b in branches:
+            await b.close()
+    await env.close()
+    return {
+        "snapshot_ms": statistics.median(snap_s) * 1e3,
+        "rollback_ms": statistics.median(roll_s) * 1e3,
+        "fork4_ms": statistics.median(fork_s) * 1e3,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer iterations (CI smoke run)")
@@ -166,6 +198,7 @@ def main() -> None:
         results[f"warm_vs_cold_prewarm{prewarm}"] = asyncio.run(
             warm_vs_cold(5 if args.quick else 20, prewarm)
         )
+    results["env_fork_rollback"] = asyncio.run(fork_rollback(5 if args.quick else 20))
     for name, vals in results.items():
         print(f"{name}:")
         for k, v in vals.items():

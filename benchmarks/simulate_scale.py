@@ -10,8 +10,9 @@ Latencies are lognormal (see `REALISTIC` in trialground/pool/sim.py, plus genera
 (`VirtualClockLoop`), so simulated hours take seconds and the CPU measured is the simulation's own.
 
 Reported per size: slot utilisation (slot-seconds held by episodes / (S x makespan)), queue wait p50/p99
-(virtual seconds), the pool's own CPU per acquire/release (`pool/sched_us_per_op`: time inside the pool's
-bookkeeping), whole-process CPU per episode (simulation included), and failures recycled.
+(virtual seconds), the pool's own CPU per acquire/release (`pool/sched_us_per_op`: thread CPU time inside
+the pool's bookkeeping, each reading of that clock costing ~1 us itself), whole-process CPU per episode
+(simulation included), and failures recycled.
 """
 
 from __future__ import annotations
@@ -50,7 +51,10 @@ async def simulate(size: int, episodes: int, tasks_per_slot: float, seed: int) -
         max_idle=size * 4, max_uses=50, maintenance_interval_s=5.0,
     )  # fmt: skip
     backend = SimBackend(profile, seed)
-    pool = EnvPool(config, env_config=EnvConfig(kind="tool"), backend=backend, env_factory=sim_env_factory)
+    pool = EnvPool(
+        config, env_config=EnvConfig(kind="tool"), backend=backend, env_factory=sim_env_factory,
+        sched_clock=time.thread_time_ns,
+    )  # fmt: skip
     # A task set smaller than the stream, visited in shuffled epochs, each task as a group of GROUP samples:
     # groups run concurrently (one sandbox each) and the task recurs later (its sandboxes are warm).
     n_tasks = max(1, int(size * tasks_per_slot))

@@ -84,6 +84,7 @@ async def ours(args: argparse.Namespace, tasks: list[Task]) -> tuple[HFPolicy, d
     grader = Grader(SANDBOX)
     rewards: list[float] = []
     reward_s = 0.0
+    marks: list[float] = []
     t0 = time.perf_counter()
     for step in range(args.steps):
         batch = tasks[step * args.tasks : (step + 1) * args.tasks]
@@ -107,12 +108,13 @@ async def ours(args: argparse.Namespace, tasks: list[Task]) -> tuple[HFPolicy, d
         reward_s += max(t.timings.get("env_s", 0.0) for t in flat)
         trainer.step(flat, compute_advantages(flat, "grpo"))
         policy.load_weights(trainer.state_dict(), trainer.version)
+        marks.append(time.perf_counter())
         step_rewards = [t.reward.total if t.reward else 0.0 for t in flat]
         rewards.append(sum(step_rewards) / len(step_rewards))
         print(f"  ours step {step + 1}: reward {rewards[-1]:.3f}", flush=True)
     seconds = time.perf_counter() - t0
     await grader.close()
-    return policy, {"seconds": seconds, "rewards": rewards, "reward_s": reward_s}
+    return policy, {"seconds": seconds, "rewards": rewards, "reward_s": reward_s, "marks": marks}
 
 
 def trl(args: argparse.Namespace, tasks: list[Task]) -> tuple[Any, dict[str, Any]]:
@@ -125,18 +127,20 @@ def trl(args: argparse.Namespace, tasks: list[Task]) -> tuple[Any, dict[str, Any
     rows = [{"prompt": [{"role": "user", "content": t.prompt}], "task_index": i} for i, t in enumerate(tasks)]
     rewards: list[float] = []
     reward_s = [0.0]
+    marks: list[float] = []  # one per reward call = one per step (same phase of the step as ours)
     grading = GradingLoop()
 
     def sandboxed_reward(
         prompts: list[Any], completions: list[Any], task_index: list[int], **_: Any
-    ) -> list[float]:
+    ) -> list[float | None]:
         texts = [c[0]["content"] if isinstance(c, list) else str(c) for c in completions]
         t0 = time.perf_counter()
         values = grading.run(grade_all(grading.grader, [tasks[i] for i in task_index], texts))
         reward_s[0] += time.perf_counter() - t0
+        marks.append(time.perf_counter())
         rewards.append(sum(values) / len(values))
         print(f"  trl  step {len(rewards)}: reward {rewards[-1]:.3f}", flush=True)
-        return values
+        return list(values)
 
     config = GRPOConfig(
         output_dir="/tmp/trl_bench",
@@ -181,7 +185,7 @@ def trl(args: argparse.Namespace, tasks: list[Task]) -> tuple[Any, dict[str, Any
     trainer.train()
     seconds = time.perf_counter() - t0
     grading.close()
-    return model, {"seconds": seconds, "rewards": rewards, "reward_s": reward_s[0]}
+    return model, {"seconds": seconds, "rewards": rewards, "reward_s": reward_s[0], "marks": marks}
 
 
 async def held_out_pass1(policy: HFPolicy, tasks: list[Task], max_new_tokens: int) -> float:
@@ -196,12 +200,18 @@ async def held_out_pass1(policy: HFPolicy, tasks: list[Task], max_new_tokens: in
     return sum(v > 0 for v in values) / len(values)
 
 
-def summary(name: str, res: dict[str, Any], samples: int, pass1: float) -> dict[str, Any]:
+def summary(name: str, res: dict[str, Any], samples: int, pass1: float, per_step: int) -> dict[str, Any]:
     tail = res["rewards"][-max(1, len(res["rewards"]) // 3) :]
+    # step-to-step intervals (the first step's warm-up excluded); the median resists load spikes from
+    # other jobs on a shared machine
+    gaps = sorted(b - a for a, b in zip(res["marks"], res["marks"][1:], strict=False))
+    median = gaps[len(gaps) // 2] if gaps else float("nan")
     return {
         "system": name,
         "seconds": round(res["seconds"], 1),
         "samples_per_s": round(samples / res["seconds"], 2),
+        "median_step_s": round(median, 2),
+        "samples_per_s_median_step": round(per_step / median, 2),
         "reward_s": round(res["reward_s"], 1),
         "samples_per_s_excluding_reward": round(samples / (res["seconds"] - res["reward_s"]), 2),
         "reward_first_step": round(res["rewards"][0], 3),
@@ -220,34 +230,40 @@ def main() -> None:
     ap.add_argument("--eval-tasks", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", choices=["ours", "trl"], default=None)
+    ap.add_argument("--ours-first", action="store_true", help="run ours before TRL (check order effects)")
     args = ap.parse_args()
     tasks = generate_codegen_tasks(args.steps * args.tasks, seed=args.seed + 1, split="train")
     evals = generate_codegen_tasks(args.eval_tasks, seed=args.seed + 2, split="eval")
     samples = args.steps * args.tasks * args.k
+    per_step = args.tasks * args.k
     base = HFPolicy(PolicyConfig(model="tiny"))
     start = asyncio.run(held_out_pass1(base, evals, args.max_new_tokens))
     print(f"held-out greedy pass@1 before training: {start:.3f}", flush=True)
-    rows = []
-    if args.only in (None, "trl"):
+
+    def run_trl() -> dict[str, Any]:
         torch.manual_seed(args.seed)
         print("TRL GRPOTrainer:", flush=True)
         model, res = trl(args, tasks)
         base.load_weights(model.state_dict(), 1)
-        rows.append(
-            summary("trl", res, samples, asyncio.run(held_out_pass1(base, evals, args.max_new_tokens)))
+        return summary(
+            "trl", res, samples, asyncio.run(held_out_pass1(base, evals, args.max_new_tokens)), per_step
         )
-    if args.only in (None, "ours"):
+
+    def run_ours() -> dict[str, Any]:
         torch.manual_seed(args.seed)
         print("trialground Trainer:", flush=True)
         policy, res = asyncio.run(ours(args, tasks))
-        rows.append(
-            summary(
-                "trialground", res, samples, asyncio.run(held_out_pass1(policy, evals, args.max_new_tokens))
-            )
-        )
-    print(json.dumps({"args": vars(args), "pass@1_before": start, "results": rows}, indent=1))
+        pass1 = asyncio.run(held_out_pass1(policy, evals, args.max_new_tokens))
+        return summary("trialground", res, samples, pass1, per_step)
+
+    runs = {"trl": run_trl, "ours": run_ours}
+    order = ["ours", "trl"] if args.ours_first else ["trl", "ours"]
+    rows = {name: runs[name]() for name in order if args.only in (None, name)}
+    print(json.dumps({"args": vars(args), "pass@1_before": start, "results": list(rows.values())}, indent=1))
     if len(rows) == 2:
-        print(f"throughput ratio trialground/trl: {rows[1]['samples_per_s'] / rows[0]['samples_per_s']:.2f}x")
+        ratio = rows["ours"]["samples_per_s"] / rows["trl"]["samples_per_s"]
+        median_ratio = rows["ours"]["samples_per_s_median_step"] / rows["trl"]["samples_per_s_median_step"]
+        print(f"throughput ratio trialground/trl: {ratio:.2f}x overall, {median_ratio:.2f}x by median step")
 
 
 if __name__ == "__main__":

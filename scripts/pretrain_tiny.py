@@ -152,11 +152,11 @@ def main() -> None:
     ap.add_argument("--max-steps", type=int, default=3000)
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--eval-n", type=int, default=192, help="held-out instances used to decide when to stop")
-    ap.add_argument("--target", type=float, default=0.28, help="stop at the first greedy pass@1 >= this")
+    ap.add_argument("--target", type=float, default=0.33, help="stop at the first greedy pass@1 >= this")
     ap.add_argument(
         "--fine-from", type=float, default=0.08, help="evaluate every --fine-every steps from here"
     )
-    ap.add_argument("--fine-every", type=int, default=10)
+    ap.add_argument("--fine-every", type=int, default=5)
     ap.add_argument(
         "--threads", type=int, default=1, help="torch threads (1 is fastest on a busy 2-core box)"
     )
@@ -237,7 +237,9 @@ def main() -> None:
         "steps": step,
         "params": n_params,
         "seconds": round(time.time() - t0, 1),
-        "args": {k: str(v) for k, v in vars(args).items()},
+        "args": {
+            k: str(v) for k, v in vars(args).items() if k not in ("out", "evaluate", "eval_tasks", "samples")
+        },
         **stats,
     }
     (args.out / "pretrain_stats.json").write_text(json.dumps(meta, indent=2) + "\n")

@@ -21,7 +21,7 @@ from trialground.verify.grader import Grader
 
 ray = pytest.importorskip("ray")
 HIDDEN = "from solution import add\n\n\ndef test_a():\n    assert add(2, 3) == 5\n"
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module", autouse=True)

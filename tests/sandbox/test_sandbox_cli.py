@@ -51,6 +51,13 @@ def test_bad_input_is_a_clear_usage_error(args: list[str], message: str) -> None
     assert code == 2 and message in err and "Traceback" not in out + err
 
 
+def test_unknown_program_is_a_usage_error() -> None:
+    code, out, err = run("--json", "--", "no-such-program-xyz")
+    assert code == 2 and "unknown command" in err and json.loads(out)["exit_code"] == 127
+    code, _, _ = run("--", "bash", "-c", "exit 127")  # a program that exits 127 is just a result
+    assert code == 0
+
+
 def test_unknown_subcommand_is_a_usage_error() -> None:
     result = runner.invoke(app, ["sandbox", "frobnicate"])
     assert result.exit_code == 2 and "Traceback" not in result.output

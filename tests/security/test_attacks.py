@@ -186,7 +186,14 @@ async def test_cgroup_and_sys_invisible(sandbox: Sandbox) -> None:
 # -- writing where it must not ---------------------------------------------------------------------------
 async def test_writes_outside_workspace_fail(sandbox: Sandbox, tmp_path: Path) -> None:
     prefix = __import__("sys").base_prefix
-    targets = ["/usr/pwned", "/etc/pwned", "/pwned", f"{prefix}/lib/pwned", "/proc/sys/kernel/hostname"]
+    targets = [
+        "/usr/pwned",
+        "/etc/pwned",
+        "/pwned",
+        f"{prefix}/lib/pwned",
+        "/dev/pwned",
+        "/proc/sys/kernel/hostname",
+    ]
     r = await sandbox.exec("; ".join(f"echo x > {t} && echo WROTE {t}" for t in targets))
     assert "WROTE" not in r.stdout
     for t in targets[:4]:

@@ -14,8 +14,10 @@ from pydantic import ValidationError
 
 from trialground.cli.common import EXIT_INFRA, EXIT_USAGE, fail
 from trialground.errors import SandboxError
+from trialground.sandbox.base import ExecResult, Limits, SandboxConfig
 
 app = typer.Typer(help="Sandbox commands.", no_args_is_help=True)
+NOT_FOUND = "sandbox: command not found:"  # what the sandbox says when the program itself does not exist
 
 
 def _workspace_files(root: Path) -> dict[str, bytes]:
@@ -29,7 +31,9 @@ def _workspace_files(root: Path) -> dict[str, bytes]:
 @app.command("run", context_settings={"allow_interspersed_args": False})
 def run(
     cmd: Annotated[list[str], typer.Argument(help="The command and its arguments (after --)")],
-    workspace: Annotated[Path | None, typer.Option(help="Directory copied into the sandbox's workspace")] = None,
+    workspace: Annotated[
+        Path | None, typer.Option(help="Directory copied into the sandbox's workspace")
+    ] = None,
     timeout: Annotated[float, typer.Option(help="Wall-clock seconds")] = 10.0,
     memory: Annotated[int, typer.Option(help="Memory ceiling in MiB")] = 512,
     pids: Annotated[int, typer.Option(help="Maximum number of processes")] = 64,
@@ -39,7 +43,6 @@ def run(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
 ) -> None:
     """Run one command in a fresh sandbox. Exit 0 when a result was produced, whatever the program did."""
-    from trialground.sandbox.base import Limits, SandboxConfig
     from trialground.sandbox.bwrap import bwrap_available
 
     if workspace is not None and not workspace.is_dir():
@@ -71,12 +74,14 @@ def run(
         sys.stdout.write(result.stdout)
         sys.stderr.write(result.stderr)
         sys.stderr.write(f"[{result.status.value} exit={result.exit_code} wall={result.wall_s:.3f}s]\n")
+    if result.exit_code == 127 and result.stderr.startswith(NOT_FOUND):
+        fail(f"unknown command {cmd[0]!r}: not found in the sandbox (check the name and PATH)", EXIT_USAGE)
 
 
-async def _run_once(config: object, files: dict[str, bytes] | None, cmd: list[str]):  # noqa: ANN202
+async def _run_once(config: SandboxConfig, files: dict[str, bytes] | None, cmd: list[str]) -> ExecResult:
     from trialground.sandbox.factory import open_sandbox
 
-    async with await open_sandbox(config, files) as sandbox:  # type: ignore[arg-type]
+    async with await open_sandbox(config, files) as sandbox:
         return await sandbox.exec(cmd)
 
 

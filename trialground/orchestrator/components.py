@@ -79,6 +79,13 @@ class Components:
         if flagged:
             self.tasks.add_regressions(sorted(set(flagged)))
 
+    def component_metrics(self) -> dict[str, float]:
+        """What the components measured since the last call: grading, hack flags, task pool, env pool."""
+        out = dict(self.grader.metrics(reset=True)) | dict(self.tasks.stats())
+        if self.env_pool is not None and hasattr(self.env_pool, "metrics"):
+            out |= dict(self.env_pool.metrics())
+        return out
+
     def record_eval(self, step: int, failed_task_ids: Sequence[str]) -> None:
         """Evaluation failures feed training only when asked (`loop.eval_feedback`): doing so lets the
         held-out metric see tasks that training also saw, so it is off by default."""
@@ -127,10 +134,13 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Compo
     grader = Grader(config.sandbox, config.reward)
     monitor = Monitor(run.path, config.monitor) if run is not None else None
     env_pool = None
-    if config.env.kind == "tool":
-        from trialground.pool.factory import make_env_pool
+    if config.env.kind == "tool" or config.cluster == "ray":
+        from trialground.pool.pool import EnvPool
 
-        env_pool = make_env_pool(config, grader)
+        pool_config = config.pool
+        if config.cluster == "ray":
+            pool_config = pool_config.model_copy(update={"backend": "ray"})
+        env_pool = EnvPool(pool_config, env_config=config.env, sandbox_config=config.sandbox, grader=grader)
     domains = {t.id: t.domain for t in [*pool.tasks, *evals]}
     overlap = check_overlap(evals, pool.tasks)
     startup = {
@@ -139,6 +149,6 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Compo
         "tasks/train": float(len(pool.tasks)),
         "tasks/eval": float(len(evals)),
     }
-    if monitor is not None and env_pool is not None and hasattr(env_pool, "stats"):
-        monitor.add_live_source(env_pool.stats)
+    if monitor is not None and env_pool is not None and hasattr(env_pool, "metrics"):
+        monitor.add_live_source(env_pool.metrics)
     return Components(config, run, pool, evals, policy, trainer, grader, monitor, env_pool, domains, startup)

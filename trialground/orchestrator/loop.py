@@ -58,7 +58,7 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
             metrics |= rollout_metrics(batch.groups, c.domains, version) | useful_token_metrics(
                 flat, advantages
             )
-            metrics |= fstats.as_metrics() if fstats else {}
+            metrics |= (fstats.as_metrics() if fstats else {}) | c.component_metrics()
             metrics["rollout/batch_s"] = batch.rollout_s
             run_dir.write_step(step, c, batch.groups, flat, advantages)
             if (loop.eval_interval and step % loop.eval_interval == 0) or step in evals_at:

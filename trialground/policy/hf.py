@@ -152,6 +152,9 @@ class HFPolicy(Policy):
         except (OSError, ValueError) as exc:
             raise PolicyError(f"cannot load model {config.model!r}: {exc}") from exc
         self.device = torch.device(config.device)
+        if self.device.type == "cpu" and config.cpu_threads is not None:
+            # process-wide: with more threads than idle cores, every op waits on its slowest thread
+            torch.set_num_threads(config.cpu_threads)
         self.model: PreTrainedModel = model.to(self.device).eval()
         if self._tokenizer.pad_token_id is None:
             self._tokenizer.pad_token = self._tokenizer.eos_token

@@ -2,18 +2,25 @@
 
 One `BwrapSandbox` owns one bubblewrap process whose PID 1 is the supervisor (`supervisor.py`); each
 `exec` is one request to it, so a warm sandbox runs the next command without new namespaces, and Python
-commands fork the already-started interpreter. The sandbox sees: a read-only /usr (+ /lib*, /bin, /sbin
-links), a few files of /etc, the configured Python runtime (read-only, at its host path), a private /proc,
-/dev and /tmp, and the workspace at /workspace as the only writable place. Nothing else of the host.
+commands fork the already-started interpreter. Commands of one sandbox run one at a time (a lock), and every
+process a command started is killed when it ends.
+
+The sandbox sees: a read-only /usr (+ /lib*, /bin, /sbin links), a few files of /etc, the configured Python
+runtime (read-only, at its host path), a private /proc and /dev (read-only), private size-limited /tmp and
+/dev/shm (emptied on `restore`), and the workspace at /workspace. Only the workspace, /tmp and /dev/shm are
+writable. No network unless `config.network`. With `config.rootfs`, that directory's entries replace /usr,
+/etc and the runtime (it needs `python3` on its PATH).
 
 On a root host the sandbox also runs as an unprivileged host uid (65534) inside a per-sandbox cgroup
-(memory, pids, freezer), and the workspace is a size-limited tmpfs (disk and inode quota).
+(memory, pids, freezer), and the workspace is a size-limited tmpfs: `limits.disk_mb` of the sandbox's config
+is its disk quota (set at creation; snapshots count against it), per-exec limits set everything else.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import marshal
 import os
@@ -31,6 +38,7 @@ from trialground.sandbox.base import WORKSPACE, Command, ExecResult, Limits, San
 from trialground.sandbox.cgroup import Cgroup
 from trialground.sandbox.channel import ChannelClosed, Collected, collect, read_frame, send_request
 from trialground.sandbox.results import build_result, error_result
+from trialground.sandbox.spawn import spawn_bwrap
 from trialground.sandbox.workspace import BASE_DIR, Workspace
 
 BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
@@ -99,6 +107,7 @@ def default_env(config: SandboxConfig) -> dict[str, str]:
     return {"PATH": path, "HOME": WORKSPACE, "LANG": "C.UTF-8", "TMPDIR": "/tmp", "USER": "sandbox"}
 
 
+@functools.cache
 def _runtime_source(prefix: str) -> str:
     """Where bubblewrap (running as the unprivileged sandbox uid) can reach the runtime from."""
     if os.geteuid() != 0 or not mounts.CAN_MOUNT:
@@ -148,30 +157,14 @@ def bwrap_argv(config: SandboxConfig, workspace: Path, seccomp_fd: int, tmp_mb: 
         prefix = _python_prefix(config)
         if not prefix.startswith("/usr/"):
             argv += ["--ro-bind", _runtime_source(prefix), prefix]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmp_mb << 20), "--tmpfs", "/tmp"]
-    argv += ["--bind", str(workspace), WORKSPACE, "--remount-ro", "/", "--chdir", "/"]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmp_mb << 20), "--tmpfs", "/dev/shm"]
+    argv += ["--size", str(tmp_mb << 20), "--tmpfs", "/tmp", "--bind", str(workspace), WORKSPACE]
+    # Everything but /workspace, /tmp and /dev/shm read-only (the root and /dev are tmpfs bubblewrap made).
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/"]
     argv += ["--seccomp", str(seccomp_fd)]
     argv += ["--clearenv", "--setenv", "PATH", default_env(config)["PATH"], "--setenv", "LANG", "C.UTF-8"]
     python = "python3" if config.rootfs else f"{_python_prefix(config)}/bin/python3"
     return [*argv, "--", python, "-I", "-S", "-c", supervisor_payload(config)[0]]
-
-
-def _enter(procs_files: list[str], uid: int | None):
-    """A preexec function: join the cgroup, then drop to the sandbox uid (only raw syscalls: we are
-    between fork and exec)."""
-
-    def preexec() -> None:
-        pid = str(os.getpid()).encode()
-        for path in procs_files:
-            fd = os.open(path, os.O_WRONLY)
-            os.write(fd, pid)
-            os.close(fd)
-        if uid is not None:
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-
-    return preexec
 
 
 async def _drain(stream: asyncio.StreamReader | None) -> None:
@@ -257,11 +250,9 @@ class BwrapSandbox(Sandbox):
         fd = seccomp.filter_fd()
         try:
             argv = bwrap_argv(self.config, self.workspace.ws, fd, self.config.limits.disk_mb)
-            preexec = _enter(self.cgroup.procs_files() if self.cgroup else [], self._uid)
-            spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, pass_fds=(fd,), preexec_fn=preexec, cwd="/",
-            ))  # fmt: skip
+            spawn = asyncio.ensure_future(
+                spawn_bwrap(argv, pass_fds=(fd,), cgroup=self.cgroup, uid=self._uid)
+            )
             try:
                 self._proc = await asyncio.shield(spawn)
             except asyncio.CancelledError:

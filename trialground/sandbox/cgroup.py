@@ -31,6 +31,7 @@ class Cgroup:
 
     def __init__(self, name: str) -> None:
         self.dirs = {c: ROOT / c / GROUP / name for c in CONTROLLERS}
+        self._limits: tuple[int, int] | None = None
 
     @classmethod
     def create(cls, name: str) -> Cgroup | None:
@@ -50,6 +51,12 @@ class Cgroup:
     def procs_files(self) -> list[str]:
         return [str(d / "cgroup.procs") for d in self.dirs.values()]
 
+    def add(self, pid: int) -> None:
+        """Move process `pid` (not its existing children) into the group."""
+        for procs in self.procs_files():
+            with open(procs, "w") as f:
+                f.write(str(pid))
+
     def _write(self, controller: str, name: str, value: str) -> None:
         (self.dirs[controller] / name).write_text(value)
 
@@ -60,17 +67,20 @@ class Cgroup:
             return ""
 
     def set_limits(self, memory_bytes: int, pids: int) -> None:
-        """Set the ceilings and reset the peak counter for the next command."""
+        """Set the ceilings for the next command (unchanged ones are not rewritten)."""
+        if self._limits == (memory_bytes, pids):
+            return
         # EBUSY: files the sandbox keeps in memory (its /tmp) already exceed the lower ceiling asked for;
         # the previous ceiling stays, which still bounds the sandbox.
-        with contextlib.suppress(OSError):
+        try:
             self._write("memory", "memory.limit_in_bytes", str(memory_bytes))
+            self._limits = (memory_bytes, pids)
+        except OSError:
+            self._limits = None
         self._write("pids", "pids.max", str(pids))
-        with contextlib.suppress(OSError):
-            self._write("memory", "memory.max_usage_in_bytes", "0")
 
-    def counters(self) -> tuple[int, int, int]:
-        """(oom kills, times the pids limit refused a fork, peak memory bytes) so far."""
+    def counters(self) -> tuple[int, int]:
+        """(OOM kills, times the pids limit refused a fork) so far."""
         oom = 0
         for line in self._read("memory", "memory.oom_control").splitlines():
             if line.startswith("oom_kill "):
@@ -79,8 +89,7 @@ class Cgroup:
         for line in self._read("pids", "pids.events").splitlines():
             if line.startswith("max "):
                 pids_max = int(line.split()[1])
-        peak = self._read("memory", "memory.max_usage_in_bytes").strip()
-        return oom, pids_max, int(peak) if peak.isdigit() else 0
+        return oom, pids_max
 
     def pids(self) -> list[int]:
         return [int(p) for p in self._read("pids", "cgroup.procs").split()]

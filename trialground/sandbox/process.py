@@ -84,9 +84,8 @@ class ProcessSandbox(Sandbox):
                 start_new_session=True, preexec_fn=_limit_child(lim),
             )  # fmt: skip
         except FileNotFoundError:
-            return build_result(
-                {"exit_code": 127}, b"", f"{argv[0]}: command not found\n".encode(), cap=lim.output_bytes
-            )
+            message = f"sandbox: command not found: {argv[0]}\n".encode()
+            return build_result({"exit_code": 127}, b"", message, cap=lim.output_bytes)
         out = Collected(cap=lim.output_bytes)
         reason = ""
         exceeded = asyncio.Event()

@@ -7,9 +7,12 @@ in the sandbox, so nothing (daemons, `setsid` children, SIGTERM-ignorers) outliv
 the PID namespace it cannot be killed from inside (`kill -9 -1` spares it); it makes itself non-dumpable so
 sandboxed code cannot read or write its memory or file descriptors through /proc.
 
-Python commands (`python3 [-I -S -E -s -B -u -q] (-c CODE | -m MOD | FILE) ARGS`) are run by forking this
-already-started interpreter (the fast path) unless the request says otherwise; anything else is exec'd.
-The hash seed is shared by all forked commands of one sandbox.
+Python commands (`python3 [-I -S -E -s -B -u -q] (-c CODE | -m MOD | FILE) ARGS`, where `python3` resolves
+to this very interpreter) are run by forking this already-started interpreter (the fast path) unless the
+request says otherwise; anything else is exec'd. Differences from a real start, by design: `sys.flags` are
+the supervisor's (`-I -S`: no user site, ever), the hash seed is shared by the commands of one sandbox, and
+once a command ran Python with `site`, the supervisor runs `site` itself while idle (a `-S` command still
+gets the `-S` sys.path).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ HEADER = struct.Struct(">IB")
 MAX_FRAME = 1 << 20
 PYTHON_FLAGS = set("ISEsBuq")
 WAKE: tuple[int, int] = (-1, -1)  # SIGCHLD wakes the select loop through this pipe
+PRE_SITE_PATH = list(sys.path)  # sys.path of a -S interpreter
+SITE: dict[str, bool] = {}  # "wanted": a command ran Python with site; "loaded": we ran site.main()
 
 
 def encode_frame(kind: bytes, payload: bytes) -> bytes:
@@ -57,22 +62,19 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _is_this_interpreter(program: str) -> bool:
-    if "/" in program:
-        candidates = [program]
-    else:
-        candidates = [os.path.join(d, program) for d in os.environ.get("PATH", "").split(":") if d]
+def _is_this_interpreter(program: str, path_var: str) -> bool:
+    candidates = [program] if "/" in program else [os.path.join(d, program) for d in path_var.split(":") if d]
     for path in candidates:
         if os.access(path, os.X_OK):
             return os.path.realpath(path) == os.path.realpath(sys.executable)
     return False
 
 
-def _parse_python(argv: list[str]) -> tuple[set[str], str, str, list[str]] | None:
+def _parse_python(argv: list[str], path_var: str) -> tuple[set[str], str, str, list[str]] | None:
     """(flags, mode, target, argv) when `argv` is a plain Python invocation the fast path can run."""
     if not argv or os.path.basename(argv[0]) not in ("python3", "python", f"python3.{sys.version_info[1]}"):
         return None
-    if not _is_this_interpreter(argv[0]):
+    if not _is_this_interpreter(argv[0], path_var):
         return None  # another Python (e.g. the system's): run the real thing
     flags: set[str] = set()
     i = 1
@@ -126,7 +128,9 @@ def _run_python(parsed: tuple[set[str], str, str, list[str]]) -> int:
         sys.dont_write_bytecode = True
     code = 0
     try:
-        if "S" not in flags:
+        if "S" in flags:
+            sys.path[:] = PRE_SITE_PATH  # the supervisor may have run site for earlier commands
+        elif not SITE.get("loaded"):
             import site
 
             site.main()
@@ -197,7 +201,9 @@ def _child(req: dict, fds: tuple[int, int, int]) -> None:
             os._exit(126)
         os.environ.clear()
         os.environ.update(req["env"])
-        parsed = _parse_python(req["argv"]) if req.get("python_fast", True) else None
+        parsed = (
+            _parse_python(req["argv"], req["env"].get("PATH", "")) if req.get("python_fast", True) else None
+        )
         if parsed is not None:
             os._exit(_run_python(parsed))
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
@@ -205,7 +211,7 @@ def _child(req: dict, fds: tuple[int, int, int]) -> None:
             signal.signal(sig, signal.SIG_DFL)
         os.execvpe(req["argv"][0], req["argv"], req["env"])
     except FileNotFoundError:
-        os.write(2, f"{req['argv'][0]}: command not found\n".encode())
+        os.write(2, f"sandbox: command not found: {req['argv'][0]}\n".encode())
         os._exit(127)
     except PermissionError as exc:
         os.write(2, f"{req['argv'][0]}: {exc}\n".encode())
@@ -355,11 +361,15 @@ def _set_non_dumpable() -> None:
 
 
 def _warm_up(ctl_in: int) -> None:
-    """While no request is waiting, import what Python commands need, so they do not pay for it."""
-    for module in ("runpy",):
-        if select.select([ctl_in], [], [], 0)[0]:
-            return
-        __import__(module)
+    """While no request is waiting, import what Python commands need, so they do not pay for it: runpy
+    always, and `site` (sys.path, .pth files) once a command has shown it runs Python without -S."""
+    if "runpy" not in sys.modules and not select.select([ctl_in], [], [], 0)[0]:
+        import runpy  # noqa: F401
+    if SITE.get("wanted") and not SITE.get("loaded") and not select.select([ctl_in], [], [], 0)[0]:
+        import site
+
+        site.main()
+        SITE["loaded"] = True
 
 
 def main() -> None:
@@ -378,8 +388,8 @@ def main() -> None:
     signal.set_wakeup_fd(WAKE[1])
     signal.signal(signal.SIGCHLD, lambda *_: None)
     _write_all(ctl_out, encode_frame(b"H", marshal.dumps({"pid": os.getpid()})))
-    _warm_up(ctl_in)
     while True:
+        _warm_up(ctl_in)
         try:
             kind, payload = _read_frame(ctl_in)
         except EOFError:
@@ -399,6 +409,11 @@ def main() -> None:
                 break
             stdin_parts.append(chunk)
         req["stdin_bytes"] = b"".join(stdin_parts)
+        parsed = (
+            _parse_python(req["argv"], req["env"].get("PATH", "")) if req.get("python_fast", True) else None
+        )
+        if parsed is not None and "S" not in parsed[0]:
+            SITE["wanted"] = True
         report = _run(req, ctl_out, (ctl_in, ctl_out))
         _write_all(ctl_out, encode_frame(b"X", marshal.dumps(report)))
 

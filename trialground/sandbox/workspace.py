@@ -16,6 +16,7 @@ import contextlib
 import functools
 import os
 import shutil
+import stat
 import tempfile
 import threading
 from pathlib import Path
@@ -52,7 +53,7 @@ class Workspace:
     """A private workspace directory owned by `uid` (the sandbox's host uid; None = ours)."""
 
     def __init__(self, disk_mb: int, uid: int | None, *, overlay: bool) -> None:
-        BASE_DIR.mkdir(parents=True, exist_ok=True)
+        _check_base_dir()
         sweep_stale()
         self.root = Path(tempfile.mkdtemp(prefix=f"ws-{os.getpid()}-", dir=BASE_DIR))
         self.uid = uid
@@ -186,6 +187,18 @@ class Workspace:
             self.root.rmdir()
         else:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _check_base_dir() -> None:
+    """The parent of all workspaces must be ours and not writable by others (it sits in /tmp)."""
+    BASE_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
+    st = os.lstat(BASE_DIR)
+    if stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise SandboxError(
+            f"{BASE_DIR} is not a directory owned by us and closed to others; remove it or set "
+            "TRIALGROUND_SANDBOX_DIR elsewhere",
+            kind="unsafe_base_dir",
+        )
 
 
 def _pid_alive(pid: int) -> bool:
