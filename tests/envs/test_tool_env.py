@@ -176,3 +176,15 @@ async def test_time_spent_generating_counts(grader: Grader, sandbox_config) -> N
             await env.sandbox.read("late.txt")  # type: ignore[union-attr]
     finally:
         await env.close()
+
+
+async def test_surplus_calls_in_one_message_are_invalid(grader: Grader, sandbox_config) -> None:
+    env = ToolEnv(grader, EnvConfig(kind="tool", max_calls_per_turn=2), sandbox_config)
+    try:
+        await env.reset(code_task())
+        obs = await env.step("".join(call("bash", command=f"echo {i}") for i in range(4)))
+        assert obs.text.split("\n")[:4] == ["[exit 0]", "0", "[exit 0]", "1"]
+        assert "only 2 tool calls per message" in obs.text
+        assert env.counters["tool_calls"] == 2 and env.counters["invalid_calls"] == 1
+    finally:
+        await env.close()

@@ -271,3 +271,53 @@ async def test_single_turn_pool_needs_no_sandbox(task) -> None:
         assert obs.text == task.prompt
     assert backend.live == 0 and pool.metrics()["pool/created"] == 0
     await pool.close()
+
+
+async def test_prewarm_makes_warm_sandboxes() -> None:
+    pool, backend = make_pool(max_active=2, max_idle=3)
+    made = await pool.prewarm([make_task(i) for i in range(5)])
+    assert made == 3 and pool.idle == 3 and backend.live == 3
+    async with pool.lease(make_task(1)):
+        pass
+    assert pool.metrics()["pool/created"] == 3  # served warm
+    await pool.close()
+    assert backend.live == 0
+
+
+@pytest.mark.parametrize(("mode", "restore_execs"), [("off", 0), ("alive", 0), ("exec", 1)])
+async def test_health_check_modes(task, mode: str, restore_execs: int) -> None:
+    pool, backend = make_pool(health_check=mode)
+    backend.keep_refs = True
+    async with pool.lease(task):
+        pass
+    box = backend.created[0]
+    calls: list[object] = []
+    original = box.exec
+
+    async def exec_spy(cmd, **kw):  # type: ignore[no-untyped-def]
+        calls.append(cmd)
+        return await original(cmd, **kw)
+
+    box.exec = exec_spy  # type: ignore[method-assign]
+    async with pool.lease(task):
+        pass
+    assert len(calls) == restore_execs
+    await pool.close()
+
+
+async def test_fork_of_pooled_env_is_owned_by_caller(task) -> None:
+    pool, backend = make_pool()
+    env = await pool.acquire(task)
+    assert isinstance(env, ToolEnv)
+    await env.reset(task)
+    branches = await env.fork(2)
+    await pool.release(env)  # the parent's sandbox goes back warm; the branches live on
+    for b in branches:
+        obs = await b.step('<tool_call>{"name": "read_file", "arguments": {"path": "a.txt"}}</tool_call>')
+        assert obs.text == "content 0\n"
+    assert backend.live == 3
+    for b in branches:
+        await b.close()
+    assert backend.live == 1
+    await pool.close()
+    assert backend.live == 0

@@ -16,7 +16,7 @@ from trialground.rollout.agent import rollout_group
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.train.advantages import compute_advantages
 from trialground.train.config import TrainerConfig
-from trialground.train.trainer import Trainer
+from trialground.train.trainer import Trainer, build_samples
 
 TASK = Task(domain="code", prompt="Write anything.", verifier=VerifierSpec(kind="exact", params={}))
 
@@ -36,6 +36,10 @@ async def test_sampler_and_trainer_agree_then_weights_flow_back(policy: HFPolicy
     adv = compute_advantages(group, "grpo")
     if all(a == 0.0 for a in adv):  # every sample got the same reward: give the update some signal
         adv = [1.0, -1.0, 0.5, -0.5]
+    # the tokens the trainer trains on are exactly the tokens the policy produced, nothing else
+    for t, sample in zip(group, build_samples(group, adv), strict=True):
+        trained = [sample.ids[j + 1] for j, m in enumerate(sample.mask) if m]
+        assert trained == [i for turn in t.turns if turn.role == "policy" for i in turn.token_ids]
     before = {k: v.clone() for k, v in policy.model.state_dict().items()}
     trainer = Trainer(
         policy.model,

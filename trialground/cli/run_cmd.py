@@ -73,6 +73,8 @@ def train(
     table.add_row("held-out pass@1 before", fmt(summary.eval_before))
     table.add_row("held-out pass@1 after", fmt(summary.eval_after))
     table.add_row("alerts", str(summary.alerts))
+    if summary.stopped_by:
+        table.add_row("stopped early by", f"{summary.stopped_by} (continue with --resume {summary.run_dir})")
     table.add_row("wall time", f"{summary.seconds:.0f} s")
     Console().print(table)
 

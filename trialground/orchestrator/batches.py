@@ -44,38 +44,40 @@ class SyncBatches:
 
 
 class AsyncBatches(SyncBatches):
-    """A producer collects ahead of the trainer through a bounded buffer, paced by `max_staleness`."""
+    """A producer admits the batch for step `s` once the trainer reaches version `s - max_staleness`, and
+    collects every admitted batch at once (up to `max_staleness + 1` in flight), so environment time
+    overlaps both the trainer and other batches' generation."""
 
     def __init__(self, c: Components, first_step: int) -> None:
         super().__init__(c)
-        self.queue: asyncio.Queue[Batch | BaseException] = asyncio.Queue(
-            maxsize=c.config.loop.max_staleness + 1
-        )
         self.trained = asyncio.Condition()
         self.trainer_step = first_step
         self.wait_s = 0.0
+        self.pending: dict[int, asyncio.Task[Batch]] = {}
+        self.admitted = asyncio.Event()
         self.producer = asyncio.create_task(self._produce(first_step))
 
     async def _produce(self, step: int) -> None:
         staleness = self.c.config.loop.max_staleness
-        try:
-            while step < self.c.config.loop.steps:
-                admit_at = step - staleness  # the trainer version this batch may start from
-                async with self.trained:
-                    await self.trained.wait_for(lambda: self.trainer_step >= admit_at)  # noqa: B023
-                await self.queue.put(await super().next(step))
-                step += 1
-        except BaseException as exc:  # handed to the consumer, which re-raises it
-            await self.queue.put(exc)
-            raise
+        while step < self.c.config.loop.steps:
+            admit_at = step - staleness  # the trainer version this batch may start from
+            async with self.trained:
+                await self.trained.wait_for(lambda: self.trainer_step >= admit_at)  # noqa: B023
+            self.pending[step] = asyncio.create_task(super().next(step))
+            self.admitted.set()
+            step += 1
 
     async def next(self, step: int) -> Batch:
         t0 = time.perf_counter()
-        item = await self.queue.get()
+        while step not in self.pending:
+            if self.producer.done():
+                self.producer.result()  # re-raise what stopped it
+                raise RuntimeError(f"no batch was admitted for step {step}")
+            self.admitted.clear()
+            await self.admitted.wait()
+        batch = await self.pending.pop(step)
         self.wait_s = time.perf_counter() - t0
-        if isinstance(item, BaseException):
-            raise item
-        return item
+        return batch
 
     async def advance(self, trained_step: int) -> None:
         async with self.trained:
@@ -83,6 +85,8 @@ class AsyncBatches(SyncBatches):
             self.trained.notify_all()
 
     async def close(self) -> None:
-        self.producer.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self.producer
+        for task in [self.producer, *self.pending.values()]:
+            task.cancel()
+        for task in [self.producer, *self.pending.values()]:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task

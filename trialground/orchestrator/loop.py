@@ -8,13 +8,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from trialground.config import RunConfig
+from trialground.monitor.alerts import worst_action
 from trialground.orchestrator.batches import AsyncBatches, SyncBatches
 from trialground.orchestrator.components import Components, build
 from trialground.orchestrator.evaluate import evaluate
 from trialground.orchestrator.metrics import rollout_metrics, useful_token_metrics
 from trialground.orchestrator.rundir import RunDir
 from trialground.orchestrator.state import restore, save
-from trialground.train.advantages import compute_advantages, filter_groups
+from trialground.train.advantages import advantages_for, filter_groups
 
 Progress = Callable[[int, dict[str, float]], None]
 
@@ -27,6 +28,7 @@ class RunSummary:
     eval_after: float | None
     seconds: float
     alerts: int
+    stopped_by: str | None = None
 
 
 async def run(config: RunConfig, *, resume: bool = False, progress: Progress | None = None) -> RunSummary:
@@ -39,13 +41,15 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
     if step == 0:
         first_eval = await _eval_and_log(c, 0)
     batches = AsyncBatches(c, step) if loop.mode == "async" else SyncBatches(c)
-    alerts, last_eval = 0, first_eval
+    alerts, last_eval, stopped_by = 0, first_eval, None
     try:
         while step < loop.steps:
             batch = await batches.next(step)  # k trajectories per task, stamped with policy versions
             kept, fstats = filter_groups(batch.groups) if loop.dynamic_sampling else (batch.groups, None)
             flat = [t for g in kept for t in g]
-            advantages = compute_advantages(flat, config.trainer.algorithm)
+            advantages = advantages_for(
+                flat, config.trainer, max_new_tokens=config.policy.sampling.max_new_tokens
+            )
             version, t0 = c.trainer.version, time.perf_counter()
             metrics = await asyncio.to_thread(c.trainer.step, flat, advantages)
             metrics["train/step_s"] = time.perf_counter() - t0
@@ -63,15 +67,24 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
             run_dir.write_step(step, c, batch.groups, flat, advantages)
             if (loop.eval_interval and step % loop.eval_interval == 0) or step in evals_at:
                 last_eval = await _eval_and_log(c, step, metrics)
-            alerts += len(c.monitor.observe(step, metrics)) if c.monitor else 0
-            if (loop.checkpoint_interval and step % loop.checkpoint_interval == 0) or step == loop.steps:
+            raised = c.monitor.observe(step, metrics) if c.monitor else []
+            alerts, halt = alerts + len(raised), worst_action(raised) in ("pause", "stop")
+            if (
+                (loop.checkpoint_interval and step % loop.checkpoint_interval == 0)
+                or step == loop.steps
+                or halt
+            ):
                 save(c, run_dir, step)
             if progress:
                 progress(step, metrics)
+            if halt:  # an alert rule asked to pause or stop: checkpointed, resumable with --resume
+                stopped_by = ", ".join(a.rule for a in raised if a.action in ("pause", "stop"))
+                break
     finally:
         await batches.close()
         await c.close()
-    return RunSummary(str(run_dir.path), step, first_eval, last_eval, time.perf_counter() - t_start, alerts)
+    seconds = time.perf_counter() - t_start
+    return RunSummary(str(run_dir.path), step, first_eval, last_eval, seconds, alerts, stopped_by)
 
 
 async def _eval_and_log(c: Components, step: int, metrics: dict[str, float] | None = None) -> float | None:

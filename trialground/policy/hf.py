@@ -247,6 +247,14 @@ class HFPolicy(Policy):
         logp = _process_logits(logits, temperature, 1.0)
         return logp.gather(-1, ids[0, len(prompt) :].unsqueeze(-1)).squeeze(-1).tolist()
 
+    def sampling_rng_state(self) -> torch.Tensor:
+        """State of the generator that seeds each unseeded `generate`: saved in checkpoints so a resumed
+        run samples exactly what the uninterrupted run would have."""
+        return self._seed_source.get_state()
+
+    def set_sampling_rng_state(self, state: torch.Tensor) -> None:
+        self._seed_source.set_state(state)
+
     def load_weights(self, state_dict: Mapping[str, Any], version: int) -> None:
         """Copy `state_dict` (full or partial, same names as `model.state_dict()`) into the model."""
         with self._lock:

@@ -11,8 +11,9 @@ reference solution writes one line per step, e.g.
         return x
 
 The space holds ~2.7 * 10^5 distinct programs (~2 * 10^6 instances counting wordings), far more than the
-12,000 pre-training sees, so held-out pass@1 measures composition, not recall. Train and eval splits are disjoint by construction: an instance's split is a
-hash of its canonical key (`split_of`), so no eval instance can ever be generated as a train instance.
+12,000 pre-training sees, so held-out pass@1 measures composition, not recall. Train and eval splits are
+disjoint by construction: an instance's split is a hash of what it computes (`split_of`), so no eval
+instance can ever be generated as a train instance, not even reworded.
 Hidden tests use inputs derived from the instance key (never shown in the prompt), so one instance always
 yields the same `Task` (same id) whatever the seed that drew it.
 """
