@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"
 SMALL = [
     "loop.steps=2",
+    "loop.eval_interval=0",
     "loop.batch_tasks=2",
     "loop.samples_per_task=4",
     "tasks.num_train=50",
