@@ -37,6 +37,10 @@ def _config(config: Path | None, overrides: list[str], resume: Path | None) -> R
     return cfg
 
 
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
 def train(
     config: Path | None = typer.Argument(None, help="YAML run configuration"),
     overrides: list[str] = typer.Option([], "--set", help="Dotted override KEY=VALUE, repeatable"),
@@ -69,9 +73,8 @@ def train(
     table = Table(title=f"run {cfg.name}", show_header=False)
     table.add_row("run directory", summary.run_dir)
     table.add_row("steps", str(summary.steps))
-    fmt = lambda v: "n/a" if v is None else f"{100 * v:.1f}%"  # noqa: E731
-    table.add_row("held-out pass@1 before", fmt(summary.eval_before))
-    table.add_row("held-out pass@1 after", fmt(summary.eval_after))
+    table.add_row("held-out pass@1 before", _percent(summary.eval_before))
+    table.add_row("held-out pass@1 after", _percent(summary.eval_after))
     table.add_row("alerts", str(summary.alerts))
     if summary.stopped_by:
         table.add_row("stopped early by", f"{summary.stopped_by} (continue with --resume {summary.run_dir})")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from trialground.monitor.eval_stats import EvalOutcome
+from trialground.monitor.sinks.jsonl import read_jsonl
 
 
 @dataclass(frozen=True)
@@ -87,14 +88,4 @@ class RegressionLog:
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and row.get("event") in ("queued", "attempt") and "task_id" in row:
-            out.append(row)
-    return out
+    return [r for r in read_jsonl(path) if r.get("event") in ("queued", "attempt") and "task_id" in r]

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from trialground.monitor.alerts import Alert, read_alerts
 from trialground.monitor.regressions import read_events
-from trialground.monitor.sinks.jsonl import read_metrics
+from trialground.monitor.sinks.jsonl import read_jsonl, read_metrics
 
 _WANTED = (
     "step",
@@ -133,7 +133,7 @@ def load_run(run_dir: str | Path, *, top_flagged: int = 20) -> RunData:
             _attempt(reg, int(e["step"]), bool(e.get("solved")))
 
     flagged: dict[str, FlaggedTask] = {}
-    for row in _jsonl(path / "flagged.jsonl"):
+    for row in read_jsonl(path / "flagged.jsonl"):
         f = flagged.setdefault(str(row.get("task_id")), FlaggedTask(str(row.get("task_id"))))
         f.count += 1
         f.flags.update(str(x) for x in row.get("flags", []))
@@ -205,19 +205,3 @@ def _attempt(reg: RegressionRow, step: int, solved: bool) -> None:
     reg.attempts += 1
     if solved and (reg.solved_step is None or step < reg.solved_step):
         reg.solved_step = step
-
-
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    import json
-
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            out.append(row)
-    return out

@@ -88,7 +88,7 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
 
 
 async def _eval_and_log(c: Components, step: int, metrics: dict[str, float] | None = None) -> float | None:
-    """Evaluate the held-out split; failures go to the pool's regression queue."""
+    """Evaluate the held-out split; failures reach training only with `loop.eval_feedback`."""
     loop = c.config.loop
     result = await evaluate(c, c.eval_tasks, params=c.config.policy.eval_sampling, samples=loop.eval_samples)
     c.record_eval(step, result.failed_task_ids)

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from trialground.config import RunConfig, dump_config
+from trialground.monitor.sinks.jsonl import read_metrics
 from trialground.rollout.trajectory import Trajectory
 
 if TYPE_CHECKING:
@@ -70,13 +71,9 @@ class RunDir:
 
     def truncate_after(self, step: int) -> None:
         """On resume, forget what a killed run wrote after its last checkpoint, so nothing repeats."""
-        if self.metrics_path.exists():
-            kept = [
-                line
-                for line in self.metrics_path.read_text().splitlines()
-                if line.strip() and json.loads(line).get("step", -1) < step
-            ]
-            self.metrics_path.write_text("".join(line + "\n" for line in kept))
+        if self.metrics_path.exists():  # a half-written last line is dropped, not a crash
+            kept = [row for row in read_metrics(self.metrics_path) if row["step"] < step]
+            self.metrics_path.write_text("".join(json.dumps(row) + "\n" for row in kept))
         for f in (self.path / "trajectories").glob("step_*.parquet"):
             if int(f.stem.split("_")[1]) >= step:
                 f.unlink()

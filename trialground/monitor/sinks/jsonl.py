@@ -35,8 +35,8 @@ class JsonlSink:
         self._f.close()
 
 
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """Rows of a `metrics.jsonl`, skipping lines that do not parse (a run killed mid-write)."""
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSONL file, skipping lines that do not parse (a run killed mid-write)."""
     if not path.is_file():
         return []
     rows: list[dict[str, Any]] = []
@@ -47,6 +47,11 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
             row = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if isinstance(row, dict) and isinstance(row.get("step"), int):
+        if isinstance(row, dict):
             rows.append(row)
     return rows
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Rows of a `metrics.jsonl` (see `read_jsonl`) that carry an integer `step`."""
+    return [row for row in read_jsonl(path) if isinstance(row.get("step"), int)]
