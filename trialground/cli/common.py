@@ -15,7 +15,7 @@ EXIT_INFRA = 3
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     """Print `message` on stderr and exit with `code` (2: bad input, 3: infrastructure failure)."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)  # paths stay whole
     sys.exit(code)
 
 
