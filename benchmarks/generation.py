@@ -1,11 +1,13 @@
-"""Generation speed of HFPolicy's own KV-cache loop vs transformers' `generate()`, side by side.
+"""Generation speed of HFPolicy's sampling loop vs transformers' `generate()`, side by side.
 
-    .venv/bin/python scripts/bench_policy.py [--batch 32] [--tokens 30] [--reps 5]
+    .venv/bin/python benchmarks/generation.py [--batch 32] [--tokens 30] [--reps 5] [--threads 1]
 
-Both sample the bundled tiny model at temperature 1 from the same left-padded codegen prompts and run
-for exactly `--tokens` new tokens (eos ignored by generate via min_new_tokens, and by our loop because
-its eos set is emptied), alternating rep by rep so a busy machine slows both alike. `generate()` is asked
-for its scores too, as a policy needs per-token logprobs.
+Three ways to sample the bundled tiny model at temperature 1 from the same left-padded codegen prompts,
+each for exactly `--tokens` new tokens (eos ignored by generate via min_new_tokens, and by our loop because
+its eos set is emptied), alternating rep by rep so a busy machine slows all alike:
+- `lean`: `sample_batch` through `LlamaDecoder` (what `HFPolicy` uses by default, `decode="auto"`);
+- `loop`: `sample_batch` through the model's own forward and cache (`decode="transformers"`);
+- `generate`: `model.generate()`, asked for its scores too, as a policy needs per-token logprobs.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 
 from trialground.policy.config import PolicyConfig
 from trialground.policy.hf import HFPolicy, sample_batch
+from trialground.policy.llama_decode import LlamaDecoder
 from trialground.tasks.codegen import generate_codegen_tasks
 
 
@@ -35,7 +38,20 @@ def main() -> None:
     prompts = [policy.encode_chat([{"role": "user", "content": t.prompt}]) for t in tasks]
     enc = tok.pad({"input_ids": prompts}, return_tensors="pt", padding_side="left")
 
-    def ours() -> None:
+    decoder = LlamaDecoder(model)
+
+    def lean() -> None:
+        sample_batch(
+            model,
+            prompts,
+            max_new_tokens=args.tokens,
+            temperature=1.0,
+            eos_ids=[-1],
+            pad_id=0,
+            decoder=decoder,
+        )
+
+    def loop() -> None:
         sample_batch(model, prompts, max_new_tokens=args.tokens, temperature=1.0, eos_ids=[-1], pad_id=0)
 
     def hf_generate() -> None:
@@ -52,18 +68,22 @@ def main() -> None:
                 pad_token_id=tok.pad_token_id,
             )
 
-    times: dict[str, list[float]] = {"ours": [], "generate": []}
-    ours(), hf_generate()  # warm-up
+    runs = {"lean": lean, "loop": loop, "generate": hf_generate}
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for fn in runs.values():
+        fn()  # warm-up
     for _ in range(args.reps):
-        for name, fn in (("ours", ours), ("generate", hf_generate)):
+        for name, fn in runs.items():
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
     tokens = args.batch * args.tokens
     for name, sec in med.items():
-        print(f"{name:9s} median {sec * 1000:7.1f} ms per batch  {tokens / sec:8.0f} tokens/s")
-    print(f"speed-up of our loop: {med['generate'] / med['ours']:.2f}x")
+        print(
+            f"{name:9s} median {sec * 1000:7.1f} ms per batch  {tokens / sec:8.0f} tokens/s  "
+            f"{med['generate'] / sec:.2f}x generate()"
+        )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,119 @@
+"""The lean Llama decoder against transformers' own forward: same tokens, same logprobs, fresh weights."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from trialground.policy.base import SamplingParams
+from trialground.policy.config import PolicyConfig
+from trialground.policy.hf import HFPolicy, sample_batch
+from trialground.policy.llama_decode import LlamaDecoder, unsupported_reason
+from trialground.tasks.codegen import generate_codegen_tasks
+
+
+def _sample_both(model: LlamaForCausalLM, prompts: list[list[int]], temperature: float, seed: int) -> tuple:
+    kw = dict(max_new_tokens=24, temperature=temperature, eos_ids=[1], pad_id=0)
+    ref = sample_batch(model, prompts, generator=torch.Generator().manual_seed(seed), **kw)
+    lean = sample_batch(
+        model, prompts, generator=torch.Generator().manual_seed(seed), decoder=LlamaDecoder(model), **kw
+    )
+    return ref, lean
+
+
+def _assert_same(ref, lean) -> None:  # type: ignore[no-untyped-def]
+    assert lean.token_ids == ref.token_ids
+    assert lean.finished_by_eos == ref.finished_by_eos
+    for a, b in zip(lean.logprobs, ref.logprobs, strict=True):
+        assert a == pytest.approx(b, abs=1e-4)
+
+
+def _gqa_model(seed: int) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=97,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        rope_theta=500.0,
+        tie_word_embeddings=False,
+        pad_token_id=0,
+        eos_token_id=1,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_tiny_model_lean_decoder_matches_transformers(tiny: HFPolicy, temperature: float) -> None:
+    tasks = generate_codegen_tasks(12, seed=3, split="eval")
+    prompts = [tiny.encode_chat([{"role": "user", "content": t.prompt}]) for t in tasks]
+    prompts[0] = prompts[0][-5:]  # very different lengths: heavy left padding
+    prompts = prompts[:4] * 4 + prompts[4:]  # repeated prompts, as k samples of a task: prefix sharing
+    ref, lean = _sample_both(tiny.model, prompts, temperature, seed=9)
+    _assert_same(ref, lean)
+    assert sum(len(t) for t in ref.token_ids) > 24 * 3  # it really generated
+    lengths = {len(t) for t in ref.token_ids}
+    assert len(lengths) > 3  # rows finished at different steps: the lean decoder dropped rows
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.3])
+def test_grouped_query_attention_and_untied_head_match(temperature: float) -> None:
+    model = _gqa_model(0)
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(2, 97, (n,), generator=gen).tolist() for n in (3, 17, 9, 1)]
+    ref, lean = _sample_both(model, prompts, temperature, seed=4)
+    _assert_same(ref, lean)
+
+
+def test_weights_changed_in_place_are_picked_up() -> None:
+    model = _gqa_model(1)
+    decoder = LlamaDecoder(model)
+    prompts = [[5, 6, 7, 8], [9, 10]]
+    kw = dict(max_new_tokens=10, temperature=0.0, eos_ids=[1], pad_id=0)
+    before = sample_batch(model, prompts, decoder=decoder, **kw)
+    with torch.no_grad():  # what an optimiser step does: in-place updates of every projection
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    after_lean = sample_batch(model, prompts, decoder=decoder, **kw)
+    after_ref = sample_batch(model, prompts, **kw)
+    _assert_same(after_ref, after_lean)
+    assert after_lean.token_ids != before.token_ids
+
+
+def test_models_it_cannot_run_exactly_are_refused() -> None:
+    model = _gqa_model(2)
+    assert unsupported_reason(model) is None
+    model.config.hidden_act = "gelu"
+    assert "activation" in (unsupported_reason(model) or "")
+    with pytest.raises(ValueError, match="activation"):
+        LlamaDecoder(model)
+    assert "not LlamaForCausalLM" in (unsupported_reason(torch.nn.Linear(2, 2)) or "")
+
+
+async def test_policy_falls_back_to_transformers_under_lora() -> None:
+    from peft import LoraConfig, get_peft_model
+
+    policy = HFPolicy(PolicyConfig(model="tiny"))
+    prompts = [
+        policy.encode_chat([{"role": "user", "content": t.prompt}])
+        for t in generate_codegen_tasks(3, seed=1, split="eval")
+    ]
+    params = SamplingParams(temperature=0.0, max_new_tokens=16)
+    assert policy._lean_decoder() is not None
+    plain = await policy.generate(prompts, params)
+    # LoRA injected in place (what the trainer does): B starts at zero, so the function is unchanged
+    get_peft_model(policy.model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))  # type: ignore[arg-type]
+    assert "LoRA" in (unsupported_reason(policy.model) or "")
+    assert policy._lean_decoder() is None
+    wrapped = await policy.generate(prompts, params)
+    assert [g.token_ids for g in wrapped] == [g.token_ids for g in plain]
+
+
+def test_transformers_decode_can_be_chosen(tiny: HFPolicy) -> None:
+    policy = HFPolicy(PolicyConfig(model="tiny", decode="transformers"))
+    assert policy._lean_decoder() is None
+    assert tiny._lean_decoder() is not None

@@ -1,0 +1,197 @@
+"""A lean incremental forward pass for Llama-architecture models, used by `HFPolicy` to sample.
+
+Why: for small models the transformers forward is dominated by Python and dispatch overhead (cache
+objects, mask construction, hooks, per-projection matmuls), not arithmetic. On the bundled 0.9M model a
+decode step of 32 rows costs ~6.7 ms through `LlamaForCausalLM.forward` and ~2.4 ms here, with logits
+equal to transformers' (tests compare them). Larger models on a GPU gain less, but nothing is lost.
+
+What it does differently: q/k/v and gate/up projections are fused into one matmul each; the KV cache is
+one preallocated tensor per layer written in place; rotary tables are computed once per batch; the
+attention mask is built from a boolean key mask without a 4-D float mask per layer.
+
+The fused weights are copies, so they are rebuilt whenever a parameter changed: every in-place update
+(optimiser steps, `load_weights`) bumps a tensor's version counter, and `LlamaDecoder` compares the
+counters before each batch. Models it does not cover exactly (LoRA-wrapped projections, rope scaling,
+sliding windows, activations other than SiLU) are refused by `unsupported_reason`, and the caller falls
+back to the transformers forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def unsupported_reason(model: nn.Module) -> str | None:
+    """Why `LlamaDecoder` cannot run `model` exactly, or None when it can."""
+    if type(model).__name__ != "LlamaForCausalLM":
+        return f"{type(model).__name__} is not LlamaForCausalLM"
+    cfg: Any = model.config  # type: ignore[union-attr]
+    rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+    if rope.get("rope_type", rope.get("type", "default")) != "default":
+        return f"rope type {rope.get('rope_type')!r}"
+    if getattr(cfg, "hidden_act", "silu") != "silu":
+        return f"activation {cfg.hidden_act!r}"
+    if getattr(cfg, "sliding_window", None):
+        return "sliding-window attention"
+    if getattr(cfg, "mlp_bias", False) or getattr(cfg, "attention_bias", False):
+        return "projection biases"
+    for layer in model.model.layers:  # type: ignore[union-attr]
+        for proj in (*_attn_projs(layer), *_mlp_projs(layer)):
+            if type(proj) is not nn.Linear:
+                return f"projection of type {type(proj).__name__} (e.g. LoRA)"
+    return None
+
+
+def _attn_projs(layer: Any) -> tuple[Any, ...]:
+    a = layer.self_attn
+    return (a.q_proj, a.k_proj, a.v_proj, a.o_proj)
+
+
+def _mlp_projs(layer: Any) -> tuple[Any, ...]:
+    return (layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)
+
+
+@dataclass
+class _Layer:
+    norm1: torch.Tensor  # [d]
+    w_qkv: torch.Tensor  # [d, (2 H + 3 Hk) D]: q, k, v, then rotate_half(q), rotate_half(k)
+    w_o: torch.Tensor  # [H D, d]
+    norm2: torch.Tensor  # [d]
+    w_gate_up: torch.Tensor  # [d, 2 I]
+    w_down: torch.Tensor  # [I, d]
+
+
+class LlamaDecoder:
+    """Prefill and one-token decode steps over a preallocated KV cache (see the module docstring)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        reason = unsupported_reason(model)
+        if reason is not None:
+            raise ValueError(f"LlamaDecoder cannot run this model: {reason}")
+        self.model: Any = model
+        cfg: Any = self.model.config
+        self.n_heads = int(cfg.num_attention_heads)
+        self.n_kv = int(cfg.num_key_value_heads)
+        self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads)
+        self.eps = float(cfg.rms_norm_eps)
+        rope = getattr(cfg, "rope_parameters", None) or {}
+        self.rope_theta = float(rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0)))
+        self._params = list(self.model.parameters())
+        self._versions: list[int] = []
+        self._layers: list[_Layer] = []
+        self._cos = self._sin = torch.empty(0)
+
+    # ------------------------------------------------------------------ weights
+
+    def _current(self) -> list[_Layer]:
+        versions = [p._version for p in self._params]
+        if versions != self._versions:
+            self._layers = self._fuse()
+            self._versions = versions
+        return self._layers
+
+    def _rotate_half(self, w_t: torch.Tensor) -> torch.Tensor:
+        """Columns of `w_t` [d, heads * D] such that x @ result == rotate_half(x @ w_t) per head: the
+        rotation is a signed permutation, so folding it into the weights costs nothing per token."""
+        d, half = w_t.shape[0], self.head_dim // 2
+        heads = w_t.view(d, -1, self.head_dim)
+        return torch.cat((-heads[..., half:], heads[..., :half]), dim=-1).reshape(d, -1)
+
+    @torch.no_grad()
+    def _fuse(self) -> list[_Layer]:
+        out = []
+        for layer in self.model.model.layers:
+            q, k, v, o = _attn_projs(layer)
+            gate, up, down = _mlp_projs(layer)
+            q_t, k_t = q.weight.t(), k.weight.t()
+            out.append(
+                _Layer(
+                    norm1=layer.input_layernorm.weight,
+                    w_qkv=torch.cat(
+                        [q_t, k_t, v.weight.t(), self._rotate_half(q_t), self._rotate_half(k_t)], dim=1
+                    ).contiguous(),
+                    w_o=o.weight.t().contiguous(),
+                    norm2=layer.post_attention_layernorm.weight,
+                    w_gate_up=torch.cat([gate.weight, up.weight]).t().contiguous(),
+                    w_down=down.weight.t().contiguous(),
+                )
+            )
+        return out
+
+    # ------------------------------------------------------------------ forward
+
+    def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:
+            return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+        x32 = x.float()
+        return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+
+    def _rotary(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [B, S, 1, D] for integer positions [B, S], from a table computed in float32 (as
+        transformers computes them) and grown on demand."""
+        need = int(positions.max()) + 1
+        if self._cos.shape[0] < need or self._cos.dtype != dtype or self._cos.device != positions.device:
+            d, size = self.head_dim, max(need, 256)
+            exponents = torch.arange(0, d, 2, dtype=torch.int64, device=positions.device).float() / d
+            inv_freq = 1.0 / (self.rope_theta**exponents)
+            freqs = torch.arange(size, device=positions.device).float().unsqueeze(-1) * inv_freq
+            emb = torch.cat((freqs, freqs), dim=-1)  # [P, D]
+            self._cos, self._sin = emb.cos().to(dtype), emb.sin().to(dtype)
+        return self._cos[positions].unsqueeze(2), self._sin[positions].unsqueeze(2)
+
+    def new_cache(self, batch: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Zeroed key and value caches [layers, B, Hk, length, D]."""
+        p = self._params[0]
+        shape = (len(self.model.model.layers), batch, self.n_kv, length, self.head_dim)
+        keys = torch.zeros(shape, dtype=p.dtype, device=p.device)
+        return keys, torch.zeros_like(keys)
+
+    @torch.no_grad()
+    def forward(
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        key_mask: torch.Tensor,
+        cache: tuple[torch.Tensor, torch.Tensor],
+        start: int,
+    ) -> torch.Tensor:
+        """Logits [B, V] of the last of `ids` [B, S], whose tokens sit at cache slots start..start+S.
+
+        `positions` [B, S] are rotary positions (left padding shifts them), `key_mask` [B, >= start+S] is
+        True for slots holding real tokens. Every query may attend to itself, so a padding row stays
+        finite; real rows never see padding slots.
+        """
+        layers = self._current()
+        bsz, seq = ids.shape
+        end = start + seq
+        h = self.model.model.embed_tokens(ids)  # [B, S, d]
+        cos, sin = self._rotary(positions, h.dtype)
+        if seq == 1:  # one new token per row: it is real and may see every real slot before it
+            mask = key_mask[:, None, None, :end]
+        else:
+            slots = torch.arange(end, device=ids.device)
+            causal = slots.unsqueeze(0) <= slots[start:end].unsqueeze(1)  # [S, end]
+            own = slots.unsqueeze(0) == slots[start:end].unsqueeze(1)
+            mask = ((causal.unsqueeze(0) & key_mask[:, None, :end]) | own.unsqueeze(0)).unsqueeze(1)
+        keys, values = cache
+        hd, nh, nkv = self.head_dim, self.n_heads, self.n_kv
+        for i, w in enumerate(layers):
+            x = self._rms(h, w.norm1)
+            q, k, v, q_rot, k_rot = (x @ w.w_qkv).view(bsz, seq, -1, hd).split([nh, nkv, nkv, nh, nkv], dim=2)
+            q = (q * cos + q_rot * sin).transpose(1, 2)  # [B, H, S, D]
+            keys[i, :, :, start:end] = (k * cos + k_rot * sin).transpose(1, 2)
+            values[i, :, :, start:end] = v.transpose(1, 2)
+            attn = F.scaled_dot_product_attention(
+                q, keys[i, :, :, :end], values[i, :, :, :end], attn_mask=mask, enable_gqa=nh != nkv
+            )
+            h = h + attn.transpose(1, 2).reshape(bsz, seq, nh * hd) @ w.w_o
+            x = self._rms(h, w.norm2)
+            gate, up = (x @ w.w_gate_up).chunk(2, dim=-1)
+            h = h + (F.silu(gate) * up) @ w.w_down
+        last = self._rms(h[:, -1], self.model.model.norm.weight)
+        return self.model.lm_head(last)  # type: ignore[no-any-return]
