@@ -58,7 +58,8 @@ class GradingLoop:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
         self.grader = self.run(self._make())
 
     async def _make(self) -> Grader:
@@ -69,7 +70,10 @@ class GradingLoop:
 
     def close(self) -> None:
         self.run(self.grader.close())
+        self.run(self.loop.shutdown_asyncgens())  # what asyncio.run does: closes the loop's spare sandboxes
         self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()
 
 
 async def ours(args: argparse.Namespace, tasks: list[Task]) -> tuple[HFPolicy, dict[str, Any]]:
