@@ -31,7 +31,11 @@ class RunConfig(BaseModel):
 
     name: str = Field("run", min_length=1, description="Run name: the run directory is <output_dir>/<name>")
     output_dir: str = Field("runs", description="Parent directory of run directories")
-    seed: int = Field(0, description="Global seed")
+    seed: int = Field(
+        0,
+        description="Run seed: Python, numpy and torch global RNGs and the policy's sampling "
+        "(tasks.seed picks the task set)",
+    )
     cluster: Literal["local", "ray"] = Field("local", description="local: one process; ray: a Ray cluster")
     tasks: TaskPoolConfig = Field(default_factory=TaskPoolConfig, description="Task sources and the pool")
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Sandboxes")

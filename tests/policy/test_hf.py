@@ -122,3 +122,16 @@ async def test_empty_prompt_is_a_policy_error(tiny: HFPolicy) -> None:
     with pytest.raises(PolicyError):
         await tiny.generate([[]], SamplingParams())
     assert await tiny.generate([], SamplingParams()) == []
+
+
+def test_sampling_seed_decides_unseeded_generations(tiny: HFPolicy) -> None:
+    prompts = _prompts(tiny, 8)
+    params = SamplingParams(temperature=1.0, max_new_tokens=24)
+
+    def run(seed: int) -> list[tuple[int, ...]]:
+        tiny.seed_sampling(seed)
+        return [g.token_ids for g in tiny.generate_sync(prompts, params)]
+
+    assert run(0) == run(0)
+    assert run(1) == run(1)
+    assert run(0) != run(1)

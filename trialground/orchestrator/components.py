@@ -116,6 +116,9 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Compo
     seed_everything(config.seed)
     pool, evals = load_task_sets(config.tasks)
     policy = make_policy(config.policy)
+    seed_sampling = getattr(policy, "seed_sampling", None)
+    if callable(seed_sampling):  # the run's seed decides what the policy samples, not just global RNGs
+        seed_sampling(config.seed)
     trainer = None
     if train:
         from trialground.train.trainer import Trainer

@@ -353,6 +353,10 @@ class HFPolicy(Policy):
         logp = _process_logits(logits, temperature, 1.0)
         return logp.gather(-1, ids[0, len(prompt) :].unsqueeze(-1)).squeeze(-1).tolist()
 
+    def seed_sampling(self, seed: int) -> None:
+        """Restart the generator that seeds each unseeded `generate` (the run's `seed` lands here)."""
+        self._seed_source.manual_seed(seed)
+
     def sampling_rng_state(self) -> torch.Tensor:
         """State of the generator that seeds each unseeded `generate`: saved in checkpoints so a resumed
         run samples exactly what the uninterrupted run would have."""
