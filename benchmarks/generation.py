@@ -27,48 +27,59 @@ from trialground.tasks.codegen import generate_codegen_tasks
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--tokens", type=int, default=30)
+    ap.add_argument("--tokens", type=int, default=30, help="new tokens (the most, with --eos)")
+    ap.add_argument("--group", type=int, default=1, help="samples per prompt (GRPO's k); 1: all distinct")
+    ap.add_argument("--eos", action="store_true", help="rows stop at the model's eos, as in training")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     policy = HFPolicy(PolicyConfig(model="tiny"))
     tok, model = policy.tokenizer, policy.model
-    tasks = generate_codegen_tasks(args.batch, seed=0, split="eval")
-    prompts = [policy.encode_chat([{"role": "user", "content": t.prompt}]) for t in tasks]
+    tasks = generate_codegen_tasks(args.batch // args.group, seed=0, split="eval")
+    prompts = [
+        policy.encode_chat([{"role": "user", "content": t.prompt}]) for t in tasks for _ in range(args.group)
+    ]
     enc = tok.pad({"input_ids": prompts}, return_tensors="pt", padding_side="left")
-
+    eos_ids = policy.eos_ids if args.eos else [-1]
     decoder = LlamaDecoder(model)
+    generated: dict[str, list[int]] = {}
 
-    def lean() -> None:
-        sample_batch(
+    def ours(name: str, dec: LlamaDecoder | None) -> None:
+        raw = sample_batch(
             model,
             prompts,
             max_new_tokens=args.tokens,
             temperature=1.0,
-            eos_ids=[-1],
+            eos_ids=eos_ids,
             pad_id=0,
-            decoder=decoder,
+            decoder=dec,
+            generator=torch.Generator().manual_seed(len(generated.setdefault(name, []))),
         )
-
-    def loop() -> None:
-        sample_batch(model, prompts, max_new_tokens=args.tokens, temperature=1.0, eos_ids=[-1], pad_id=0)
+        generated[name].append(sum(len(t) for t in raw.token_ids))
 
     def hf_generate() -> None:
         with torch.no_grad():
-            model.generate(
+            out = model.generate(
                 **enc,
                 do_sample=True,
                 temperature=1.0,
                 top_k=0,
                 max_new_tokens=args.tokens,
-                min_new_tokens=args.tokens,
+                min_new_tokens=0 if args.eos else args.tokens,
                 output_scores=True,
                 return_dict_in_generate=True,
                 pad_token_id=tok.pad_token_id,
+                eos_token_id=policy.eos_ids if args.eos else None,
             )
+        new = out.sequences[:, enc["input_ids"].shape[1] :]
+        generated.setdefault("generate", []).append(int((new != tok.pad_token_id).sum()))
 
-    runs = {"lean": lean, "loop": loop, "generate": hf_generate}
+    runs = {
+        "lean": lambda: ours("lean", decoder),
+        "loop": lambda: ours("loop", None),
+        "generate": hf_generate,
+    }
     times: dict[str, list[float]] = {name: [] for name in runs}
     for fn in runs.values():
         fn()  # warm-up
@@ -78,10 +89,11 @@ def main() -> None:
             fn()
             times[name].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
-    tokens = args.batch * args.tokens
+    print(f"{len(prompts)} rows ({len(tasks)} prompts x {args.group}), up to {args.tokens} new tokens")
     for name, sec in med.items():
+        mean_tokens = statistics.mean(generated[name][1:])
         print(
-            f"{name:9s} median {sec * 1000:7.1f} ms per batch  {tokens / sec:8.0f} tokens/s  "
+            f"{name:9s} median {sec * 1000:7.1f} ms per batch  {mean_tokens:6.0f} tokens per batch  "
             f"{med['generate'] / sec:.2f}x generate()"
         )
 
