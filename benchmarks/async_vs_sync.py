@@ -72,12 +72,13 @@ async def skip_eval(*_: Any, **__: Any) -> None:
     return None
 
 
-def measure_generation(batch: int, max_new_tokens: int) -> float:
+def measure_generation(n_tasks: int, k: int, max_new_tokens: int) -> float:
+    """Seconds to generate one batch in the loop's own shape: `n_tasks` prompts, `k` samples of each."""
     from trialground.policy.base import SamplingParams
 
     policy = HFPolicy(PolicyConfig(model="tiny"))
-    tasks = generate_codegen_tasks(batch, seed=123, split="train")
-    prompts = [policy.encode_chat([{"role": "user", "content": t.prompt}]) for t in tasks]
+    tasks = generate_codegen_tasks(n_tasks, seed=123, split="train")
+    prompts = [policy.encode_chat([{"role": "user", "content": t.prompt}]) for t in tasks for _ in range(k)]
     params = SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens)
     policy.generate_sync(prompts, params)  # warm-up
     t0 = time.perf_counter()
@@ -116,6 +117,8 @@ def run_mode(mode: str, args: argparse.Namespace, out_dir: str) -> dict[str, Any
         "reward_mean": mean("reward/mean"),
         "staleness_mean": mean("async/staleness_mean") or mean("rollout/staleness_mean"),
         "trainer_wait_s": mean("async/trainer_wait_s"),
+        "train_step_s": mean("train/step_s"),
+        "weight_sync_s": mean("train/weight_sync_s"),
     }
 
 
@@ -133,7 +136,7 @@ def main() -> None:
     )
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    gen_s = measure_generation(args.tasks * args.k, 48)
+    gen_s = measure_generation(args.tasks, args.k, 48)
     latency = gen_s if args.latency is None else args.latency
     n = args.tasks * args.k
     print(f"generation of one batch ({n} samples): {gen_s:.2f}s; env latency per step: {latency:.2f}s")

@@ -53,7 +53,11 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
             version, t0 = c.trainer.version, time.perf_counter()
             metrics = await asyncio.to_thread(c.trainer.step, flat, advantages)
             metrics["train/step_s"] = time.perf_counter() - t0
-            c.sync_weights()  # rollouts from now on carry the new version
+            # Rollouts from now on carry the new version. In a thread: loading weights waits for an
+            # in-flight generation, and async rollouts must keep running meanwhile.
+            t0 = time.perf_counter()
+            await asyncio.to_thread(c.sync_weights)
+            metrics["train/weight_sync_s"] = time.perf_counter() - t0
             step += 1
             if isinstance(batches, AsyncBatches):
                 await batches.advance(step)
@@ -64,7 +68,7 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
             )
             metrics |= (fstats.as_metrics() if fstats else {}) | c.component_metrics()
             metrics["rollout/batch_s"] = batch.rollout_s
-            run_dir.write_step(step, c, batch.groups, flat, advantages)
+            await asyncio.to_thread(run_dir.write_step, step, c, batch.groups, flat, advantages)
             if (loop.eval_interval and step % loop.eval_interval == 0) or step in evals_at:
                 last_eval = await _eval_and_log(c, step, metrics)
             raised = c.monitor.observe(step, metrics) if c.monitor else []
