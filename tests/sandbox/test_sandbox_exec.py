@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
@@ -184,6 +185,22 @@ async def test_site_preloaded_after_first_use_keeps_semantics(sandbox: Sandbox) 
         assert r.stdout == "False\n"
 
 
+def descendants(pid: int) -> set[int]:
+    """`pid` and every process below it."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        with contextlib.suppress(OSError, IndexError):
+            if entry.isdigit():
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = {pid}, [pid]
+    while frontier:
+        children = [p for p, parent in parents.items() if parent in frontier]
+        found.update(children)
+        frontier = children
+    return found
+
+
 @pytest.mark.parametrize("setpriv", [True, False])
 async def test_every_sandbox_process_is_in_its_cgroup(monkeypatch: pytest.MonkeyPatch, setpriv: bool) -> None:
     from trialground.sandbox import spawn
@@ -195,9 +212,12 @@ async def test_every_sandbox_process_is_in_its_cgroup(monkeypatch: pytest.Monkey
         assert isinstance(sb, BwrapSandbox)
         if sb.cgroup is None:
             pytest.skip("no cgroups here (not root, or no v1 controllers)")
-        assert len(sb.cgroup.pids()) == 2  # bubblewrap and the supervisor
         r = await sb.exec("sleep 0.2 & sleep 0.2 & cat /proc/self/status | grep -E '^Uid'; wait")
         assert r.stdout.split()[1] == "1000"
+        await asyncio.sleep(0.1)  # the supervisor forks the next command's process after answering
+        tree = descendants(sb._proc.pid) if sb._proc else set()
+        assert len(tree) == 3  # bubblewrap, the supervisor, the process waiting for the next command
+        assert tree == set(sb.cgroup.pids())
         forks = "import os, time\nfor i in range(20):\n    if os.fork() == 0:\n"
         forks += "        time.sleep(0.5)\n        os._exit(0)"
         limited = await sb.exec(["python3", "-I", "-S", "-c", forks], limits=Limits(pids=8))

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 
 import pytest
 
+from trialground.sandbox import teardown
 from trialground.sandbox.base import Limits, SandboxConfig
 from trialground.sandbox.factory import open_sandbox
 from trialground.sandbox.mounts import overlay_works
@@ -108,10 +110,55 @@ async def test_no_mounts_or_cgroups_leak() -> None:
 
     async with await open_sandbox(SandboxConfig()) as sb:  # first use may set up the shared runtime view
         await sb.exec(["true"])
+    await teardown.drain()
     before = mounts()
     for mode in MODES:
         async with await open_sandbox(SandboxConfig(snapshot_mode=mode), {"f": "x"}) as sb:  # type: ignore[arg-type]
             await sb.snapshot()
             child = await sb.fork()
             await child.close()
+    await teardown.drain()  # closing finishes in the background
     assert mounts() == before
+
+
+async def test_background_close_leaks_nothing() -> None:
+    """Many fresh sandboxes opened, used and closed without waiting: once their teardowns are drained,
+    no process, mount, cgroup or workspace of theirs is left, and no more than MAX_PENDING were pending."""
+    from trialground.sandbox.cgroup import GROUP, ROOT
+    from trialground.sandbox.workspace import BASE_DIR
+
+    def state() -> tuple[int, int, int, int]:
+        cgroups = len(list((ROOT / "pids" / GROUP).glob(f"{os.getpid()}-*")))
+        return (
+            len(Path("/proc/self/mountinfo").read_text().splitlines()),
+            sandbox_children(),
+            cgroups,
+            len(list(BASE_DIR.glob(f"ws-{os.getpid()}-*"))),
+        )
+
+    async with await open_sandbox(SandboxConfig(prewarm=0)) as sb:  # shared views are made once
+        await sb.exec(["true"])
+    await teardown.drain()
+    before = state()
+    most = 0
+    for _ in range(3 * teardown.MAX_PENDING):
+        async with await open_sandbox(SandboxConfig(prewarm=0), {"f": "x"}) as sb:
+            assert (await sb.exec(["python3", "-I", "-S", "-c", "print(open('f').read())"])).stdout == "x\n"
+        most = max(most, teardown.pending())
+    assert most <= teardown.MAX_PENDING + 1
+    await teardown.drain()
+    assert teardown.pending() == 0
+    assert state() == before
+
+
+def sandbox_children() -> int:
+    """Our child processes that are bubblewrap (zombies included: they must have been reaped)."""
+    me, count = str(os.getpid()), 0
+    for entry in os.listdir("/proc"):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        count += fields[1] == me and "(bwrap)" in stat
+    return count

@@ -20,42 +20,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import hashlib
 import marshal
 import os
 import shutil
 import signal
 import sys
 import time
+import typing
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
 from trialground.errors import SandboxError
-from trialground.sandbox import mounts, prewarm, seccomp
+from trialground.sandbox import prewarm, seccomp, teardown, views
 from trialground.sandbox.base import WORKSPACE, Command, ExecResult, Limits, Sandbox, SandboxConfig
 from trialground.sandbox.cgroup import Cgroup
 from trialground.sandbox.channel import ChannelClosed, Collected, collect, read_frame, send_request
 from trialground.sandbox.results import build_result, error_result
 from trialground.sandbox.spawn import spawn_bwrap
-from trialground.sandbox.workspace import BASE_DIR, Workspace
+from trialground.sandbox.workspace import Workspace
 
 BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
 SANDBOX_HOST_UID = 65534  # when the host runs as root, sandboxes run as this unprivileged host uid
-INNER_UID = 1000
+INNER_UID = views.INNER_UID
 SUPERVISOR_SLACK_BYTES = 32 << 20  # the supervisor's own memory, on top of the command's limit
 SUPERVISOR_PIDS = 2  # the outer bwrap process and the supervisor
-ETC_FILES = (
-    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "alternatives", "ssl",
-    "ca-certificates", "mime.types", "protocols", "services",
-)  # fmt: skip
-NETWORK_ETC_FILES = ("resolv.conf", "hosts", "gai.conf", "host.conf")
 SUPERVISOR_SOURCE = (Path(__file__).with_name("supervisor.py")).read_text()
 # The supervisor's code reaches it on its stdin, marshalled when the sandbox runs this very Python version
-# (skips compiling it at every start), as source otherwise. The bootstrap reads exactly that many bytes.
+# (skips compiling it at every start), as source otherwise. The bootstrap reads exactly that many bytes
+# (with `posix`: importing `os` would cost ~2 ms).
 _BOOT = (
-    "import os,marshal\nb=b''\nwhile len(b)<{n}:\n c=os.read(0,{n}-len(b))\n"
+    "import posix,marshal\nb=b''\nwhile len(b)<{n}:\n c=posix.read(0,{n}-len(b))\n"
     " if not c:raise SystemExit(1)\n b+=c\n"
     "exec(marshal.loads(b) if {compiled} else compile(b,'supervisor.py','exec'),{{'__name__':'__main__'}})"
 )
@@ -79,23 +74,6 @@ def bwrap_available() -> bool:
     return os.path.exists(BWRAP) and os.access(BWRAP, os.X_OK)
 
 
-def _identity_files() -> tuple[Path, Path]:
-    """/etc/passwd and /etc/group for inside the sandbox (user `sandbox`, uid 1000)."""
-    d = BASE_DIR / "etc"
-    passwd, group = d / "passwd", d / "group"
-    if not passwd.exists():
-        d.mkdir(parents=True, exist_ok=True)
-        tmp = d / f".passwd.{os.getpid()}"
-        tmp.write_text(
-            f"root:x:0:0::/:/usr/sbin/nologin\nsandbox:x:{INNER_UID}:{INNER_UID}::{WORKSPACE}:/bin/bash\n"
-        )
-        tmp.replace(passwd)
-        tmp = d / f".group.{os.getpid()}"
-        tmp.write_text(f"root:x:0:\nsandbox:x:{INNER_UID}:\n")
-        tmp.replace(group)
-    return passwd, group
-
-
 def _python_prefix(config: SandboxConfig) -> str:
     return config.python_prefix or sys.base_prefix
 
@@ -105,15 +83,6 @@ def default_env(config: SandboxConfig) -> dict[str, str]:
     if not config.rootfs:
         path = f"{_python_prefix(config)}/bin:{path}"
     return {"PATH": path, "HOME": WORKSPACE, "LANG": "C.UTF-8", "TMPDIR": "/tmp", "USER": "sandbox"}
-
-
-@functools.cache
-def _runtime_source(prefix: str) -> str:
-    """Where bubblewrap (running as the unprivileged sandbox uid) can reach the runtime from."""
-    if os.geteuid() != 0 or not mounts.CAN_MOUNT:
-        return prefix
-    digest = hashlib.sha1(prefix.encode()).hexdigest()[:12]
-    return str(mounts.readonly_view(Path(prefix), BASE_DIR / "runtime" / digest))
 
 
 def _rootfs_binds(rootfs: str) -> list[str]:
@@ -149,14 +118,10 @@ def bwrap_argv(config: SandboxConfig, workspace: Path, seccomp_fd: int, tmp_mb: 
                 argv += ["--symlink", os.readlink(host), host]
             elif os.path.isdir(host):
                 argv += ["--ro-bind", host, host]
-        for name in ETC_FILES + (NETWORK_ETC_FILES if config.network else ()):
-            if os.path.exists(f"/etc/{name}"):
-                argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-        passwd, group = _identity_files()
-        argv += ["--ro-bind", str(passwd), "/etc/passwd", "--ro-bind", str(group), "/etc/group"]
+        argv += views.etc_argv(views.ETC_FILES + (views.NETWORK_ETC_FILES if config.network else ()))
         prefix = _python_prefix(config)
         if not prefix.startswith("/usr/"):
-            argv += ["--ro-bind", _runtime_source(prefix), prefix]
+            argv += ["--ro-bind", views.runtime_source(prefix), prefix]
     argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmp_mb << 20), "--tmpfs", "/dev/shm"]
     argv += ["--size", str(tmp_mb << 20), "--tmpfs", "/tmp", "--bind", str(workspace), WORKSPACE]
     # Everything but /workspace, /tmp and /dev/shm read-only (the root and /dev are tmpfs bubblewrap made).
@@ -173,27 +138,41 @@ async def _drain(stream: asyncio.StreamReader | None) -> None:
 
 
 async def _reap(proc: asyncio.subprocess.Process) -> None:
-    """Wait for a killed bubblewrap. asyncio's wait() also waits for its pipes to close, and a pipe whose
-    reader stopped reading (output past what we wanted) would never report EOF: drain them too."""
+    """Wait for a killed bubblewrap and close its pipes. Its stdout/stderr are drained to their end: a pipe
+    whose reader stopped reading (output past what we wanted) would otherwise never report EOF."""
     try:
-        await asyncio.wait_for(asyncio.gather(_drain(proc.stdout), _drain(proc.stderr), proc.wait()), 10)
+        async with asyncio.timeout(10):
+            await _drain(proc.stdout)
+            await _drain(proc.stderr)
+            await proc.wait()
     except TimeoutError:
         proc._transport.close()  # type: ignore[attr-defined]  # last resort: drop the pipes
         await proc.wait()
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()
 
 
 class BwrapSandbox(Sandbox):
-    """A bubblewrap sandbox; create with `await BwrapSandbox.create(config, files)`."""
+    """A bubblewrap sandbox; create with `await BwrapSandbox.create(config, files)`.
+
+    Starting does not wait for the supervisor's hello: the first request is written right behind the
+    supervisor's code and the hello is read before its answer, so a fresh sandbox's first command costs no
+    extra round trip (a sandbox that fails to start raises SandboxError at that first request).
+    """
 
     def __init__(self, config: SandboxConfig, workspace: Workspace) -> None:
         self.config = config
         self.workspace = workspace
         self.name = uuid.uuid4().hex[:12]
         self.cgroup = Cgroup.create(self.name)
+        self._counters = (0, 0)  # the cgroup's (OOM kills, pids refusals) after the last command
         self._uid = workspace.uid
         self._proc: asyncio.subprocess.Process | None = None
+        self._greeted = False  # the running supervisor's hello was read
         self._lock = asyncio.Lock()
         self._closed = False
+        self._freed = False
         prewarm.LIVE.add(self)
 
     @classmethod
@@ -206,7 +185,7 @@ class BwrapSandbox(Sandbox):
                 "Fedora: dnf install bubblewrap) or choose backend='process' (no isolation)",
                 kind="missing_bwrap",
             )
-        sandbox = await prewarm.take(config, cls._fresh) or await cls._fresh(config)
+        sandbox = await prewarm.take(config, cls._spare) or await cls._fresh(config)
         try:
             for path, data in (files or {}).items():
                 sandbox.workspace.write(path, data)
@@ -228,18 +207,41 @@ class BwrapSandbox(Sandbox):
             raise
         return sandbox
 
+    @classmethod
+    async def _spare(cls, config: SandboxConfig) -> BwrapSandbox:
+        """A sandbox started ahead (prewarm): only pooled once its supervisor has said hello."""
+        sandbox = await cls._fresh(config)
+        try:
+            async with sandbox._lock, asyncio.timeout(30):
+                await sandbox._hello()
+        except BaseException:
+            await sandbox.close()
+            raise
+        return sandbox
+
     def alive(self) -> bool:
         return not self._closed and self._proc is not None and self._proc.returncode is None
 
     def close_now(self) -> None:
-        """Synchronous close, for when no event loop can run it (exit hook, pools of closed loops)."""
-        if self._closed:
-            return
+        """Synchronous close, for when no event loop can run it (exit hook, pools of closed loops, a
+        cancelled teardown). Idempotent."""
         self._closed = True
-        prewarm.LIVE.discard(self)
+        self._kill()
+        self._free()
+
+    def _kill(self) -> None:
+        """SIGKILL bubblewrap: the sandbox's PID 1 dies with it (--die-with-parent), and every process of
+        the PID namespace with PID 1."""
         if self._proc is not None and self._proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self._proc.pid, signal.SIGKILL)
+
+    def _free(self) -> None:
+        """Everything closing frees once the processes are gone: the cgroup and the workspace."""
+        if self._freed:
+            return
+        self._freed = True
+        prewarm.LIVE.discard(self)
         if self.cgroup:
             self.cgroup.kill_all()
             self.cgroup.remove()
@@ -247,6 +249,7 @@ class BwrapSandbox(Sandbox):
 
     # -- the warm process --------------------------------------------------------------------------------
     async def _start(self) -> None:
+        """Start bubblewrap and hand the supervisor its code; does not wait for its hello (`_hello`)."""
         fd = seccomp.filter_fd()
         try:
             argv = bwrap_argv(self.config, self.workspace.ws, fd, self.config.limits.disk_mb)
@@ -262,24 +265,52 @@ class BwrapSandbox(Sandbox):
                 raise
         finally:
             os.close(fd)
-        assert self._proc.stdout is not None and self._proc.stdin is not None
+        assert self._proc.stdin is not None
+        self._greeted = False
         self._proc.stdin.write(supervisor_payload(self.config)[1])
+
+    async def _hello(self) -> None:
+        """Read the supervisor's first frame; a sandbox that did not start is stopped and SandboxError says
+        why (bubblewrap's own message)."""
+        if self._greeted:
+            return
+        assert self._proc is not None and self._proc.stdout is not None
         try:
-            kind, _ = await asyncio.wait_for(read_frame(self._proc.stdout), timeout=30)
+            async with asyncio.timeout(30):
+                kind, _ = await read_frame(self._proc.stdout)
         except (ChannelClosed, TimeoutError) as exc:
-            err = b""
-            if self._proc.stderr is not None:
-                with contextlib.suppress(TimeoutError):
-                    err = await asyncio.wait_for(self._proc.stderr.read(1 << 16), timeout=5)
-            await self._stop()
-            raise SandboxError(f"bubblewrap failed to start: {err.decode(errors='replace').strip()}") from exc
+            await self._start_failed(exc)
         if kind != "H":
             await self._stop()
             raise SandboxError(f"unexpected first frame {kind!r} from the supervisor")
+        self._greeted = True
+
+    async def _start_failed(self, exc: Exception) -> typing.NoReturn:
+        err = b""
+        if self._proc is not None and self._proc.stderr is not None:
+            with contextlib.suppress(TimeoutError):
+                err = await asyncio.wait_for(self._proc.stderr.read(1 << 16), timeout=5)
+        await self._stop()
+        raise SandboxError(f"bubblewrap failed to start: {err.decode(errors='replace').strip()}") from exc
+
+    async def _exchange(self, request: dict, stdin: bytes, out: Collected, timeout: float) -> dict:
+        """One request to the supervisor and its answer (output into `out`); reads the hello first when
+        the supervisor has just started. Raises ChannelClosed / TimeoutError when the supervisor fails."""
+        assert self._proc is not None and self._proc.stdin and self._proc.stdout
+        try:
+            await send_request(self._proc.stdin, request, stdin)
+        except ChannelClosed as exc:
+            if not self._greeted:
+                await self._start_failed(exc)
+            raise
+        await self._hello()
+        async with asyncio.timeout(timeout):
+            return await collect(self._proc.stdout, out)
 
     async def _stop(self) -> None:
         """Kill the sandbox's processes (all of them: PID 1 dying takes its namespace down)."""
         proc, self._proc = self._proc, None
+        self._greeted = False
         if proc is not None:
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -323,12 +354,9 @@ class BwrapSandbox(Sandbox):
                 self.cgroup.set_limits(
                     lim.memory_mb * 2**20 + SUPERVISOR_SLACK_BYTES, lim.pids + SUPERVISOR_PIDS
                 )
-                before = self.cgroup.counters()
             out = Collected(cap=lim.output_bytes)
-            assert self._proc is not None and self._proc.stdin and self._proc.stdout
             try:
-                await send_request(self._proc.stdin, request, data)
-                report = await asyncio.wait_for(collect(self._proc.stdout, out), timeout=lim.wall_s + 5)
+                report = await self._exchange(request, data, out, timeout=lim.wall_s + 5)
             except (ChannelClosed, TimeoutError) as exc:
                 # The supervisor did not answer: the sandbox is broken. Kill all of it; the next exec
                 # starts afresh.
@@ -343,8 +371,9 @@ class BwrapSandbox(Sandbox):
                 raise
             oom = pids_hit = False
             if self.cgroup:
-                after = self.cgroup.counters()
-                oom, pids_hit = after[0] > before[0], after[1] > before[1]
+                # Counters only grow, and nothing runs between commands: the last reading is the baseline.
+                before, self._counters = self._counters, self.cgroup.counters()
+                oom, pids_hit = self._counters[0] > before[0], self._counters[1] > before[1]
             if not self.config.warm:
                 await self._stop()
         return build_result(
@@ -369,30 +398,39 @@ class BwrapSandbox(Sandbox):
         self._check_open()
         return self.workspace.read(path)
 
+    async def _settled(self) -> None:
+        """Wait until a just-started sandbox has set up its mounts (its hello): an overlay mounted on the
+        workspace while bubblewrap is still binding it would be copied in as a locked unit that later
+        mount changes (restore) no longer reach."""
+        if self._proc is not None and self._proc.returncode is None:
+            await self._hello()
+
     async def snapshot(self) -> str:
         self._check_open()
         async with self._lock:
+            await self._settled()
             return self.workspace.snapshot()
 
     async def restore(self, snapshot_id: str) -> None:
         self._check_open()
         async with self._lock:
-            # Every command's processes die with the command, so only the supervisor is left; it holds
-            # nothing open under /workspace, and the new layers reach it by mount propagation.
+            await self._settled()
+            # Every command's processes die with the command, so only the supervisor (and the idle process
+            # forked for the next command, whose cwd is /) is left; neither holds anything open under
+            # /workspace, and the new layers reach them by mount propagation.
             self.workspace.restore(snapshot_id)
             # The private /tmp and /dev/shm are not part of snapshots; empty them so that nothing from
             # before the restore can be picked up after it.
             if self.alive():
-                assert self._proc is not None and self._proc.stdin and self._proc.stdout
                 try:
-                    await send_request(self._proc.stdin, {"clean": ["/tmp", "/dev/shm"]}, b"")
-                    await asyncio.wait_for(collect(self._proc.stdout, Collected(cap=0)), timeout=30)
+                    await self._exchange({"clean": ["/tmp", "/dev/shm"]}, b"", Collected(cap=0), timeout=30)
                 except (ChannelClosed, TimeoutError):
                     await self._stop()  # the next exec starts a brand-new one
 
     async def fork(self) -> Sandbox:
         self._check_open()
         async with self._lock:
+            await self._settled()
             uid = self.workspace.uid
             child_ws = Workspace(self.config.limits.disk_mb, uid, overlay=self.config.snapshot_mode != "copy")
             child = BwrapSandbox(self.config, child_ws)
@@ -410,11 +448,23 @@ class BwrapSandbox(Sandbox):
             raise SandboxError("sandbox is closed", kind="closed")
 
     async def close(self) -> None:
+        """Kill everything now; reaping and freeing the cgroup and workspace finish in the background
+        (`teardown`), so a caller never waits for them."""
         if self._closed:
             return
         self._closed = True
-        prewarm.LIVE.discard(self)
-        await self._stop()
-        if self.cgroup:
-            self.cgroup.remove()
-        self.workspace.close()
+        self._kill()
+        proc, self._proc = self._proc, None
+        await teardown.defer(self, self._finish_close(proc))
+
+    async def _finish_close(self, proc: asyncio.subprocess.Process | None) -> None:
+        try:
+            if proc is not None:
+                await _reap(proc)
+            if self.cgroup:
+                for _ in range(500):  # PID 1's own reaping, by the host's init, can lag a little
+                    if not self.cgroup.pids():
+                        break
+                    await asyncio.sleep(0.002)
+        finally:
+            self._free()

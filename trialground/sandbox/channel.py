@@ -6,7 +6,7 @@ import asyncio
 import marshal
 from dataclasses import dataclass, field
 
-from trialground.sandbox.supervisor import HEADER, MAX_FRAME, encode_frame
+from trialground.sandbox.supervisor import HEADER_SIZE, MAX_FRAME, decode_header, encode_frame
 
 
 class ChannelClosed(Exception):
@@ -32,10 +32,10 @@ class Collected:
 
 async def read_frame(reader: asyncio.StreamReader) -> tuple[str, bytes]:
     try:
-        size, kind = HEADER.unpack(await reader.readexactly(HEADER.size))
+        size, kind = decode_header(await reader.readexactly(HEADER_SIZE))
         if size > MAX_FRAME:
             raise ChannelClosed(f"oversized frame from the supervisor ({size} bytes)")
-        return chr(kind), await reader.readexactly(size)
+        return kind, await reader.readexactly(size)
     except (asyncio.IncompleteReadError, ConnectionError) as exc:
         raise ChannelClosed("the supervisor closed its channel") from exc
 

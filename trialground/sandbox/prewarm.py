@@ -15,6 +15,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from trialground.sandbox import teardown
 from trialground.sandbox.base import SandboxConfig
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ class _LoopPool:
             spares = [sb for sandboxes in self.ready.values() for sb in sandboxes]
             self.ready.clear()
             await asyncio.gather(*(sb.close() for sb in spares), return_exceptions=True)
+            await teardown.drain()  # the loop is about to close: finish their teardowns now
 
     def discard_all(self) -> None:
         for sandboxes in self.ready.values():

@@ -1,49 +1,61 @@
 """The in-sandbox supervisor: PID 1 of the sandbox, runs one command per request.
 
-Runs INSIDE the sandbox under the sandbox's Python runtime, so it imports the standard library only. The host
-talks to it over its stdin/stdout with frames (`encode_frame`); each request runs one command in a fresh
-session, streams its output back cut at the requested size, and ends by killing and reaping every process
-in the sandbox, so nothing (daemons, `setsid` children, SIGTERM-ignorers) outlives a command. Being PID 1 of
-the PID namespace it cannot be killed from inside (`kill -9 -1` spares it); it makes itself non-dumpable so
-sandboxed code cannot read or write its memory or file descriptors through /proc.
+Runs INSIDE the sandbox under the sandbox's Python runtime, so it imports the standard library only, and at
+start only built-in or small modules: `posix` rather than `os` (whose import alone costs ~2 ms, a seventh
+of a cold sandbox), no `struct`. The host talks to it over its stdin/stdout with frames (`encode_frame`);
+each request runs one command in a fresh session, streams its output back cut at the requested size, and
+ends by killing and reaping every process in the sandbox, so nothing (daemons, `setsid` children,
+SIGTERM-ignorers) outlives a command. Being PID 1 of the PID namespace it cannot be killed from inside
+(`kill -9 -1` spares it); it makes itself non-dumpable so sandboxed code cannot read or write its memory or
+file descriptors through /proc.
+
+The process that runs the next command is forked ahead, once the previous command's processes are all dead
+and no request is waiting ("the next child"): it pays for the fork and its copy-on-write page faults while
+the sandbox is idle, then blocks until the supervisor hands it its request. It never runs anything before
+that, and no other process exists in the sandbox meanwhile.
 
 Python commands (`python3 [-I -S -E -s -B -u -q] (-c CODE | -m MOD | FILE) ARGS`, where `python3` resolves
-to this very interpreter) are run by forking this already-started interpreter (the fast path) unless the
-request says otherwise; anything else is exec'd. Differences from a real start, by design: `sys.flags` are
-the supervisor's (`-I -S`: no user site, ever), the hash seed is shared by the commands of one sandbox, and
+to this very interpreter) are run in that forked interpreter (the fast path) unless the request says
+otherwise; anything else is exec'd. Differences from a real start, by design: `sys.flags` are the
+supervisor's (`-I -S`: no user site, ever), the hash seed is shared by the commands of one sandbox, and
 once a command ran Python with `site`, the supervisor runs `site` itself while idle (a `-S` command still
 gets the `-S` sys.path).
 """
 
-from __future__ import annotations
-
 import _signal as signal  # not `signal`: its enum import would double the start-up time
+import gc
 import marshal
-import os
+import posix
 import resource
 import select
-import struct
 import sys
 import time
 
-HEADER = struct.Struct(">IB")
-# host -> supervisor: R request (JSON), I stdin bytes (may repeat, then an empty one).
-# supervisor -> host: H hello (JSON), O stdout bytes, E stderr bytes, X exit report (JSON).
+HEADER_SIZE = 5  # payload size (4 bytes, big-endian), then the frame kind (1 byte)
+# host -> supervisor: R request (marshal), I stdin bytes (may repeat, then an empty one).
+# supervisor -> host: H hello (marshal), O stdout bytes, E stderr bytes, X exit report (marshal).
 MAX_FRAME = 1 << 20
 PYTHON_FLAGS = set("ISEsBuq")
-WAKE: tuple[int, int] = (-1, -1)  # SIGCHLD wakes the select loop through this pipe
+CHILD_KEYS = ("argv", "env", "cwd", "rlimits", "python_fast")  # what the command's process is told
+WAKE = (-1, -1)  # SIGCHLD wakes the select loop through this pipe
 PRE_SITE_PATH = list(sys.path)  # sys.path of a -S interpreter
-SITE: dict[str, bool] = {}  # "wanted": a command ran Python with site; "loaded": we ran site.main()
+SITE: dict = {}  # "wanted": a command ran Python with site; "loaded": we ran site.main()
+READY: dict = {}  # in the next child, what it did ahead: "env" (the environment it set up), "streams"
 
 
 def encode_frame(kind: bytes, payload: bytes) -> bytes:
-    return HEADER.pack(len(payload), kind[0]) + payload
+    return len(payload).to_bytes(4, "big") + kind + payload
+
+
+def decode_header(header: bytes) -> "tuple[int, str]":
+    """(payload size, kind) of a frame's first HEADER_SIZE bytes."""
+    return int.from_bytes(header[:4], "big"), chr(header[4])
 
 
 def _read_exact(fd: int, n: int) -> bytes:
     chunks = []
     while n:
-        chunk = os.read(fd, n)
+        chunk = posix.read(fd, n)
         if not chunk:
             raise EOFError
         chunks.append(chunk)
@@ -51,32 +63,48 @@ def _read_exact(fd: int, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def _read_frame(fd: int) -> tuple[bytes, bytes]:
-    size, kind = HEADER.unpack(_read_exact(fd, HEADER.size))
-    return bytes([kind]), _read_exact(fd, size)
+def _read_frame(fd: int) -> "tuple[str, bytes]":
+    size, kind = decode_header(_read_exact(fd, HEADER_SIZE))
+    return kind, _read_exact(fd, size)
+
+
+def _read_to_end(fd: int) -> bytes:
+    chunks = []
+    while chunk := posix.read(fd, 1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view) :]
+        view = view[posix.write(fd, view) :]
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        sa, sb = posix.stat(a), posix.stat(b)
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
 def _is_this_interpreter(program: str, path_var: str) -> bool:
-    candidates = [program] if "/" in program else [os.path.join(d, program) for d in path_var.split(":") if d]
+    candidates = [program] if "/" in program else [f"{d}/{program}" for d in path_var.split(":") if d]
     for path in candidates:
-        if os.access(path, os.X_OK):
-            return os.path.realpath(path) == os.path.realpath(sys.executable)
+        if posix.access(path, posix.X_OK):
+            return _same_file(path, sys.executable)
     return False
 
 
-def _parse_python(argv: list[str], path_var: str) -> tuple[set[str], str, str, list[str]] | None:
+def _parse_python(argv: list, path_var: str) -> "tuple[set[str], str, str, list[str]] | None":
     """(flags, mode, target, argv) when `argv` is a plain Python invocation the fast path can run."""
-    if not argv or os.path.basename(argv[0]) not in ("python3", "python", f"python3.{sys.version_info[1]}"):
+    names = ("python3", "python", f"python3.{sys.version_info[1]}")
+    if not argv or argv[0].rpartition("/")[2] not in names:
         return None
     if not _is_this_interpreter(argv[0], path_var):
         return None  # another Python (e.g. the system's): run the real thing
-    flags: set[str] = set()
+    flags: set = set()
     i = 1
     while i < len(argv) and argv[i].startswith("-") and argv[i] != "-":
         arg = argv[i]
@@ -93,12 +121,10 @@ def _parse_python(argv: list[str], path_var: str) -> tuple[set[str], str, str, l
     return flags, "f", argv[i], argv[i:]
 
 
-def _run_python(parsed: tuple[set[str], str, str, list[str]]) -> int:
-    """Run a Python program in this (forked) interpreter; returns the exit status."""
+def _make_streams(unbuffered: bool) -> None:
+    """sys.stdin/stdout/stderr over fds 0-2, as the interpreter makes them."""
     import io
 
-    flags, mode, target, argv = parsed
-    unbuffered = "u" in flags or (bool(os.environ.get("PYTHONUNBUFFERED")) and not {"I", "E"} & flags)
     for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
         raw = io.FileIO(fd, "rb" if fd == 0 else "wb", closefd=False)
         if fd == 0:
@@ -115,15 +141,26 @@ def _run_python(parsed: tuple[set[str], str, str, list[str]]) -> int:
             )
         setattr(sys, name, stream)
         setattr(sys, f"__{name}__", stream)
+
+
+def _run_python(parsed: "tuple[set[str], str, str, list[str]]") -> int:
+    """Run a Python program in this (forked) interpreter; returns the exit status."""
+    flags, mode, target, argv = parsed
+    unbuffered = "u" in flags or (bool(posix.environ.get(b"PYTHONUNBUFFERED")) and not {"I", "E"} & flags)
+    if unbuffered or not READY.get("streams"):
+        _make_streams(unbuffered)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     sys.argv = argv
-    safe_path = "I" in flags
-    first = "" if mode == "c" else os.getcwd() if mode == "m" else os.path.dirname(os.path.abspath(target))
-    if not safe_path:
-        sys.path.insert(0, first)
-    if not {"I", "E"} & flags and os.environ.get("PYTHONPATH"):
-        sys.path[1:1] = os.environ["PYTHONPATH"].split(os.pathsep)
+    if "I" not in flags:
+        if mode == "c":
+            sys.path.insert(0, "")
+        else:
+            import os  # runpy imports it anyway
+
+            sys.path.insert(0, os.getcwd() if mode == "m" else os.path.dirname(os.path.abspath(target)))
+    pythonpath = posix.environ.get(b"PYTHONPATH")
+    if not {"I", "E"} & flags and pythonpath:
+        sys.path[1:1] = pythonpath.decode("utf-8", "surrogateescape").split(":")
     if "B" in flags:
         sys.dont_write_bytecode = True
     code = 0
@@ -175,96 +212,170 @@ def _exit_code(code: object) -> int:
     return 1
 
 
-def _child(req: dict, fds: tuple[int, int, int]) -> None:
-    """In the forked child: become the command. Never returns."""
+def _set_environ(env: dict) -> None:
+    """Make `env` this process's whole environment: the C one (for what it execs) and `os.environ`, which
+    `os` builds from `posix.environ` when it is first imported."""
+    if "os" in sys.modules:
+        sys.modules["os"].environ.clear()
+        sys.modules["os"].environ.update(env)
+        return
+    for key in list(posix.environ):
+        posix.unsetenv(key)
+    posix.environ.clear()
+    for key, value in env.items():
+        posix.putenv(key, value)
+        posix.environ[key.encode("utf-8", "surrogateescape")] = value.encode("utf-8", "surrogateescape")
+
+
+def _execvpe(argv: list, env: dict) -> None:
+    """`os.execvpe`: search the request's PATH for argv[0] and exec it (never returns)."""
+    program = argv[0]
+    if "/" in program:
+        posix.execve(program, argv, env)
+    first_error = None
+    for directory in env.get("PATH", "/usr/bin:/bin").split(":"):
+        try:
+            posix.execve(f"{directory or '.'}/{program}", argv, env)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as exc:
+            first_error = first_error or exc
+    raise first_error or FileNotFoundError(program)
+
+
+def _get_ready(request_fd: int, env: "dict | None") -> None:
+    """Work every Python command needs, done before its request while the sandbox is idle (each step
+    faults in memory pages the command would otherwise fault in on its clock); stops as soon as the request
+    is there. What was done is noted in READY."""
+    if env is not None and _idle(request_fd):
+        _set_environ(env)  # the previous command's: usually the next one's too
+        READY["env"] = env
+    if _idle(request_fd):
+        _make_streams(unbuffered=False)
+        READY["streams"] = True
+    if _idle(request_fd):
+        compile("pass", "<warm-up>", "exec")
+
+
+def _child(request_fd: int, fds: "tuple[int, int, int]", to_close: "list[int]", env: "dict | None") -> None:
+    """In the forked child: get ready, wait for the request, become the command. Never returns."""
+    argv0 = "?"
     try:
-        os.setsid()
+        posix.setsid()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
         for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-        for fd in {*req["_close"], *(f for f in fds if f > 2)}:
-            os.close(fd)  # our own descriptors (all close-on-exec anyway; the fast path does not exec)
-        for res, value in req["rlimits"].items():
-            value = int(value)
-            resource.setrlimit(getattr(resource, res), (value, value if res != "RLIMIT_CPU" else value + 1))
+            posix.dup2(fd, target)
+        for fd in {*to_close, *(f for f in fds if f > 2)}:
+            posix.close(fd)  # our own descriptors (all close-on-exec anyway; the fast path does not exec)
         try:
             with open("/proc/self/oom_score_adj", "w") as f:
                 f.write("1000")  # the command, never the supervisor, is what the OOM killer picks
         except OSError:
             pass
+        _get_ready(request_fd, env)
+        raw = _read_to_end(request_fd)
+        if not raw:
+            posix._exit(0)  # the supervisor is going away
+        posix.close(request_fd)
+        req = marshal.loads(raw)
+        argv0 = req["argv"][0]
+        for res, value in req["rlimits"].items():
+            value = int(value)
+            resource.setrlimit(getattr(resource, res), (value, value if res != "RLIMIT_CPU" else value + 1))
         try:
-            os.chdir(req["cwd"])
+            posix.chdir(req["cwd"])
         except OSError as exc:
-            os.write(2, f"sandbox: cannot enter working directory {req['cwd']!r}: {exc.strerror}\n".encode())
-            os._exit(126)
-        os.environ.clear()
-        os.environ.update(req["env"])
+            message = f"sandbox: cannot enter working directory {req['cwd']!r}: {exc.strerror}\n"
+            posix.write(2, message.encode())
+            posix._exit(126)
         parsed = (
             _parse_python(req["argv"], req["env"].get("PATH", "")) if req.get("python_fast", True) else None
         )
         if parsed is not None:
-            os._exit(_run_python(parsed))
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+            if req["env"] != READY.get("env"):
+                _set_environ(req["env"])
+            posix._exit(_run_python(parsed))
         for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores these; programs expect defaults
             signal.signal(sig, signal.SIG_DFL)
-        os.execvpe(req["argv"][0], req["argv"], req["env"])
+        _execvpe(req["argv"], req["env"])
     except FileNotFoundError:
-        os.write(2, f"sandbox: command not found: {req['argv'][0]}\n".encode())
-        os._exit(127)
+        posix.write(2, f"sandbox: command not found: {argv0}\n".encode())
+        posix._exit(127)
     except PermissionError as exc:
-        os.write(2, f"{req['argv'][0]}: {exc}\n".encode())
-        os._exit(126)
+        posix.write(2, f"{argv0}: {exc}\n".encode())
+        posix._exit(126)
     except BaseException as exc:  # anything else is reported as the command's failure
-        os.write(2, f"sandbox: cannot start {req['argv'][0]!r}: {exc!r}\n".encode())
-        os._exit(126)
+        posix.write(2, f"sandbox: cannot start {argv0!r}: {exc!r}\n".encode())
+        posix._exit(126)
 
 
-def _kill_everything() -> dict[int, tuple[int, object]]:
+class NextChild:
+    """A forked process waiting for its request: its pid and our ends of its request and stdio pipes."""
+
+    def __init__(self, keep: "tuple[int, ...]", env: "dict | None") -> None:
+        request_r, self.request_w = posix.pipe()
+        in_r, self.in_w = posix.pipe()
+        self.out_r, out_w = posix.pipe()
+        self.err_r, err_w = posix.pipe()
+        ours = [self.request_w, self.in_w, self.out_r, self.err_r]
+        gc.freeze()  # the child's collector then leaves our objects (and their pages) alone
+        self.pid = posix.fork()
+        if self.pid == 0:
+            _child(request_r, (in_r, out_w, err_w), to_close=[*ours, *keep, *WAKE], env=env)
+        for fd in (request_r, in_r, out_w, err_w):
+            posix.close(fd)
+
+    def close(self) -> None:
+        for fd in (self.request_w, self.in_w, self.out_r, self.err_r):
+            if fd >= 0:
+                posix.close(fd)
+
+
+def _kill_everything() -> dict:
     """SIGKILL every process in the namespace but us, reap them all; returns {pid: (status, rusage)}."""
-    reaped: dict[int, tuple[int, object]] = {}
+    reaped: dict = {}
     while True:
         try:  # noqa: SIM105 - contextlib would cost start-up time in here
-            os.kill(-1, signal.SIGKILL)
+            posix.kill(-1, signal.SIGKILL)
         except ProcessLookupError:
             pass
         try:
-            pid, status, usage = os.wait4(-1, 0)
+            pid, status, usage = posix.wait4(-1, 0)
         except ChildProcessError:
             return reaped
         reaped[pid] = (status, usage)
 
 
-def _run(req: dict, ctl_out: int, fds_to_close: tuple[int, ...]) -> dict:
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    in_r, in_w = os.pipe()
+def _run(req: dict, child: NextChild, ctl_out: int) -> dict:
     start = time.monotonic()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    req["_close"] = [out_r, err_r, in_w, *fds_to_close, *WAKE]
-    pid = os.fork()
-    if pid == 0:
-        _child(req, (in_r, out_w, err_w))
-    for fd in (in_r, out_w, err_w):
-        os.close(fd)
+    pid = child.pid
+    try:  # noqa: SIM105 - contextlib would cost start-up time in here
+        _write_all(child.request_w, marshal.dumps({k: req[k] for k in CHILD_KEYS if k in req}))
+    except BrokenPipeError:
+        pass  # it died waiting (killed from outside): its exit status below says so
+    posix.close(child.request_w)
+    child.request_w = -1
+    out_r, err_r, in_w = child.out_r, child.err_r, child.in_w
     stdin = memoryview(req.get("stdin_bytes", b""))
     if not stdin:
-        os.close(in_w)
+        posix.close(in_w)
         in_w = -1
     else:
-        os.set_blocking(in_w, False)
+        posix.set_blocking(in_w, False)
     deadline = start + float(req["wall_s"])
     cap = int(req["output_bytes"])
     sent = {out_r: 0, err_r: 0}
     kinds = {out_r: b"O", err_r: b"E"}
     open_fds = [out_r, err_r]
     reason = ""
-    main_status: int | None = None
+    main_status = None
     maxrss = 0
     while True:
         if main_status is None:
-            done, status, usage = os.wait4(pid, os.WNOHANG)
+            done, status, usage = posix.wait4(pid, posix.WNOHANG)
             if done:
                 main_status, maxrss = status, usage.ru_maxrss
                 break
@@ -275,21 +386,21 @@ def _run(req: dict, ctl_out: int, fds_to_close: tuple[int, ...]) -> dict:
         writers = [in_w] if in_w >= 0 else []
         readable, writable, _ = select.select([*open_fds, WAKE[0]], writers, [], timeout)
         if WAKE[0] in readable:
-            os.read(WAKE[0], 4096)  # a child exited: the loop head checks whether it was the command
+            posix.read(WAKE[0], 4096)  # a child exited: the loop head checks whether it was the command
         if writable:
             try:
-                stdin = stdin[os.write(in_w, stdin[: 1 << 16]) :]
+                stdin = stdin[posix.write(in_w, stdin[: 1 << 16]) :]
             except BlockingIOError:
                 pass
             except BrokenPipeError:
                 stdin = stdin[:0]
             if not stdin:
-                os.close(in_w)
+                posix.close(in_w)
                 in_w = -1
         for fd in readable:
             if fd == WAKE[0]:
                 continue
-            chunk = os.read(fd, 1 << 16)
+            chunk = posix.read(fd, 1 << 16)
             if not chunk:
                 open_fds.remove(fd)
                 continue
@@ -303,9 +414,9 @@ def _run(req: dict, ctl_out: int, fds_to_close: tuple[int, ...]) -> dict:
             break
     # Output still buffered in the pipes after the command ended belongs to it; take what is there now.
     for fd in open_fds:
-        os.set_blocking(fd, False)
+        posix.set_blocking(fd, False)
         try:
-            while sent[fd] <= cap and (chunk := os.read(fd, 1 << 16)):
+            while sent[fd] <= cap and (chunk := posix.read(fd, 1 << 16)):
                 room = cap - sent[fd]
                 if room > 0:
                     _write_all(ctl_out, encode_frame(kinds[fd], chunk[:room]))
@@ -316,24 +427,25 @@ def _run(req: dict, ctl_out: int, fds_to_close: tuple[int, ...]) -> dict:
     if main_status is None and pid in reaped:
         main_status = reaped[pid][0]
     for _status, usage_any in reaped.values():
-        maxrss = max(maxrss, usage_any.ru_maxrss)  # type: ignore[attr-defined]
-    for fd in (out_r, err_r, in_w):
-        if fd >= 0:
-            os.close(fd)
+        maxrss = max(maxrss, usage_any.ru_maxrss)
+    child.in_w = in_w
+    child.close()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    report: dict = {"reason": reason, "cpu_s": cpu, "maxrss_kb": maxrss, "wall_s": time.monotonic() - start}
+    report = {"reason": reason, "cpu_s": cpu, "maxrss_kb": maxrss, "wall_s": time.monotonic() - start}
     report["stdout_bytes"], report["stderr_bytes"] = sent[out_r], sent[err_r]
     if main_status is not None:
-        if os.WIFSIGNALED(main_status):
-            report["signal"] = os.WTERMSIG(main_status)
+        if posix.WIFSIGNALED(main_status):
+            report["signal"] = posix.WTERMSIG(main_status)
         else:
-            report["exit_code"] = os.WEXITSTATUS(main_status)
+            report["exit_code"] = posix.WEXITSTATUS(main_status)
     return report
 
 
 def _empty_directory(path: str) -> None:
     """Delete everything under `path` (private /tmp, /dev/shm) so nothing carries over a restore."""
+    import os
+
     for root, dirs, files in os.walk(path, topdown=False):
         for name in files:
             try:  # noqa: SIM105
@@ -360,12 +472,17 @@ def _set_non_dumpable() -> None:
         raise SystemExit("supervisor: cannot make itself non-dumpable")
 
 
+def _idle(ctl_in: int) -> bool:
+    return not select.select([ctl_in], [], [], 0)[0]
+
+
 def _warm_up(ctl_in: int) -> None:
     """While no request is waiting, import what Python commands need, so they do not pay for it: runpy
-    always, and `site` (sys.path, .pth files) once a command has shown it runs Python without -S."""
-    if "runpy" not in sys.modules and not select.select([ctl_in], [], [], 0)[0]:
+    (and with it os) always, and `site` (sys.path, .pth files) once a command has shown it runs Python
+    without -S."""
+    if "runpy" not in sys.modules and _idle(ctl_in):
         import runpy  # noqa: F401
-    if SITE.get("wanted") and not SITE.get("loaded") and not select.select([ctl_in], [], [], 0)[0]:
+    if SITE.get("wanted") and not SITE.get("loaded") and _idle(ctl_in):
         import site
 
         site.main()
@@ -373,28 +490,34 @@ def _warm_up(ctl_in: int) -> None:
 
 
 def main() -> None:
-    ctl_in, ctl_out = os.dup(0), os.dup(1)
-    null = os.open("/dev/null", os.O_RDWR)
-    os.dup2(null, 0)
-    os.dup2(null, 1)
-    os.close(null)
+    if posix.getpid() != 1:  # `kill(-1)` below would otherwise reach every process we may signal
+        raise SystemExit("supervisor: must be PID 1 of its own PID namespace")
+    ctl_in, ctl_out = posix.dup(0), posix.dup(1)
+    null = posix.open("/dev/null", posix.O_RDWR)
+    posix.dup2(null, 0)
+    posix.dup2(null, 1)
+    posix.close(null)
     _set_non_dumpable()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     global WAKE
-    WAKE = os.pipe()
+    WAKE = posix.pipe()
     for fd in WAKE:
-        os.set_blocking(fd, False)
+        posix.set_blocking(fd, False)
     signal.set_wakeup_fd(WAKE[1])
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    _write_all(ctl_out, encode_frame(b"H", marshal.dumps({"pid": os.getpid()})))
+    _write_all(ctl_out, encode_frame(b"H", marshal.dumps({"pid": posix.getpid()})))
+    child = None
+    env = None  # the last command's environment
     while True:
         _warm_up(ctl_in)
+        if child is None:
+            child = NextChild(keep=(ctl_in, ctl_out), env=env)
         try:
             kind, payload = _read_frame(ctl_in)
         except EOFError:
             return
-        if kind != b"R":
+        if kind != "R":
             continue
         req = marshal.loads(payload)
         if "clean" in req:
@@ -405,7 +528,7 @@ def main() -> None:
         stdin_parts = []
         while True:
             kind, chunk = _read_frame(ctl_in)
-            if kind != b"I" or not chunk:
+            if kind != "I" or not chunk:
                 break
             stdin_parts.append(chunk)
         req["stdin_bytes"] = b"".join(stdin_parts)
@@ -414,7 +537,8 @@ def main() -> None:
         )
         if parsed is not None and "S" not in parsed[0]:
             SITE["wanted"] = True
-        report = _run(req, ctl_out, (ctl_in, ctl_out))
+        report = _run(req, child, ctl_out)
+        child, env = None, req["env"]
         _write_all(ctl_out, encode_frame(b"X", marshal.dumps(report)))
 
 
