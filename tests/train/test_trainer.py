@@ -94,8 +94,30 @@ def test_gradient_accumulation_equals_full_batch() -> None:
         batch = _on_policy(model, SPECS)
         Trainer(model, TrainerConfig(lr=1e-2, micro_batch_size=mbs), PAD).step(batch, ADV)
         params.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
-    assert torch.allclose(params[0], params[1], atol=1e-6)
-    assert torch.allclose(params[0], params[2], atol=1e-6)
+    # 1e-5: summation order differs with the micro-batch (shared prompts are batched differently), and an
+    # lr=1e-2 Adam step turns float noise in near-zero gradients into ~1e-6 weight differences
+    assert torch.allclose(params[0], params[1], atol=1e-5)
+    assert torch.allclose(params[0], params[2], atol=1e-5)
+
+
+@pytest.mark.parametrize("loss_agg", ["token", "sequence"])
+def test_shared_prompt_forward_gives_the_same_loss_and_gradients(loss_agg: str) -> None:
+    """k samples of one prompt run the prompt once; loss, metrics and gradients equal full sequences."""
+    specs = [([1, 2, 3], [4, 5, 6, 7], 1.0), ([1, 2, 3], [8, 9], 0.0), ([1, 2, 3], [10], 0.0), *SPECS[2:]]
+    advantages = [1.0, -0.5, -0.5, -0.5, 0.5]
+    grads, metrics = [], []
+    for share in (False, True):
+        model = tiny_llama()
+        batch = _on_policy(model, specs)
+        trainer = Trainer(model, TrainerConfig(share_prompt=share, loss_agg=loss_agg), PAD)  # type: ignore[arg-type]
+        trainer.optimizer.step = lambda *a, **k: None  # type: ignore[method-assign]
+        trainer.optimizer.zero_grad = lambda *a, **k: None  # type: ignore[method-assign]
+        metrics.append(trainer.step(batch, advantages))
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    assert grads[0].abs().sum() > 0
+    assert torch.allclose(grads[0], grads[1], rtol=1e-4, atol=1e-7)
+    for key in ("train/loss", "train/ratio_mean", "train/entropy", "train/tokens"):
+        assert metrics[0][key] == pytest.approx(metrics[1][key], rel=1e-5, abs=1e-7)
 
 
 def _params(model: torch.nn.Module) -> list[torch.Tensor]:

@@ -61,6 +61,13 @@ def _process_logits(logits: torch.Tensor, temperature: float, top_p: float) -> t
     return logp
 
 
+def cache_keyword(model: Any) -> str:
+    """The forward argument (and output field) of the KV cache: transformers >= 5.2x names it `cache`,
+    older versions `past_key_values`. A peft wrapper is looked through to its base model."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
 class _TransformersSteps:
     """Prefill and decode through the model's own forward and cache (any causal LM). Finished rows stay in
     the batch (fed padding) until every row is done."""
@@ -70,10 +77,7 @@ class _TransformersSteps:
     def __init__(self, model: PreTrainedModel, mask: torch.Tensor) -> None:
         self.model = model
         self.mask = mask
-        # transformers >= 5.2x names the KV cache `cache`; older versions `past_key_values`
-        self.cache_kw = (
-            "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-        )
+        self.cache_kw = cache_keyword(model)
         self.cache: Any = None
 
     def prefill(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

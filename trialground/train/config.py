@@ -37,6 +37,11 @@ class TrainerConfig(BaseModel):
         True,
         description="Skip the forward pass of sequences with advantage 0 when kl_coef = 0 (same gradient)",
     )
+    share_prompt: bool = Field(
+        True,
+        description="Run each distinct prompt of a micro-batch once and attend its completions to that "
+        "cache (same loss and gradients; ~1.7x faster fwd+bwd with k samples per prompt)",
+    )
     compute_entropy: bool = Field(
         True, description="Log train/entropy (one extra softmax over the vocabulary)"
     )

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from trialground.policy.hf import cache_keyword
 from trialground.rollout.trajectory import Trajectory
 from trialground.train.config import TrainerConfig
 from trialground.train.losses import finalize_metrics, ppo_clip_loss
@@ -44,6 +45,12 @@ class Sample:
     mask: list[int]
     old_logprobs: list[float] | None
     advantage: float
+    prompt_len: int = 1  # ids[:prompt_len] is the prompt: targets before prompt_len - 1 are all masked
+
+    @property
+    def first_target(self) -> int:
+        """Index into `mask`/`old_logprobs` of the first completion target."""
+        return self.prompt_len - 1
 
 
 def build_samples(trajectories: Sequence[Trajectory], advantages: Sequence[float | None]) -> list[Sample]:
@@ -67,6 +74,7 @@ def build_samples(trajectories: Sequence[Trajectory], advantages: Sequence[float
                 mask=pad + mask,
                 old_logprobs=[0.0] * len(pad) + logps if have_logps else None,
                 advantage=float(adv),
+                prompt_len=len(prompt),
             )
         )
     return samples
@@ -141,26 +149,88 @@ class Trainer:
             attn[i, : len(s.ids)] = 1
         return ids.to(self.device), attn.to(self.device)
 
-    def _targets(self, samples: Sequence[Sample], length: int, field: str) -> torch.Tensor:
-        out = torch.zeros((len(samples), length - 1), dtype=torch.float32)  # [b, L-1]
+    def _targets(self, samples: Sequence[Sample], width: int, field: str) -> torch.Tensor:
+        """`field` of each sample as a [b, width] tensor in the layout of `_chunk_logprobs`."""
+        out = torch.zeros((len(samples), width), dtype=torch.float32)
         for i, s in enumerate(samples):
-            values = getattr(s, field)
+            values = getattr(s, field)[s.first_target if self.config.share_prompt else 0 :]
             out[i, : len(values)] = torch.tensor(values, dtype=torch.float32)
         return out.to(self.device)
 
-    def _logprobs(
-        self, model: nn.Module, ids: torch.Tensor, attn: torch.Tensor, entropy: bool
+    def _chunk_logprobs(
+        self, model: nn.Module, chunk: Sequence[Sample], entropy: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Per-target logprobs [b, L-1] at the sampling temperature, and optionally entropies [b, L-1]."""
-        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()  # [b, L-1, V]
-        logits = logits / self.temperature
-        lse = torch.logsumexp(logits, dim=-1)  # [b, L-1]
-        logp = logits.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1) - lse  # [b, L-1]
+        """Per-target logprobs [b, T] (and optionally entropies) of a micro-batch. With `share_prompt`
+        the layout is the completion's targets only (T = longest completion), else every target."""
+        if self.config.share_prompt:
+            logits, targets = self._shared_prompt_logits(model, chunk)
+        else:
+            ids, attn = self._pad(chunk)
+            logits, targets = model(input_ids=ids, attention_mask=attn).logits[:, :-1], ids[:, 1:]
+        return self._token_logprobs(logits, targets, entropy)
+
+    def _shared_prompt_logits(
+        self, model: nn.Module, chunk: Sequence[Sample]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits [b, C, V] predicting each completion token, and those tokens [b, C] (right-padded).
+
+        The k samples of a task share their prompt, so each distinct prompt is run once (left-padded, so
+        all end at the same slot) and its KV cache rows are indexed out to the samples; the completions
+        then attend to that cache. Gradients flow back through the shared prompt activations, so loss and
+        gradients equal those of full sequences (tests compare both), for ~half the tokens at GRPO shapes.
+        """
+        slot: dict[tuple[int, ...], int] = {}
+        owner = [slot.setdefault(tuple(s.ids[: s.prompt_len]), len(slot)) for s in chunk]
+        prompts = list(slot)
+        width = max(len(p) for p in prompts)
+        p_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        p_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for j, p in enumerate(prompts):
+            p_ids[j, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            p_mask[j, width - len(p) :] = 1
+        p_ids, p_mask = p_ids.to(self.device), p_mask.to(self.device)
+        rows = torch.tensor(owner, device=self.device)
+        out = model(
+            input_ids=p_ids,
+            attention_mask=p_mask,
+            position_ids=(p_mask.cumsum(-1) - 1).clamp(min=0),
+            use_cache=True,
+        )
+        cache_kw = cache_keyword(model)
+        cache = getattr(out, cache_kw)
+        cache.batch_select_indices(rows)  # [U] -> [b] rows; indexing, so differentiable
+        length = max(len(s.ids) - s.prompt_len for s in chunk)
+        c_ids = torch.full((len(chunk), length), self.pad_id, dtype=torch.long)
+        c_mask = torch.zeros((len(chunk), length), dtype=torch.long)
+        for i, s in enumerate(chunk):
+            done = s.ids[s.prompt_len :]
+            c_ids[i, : len(done)] = torch.tensor(done, dtype=torch.long)
+            c_mask[i, : len(done)] = 1
+        c_ids, c_mask = c_ids.to(self.device), c_mask.to(self.device)
+        positions = p_mask.sum(-1)[rows].unsqueeze(1) + torch.arange(length, device=self.device)
+        rest = model(
+            input_ids=c_ids,
+            attention_mask=torch.cat([p_mask[rows], c_mask], dim=1),
+            position_ids=positions,
+            use_cache=True,
+            **{cache_kw: cache},
+        ).logits
+        logits = torch.cat([out.logits[:, -1:][rows], rest[:, :-1]], dim=1)  # [b, C, V]
+        return logits, c_ids
+
+    def _token_logprobs(
+        self, logits: torch.Tensor, targets: torch.Tensor, entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logprobs [b, T] of `targets` under `logits` [b, T, V] at the sampling temperature, and
+        optionally entropies [b, T]."""
+        logits = logits.float() / self.temperature
+        lse = torch.logsumexp(logits, dim=-1)  # [b, T]
+        logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse  # [b, T]
         ent = None
         if entropy:
             with torch.no_grad():
-                probs = torch.softmax(logits, dim=-1)  # [b, L-1, V]
-                ent = lse - (probs * logits).sum(-1)  # [b, L-1]
+                probs = torch.softmax(logits, dim=-1)  # [b, T, V]
+                ent = lse - (probs * logits).sum(-1)  # [b, T]
         return logp, ent
 
     @contextmanager
@@ -176,14 +246,14 @@ class Trainer:
         """No-grad passes: recomputed old logprobs (stored on the samples) and reference logprobs."""
         refs: list[torch.Tensor] = []
         for chunk in _chunks(samples, self.config.micro_batch_size):
-            ids, attn = self._pad(chunk)
             if old:
-                logp, _ = self._logprobs(self.model, ids, attn, entropy=False)
+                logp, _ = self._chunk_logprobs(self.model, chunk, entropy=False)
                 for i, s in enumerate(chunk):
-                    s.old_logprobs = logp[i, : len(s.ids) - 1].tolist()
+                    skipped = s.first_target if self.config.share_prompt else 0  # always masked
+                    s.old_logprobs = [0.0] * skipped + logp[i, : len(s.ids) - 1 - skipped].tolist()
             if ref:
                 with self._reference() as ref_model:
-                    refs.append(self._logprobs(ref_model, ids, attn, entropy=False)[0])
+                    refs.append(self._chunk_logprobs(ref_model, chunk, entropy=False)[0])
         return refs
 
     # ------------------------------------------------------------------ the update
@@ -224,13 +294,12 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             loss_total = 0.0
             for j, chunk in enumerate(_chunks(active, cfg.micro_batch_size)):
-                ids, attn = self._pad(chunk)
-                logp, ent = self._logprobs(self.model, ids, attn, entropy=cfg.compute_entropy)
+                logp, ent = self._chunk_logprobs(self.model, chunk, entropy=cfg.compute_entropy)
                 out = ppo_clip_loss(
                     logp,
-                    self._targets(chunk, ids.shape[1], "old_logprobs"),
+                    self._targets(chunk, logp.shape[1], "old_logprobs"),
                     torch.tensor([s.advantage for s in chunk], device=self.device),
-                    self._targets(chunk, ids.shape[1], "mask"),
+                    self._targets(chunk, logp.shape[1], "mask"),
                     clip_low=cfg.clip_low,
                     clip_high=cfg.clip_high,
                     agg=cfg.loss_agg,
