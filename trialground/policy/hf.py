@@ -61,6 +61,31 @@ def _process_logits(logits: torch.Tensor, temperature: float, top_p: float) -> t
     return logp
 
 
+def left_pad(
+    seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device | str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids [N, W] left-padded so every sequence ends in the last column, and the mask [N, W]."""
+    width = max(len(x) for x in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, x in enumerate(seqs):
+        if x:
+            ids[i, width - len(x) :] = torch.tensor(list(x), dtype=torch.long)
+            mask[i, width - len(x) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+def distinct_rows(seqs: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
+    """Prefix sharing's bookkeeping: the first row holding each distinct sequence, and for every row the
+    index of its sequence among the distinct ones (rows[owner[i]] holds the same tokens as row i)."""
+    slot: dict[tuple[int, ...], int] = {}
+    owner = [slot.setdefault(tuple(x), len(slot)) for x in seqs]
+    first = [0] * len(slot)
+    for i in reversed(range(len(seqs))):
+        first[owner[i]] = i
+    return first, owner
+
+
 def cache_keyword(model: Any) -> str:
     """The forward argument (and output field) of the KV cache: transformers >= 5.2x names it `cache`,
     older versions `past_key_values`. A peft wrapper is looked through to its base model."""
@@ -71,8 +96,6 @@ def cache_keyword(model: Any) -> str:
 class _TransformersSteps:
     """Prefill and decode through the model's own forward and cache (any causal LM). Finished rows stay in
     the batch (fed padding) until every row is done."""
-
-    compacts = False
 
     def __init__(self, model: PreTrainedModel, mask: torch.Tensor) -> None:
         self.model = model
@@ -100,15 +123,10 @@ class _TransformersSteps:
         self.cache = getattr(out, self.cache_kw)
         return out.logits[:, -1, :]  # type: ignore[no-any-return]
 
-    def keep(self, rows: torch.Tensor) -> None:
-        raise NotImplementedError
-
 
 class _LeanSteps:
     """The same through `LlamaDecoder`, over a KV cache preallocated for the whole generation. Finished
     rows are dropped from the batch (`keep`), so short answers stop costing compute."""
-
-    compacts = True
 
     def __init__(self, decoder: LlamaDecoder, mask: torch.Tensor, max_new_tokens: int) -> None:
         bsz, width = mask.shape
@@ -161,14 +179,7 @@ def sample_batch(
     """
     device = next(model.parameters()).device
     bsz = len(prompts)
-    width = max(len(p) for p in prompts)
-    ids = torch.full((bsz, width), pad_id, dtype=torch.long)
-    mask = torch.zeros((bsz, width), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        if p:
-            ids[i, width - len(p) :] = torch.tensor(list(p), dtype=torch.long)
-            mask[i, width - len(p) :] = 1
-    ids, mask = ids.to(device), mask.to(device)
+    ids, mask = left_pad(prompts, pad_id, device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, L]; left padding shifts no position
     eos = torch.tensor(list(eos_ids), dtype=torch.long, device=device)
 
@@ -179,16 +190,13 @@ def sample_batch(
     else:
         # The k samples of a task share their prompt: prefill each distinct prompt once, then copy its
         # cache rows (prefix sharing).
-        first_row: dict[tuple[int, ...], int] = {}  # distinct prompt -> the first row that has it
-        for i, p in enumerate(prompts):
-            first_row.setdefault(tuple(p), i)
-        if len(first_row) == bsz:
+        first, owner = distinct_rows(prompts)
+        if len(first) == bsz:
             steps = _LeanSteps(decoder, mask, max_new_tokens)
             logits = steps.prefill(ids, positions)
         else:
-            slot = {key: j for j, key in enumerate(first_row)}
-            inverse = torch.tensor([slot[tuple(p)] for p in prompts], device=device)
-            distinct = torch.tensor(list(first_row.values()), device=device)
+            inverse = torch.tensor(owner, device=device)
+            distinct = torch.tensor(first, device=device)
             steps = _LeanSteps(decoder, mask[distinct], max_new_tokens)
             logits = steps.prefill(ids[distinct], positions[distinct])[inverse]
             steps.keep(inverse)
@@ -224,7 +232,7 @@ def sample_batch(
         n_running = int(running.sum())
         if n_running == 0:
             break
-        if steps.compacts and n_running <= (1.0 - _COMPACT_AT) * len(live):
+        if isinstance(steps, _LeanSteps) and n_running <= (1.0 - _COMPACT_AT) * len(live):
             keep = running.nonzero().squeeze(-1)
             steps.keep(keep)
             live, tok, running = live[keep], tok[keep], running[keep]

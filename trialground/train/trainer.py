@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trialground.policy.hf import cache_keyword
+from trialground.policy.hf import cache_keyword, distinct_rows, left_pad
 from trialground.rollout.trajectory import Trajectory
 from trialground.train.config import TrainerConfig
 from trialground.train.losses import finalize_metrics, ppo_clip_loss
@@ -153,9 +153,13 @@ class Trainer:
         """`field` of each sample as a [b, width] tensor in the layout of `_chunk_logprobs`."""
         out = torch.zeros((len(samples), width), dtype=torch.float32)
         for i, s in enumerate(samples):
-            values = getattr(s, field)[s.first_target if self.config.share_prompt else 0 :]
+            values = getattr(s, field)[self._first_target(s) :]
             out[i, : len(values)] = torch.tensor(values, dtype=torch.float32)
         return out.to(self.device)
+
+    def _first_target(self, s: Sample) -> int:
+        """Where the layout of `_chunk_logprobs` starts in `s.mask`/`s.old_logprobs`."""
+        return s.first_target if self.config.share_prompt else 0
 
     def _chunk_logprobs(
         self, model: nn.Module, chunk: Sequence[Sample], entropy: bool
@@ -179,16 +183,9 @@ class Trainer:
         then attend to that cache. Gradients flow back through the shared prompt activations, so loss and
         gradients equal those of full sequences (tests compare both), for ~half the tokens at GRPO shapes.
         """
-        slot: dict[tuple[int, ...], int] = {}
-        owner = [slot.setdefault(tuple(s.ids[: s.prompt_len]), len(slot)) for s in chunk]
-        prompts = list(slot)
-        width = max(len(p) for p in prompts)
-        p_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        p_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for j, p in enumerate(prompts):
-            p_ids[j, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            p_mask[j, width - len(p) :] = 1
-        p_ids, p_mask = p_ids.to(self.device), p_mask.to(self.device)
+        prompts = [s.ids[: s.prompt_len] for s in chunk]
+        first, owner = distinct_rows(prompts)
+        p_ids, p_mask = left_pad([prompts[r] for r in first], self.pad_id, self.device)
         rows = torch.tensor(owner, device=self.device)
         out = model(
             input_ids=p_ids,
@@ -249,7 +246,7 @@ class Trainer:
             if old:
                 logp, _ = self._chunk_logprobs(self.model, chunk, entropy=False)
                 for i, s in enumerate(chunk):
-                    skipped = s.first_target if self.config.share_prompt else 0  # always masked
+                    skipped = self._first_target(s)  # targets before it are always masked
                     s.old_logprobs = [0.0] * skipped + logp[i, : len(s.ids) - 1 - skipped].tolist()
             if ref:
                 with self._reference() as ref_model:
