@@ -60,14 +60,22 @@ def bind(source: Path, target: Path) -> None:
     _mount(str(source), target, None, MS_BIND, None)
 
 
+def mount_cgroup_v1(target: Path, options: str) -> None:
+    """Mount a cgroup v1 hierarchy with `options` (e.g. `none,name=x`) on `target`."""
+    _mount("cgroup", target, "cgroup", 0, options)
+
+
 MS_RDONLY = 1
 MS_REMOUNT = 32
 
 
 def readonly_view(source: Path, target: Path) -> Path:
     """A read-only bind of `source` at `target` (made once, kept): lets an unprivileged sandbox user reach
-    a directory whose ancestors it may not traverse (a runtime under /root)."""
-    if is_mount_point(target):
+    a directory whose ancestors it may not traverse (a runtime under /root). Callers serialise calls for
+    one `target` across processes (a lock), or two first sandboxes would stack two binds."""
+    if stacked := mount_count(target):
+        for _ in range(stacked - 1):  # left by versions without the lock: keep one
+            umount(target)
         return target
     target.mkdir(parents=True, exist_ok=True)
     _mount(str(source), target, None, MS_BIND, None)
@@ -75,12 +83,17 @@ def readonly_view(source: Path, target: Path) -> Path:
     return target
 
 
-def is_mount_point(path: Path) -> bool:
-    """Whether something is mounted at `path` (os.path.ismount misses binds within one filesystem)."""
+def mount_count(path: Path) -> int:
+    """How many mounts sit at `path`, stacked (os.path.ismount misses binds within one filesystem)."""
     wanted = os.path.realpath(path)
     with open("/proc/self/mountinfo") as f:
         # Field 5 is the mount point, with spaces and friends octal-escaped.
-        return any(line.split()[4].encode().decode("unicode_escape") == wanted for line in f)
+        return sum(line.split()[4].encode().decode("unicode_escape") == wanted for line in f)
+
+
+def is_mount_point(path: Path) -> bool:
+    """Whether something is mounted at `path`."""
+    return mount_count(path) > 0
 
 
 def umount(target: Path) -> None:

@@ -497,7 +497,12 @@ def main() -> None:
     posix.dup2(null, 0)
     posix.dup2(null, 1)
     posix.close(null)
-    _set_non_dumpable()
+    # The first command's work that every Python command does, done here once: pages this process faults
+    # in are inherited by every child, while a child faulting them itself pays ~40 % more, each time
+    # (the compiler alone: 1.5 ms here and 0.2 ms in each child, vs 2.1 ms in each child).
+    _make_streams(unbuffered=False)
+    READY["streams"] = True
+    compile("pass", "<warm-up>", "exec")
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     global WAKE
@@ -509,6 +514,11 @@ def main() -> None:
     _write_all(ctl_out, encode_frame(b"H", marshal.dumps({"pid": posix.getpid()})))
     child = None
     env = None  # the last command's environment
+    if not _idle(ctl_in):
+        # A request came with the start: fork its process first, so that its start-up overlaps the
+        # next step on the other core. It gets its request only after that step.
+        child = NextChild(keep=(ctl_in, ctl_out), env=env)
+    _set_non_dumpable()  # before any command can run
     while True:
         _warm_up(ctl_in)
         if child is None:

@@ -1,15 +1,17 @@
-"""Host files and directories that sandboxes see read-only: the Python runtime and a few /etc entries."""
+"""Host files and directories that sandboxes see read-only: the Python runtime and a view of /etc."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
 import os
+import shutil
+import stat
 from pathlib import Path
 
 from trialground.sandbox import mounts
 from trialground.sandbox.base import WORKSPACE
-from trialground.sandbox.workspace import BASE_DIR
+from trialground.sandbox.workspace import BASE_DIR, base_dir_lock
 
 INNER_UID = 1000
 ETC_FILES = (
@@ -23,33 +25,74 @@ IDENTITY = {
 }
 
 
-def identity_files() -> tuple[Path, Path]:
-    """/etc/passwd and /etc/group for inside the sandbox (user `sandbox`, uid 1000)."""
-    d = BASE_DIR / "etc"
-    passwd, group = d / "passwd", d / "group"
-    if not passwd.exists():
-        d.mkdir(parents=True, exist_ok=True)
-        for name, text in IDENTITY.items():
-            tmp = d / f".{name}.{os.getpid()}"
-            tmp.write_text(text)
-            tmp.replace(d / name)
-    return passwd, group
-
-
 @functools.cache
 def runtime_source(prefix: str) -> str:
     """Where bubblewrap (running as the unprivileged sandbox uid) can reach the runtime from."""
     if os.geteuid() != 0 or not mounts.CAN_MOUNT:
         return prefix
     digest = hashlib.sha1(prefix.encode()).hexdigest()[:12]
-    return str(mounts.readonly_view(Path(prefix), BASE_DIR / "runtime" / digest))
+    with base_dir_lock():
+        return str(mounts.readonly_view(Path(prefix), BASE_DIR / "runtime" / digest))
 
 
 def etc_argv(names: tuple[str, ...]) -> list[str]:
-    """bubblewrap arguments that show host /etc entries `names` (those that exist) plus our identity files."""
-    argv: list[str] = []
+    """bubblewrap arguments that show host /etc entries `names` (those that exist) plus our identity files
+    at /etc: one bind of a prepared directory (`etc_view`) rather than one per entry (~1.5 ms of a start)."""
+    return ["--ro-bind", str(etc_view(names)), "/etc"]
+
+
+@functools.cache
+def etc_view(names: tuple[str, ...], source: Path = Path("/etc")) -> Path:
+    """A directory holding copies of `<source>/<name>` for `names` and our /etc/passwd and /etc/group (user
+    `sandbox`, uid 1000). Copied: what others may read (nothing the sandbox uid could not read through a
+    bind either; /etc/ssl/private stays behind), symlinks inside directories as links, a top-level
+    symlink as what it points to (as a bind would). Named by a digest of the sources' paths, modes,
+    sizes, times and link targets, so a process started after /etc changed makes a new one; made once
+    per change and kept (about 1 MiB), never modified, so sandboxes using an older one are unaffected."""
+    entries: list[tuple[str, Path, os.stat_result]] = []
     for name in names:
-        if os.path.exists(f"/etc/{name}"):
-            argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-    passwd, group = identity_files()
-    return [*argv, "--ro-bind", str(passwd), "/etc/passwd", "--ro-bind", str(group), "/etc/group"]
+        src = source / name
+        if src.exists():
+            _walk(src, name, os.stat(src), entries)
+    state = [(rel, st.st_mode, st.st_size, st.st_mtime_ns, _link(p, st)) for rel, p, st in entries]
+    digest = hashlib.sha1(repr((str(source), state, IDENTITY)).encode()).hexdigest()[:12]
+    target = BASE_DIR / "etc-view" / digest
+    if target.is_dir():
+        return target
+    with base_dir_lock():
+        if target.is_dir():
+            return target
+        tmp = target.with_name(f".{digest}.{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(mode=0o755, parents=True)
+        for rel, src, st in entries:
+            dst = tmp / rel
+            if stat.S_ISLNK(st.st_mode):
+                os.symlink(os.readlink(src), dst)
+            elif stat.S_ISDIR(st.st_mode):
+                dst.mkdir(mode=0o755)
+            else:
+                shutil.copyfile(src, dst)
+                os.chmod(dst, 0o644)
+        for name, text in IDENTITY.items():
+            (tmp / name).write_text(text)
+            os.chmod(tmp / name, 0o644)
+        os.chmod(tmp, 0o755)
+        tmp.rename(target)
+    return target
+
+
+def _walk(path: Path, rel: str, st: os.stat_result, out: list[tuple[str, Path, os.stat_result]]) -> None:
+    """Collect what of `path` others may read: directories they may list, files they may read, links."""
+    if stat.S_ISLNK(st.st_mode):
+        out.append((rel, path, st))
+    elif stat.S_ISDIR(st.st_mode) and st.st_mode & 0o005 == 0o005:
+        out.append((rel, path, st))
+        for entry in sorted(os.scandir(path), key=lambda e: e.name):
+            _walk(Path(entry.path), f"{rel}/{entry.name}", entry.stat(follow_symlinks=False), out)
+    elif stat.S_ISREG(st.st_mode) and st.st_mode & 0o004:
+        out.append((rel, path, st))
+
+
+def _link(path: Path, st: os.stat_result) -> str:
+    return os.readlink(path) if stat.S_ISLNK(st.st_mode) else ""

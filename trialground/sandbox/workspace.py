@@ -13,12 +13,14 @@ Host-side `write`/`read` go through `root/ws` and refuse any path that leaves it
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import os
 import shutil
 import stat
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from trialground.errors import SandboxError
@@ -199,6 +201,19 @@ def _check_base_dir() -> None:
             "TRIALGROUND_SANDBOX_DIR elsewhere",
             kind="unsafe_base_dir",
         )
+
+
+@contextlib.contextmanager
+def base_dir_lock() -> Iterator[None]:
+    """Held while making the host-side state that all processes share (views, the cgroup mount), so two
+    processes starting their first sandboxes at once make it once."""
+    _check_base_dir()
+    fd = os.open(BASE_DIR / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _pid_alive(pid: int) -> bool:
