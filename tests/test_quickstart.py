@@ -116,3 +116,38 @@ def test_resume_after_kill_matches_an_uninterrupted_run(tmp_path: Path) -> None:
     wa = torch.load(tmp_path / "straight" / "checkpoints" / "step_6" / "model.pt", weights_only=True)
     wb = torch.load(killed_dir / "checkpoints" / "step_6" / "model.pt", weights_only=True)
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_a_policy_in_a_child_process_trains_exactly_like_one_in_process(tmp_path: Path) -> None:
+    """`policy.separate_process`: the same run (sync, same seed) samples the same completions, earns the
+    same rewards and ends with the same weights; the child is gone when the run returns."""
+    from trialground.orchestrator.loop import run
+
+    for name, flag in (("inproc", "false"), ("child", "true")):
+        asyncio.run(run(small_config(tmp_path, name, f"policy.separate_process={flag}")))
+    assert _policy_children() == []
+    a, b = read_metrics(tmp_path / "inproc"), read_metrics(tmp_path / "child")
+    for key in ("reward/mean", "train/loss", "eval/pass@1"):
+        assert [m.get(key) for m in a] == [m.get(key) for m in b], key
+    for step in (1, 2):
+        ta = pq.read_table(tmp_path / "inproc" / "trajectories" / f"step_{step}.parquet")
+        tb = pq.read_table(tmp_path / "child" / "trajectories" / f"step_{step}.parquet")
+        assert ta.column("completion").to_pylist() == tb.column("completion").to_pylist(), step
+        assert tb.column("policy_version").to_pylist() == [step - 1] * tb.num_rows
+    wa = torch.load(tmp_path / "inproc" / "checkpoints" / "step_2" / "model.pt", weights_only=True)
+    wb = torch.load(tmp_path / "child" / "checkpoints" / "step_2" / "model.pt", weights_only=True)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def _policy_children() -> list[int]:
+    """Pids of this process's children that run the generation process."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid() and b"trialground.policy.hf_process" in cmdline:
+            found.append(int(entry.name))
+    return found

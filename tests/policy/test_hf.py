@@ -118,6 +118,53 @@ async def test_load_weights_bumps_version_and_changes_outputs() -> None:
     assert policy.version == 7
 
 
+def test_load_weights_during_a_generation_does_not_wait_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trainer's push returns while a generation runs; that generation keeps the weights and version
+    it started with, the next one samples with the pushed weights and carries the new version."""
+    import threading
+
+    from trialground.policy import hf
+    from trialground.policy.config import PolicyConfig
+
+    policy = HFPolicy(PolicyConfig(model="tiny"))
+    prompts = _prompts(policy, 4)
+    params = SamplingParams(temperature=0.0, max_new_tokens=20)
+    old = policy.generate_sync(prompts, params)
+    state = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    for name, value in state.items():
+        if name.endswith("mlp.down_proj.weight"):
+            value.add_(torch.randn(value.shape, generator=torch.Generator().manual_seed(0)) * 0.5)
+    started, loaded = threading.Event(), threading.Event()
+    real = hf.sample_batch
+
+    def held_sample_batch(*args: object, **kwargs: object) -> object:
+        started.set()
+        assert loaded.wait(10), "load_weights waited for the running generation"
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(hf, "sample_batch", held_sample_batch)
+    out: list[object] = []
+    runner = threading.Thread(target=lambda: out.append(policy.generate_sync(prompts, params)))
+    runner.start()
+    assert started.wait(10)
+    policy.load_weights(state, version=7)
+    loaded.set()
+    runner.join(20)
+    in_flight = out[0]
+    assert isinstance(in_flight, list)
+    assert [g.token_ids for g in in_flight] == [g.token_ids for g in old]
+    assert all(g.version == 0 for g in in_flight)
+    assert policy.version == 0  # staged, applied by the next generation
+    monkeypatch.setattr(hf, "sample_batch", real)
+    new = policy.generate_sync(prompts, params)
+    assert policy.version == 7 and all(g.version == 7 for g in new)
+    assert [g.token_ids for g in new] != [g.token_ids for g in old]
+    assert torch.equal(
+        policy.model.state_dict()["model.layers.0.mlp.down_proj.weight"],
+        state["model.layers.0.mlp.down_proj.weight"],
+    )
+
+
 async def test_empty_prompt_is_a_policy_error(tiny: HFPolicy) -> None:
     with pytest.raises(PolicyError):
         await tiny.generate([[]], SamplingParams())

@@ -105,6 +105,9 @@ class Components:
         if self.env_pool is not None:
             await self.env_pool.close()
         await self.grader.close()
+        close_policy = getattr(self.policy, "close", None)
+        if callable(close_policy):
+            close_policy()
         if self.monitor is not None:
             self.monitor.close()
 
@@ -114,8 +117,8 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Compo
     from trialground.policy.factory import make_policy
 
     seed_everything(config.seed)
+    policy = make_policy(config.policy)  # first: a policy in a child process loads while tasks load
     pool, evals = load_task_sets(config.tasks)
-    policy = make_policy(config.policy)
     seed_sampling = getattr(policy, "seed_sampling", None)
     if callable(seed_sampling):  # the run's seed decides what the policy samples, not just global RNGs
         seed_sampling(config.seed)
@@ -123,8 +126,12 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Compo
     if train:
         from trialground.train.trainer import Trainer
 
-        model = policy.model  # type: ignore[attr-defined]
-        if config.loop.mode == "async":
+        model = getattr(policy, "model", None)
+        if model is None:  # the policy generates elsewhere (a child process): the trainer loads its own
+            from trialground.policy.hf import load_model
+
+            model = load_model(config.policy)
+        elif config.loop.mode == "async":
             # Async sampling must not read weights the optimizer is changing: the trainer owns a copy
             # and pushes it to the policy between generations (as it would to a vLLM server).
             model = copy.deepcopy(model)

@@ -30,6 +30,12 @@ class PolicyConfig(BaseModel):
         "model, benchmarks/generation.py); 'transformers' always uses "
         "the model's own forward",
     )
+    separate_process: bool = Field(
+        False,
+        description="hf backend: generate in a child process that receives the trainer's weights after "
+        "every step, as an inference server would; generation no longer shares the trainer's GIL and "
+        "core (async mode on CPU gains most, benchmarks/async_vs_sync.py)",
+    )
     sampling: SamplingParams = Field(default_factory=SamplingParams, description="Training-time sampling")
     eval_sampling: SamplingParams = Field(
         default_factory=lambda: SamplingParams(temperature=0.0), description="Evaluation sampling"

@@ -11,6 +11,10 @@ from trialground.policy.config import PolicyConfig
 
 
 def make_policy(config: PolicyConfig) -> Policy:
+    if config.backend == "hf" and config.separate_process:
+        from trialground.policy.hf_process import HFProcessPolicy
+
+        return HFProcessPolicy(config)
     if config.backend == "hf":
         from trialground.policy.hf import HFPolicy
 

@@ -247,27 +247,54 @@ def sample_batch(
     )
 
 
+def load_tokenizer(config: PolicyConfig) -> Any:
+    """The model's tokenizer, with a pad token (eos when the model has none)."""
+    try:
+        tokenizer: Any = AutoTokenizer.from_pretrained(resolve_model_dir(config.model))
+    except (OSError, ValueError) as exc:
+        raise PolicyError(f"cannot load the tokenizer of model {config.model!r}: {exc}") from exc
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(config: PolicyConfig) -> PreTrainedModel:
+    """The causal LM of `config.model` on `config.device`; on CPU, sets torch's threads process-wide."""
+    try:
+        model: Any = LlamaForCausalLM.from_pretrained(
+            resolve_model_dir(config.model), dtype=_DTYPES[config.dtype]
+        )
+    except (OSError, ValueError) as exc:
+        raise PolicyError(f"cannot load model {config.model!r}: {exc}") from exc
+    device = torch.device(config.device)
+    if device.type == "cpu" and config.cpu_threads is not None:
+        # process-wide: with more threads than idle cores, every op waits on its slowest thread
+        torch.set_num_threads(config.cpu_threads)
+    return model.to(device)  # type: ignore[no-any-return]
+
+
+def encode_chat(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> list[int]:
+    """Prompt token ids of a conversation, rendered with the model's chat template."""
+    ids = tokenizer.apply_chat_template(
+        [dict(m) for m in messages], add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    return [int(i) for i in ids]
+
+
 class HFPolicy(Policy):
     """A transformers causal LM as a policy. `model` is the live torch module (the trainer may share it)."""
 
     def __init__(self, config: PolicyConfig) -> None:
         self.config = config
-        try:
-            path = resolve_model_dir(config.model)
-            self._tokenizer: Any = AutoTokenizer.from_pretrained(path)
-            model: Any = LlamaForCausalLM.from_pretrained(path, dtype=_DTYPES[config.dtype])
-        except (OSError, ValueError) as exc:
-            raise PolicyError(f"cannot load model {config.model!r}: {exc}") from exc
+        self._tokenizer: Any = load_tokenizer(config)
+        self.model: PreTrainedModel = load_model(config).eval()
         self.device = torch.device(config.device)
-        if self.device.type == "cpu" and config.cpu_threads is not None:
-            # process-wide: with more threads than idle cores, every op waits on its slowest thread
-            torch.set_num_threads(config.cpu_threads)
-        self.model: PreTrainedModel = model.to(self.device).eval()
-        if self._tokenizer.pad_token_id is None:
-            self._tokenizer.pad_token = self._tokenizer.eos_token
         self.eos_ids = sorted({self._tokenizer.eos_token_id, *self._eos_from_generation_config()})
         self.version = 0
         self._lock = threading.Lock()  # one generation or weight load at a time
+        self._staged: dict[str, torch.Tensor] = {}  # weights loaded during a generation, not yet applied
+        self._staged_version: int | None = None
+        self._staging = threading.Lock()
         self._seed_source = torch.Generator().manual_seed(0)
         self._decoder: LlamaDecoder | None = None
 
@@ -290,10 +317,7 @@ class HFPolicy(Policy):
 
     def encode_chat(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
         """Prompt token ids of a conversation, rendered with the model's chat template."""
-        ids = self._tokenizer.apply_chat_template(
-            [dict(m) for m in messages], add_generation_prompt=True, tokenize=True, return_dict=False
-        )
-        return [int(i) for i in ids]
+        return encode_chat(self._tokenizer, messages)
 
     async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
         return await asyncio.to_thread(self.generate_sync, prompts, params)
@@ -305,6 +329,7 @@ class HFPolicy(Policy):
         if any(len(p) == 0 for p in prompts):
             raise PolicyError("empty prompt: at least one token is needed")
         with self._lock:
+            self._apply_staged()
             seed = (
                 params.seed
                 if params.seed is not None
@@ -378,15 +403,40 @@ class HFPolicy(Policy):
         self._seed_source.set_state(state)
 
     def load_weights(self, state_dict: Mapping[str, Any], version: int) -> None:
-        """Copy `state_dict` (full or partial, same names as `model.state_dict()`) into the model."""
-        with self._lock:
-            own = self.model.state_dict()
-            unknown = [k for k in state_dict if k not in own]
-            if unknown:
-                raise PolicyError(f"load_weights: unknown parameter names {unknown[:5]}")
-            with torch.no_grad():
-                for name, value in state_dict.items():
-                    tensor = torch.as_tensor(value)
-                    if tensor.data_ptr() != own[name].data_ptr():  # shared with the trainer: nothing to copy
-                        own[name].copy_(tensor.to(device=own[name].device, dtype=own[name].dtype))
-            self.version = version
+        """Copy `state_dict` (full or partial, same names as `model.state_dict()`) into the model.
+
+        Never waits for a running generation: the weights are copied aside and applied before the next
+        generation starts, so the trainer goes on while rollouts finish. Either way every generation that
+        starts after this call returns samples with these weights and is stamped `version`; one already
+        running finishes with the weights (and the version) it started with."""
+        own = self.model.state_dict()
+        unknown = [k for k in state_dict if k not in own]
+        if unknown:
+            raise PolicyError(f"load_weights: unknown parameter names {unknown[:5]}")
+        copies = {}
+        for name, value in state_dict.items():
+            tensor = torch.as_tensor(value)
+            if tensor.data_ptr() != own[name].data_ptr():  # shared with the trainer: nothing to copy
+                target = own[name]
+                copies[name] = tensor.detach().to(device=target.device, dtype=target.dtype, copy=True)
+        with self._staging:
+            self._staged |= copies
+            self._staged_version = version
+        if self._lock.acquire(blocking=False):  # no generation running: apply now
+            try:
+                self._apply_staged()
+            finally:
+                self._lock.release()
+
+    def _apply_staged(self) -> None:
+        """Copy staged weights into the model; the caller holds `_lock`."""
+        with self._staging:
+            staged, version = self._staged, self._staged_version
+            self._staged, self._staged_version = {}, None
+        if version is None:
+            return
+        own = self.model.state_dict()
+        with torch.no_grad():
+            for name, tensor in staged.items():
+                own[name].copy_(tensor)
+        self.version = version
