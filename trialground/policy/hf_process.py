@@ -1,11 +1,12 @@
 """The hf policy in a child process: generation off the trainer's interpreter, its GIL and its core.
 
 On CPU the trainer, the sampler and the rollouts' event loop are all Python-bound; in one process they
-take turns on one GIL however many cores there are. `HFProcessPolicy` runs an `HFPolicy` in a spawned
-child and keeps only the tokenizer here, the way a trainer talks to an inference server: prompts go over
-a pipe, generations come back, and the trainer pushes its weights after every step.
+take turns on one GIL however many cores there are. `HFProcessPolicy` runs an `HFPolicy` in a child
+process (a fresh interpreter) and keeps only the tokenizer here, the way a trainer talks to an inference
+server: prompts go over a socket, generations come back, and the trainer pushes its weights after every
+step.
 
-Requests travel over one pipe and the child serves them in order, so a push reaches every generation
+Requests travel over one socket and the child serves them in order, so a push reaches every generation
 requested after it, and `load_weights` returns without waiting for the generation that is running (the
 child applies the push between generations). Answers come back by request id on a reader thread. If the
 child dies, every waiting and later call raises `PolicyError` with its exit code.
@@ -18,6 +19,7 @@ import contextlib
 import itertools
 import pickle
 import queue
+import signal
 import socket
 import subprocess
 import sys
@@ -44,6 +46,7 @@ class HFProcessPolicy(Policy):
 
     def __init__(self, config: PolicyConfig) -> None:
         self.config = config
+        self._tokenizer: Any = load_tokenizer(config)  # a model that is not there fails here, at once
         ours, theirs = socket.socketpair()
         inner = config.model_copy(update={"separate_process": False}).model_dump_json()
         # A fresh interpreter that imports only this module (a fork would copy torch's thread pools
@@ -55,9 +58,8 @@ class HFProcessPolicy(Policy):
         )
         theirs.close()
         self._conn = Connection(ours.detach())
-        # The child loads torch and the model while this process goes on (the tokenizer here, the run's
-        # tasks next); the reader thread takes its hello, and requests queue up until then.
-        self._tokenizer: Any = load_tokenizer(config)
+        # The child loads torch and the model while this process goes on (the run loads its tasks
+        # meanwhile); the reader thread takes its hello, and requests queue up until then.
         self._names: frozenset[str] = frozenset()
         self._started = threading.Event()
         self.version = 0
@@ -203,7 +205,7 @@ class HFProcessPolicy(Policy):
             waiting, self._waiting = self._waiting, {}
         self._started.set()  # wakes a caller waiting for the hello; it finds the failure
         for future in waiting.values():
-            if not future.done():
+            with contextlib.suppress(InvalidStateError):  # done or cancelled meanwhile
                 future.set_exception(PolicyError(why))
 
 
@@ -253,4 +255,5 @@ def _serve(conn: Connection, config_json: str) -> None:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's; the child ends with its socket
     _serve(Connection(int(sys.argv[1])), sys.argv[2])
