@@ -128,7 +128,7 @@ class HFProcessPolicy(Policy):
         return scores
 
     def close(self) -> None:
-        """Stop the child (it also exits on its own when this process dies: its pipe closes)."""
+        """Stop the child (it also exits on its own when this process dies: its socket closes)."""
         self._outbox.put(("stop", -1, None))
         self._outbox.put(None)
         try:
