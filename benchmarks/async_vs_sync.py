@@ -6,8 +6,8 @@ waits `--latency` seconds, standing in for a slow environment (a remote sandbox,
 default the latency is set to the measured time of one batch's generation. The held-out evaluations at
 the start and end are skipped in both modes (they are identical work and not what is compared).
 
-Both modes run the same policy set-up: by default in a child process (`policy.separate_process`, the
-recommended async set-up on CPU), `--no-separate-process` keeps it in the trainer's process.
+Both modes run the same policy set-up: by default in a child process (`policy.separate_process`),
+`--no-separate-process` keeps it in the trainer's process.
 
 Reported per mode: wall seconds for the N steps, the steady-state seconds per step (after the first
 WARMUP steps: start-up and pipeline fill left out), steps/s and samples/s, mean staleness of the trained
