@@ -4,8 +4,10 @@ receives weight pushes in order, and turns a dead child into PolicyError instead
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -95,19 +97,14 @@ async def test_a_dead_child_is_a_policy_error_not_a_hang() -> None:
     policy.close()
 
 
-def test_a_model_the_child_cannot_load_fails_every_call(tmp_path: os.PathLike[str]) -> None:
+def test_a_model_the_child_cannot_load_fails_every_call(tmp_path: Path) -> None:
     from trialground.policy.tiny import tiny_model_dir
 
-    broken = os.path.join(tmp_path, "model")
-    os.mkdir(broken)
-    for name in os.listdir(tiny_model_dir()):
-        if not name.endswith(".safetensors"):  # tokenizer and config, but no weights
-            with (
-                open(os.path.join(tiny_model_dir(), name), "rb") as src,
-                open(os.path.join(broken, name), "wb") as dst,
-            ):
-                dst.write(src.read())
-    policy = HFProcessPolicy(PolicyConfig(model=broken, separate_process=True))  # the tokenizer loads here
+    broken = tmp_path / "model"  # tokenizer and config, but no weights
+    shutil.copytree(tiny_model_dir(), broken, ignore=shutil.ignore_patterns("*.safetensors"))
+    policy = HFProcessPolicy(PolicyConfig(model=str(broken), separate_process=True))  # tokenizer loads here
     with pytest.raises(PolicyError, match="could not load model"):
         policy.generate_sync([[5, 6]], SamplingParams(max_new_tokens=2))
+    with pytest.raises(PolicyError, match="could not load model"):
+        policy.load_weights({}, version=1)
     policy.close()
