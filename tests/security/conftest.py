@@ -1,4 +1,5 @@
-"""Hostile programs in real sandboxes. Every attack ends by proving a fresh sandbox still works."""
+"""Hostile programs in real sandboxes, from both launchers (the fork server and bubblewrap). Every attack
+ends by proving a fresh sandbox still works."""
 
 from __future__ import annotations
 
@@ -16,17 +17,19 @@ from trialground.sandbox.factory import open_sandbox
 pytestmark = pytest.mark.security
 
 
-@pytest.fixture
-async def sandbox() -> AsyncIterator[Sandbox]:
+@pytest.fixture(params=["forkserver", "bwrap"])
+async def sandbox(request: pytest.FixtureRequest) -> AsyncIterator[Sandbox]:
+    """A sandbox from each launcher: every attack runs against both."""
     if not bwrap_available():
         pytest.skip("bubblewrap is not installed")
-    sb = await open_sandbox(CONFIG)
+    config = CONFIG.model_copy(update={"launcher": request.param})
+    sb = await open_sandbox(config)
     try:
         yield sb
     finally:
         await sb.close()
     # The machine is still fine: a brand-new sandbox works.
-    async with await open_sandbox(CONFIG) as fresh:
+    async with await open_sandbox(config) as fresh:
         result = await fresh.exec(["echo", "alive"])
         assert result.ok and result.stdout == "alive\n", result
 

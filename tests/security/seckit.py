@@ -24,3 +24,24 @@ def host_processes_with(marker: str) -> list[int]:
         if marker.encode() in cmdline and b"pytest" not in cmdline:
             found.append(int(entry))
     return found
+
+
+def sandbox_host_pids(sandbox: object) -> list[int]:
+    """Host pids of the processes inside `sandbox` (a bwrap-backend sandbox): those of its PID namespace."""
+    proc = sandbox._proc  # type: ignore[attr-defined]
+    namespace = os.readlink(f"/proc/{proc.pid}/ns/pid")
+    if namespace == os.readlink("/proc/self/ns/pid"):  # bubblewrap itself: its child is the PID 1
+        namespace = next(os.readlink(f"/proc/{pid}/ns/pid") for pid in _children(proc.pid))
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and os.readlink(f"/proc/{entry}/ns/pid") == namespace:
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def _children(pid: int) -> list[int]:
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [int(c) for c in children]

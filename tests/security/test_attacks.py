@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-from seckit import LIMITS, host_processes_with
+from seckit import LIMITS, host_processes_with, sandbox_host_pids
 
 from trialground.errors import SandboxError
 from trialground.sandbox import seccomp
 from trialground.sandbox.base import ExecStatus, Limits, Sandbox
+from trialground.sandbox.factory import open_sandbox
 
 pytestmark = pytest.mark.security
 NR = {**seccomp._ARCHES[platform.machine()][1], **seccomp._ARCHES[platform.machine()][2]}
@@ -319,3 +320,39 @@ async def test_limits_are_not_self_raisable(sandbox: Sandbox) -> None:
 async def test_wall_limit_applies_with_cpu_spin(sandbox: Sandbox) -> None:
     r = await sandbox.exec(py("while True: pass"), limits=Limits(wall_s=5, cpu_s=1))
     assert r.status is ExecStatus.TIMEOUT and r.wall_s < 4  # RLIMIT_CPU fires before the wall clock
+
+
+# -- what the sandbox holds ------------------------------------------------------------------------------
+async def test_no_capability_no_new_privileges_and_seccomp_everywhere(sandbox: Sandbox) -> None:
+    r = await sandbox.exec("grep -E '^(Cap|NoNewPrivs|Seccomp:)' /proc/self/status /proc/1/status")
+    lines = r.stdout.splitlines()
+    assert len(lines) == 14, r  # 7 fields, for the command and for the supervisor
+    for line in lines:
+        field, value = line.split(":", 2)[1:]
+        expected = {"NoNewPrivs": "1", "Seccomp": "2"}.get(field, "0000000000000000")
+        assert value.strip() == expected, line
+
+
+async def test_sandbox_processes_hold_no_socket_or_host_file(sandbox: Sandbox) -> None:
+    """Seen from the host: what the supervisor and the process waiting for the next command have open
+    is their pipes and /dev/null; in particular no descriptor leads back to the launcher (the fork
+    server's template socket, bubblewrap's info or seccomp descriptors)."""
+    assert (await sandbox.exec(["true"])).ok
+    await asyncio.sleep(0.1)  # the next command's process is forked after the answer
+    inside = sandbox_host_pids(sandbox)
+    assert len(inside) == 2, inside  # the supervisor and the next command's process
+    for pid in inside:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            assert target.startswith("pipe:") or target == "/dev/null", (pid, fd, target)
+
+
+async def test_sandboxes_cannot_see_each_other(sandbox: Sandbox) -> None:
+    await sandbox.write("mine.txt", "private")
+    root = sandbox.workspace.root  # type: ignore[attr-defined]
+    async with await open_sandbox(sandbox.config) as other:  # type: ignore[attr-defined]
+        assert (await other.exec(["ls", "-A", "/workspace"])).stdout == ""
+        r = await other.exec(["cat", f"{root}/ws/mine.txt"])
+        assert r.exit_code != 0 and "private" not in r.stdout
+        r = await other.exec("ls /proc | grep -c '^[0-9]'")
+        assert int(r.stdout) <= 4  # its own supervisor, shell, ls and grep at most

@@ -91,6 +91,11 @@ class SandboxConfig(BaseModel):
     prewarm: int = Field(
         1, ge=0, le=16, description="Sandboxes kept started ahead once a config is opened repeatedly (0: off)"
     )
+    launcher: Literal["forkserver", "bwrap"] = Field(
+        "forkserver",
+        description="How bwrap-backend sandboxes start: forked from a started template (fast), or one "
+        "bubblewrap process each; rootfs sandboxes always start from bubblewrap",
+    )
     python_fast: bool = Field(
         True, description="Run plain `python3 ...` commands by forking a pre-started interpreter"
     )

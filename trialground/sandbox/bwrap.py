@@ -32,10 +32,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from trialground.errors import SandboxError
-from trialground.sandbox import prewarm, seccomp, teardown, views
+from trialground.sandbox import forkserver, prewarm, seccomp, teardown, views
 from trialground.sandbox.base import WORKSPACE, Command, ExecResult, Limits, Sandbox, SandboxConfig
 from trialground.sandbox.cgroup import Cgroup
 from trialground.sandbox.channel import ChannelClosed, Collected, collect, read_frame, send_request
+from trialground.sandbox.forkserver import SandboxProcess
 from trialground.sandbox.results import build_result, error_result
 from trialground.sandbox.spawn import spawn_bwrap
 from trialground.sandbox.workspace import Workspace
@@ -100,6 +101,17 @@ def _rootfs_binds(rootfs: str) -> list[str]:
     return argv
 
 
+def sandbox_views(config: SandboxConfig) -> list[tuple[str, str]]:
+    """(host source, sandbox path) of the read-only views besides /usr: /etc, and the Python runtime when
+    it is not under /usr."""
+    names = views.ETC_FILES + (views.NETWORK_ETC_FILES if config.network else ())
+    shown = [(str(views.etc_view(names)), "/etc")]
+    prefix = _python_prefix(config)
+    if not prefix.startswith("/usr/"):
+        shown.append((views.runtime_source(prefix), prefix))
+    return shown
+
+
 def bwrap_argv(config: SandboxConfig, workspace: Path, seccomp_fd: int, tmp_mb: int) -> list[str]:
     argv = [BWRAP, "--unshare-user", "--uid", str(INNER_UID), "--gid", str(INNER_UID), "--unshare-pid"]
     argv += ["--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
@@ -118,10 +130,8 @@ def bwrap_argv(config: SandboxConfig, workspace: Path, seccomp_fd: int, tmp_mb: 
                 argv += ["--symlink", os.readlink(host), host]
             elif os.path.isdir(host):
                 argv += ["--ro-bind", host, host]
-        argv += views.etc_argv(views.ETC_FILES + (views.NETWORK_ETC_FILES if config.network else ()))
-        prefix = _python_prefix(config)
-        if not prefix.startswith("/usr/"):
-            argv += ["--ro-bind", views.runtime_source(prefix), prefix]
+        for source, target in sandbox_views(config):
+            argv += ["--ro-bind", source, target]
     argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmp_mb << 20), "--tmpfs", "/dev/shm"]
     argv += ["--size", str(tmp_mb << 20), "--tmpfs", "/tmp", "--bind", str(workspace), WORKSPACE]
     # Everything but /workspace, /tmp and /dev/shm read-only (the root and /dev are tmpfs bubblewrap made).
@@ -137,7 +147,7 @@ async def _drain(stream: asyncio.StreamReader | None) -> None:
         pass
 
 
-async def _reap(proc: asyncio.subprocess.Process) -> None:
+async def _reap(proc: asyncio.subprocess.Process | SandboxProcess) -> None:
     """Wait for a killed bubblewrap and close its pipes. Its stdout/stderr are drained to their end: a pipe
     whose reader stopped reading (output past what we wanted) would otherwise never report EOF."""
     try:
@@ -145,12 +155,32 @@ async def _reap(proc: asyncio.subprocess.Process) -> None:
             await _drain(proc.stdout)
             await _drain(proc.stderr)
             await proc.wait()
-    except TimeoutError:
-        proc._transport.close()  # type: ignore[attr-defined]  # last resort: drop the pipes
+    except TimeoutError:  # last resort: drop the pipes
+        if isinstance(proc, SandboxProcess):
+            proc.close_pipes()
+        else:
+            proc._transport.close()  # type: ignore[attr-defined]
         await proc.wait()
     finally:
         if proc.stdin is not None:
             proc.stdin.close()
+
+
+_P = typing.TypeVar("_P")
+
+
+async def _keep_if_cancelled(start: typing.Awaitable[_P]) -> _P:
+    """Await a process start; when cancelled half-way the start still completes, so that the process is
+    known and killed (a sandbox that was never handed back would outlive its sandbox object)."""
+    task = asyncio.ensure_future(start)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):
+            proc = await task
+            proc.kill()  # type: ignore[attr-defined]
+            await _reap(proc)  # type: ignore[arg-type]
+        raise
 
 
 class BwrapSandbox(Sandbox):
@@ -168,7 +198,7 @@ class BwrapSandbox(Sandbox):
         self.cgroup = Cgroup.create(self.name)
         self._counters = (0, 0)  # the cgroup's (OOM kills, pids refusals) after the last command
         self._uid = workspace.uid
-        self._proc: asyncio.subprocess.Process | None = None
+        self._proc: asyncio.subprocess.Process | SandboxProcess | None = None
         self._greeted = False  # the running supervisor's hello was read
         self._lock = asyncio.Lock()
         self._closed = False
@@ -230,9 +260,11 @@ class BwrapSandbox(Sandbox):
         self._free()
 
     def _kill(self) -> None:
-        """SIGKILL bubblewrap: the sandbox's PID 1 dies with it (--die-with-parent), and every process of
-        the PID namespace with PID 1."""
-        if self._proc is not None and self._proc.returncode is None:
+        """SIGKILL bubblewrap (the sandbox's PID 1 dies with it: --die-with-parent) or the fork server's
+        PID 1; every process of the PID namespace dies with PID 1."""
+        if isinstance(self._proc, SandboxProcess):
+            self._proc.kill()
+        elif self._proc is not None and self._proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self._proc.pid, signal.SIGKILL)
 
@@ -248,25 +280,36 @@ class BwrapSandbox(Sandbox):
         self.workspace.close()
 
     # -- the warm process --------------------------------------------------------------------------------
+    def forked(self) -> bool:
+        """Whether this sandbox starts from the fork server (else from bubblewrap)."""
+        return self.config.launcher == "forkserver" and not self.config.rootfs and forkserver.available()
+
     async def _start(self) -> None:
-        """Start bubblewrap and hand the supervisor its code; does not wait for its hello (`_hello`)."""
+        """Start the sandbox's PID 1, the supervisor, from the fork server or bubblewrap (handing it its
+        code); does not wait for its hello (`_hello`)."""
+        self._greeted = False
+        if self.forked():
+            self._proc = await _keep_if_cancelled(
+                forkserver.start(
+                    python_prefix=_python_prefix(self.config),
+                    uid=self._uid,
+                    workspace=self.workspace.ws,
+                    views_=sandbox_views(self.config),
+                    network=self.config.network,
+                    tmp_bytes=self.config.limits.disk_mb << 20,
+                    cgroup=self.cgroup,
+                )
+            )
+            return
         fd = seccomp.filter_fd()
         try:
             argv = bwrap_argv(self.config, self.workspace.ws, fd, self.config.limits.disk_mb)
-            spawn = asyncio.ensure_future(
+            self._proc = await _keep_if_cancelled(
                 spawn_bwrap(argv, pass_fds=(fd,), cgroup=self.cgroup, uid=self._uid)
             )
-            try:
-                self._proc = await asyncio.shield(spawn)
-            except asyncio.CancelledError:
-                # Cancelled while spawning: keep the handle, or the process would outlive its sandbox.
-                with contextlib.suppress(BaseException):
-                    self._proc = await spawn
-                raise
         finally:
             os.close(fd)
         assert self._proc.stdin is not None
-        self._greeted = False
         self._proc.stdin.write(supervisor_payload(self.config)[1])
 
     async def _hello(self) -> None:
@@ -291,7 +334,9 @@ class BwrapSandbox(Sandbox):
             with contextlib.suppress(TimeoutError):
                 err = await asyncio.wait_for(self._proc.stderr.read(1 << 16), timeout=5)
         await self._stop()
-        raise SandboxError(f"bubblewrap failed to start: {err.decode(errors='replace').strip()}") from exc
+        launcher = "the fork server" if self.forked() else "bubblewrap"
+        message = err.decode(errors="replace").strip()
+        raise SandboxError(f"the sandbox ({launcher}) failed to start: {message}") from exc
 
     async def _exchange(self, request: dict, stdin: bytes, out: Collected, timeout: float) -> dict:
         """One request to the supervisor and its answer (output into `out`); reads the hello first when
@@ -348,7 +393,12 @@ class BwrapSandbox(Sandbox):
         data = stdin.encode() if isinstance(stdin, str) else (stdin or b"")
         async with self._lock:
             start = time.monotonic()
-            if self._proc is None or self._proc.returncode is not None:
+            if self._proc is not None and self._proc.returncode is not None:
+                # PID 1 ended between commands (killed from outside, or its launcher died): say so once,
+                # like a death during a command; the next exec starts the sandbox afresh.
+                await self._stop()
+                return error_result("sandbox died: its PID 1 ended between commands", 0.0)
+            if self._proc is None:
                 await self._start()
             if self.cgroup:
                 self.cgroup.set_limits(
@@ -457,7 +507,7 @@ class BwrapSandbox(Sandbox):
         proc, self._proc = self._proc, None
         await teardown.defer(self, self._finish_close(proc))
 
-    async def _finish_close(self, proc: asyncio.subprocess.Process | None) -> None:
+    async def _finish_close(self, proc: asyncio.subprocess.Process | SandboxProcess | None) -> None:
         try:
             if proc is not None:
                 await _reap(proc)

@@ -5,7 +5,8 @@ chroot, bpf, perf_event_open, keyctl/add_key/request_key, kernel modules, reboot
 unshare, setns, clone with any CLONE_NEW* flag, userfaultfd, handle-based opens, swap, clock and quota
 calls, and the TIOCSTI/TIOCLINUX ioctls (typing into a terminal). `clone3` gets ENOSYS so that libc falls
 back to `clone`, whose flags the filter can see. A call from another architecture (32-bit or x32 entry
-points) kills the process. bubblewrap loads the program with `--seccomp FD`.
+points) kills the process. bubblewrap loads the program with `--seccomp FD`; the fork server's template
+(`template.py`) with prctl(PR_SET_SECCOMP).
 """
 
 from __future__ import annotations
@@ -108,12 +109,17 @@ def build_filter(machine: str | None = None) -> bytes:
 _CACHE: dict[str, bytes] = {}
 
 
-def filter_fd() -> int:
-    """A fresh readable fd holding the program, positioned at its start (bubblewrap reads and closes it)."""
+def program() -> bytes:
+    """This machine's program, built once."""
     machine = platform.machine()
     if machine not in _CACHE:
         _CACHE[machine] = build_filter(machine)
+    return _CACHE[machine]
+
+
+def filter_fd() -> int:
+    """A fresh readable fd holding the program, positioned at its start (bubblewrap reads and closes it)."""
     fd = os.memfd_create("trialground-seccomp", os.MFD_CLOEXEC)
-    os.write(fd, _CACHE[machine])
+    os.write(fd, program())
     os.lseek(fd, 0, os.SEEK_SET)
     return fd

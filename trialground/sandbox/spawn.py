@@ -31,7 +31,6 @@ async def _create(
     argv: Sequence[str], pass_fds: Sequence[int], preexec_fn: Callable[[], None] | None = None
 ) -> asyncio.subprocess.Process:
     """`argv` started with stdin/stdout/stderr pipes (see the module docstring)."""
-    loop = asyncio.get_running_loop()
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -46,25 +45,41 @@ async def _create(
     finally:
         for fd in (in_r, out_w, err_w):
             os.close(fd)
+    try:
+        proc.stdin, proc.stdout, proc.stderr, _ = await connect_pipes(in_w, out_r, err_r)
+    except BaseException:  # cancelled while connecting: nothing may outlive this call
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        raise
+    return proc
+
+
+async def connect_pipes(
+    in_w: int, out_r: int, err_r: int
+) -> tuple[asyncio.StreamWriter, asyncio.StreamReader, asyncio.StreamReader, list[asyncio.BaseTransport]]:
+    """Our ends of a process's stdio pipes as streams of the running loop, plus their transports. Takes
+    ownership of the three descriptors: on failure (or cancellation) they are closed."""
+    loop = asyncio.get_running_loop()
     pipes = [os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0)]
     pipes.append(os.fdopen(in_w, "wb", buffering=0))
+    transports: list[asyncio.BaseTransport] = []
     try:
         readers = []
         for pipe in pipes[:2]:
             reader = asyncio.StreamReader(limit=1 << 16, loop=loop)
             protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
-            await loop.connect_read_pipe(lambda p=protocol: p, pipe)  # type: ignore[misc]
+            read_transport, _ = await loop.connect_read_pipe(lambda p=protocol: p, pipe)  # type: ignore[misc]
+            transports.append(read_transport)
             readers.append(reader)
         transport, flow = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, pipes[2])
-    except BaseException:  # cancelled while connecting: nothing may outlive this call
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
+        transports.append(transport)
+    except BaseException:
+        for t in transports:
+            t.close()
         for pipe in pipes:
             pipe.close()
         raise
-    proc.stdin = asyncio.StreamWriter(transport, flow, None, loop)
-    proc.stdout, proc.stderr = readers
-    return proc
+    return asyncio.StreamWriter(transport, flow, None, loop), readers[0], readers[1], transports
 
 
 async def spawn_bwrap(

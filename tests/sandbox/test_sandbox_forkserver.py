@@ -1,0 +1,124 @@
+"""The fork-server launcher: the same sandbox as bubblewrap's, its template's life, its failures."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from trialground.errors import SandboxError
+from trialground.sandbox import forkserver
+from trialground.sandbox.base import ExecStatus, Limits, SandboxConfig
+from trialground.sandbox.bwrap import BwrapSandbox, bwrap_available
+from trialground.sandbox.factory import open_sandbox
+
+pytestmark = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed")
+SMALL = Limits(wall_s=10, cpu_s=10, memory_mb=128, pids=32, disk_mb=32, output_bytes=64 * 1024)
+
+# What a program can observe of its sandbox, printed in a form both launchers must agree on.
+SURVEY = """
+id; hostname; pwd; echo "$PATH"; ls -A / /dev /workspace /tmp
+grep -E '^(Cap|NoNewPrivs|Seccomp:)' /proc/self/status
+for d in / /usr /etc /dev /proc/sys /tmp /dev/shm /workspace; do
+  touch "$d/.probe" 2>/dev/null && echo "$d writable" || echo "$d read-only"
+done
+awk '$2 ~ "^/(usr|etc|tmp|workspace|dev/shm|proc)$" {print $2, $3}' /proc/mounts | sort
+python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print("loopback up")'
+python3 -c 'import os, sys; print(sys.prefix, os.getcwd())'
+ls /proc | grep -c '^[0-9]'
+"""
+
+
+async def test_both_launchers_build_the_same_sandbox() -> None:
+    seen = {}
+    for launcher in ("forkserver", "bwrap"):
+        async with await open_sandbox(SandboxConfig(limits=SMALL, prewarm=0, launcher=launcher)) as sb:
+            r = await sb.exec(SURVEY)
+            assert r.ok, r
+            seen[launcher] = r.stdout
+    assert seen["forkserver"] == seen["bwrap"]
+    assert "/workspace writable" in seen["bwrap"] and "/usr read-only" in seen["bwrap"]
+
+
+async def test_a_dead_template_takes_its_sandboxes_along_and_is_replaced() -> None:
+    config = SandboxConfig(limits=SMALL, prewarm=0)
+    async with await open_sandbox(config) as sb:
+        assert isinstance(sb, BwrapSandbox) and sb.forked()
+        assert (await sb.exec(["echo", "one"])).stdout == "one\n"
+        key, template = next((k, t) for k, t in forkserver._templates.items() if k[0] == os.getpid())
+        template.proc.kill()
+        deadline = time.monotonic() + 5
+        while sb.alive() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert not sb.alive()  # no sandbox outlives its template
+        died = await sb.exec(["echo", "two"])
+        assert died.status is ExecStatus.SANDBOX_ERROR and "sandbox died" in died.stderr, died
+        # The next command starts the sandbox afresh, from a new template.
+        assert (await sb.exec(["echo", "three"])).stdout == "three\n"
+        assert forkserver._templates[key] is not template
+
+
+@pytest.mark.parametrize("launcher", ["forkserver", "bwrap"])
+def test_sandboxes_die_with_the_host_process(tmp_path: Path, launcher: str) -> None:
+    marker = f"{os.getpid() % 1000}.{len(launcher)}7319"
+    script = textwrap.dedent(
+        f"""
+        import asyncio, sys
+        from trialground.sandbox.base import ExecStatus, Limits, SandboxConfig
+        from trialground.sandbox.factory import open_sandbox
+
+        async def main():
+            sb = await open_sandbox(SandboxConfig(prewarm=0, launcher={launcher!r}))
+            print("ready", flush=True)
+            await sb.exec("sleep {marker}")
+
+        asyncio.run(main())
+        """
+    )
+    host = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert host.stdout is not None and host.stdout.readline() == "ready\n"
+        deadline = time.monotonic() + 10
+        while not _processes_with(f"sleep\x00{marker}") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _processes_with(f"sleep\x00{marker}"), "the command never started"
+    finally:
+        host.kill()
+        host.wait()
+    deadline = time.monotonic() + 5
+    while _processes_with(f"sleep\x00{marker}") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _processes_with(f"sleep\x00{marker}") == []
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+async def test_a_sandbox_that_cannot_be_built_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken_views(config: SandboxConfig) -> list[tuple[str, str]]:
+        return [("/nonexistent-trialground-view", "/etc")]
+
+    monkeypatch.setattr("trialground.sandbox.bwrap.sandbox_views", broken_views)
+    sb = await open_sandbox(SandboxConfig(limits=SMALL, prewarm=0))
+    try:
+        with pytest.raises(SandboxError, match=r"fork server.*mount bind /nonexistent-trialground-view"):
+            await sb.exec(["true"])
+    finally:
+        await sb.close()
+    monkeypatch.undo()
+    async with await open_sandbox(SandboxConfig(limits=SMALL, prewarm=0)) as fine:  # the template is fine
+        assert (await fine.exec(["echo", "ok"])).stdout == "ok\n"

@@ -1,0 +1,290 @@
+"""The fork-server launcher: new sandboxes forked from a started template instead of one bubblewrap each.
+
+A bubblewrap start costs a process spawn, bubblewrap's own mounts and then a whole interpreter start for the
+supervisor, per sandbox. Here one template process (`template.py`) per host process and Python runtime is
+started once; each new sandbox is a fork of it that builds the same namespaces, root file system, limits and
+lock-down that `bwrap_argv` asks bubblewrap for, and is then the very same supervisor speaking the same
+protocol. The sandbox behaves alike under both launchers (one security suite runs against both); rootfs
+sandboxes always use bubblewrap, since their interpreter must come from the image.
+
+The template runs as we do (as root on a root host: it must read the runtime at its real path, which the
+sandbox uid may not traverse; each sandbox drops to uid 65534 first thing), with a cleared environment, in
+our cgroup, and dies when we close its socket (at exit, or when we die); every sandbox dies with its
+intermediate process and that with the template. A sandbox is handled through `SandboxProcess`: a pidfd of
+its PID 1 (kill, wait; immune to pid reuse) and its supervisor's stdio pipes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import marshal
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from trialground.errors import SandboxError
+from trialground.sandbox import seccomp, spawn, views
+from trialground.sandbox.cgroup import Cgroup
+from trialground.sandbox.workspace import BASE_DIR
+
+SOURCES = tuple((Path(__file__).with_name(f"{name}.py")).read_text() for name in ("supervisor", "template"))
+# (pivot_root, capset) system call numbers; the template calls them through libc's syscall()
+SYSCALLS = {"x86_64": (155, 126), "amd64": (155, 126), "aarch64": (41, 91), "arm64": (41, 91)}
+UNKNOWN_EXIT = -1  # PID 1 is not our child: it ended, but its exit status is not ours to read
+_BOOT = (
+    "import posix,marshal,sys\nb=b''\nwhile len(b)<{n}:\n c=posix.read(0,{n}-len(b))\n"
+    " if not c:raise SystemExit(1)\n b+=c\n"
+    "for name,code in zip(('supervisor','template'),marshal.loads(b)):\n"
+    " m=type(sys)(name);sys.modules[name]=m\n"
+    " exec(code if {compiled} else compile(code,name+'.py','exec'),m.__dict__)\n"
+    "posix.close(0);sys.modules['template'].main({fd})"
+)
+
+
+def available() -> bool:
+    return platform.machine() in SYSCALLS and hasattr(os, "pidfd_open")
+
+
+class Template:
+    """One started template process and our end of its socket."""
+
+    def __init__(self, python: str, same_version: bool, uid: int | None) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        codes = [
+            compile(src, f"{name}.py", "exec")
+            for src, name in zip(SOURCES, ("supervisor", "template"), strict=True)
+        ]
+        payload = marshal.dumps(tuple(codes) if same_version else SOURCES)
+        boot = _BOOT.format(n=len(payload), compiled=same_version, fd=theirs.fileno())
+        argv = [python, "-I", "-S", "-c", boot]
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+        try:
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, pass_fds=(theirs.fileno(),), cwd="/",
+                env=env,
+            )  # fmt: skip
+        finally:
+            theirs.close()
+        assert self.proc.stdin is not None
+        with self.proc.stdin:
+            self.proc.stdin.write(payload)
+        self.sock = ours
+        self.lock = threading.Lock()
+        newroot = BASE_DIR / "newroot"
+        newroot.mkdir(mode=0o755, exist_ok=True)
+        settings = {
+            "newroot": str(newroot),
+            "top": _top_level(),
+            "inner_uid": views.INNER_UID,
+            "sandbox_uid": uid,
+            "cap_last": int(Path("/proc/sys/kernel/cap_last_cap").read_text()),
+            "seccomp": seccomp.program(),
+            "sys_pivot_root": SYSCALLS[platform.machine()][0],
+            "sys_capset": SYSCALLS[platform.machine()][1],
+        }
+        self.sock.send(marshal.dumps(settings))
+
+    def send(self, spec: dict, fds: list[int]) -> None:
+        with self.lock:
+            socket.send_fds(self.sock, [marshal.dumps(spec)], fds)
+
+    def close(self) -> None:
+        self.sock.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+
+
+def _top_level() -> list[tuple[str, str, str]]:
+    """/usr and the top-level links or directories programs need, as bubblewrap's launcher shows them."""
+    entries = [("dir", "/usr", "/usr")]
+    for name in ("lib", "lib32", "lib64", "libx32", "bin", "sbin"):
+        host = f"/{name}"
+        if os.path.islink(host):
+            entries.append(("link", host, os.readlink(host)))
+        elif os.path.isdir(host):
+            entries.append(("dir", host, host))
+    return entries
+
+
+_templates: dict[tuple[int, str, int | None], Template] = {}
+_templates_lock = threading.Lock()
+
+
+def _template(prefix: str, uid: int | None, *, replace: Template | None = None) -> Template:
+    """The template of this process for runtime `prefix` and host uid `uid`, started on first use (and
+    again when `replace`, a template that died, is still the current one)."""
+    key = (os.getpid(), prefix, uid)  # a forked copy of us starts its own: the socket is not ours to share
+    with _templates_lock:
+        current = _templates.get(key)
+        if current is not None and current is replace:
+            _templates.pop(key)
+            current.close()
+            current = None
+        if current is None:
+            same = os.path.realpath(prefix) == os.path.realpath(sys.base_prefix)
+            current = _templates[key] = Template(f"{prefix}/bin/python3", same, uid)
+        return current
+
+
+class SandboxProcess:
+    """A fork-server sandbox's PID 1 as the `bwrap` backend handles it (the shape of an asyncio Process:
+    pid, stdin/stdout/stderr streams, returncode, kill, wait)."""
+
+    def __init__(
+        self,
+        pid: int,
+        pidfd: int,
+        pipes: tuple[asyncio.StreamWriter, asyncio.StreamReader, asyncio.StreamReader],
+        transports: list[asyncio.BaseTransport],
+    ) -> None:
+        self.pid = pid
+        self._pidfd = pidfd
+        self.stdin, self.stdout, self.stderr = pipes
+        self._transports = transports
+        self._returncode: int | None = None
+
+    @property
+    def returncode(self) -> int | None:
+        if self._returncode is None and self._pidfd >= 0 and _readable(self._pidfd):
+            self._ended()
+        return self._returncode
+
+    def _ended(self) -> None:
+        self._returncode = UNKNOWN_EXIT
+        os.close(self._pidfd)
+        self._pidfd = -1
+
+    def kill(self) -> None:
+        """SIGKILL PID 1: every process of its PID namespace dies with it."""
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+
+    async def wait(self) -> int:
+        if self.returncode is None:
+            loop = asyncio.get_running_loop()
+            done = loop.create_future()
+            loop.add_reader(self._pidfd, lambda: None if done.done() else done.set_result(None))
+            try:
+                await done
+            finally:
+                loop.remove_reader(self._pidfd)
+            self._ended()
+        assert self._returncode is not None
+        return self._returncode
+
+    def close_pipes(self) -> None:
+        for transport in self._transports:
+            transport.close()
+
+    def __del__(self) -> None:
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+
+
+def _readable(fd: int) -> bool:
+    import select
+
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+async def start(
+    *,
+    python_prefix: str,
+    uid: int | None,
+    workspace: Path,
+    views_: list[tuple[str, str]],
+    network: bool,
+    tmp_bytes: int,
+    cgroup: Cgroup | None,
+) -> SandboxProcess:
+    """A new sandbox from the template, in `cgroup` before it runs anything, its supervisor about to start.
+    Raises SandboxError (with the template's message) when it could not be made."""
+    spec = {"workspace": str(workspace), "views": views_, "network": network, "tmp_bytes": tmp_bytes}
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    info, info_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        template = _template(python_prefix, uid)
+        try:
+            template.send(spec, [in_r, out_w, err_w, info_theirs.fileno()])
+        except OSError:  # it died (killed from outside): one new one, once
+            template = _template(python_prefix, uid, replace=template)
+            template.send(spec, [in_r, out_w, err_w, info_theirs.fileno()])
+    except BaseException:
+        for fd in (in_w, out_r, err_r):
+            os.close(fd)
+        info.close()
+        raise
+    finally:
+        for fd in (in_r, out_w, err_w):
+            os.close(fd)
+        info_theirs.close()
+    with info:
+        try:
+            pipes = await spawn.connect_pipes(in_w, out_r, err_r)
+        except BaseException:
+            info.close()  # the intermediate's report fails; PID 1 sees its stdin close and exits
+            raise
+        writer, reader, errors, transports = pipes
+        try:
+            reply = await _receive(info, timeout=30)
+        except BaseException:
+            for transport in transports:
+                transport.close()
+            raise
+    if reply is None:
+        err = b""
+        with contextlib.suppress(TimeoutError):
+            err = await asyncio.wait_for(errors.read(1 << 16), timeout=5)
+        for transport in transports:
+            transport.close()
+        raise SandboxError(f"the sandbox failed to start: {err.decode(errors='replace').strip()}")
+    pid, pidfd = reply
+    if cgroup is not None:
+        with contextlib.suppress(ProcessLookupError, OSError):
+            cgroup.add(pid)
+    writer.write(b"g")  # PID 1 may go on: it is in the sandbox's cgroup
+    return SandboxProcess(pid, pidfd, (writer, reader, errors), transports)
+
+
+async def _receive(info: socket.socket, timeout: float) -> tuple[int, int] | None:
+    """The intermediate's report: PID 1's host pid and a pidfd of it; None when it ended without one."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[tuple[int, int] | None] = loop.create_future()
+    info.setblocking(False)
+
+    def readable() -> None:
+        try:
+            msg, fds, _flags, _addr = socket.recv_fds(info, 64, 1)
+        except BlockingIOError:
+            return
+        if done.done():
+            for fd in fds:
+                os.close(fd)
+            return
+        if not msg or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            done.set_result(None)
+            return
+        done.set_result((marshal.loads(msg), fds[0]))
+
+    loop.add_reader(info.fileno(), readable)
+    try:
+        return await asyncio.wait_for(done, timeout)
+    except TimeoutError:
+        return None
+    except BaseException:  # cancelled: a report that did arrive must not leak its pidfd
+        if done.done() and not done.cancelled() and (result := done.result()) is not None:
+            os.close(result[1])
+        raise
+    finally:
+        loop.remove_reader(info.fileno())
