@@ -4,7 +4,9 @@
 
 - bare:  `python3 -I -S -c pass` spawned on the host (the sandbox's own interpreter, no sandbox)
 - cold:  the same command in a brand-new sandbox: open + exec + close, and the exec alone; without
-         spares (prewarm=0) and with one spare started ahead in the background (prewarm=1)
+         spares (prewarm=0) from each launcher (the fork server, the default, and one bubblewrap per
+         sandbox), also with the command really exec'd (python_fast=False, no pre-started interpreter),
+         and with one spare started ahead in the background (prewarm=1)
 - warm:  the same command in an already-open sandbox (forked from the pre-started interpreter)
 - restore: `restore(snapshot)` after changes, for workspaces of 10, 1,000 and 10,000 files
 - throughput: fresh-sandbox runs/s and warm execs/s with 2 concurrent workers
@@ -38,9 +40,17 @@ async def spare_ready(cfg: SandboxConfig, timeout: float = 5.0) -> None:
         await asyncio.sleep(0.005)
 
 
+COLD = {
+    "cold_total": SandboxConfig(prewarm=0),
+    "cold_bwrap_total": SandboxConfig(prewarm=0, launcher="bwrap"),
+    "cold_exec_real_total": SandboxConfig(prewarm=0, python_fast=False),
+    "cold_bwrap_exec_real_total": SandboxConfig(prewarm=0, launcher="bwrap", python_fast=False),
+}
+
+
 async def latency(iterations: int) -> dict[str, list[float]]:
-    cold_cfg, pooled_cfg = SandboxConfig(prewarm=0), SandboxConfig(prewarm=1)
-    keys = ("bare", "cold_exec", "cold_total", "pooled_total", "warm")
+    pooled_cfg = SandboxConfig(prewarm=1)
+    keys = ("bare", "cold_exec", "cold_bwrap_exec", *COLD, "pooled_total", "warm")
     out: dict[str, list[float]] = {k: [] for k in keys}
     async with await open_sandbox(SandboxConfig(prewarm=0)) as warm:
         for _ in range(3):
@@ -50,14 +60,16 @@ async def latency(iterations: int) -> dict[str, list[float]]:
             proc = await asyncio.create_subprocess_exec(*CMD)
             assert await proc.wait() == 0
             out["bare"].append(time.perf_counter() - t)
-            t = time.perf_counter()
-            sb = await open_sandbox(cold_cfg)
-            t_exec = time.perf_counter()
-            r = await sb.exec(CMD)
-            out["cold_exec"].append(time.perf_counter() - t_exec)
-            await sb.close()
-            out["cold_total"].append(time.perf_counter() - t)
-            assert r.ok, r
+            for key, cfg in COLD.items():
+                t = time.perf_counter()
+                sb = await open_sandbox(cfg)
+                t_exec = time.perf_counter()
+                r = await sb.exec(CMD)
+                if key in ("cold_total", "cold_bwrap_total"):
+                    out[key.replace("_total", "_exec")].append(time.perf_counter() - t_exec)
+                await sb.close()
+                out[key].append(time.perf_counter() - t)
+                assert r.ok, r
             t = time.perf_counter()
             async with await open_sandbox(pooled_cfg) as sb:
                 assert (await sb.exec(CMD)).ok
@@ -90,8 +102,7 @@ async def restore_times(sizes: tuple[int, ...], repeats: int) -> dict[int, tuple
     return result
 
 
-async def throughput(seconds: float, workers: int) -> tuple[float, float]:
-    cfg = SandboxConfig(prewarm=0)
+async def fresh_rate(cfg: SandboxConfig, seconds: float, workers: int) -> float:
     stop = time.monotonic() + seconds
     fresh = 0
 
@@ -103,6 +114,13 @@ async def throughput(seconds: float, workers: int) -> tuple[float, float]:
             fresh += 1
 
     await asyncio.gather(*(fresh_worker() for _ in range(workers)))
+    return fresh / seconds
+
+
+async def throughput(seconds: float, workers: int) -> tuple[float, float, float]:
+    cfg = SandboxConfig(prewarm=0)
+    fresh = await fresh_rate(cfg, seconds, workers)
+    fresh_bwrap = await fresh_rate(SandboxConfig(prewarm=0, launcher="bwrap"), seconds, workers)
     warm_count = 0
     stop = time.monotonic() + seconds
 
@@ -114,7 +132,7 @@ async def throughput(seconds: float, workers: int) -> tuple[float, float]:
                 warm_count += 1
 
     await asyncio.gather(*(warm_worker() for _ in range(workers)))
-    return fresh / seconds, warm_count / seconds
+    return fresh, fresh_bwrap, warm_count / seconds
 
 
 async def main() -> None:
@@ -126,20 +144,28 @@ async def main() -> None:
     lat = await latency(args.iterations)
     bare = ms(lat["bare"])
     restores = await restore_times((10, 1_000, 10_000), repeats=10)
-    fresh_rps, warm_rps = await throughput(args.seconds, args.workers)
+    fresh_rps, fresh_bwrap_rps, warm_rps = await throughput(args.seconds, args.workers)
     print(f"| measurement (median of {args.iterations}, interleaved) | ms | vs bare |")
     print("|---|---:|---:|")
     for key, label in (
         ("bare", "host: `python3 -I -S -c pass` (bare)"),
-        ("cold_exec", "fresh sandbox (prewarm=0): exec of the same"),
-        ("cold_total", "fresh sandbox (prewarm=0): open + exec + close"),
+        ("cold_exec", "fresh sandbox (fork server, prewarm=0): exec of the same"),
+        ("cold_total", "fresh sandbox (fork server, prewarm=0): open + exec + close"),
+        ("cold_exec_real_total", "fresh sandbox (fork server), command exec'd: open + exec + close"),
+        ("cold_bwrap_exec", "fresh sandbox (bubblewrap launcher, prewarm=0): exec of the same"),
+        ("cold_bwrap_total", "fresh sandbox (bubblewrap launcher, prewarm=0): open + exec + close"),
+        (
+            "cold_bwrap_exec_real_total",
+            "fresh sandbox (bubblewrap), command really exec'd: open + exec + close",
+        ),
         ("pooled_total", "fresh sandbox (prewarm=1, spare started ahead): open + exec + close"),
         ("warm", "warm sandbox: exec of the same"),
     ):
         print(f"| {label} | {ms(lat[key]):.1f} | {ms(lat[key]) / bare:.2f}x |")
     for n, (t, mode) in restores.items():
         print(f"| restore, {n:,} files ({mode}) | {t:.2f} | |")
-    print(f"| fresh sandboxes (open+exec+close) per second, {args.workers} workers | {fresh_rps:.1f}/s | |")
+    print(f"| fresh sandboxes (fork server) per second, {args.workers} workers | {fresh_rps:.1f}/s | |")
+    print(f"| fresh sandboxes (bubblewrap) per second, {args.workers} workers | {fresh_bwrap_rps:.1f}/s | |")
     print(f"| warm execs per second, {args.workers} workers | {warm_rps:.1f}/s | |")
 
 
