@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -13,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from trialground.errors import SandboxError
-from trialground.sandbox import forkserver
+from trialground.sandbox import bwrap, forkserver, mounts
 from trialground.sandbox.base import ExecStatus, Limits, SandboxConfig
 from trialground.sandbox.bwrap import BwrapSandbox, bwrap_available
 from trialground.sandbox.factory import open_sandbox
+from trialground.sandbox.workspace import BASE_DIR
 
 pytestmark = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed")
 SMALL = Limits(wall_s=10, cpu_s=10, memory_mb=128, pids=32, disk_mb=32, output_bytes=64 * 1024)
@@ -65,12 +68,12 @@ async def test_a_dead_template_takes_its_sandboxes_along_and_is_replaced() -> No
 
 
 @pytest.mark.parametrize("launcher", ["forkserver", "bwrap"])
-def test_sandboxes_die_with_the_host_process(tmp_path: Path, launcher: str) -> None:
+def test_sandboxes_die_with_the_host_process(launcher: str) -> None:
     marker = f"{os.getpid() % 1000}.{len(launcher)}7319"
     script = textwrap.dedent(
         f"""
-        import asyncio, sys
-        from trialground.sandbox.base import ExecStatus, Limits, SandboxConfig
+        import asyncio
+        from trialground.sandbox.base import SandboxConfig
         from trialground.sandbox.factory import open_sandbox
 
         async def main():
@@ -122,3 +125,70 @@ async def test_a_sandbox_that_cannot_be_built_says_why(monkeypatch: pytest.Monke
     monkeypatch.undo()
     async with await open_sandbox(SandboxConfig(limits=SMALL, prewarm=0)) as fine:  # the template is fine
         assert (await fine.exec(["echo", "ok"])).stdout == "ok\n"
+
+
+@pytest.mark.parametrize("launcher", ["forkserver", "bwrap"])
+async def test_read_only_views_stay_read_only_below_their_own_mounts(
+    monkeypatch: pytest.MonkeyPatch, launcher: str
+) -> None:
+    """A view whose source has a writable file system mounted inside it is read-only all the way down."""
+    if not mounts.CAN_MOUNT:
+        pytest.skip("needs root to mount")
+    source = Path(tempfile.mkdtemp(prefix="view-test-", dir=BASE_DIR))  # where the sandbox uid may look
+    os.chmod(source, 0o755)
+    (source / "inner").mkdir()
+    assert mounts.mount_tmpfs(source / "inner", 1)
+    try:
+        os.chmod(source / "inner", 0o777)
+        (source / "inner" / "seen.txt").write_text("inner\n")
+        original = bwrap.sandbox_views
+
+        def with_view(config: SandboxConfig) -> list[tuple[str, str]]:
+            return [*original(config), (str(source), "/opt/view")]
+
+        monkeypatch.setattr(bwrap, "sandbox_views", with_view)
+        async with await open_sandbox(SandboxConfig(limits=SMALL, prewarm=0, launcher=launcher)) as sb:
+            r = await sb.exec("cat /opt/view/inner/seen.txt; touch /opt/view/inner/x /opt/view/x 2>&1")
+            assert r.stdout.startswith("inner\n") and r.stdout.count("Read-only file system") == 2, r
+        assert not (source / "inner" / "x").exists()
+    finally:
+        mounts.umount(source / "inner")
+        shutil.rmtree(source)
+
+
+@pytest.mark.skipif(
+    not os.path.exists("/usr/bin/python3") or os.path.realpath(sys.base_prefix) == "/usr",
+    reason="needs a second Python runtime at /usr",
+)
+async def test_another_runtime_gets_its_own_template() -> None:
+    """A sandbox on another Python (the system's) runs its supervisor, and its Python commands, on that
+    Python: the template is started from it and compiles the supervisor itself."""
+    seen = []
+    for fast in (True, False):  # the pre-started interpreter, and a real start
+        config = SandboxConfig(limits=SMALL, prewarm=0, python_prefix="/usr", python_fast=fast)
+        async with await open_sandbox(config) as sb:
+            r = await sb.exec(["python3", "-c", "import sys; print(sys.prefix, sys.version)"])
+            assert r.ok and r.stdout.startswith("/usr "), r
+            seen.append(r.stdout)
+    assert seen[0] == seen[1]
+    ours = [key for key in forkserver._templates if key[0] == os.getpid()]
+    assert {key[1] for key in ours} >= {"/usr"}
+
+
+def test_a_forked_host_starts_its_own_template() -> None:
+    async def echo(word: str) -> str:
+        async with await open_sandbox(SandboxConfig(limits=SMALL, prewarm=0)) as sb:
+            return (await sb.exec(["echo", word])).stdout
+
+    assert asyncio.run(echo("parent")) == "parent\n"
+    parents = {key: t for key, t in forkserver._templates.items() if key[0] == os.getpid()}
+    pid = os.fork()
+    if pid == 0:  # the child: its own template, none of the parent's sockets
+        ok = asyncio.run(echo("child")) == "child\n"
+        ok = ok and all(key[0] == os.getpid() for key in forkserver._templates)
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert asyncio.run(echo("again")) == "again\n"
+    for key, template in parents.items():
+        assert forkserver._templates[key] is template and template.proc.poll() is None

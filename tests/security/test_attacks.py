@@ -347,6 +347,15 @@ async def test_sandbox_processes_hold_no_socket_or_host_file(sandbox: Sandbox) -
             assert target.startswith("pipe:") or target == "/dev/null", (pid, fd, target)
 
 
+async def test_commands_inherit_only_their_stdio(sandbox: Sandbox) -> None:
+    """A descriptor left open in a command (a supervisor pipe, a launcher socket) would let it forge the
+    host channel or reach the launcher: a command holds stdin, stdout and stderr only (3 is the listing)."""
+    listing = "import os; print(sorted(os.listdir('/proc/self/fd')))"
+    for cmd in (["python3", "-c", listing], ["python3", "-S", "-c", listing]):
+        assert (await sandbox.exec(cmd)).stdout == "['0', '1', '2', '3']\n"
+    assert (await sandbox.exec("ls /proc/self/fd")).stdout.split() == ["0", "1", "2", "3"]
+
+
 async def test_sandboxes_cannot_see_each_other(sandbox: Sandbox) -> None:
     await sandbox.write("mine.txt", "private")
     root = sandbox.workspace.root  # type: ignore[attr-defined]

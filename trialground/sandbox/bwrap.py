@@ -1,6 +1,8 @@
 """The default backend: bubblewrap namespaces + seccomp + cgroup limits, with a warm supervisor inside.
 
-One `BwrapSandbox` owns one bubblewrap process whose PID 1 is the supervisor (`supervisor.py`); each
+One `BwrapSandbox` owns one sandbox whose PID 1 is the supervisor (`supervisor.py`), started by one of two
+launchers (`config.launcher`): forked from the fork server's template (`forkserver.py`, the default), or
+as one bubblewrap process per sandbox (always for `config.rootfs`); both build the same sandbox. Each
 `exec` is one request to it, so a warm sandbox runs the next command without new namespaces, and Python
 commands fork the already-started interpreter. Commands of one sandbox run one at a time (a lock), and every
 process a command started is killed when it ends.

@@ -17,6 +17,7 @@ its PID 1 (kill, wait; immune to pid reuse) and its supervisor's stdio pipes.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import marshal
 import os
@@ -95,6 +96,7 @@ class Template:
             socket.send_fds(self.sock, [marshal.dumps(spec)], fds)
 
     def close(self) -> None:
+        """Close our end: the template exits, and with it every sandbox it made."""
         self.sock.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
@@ -114,6 +116,26 @@ def _top_level() -> list[tuple[str, str, str]]:
 
 _templates: dict[tuple[int, str, int | None], Template] = {}
 _templates_lock = threading.Lock()
+
+
+def _forget_parents_templates() -> None:
+    """In a forked copy of us: drop our copies of the parent's template sockets, or its templates would
+    live on until we exit too."""
+    for template in _templates.values():
+        template.sock.close()
+    _templates.clear()
+
+
+@atexit.register
+def _close_templates() -> None:
+    with _templates_lock:
+        for key, template in list(_templates.items()):
+            if key[0] == os.getpid():
+                template.close()
+        _templates.clear()
+
+
+os.register_at_fork(after_in_child=_forget_parents_templates)
 
 
 def _template(prefix: str, uid: int | None, *, replace: Template | None = None) -> Template:

@@ -100,26 +100,28 @@ def _kept_flags(path: str) -> int:
     return sum(ms for st, ms in KEPT_FLAGS if found & st)
 
 
-def _bind(source: str, target: str, readonly: bool, devices: bool = False) -> None:
+def _bind(
+    source: str, target: str, readonly: bool, devices: bool = False, host_mounts: "list[str] | None" = None
+) -> None:
     """bubblewrap's bind: recursive, then remounted nosuid (and nodev unless `devices`), read-only if asked;
-    read-only reaches every mount under `target` too."""
+    read-only reaches every mount below `source` (from `host_mounts`, the host's mount points) too."""
     _mount(source, target, None, MS_BIND | MS_REC)
     extra = MS_NOSUID | (0 if devices else MS_NODEV) | (MS_RDONLY if readonly else 0)
     _remount(target, extra)
-    if readonly:
-        for sub in _mounts_under(target):
-            _remount(sub, extra)
+    prefix = source.rstrip("/") + "/"
+    for point in host_mounts or ():
+        if point.startswith(prefix):
+            _remount(target + point[len(prefix) - 1 :], extra)
 
 
 def _remount(target: str, flags: int) -> None:
     _mount(None, target, None, MS_BIND | MS_REMOUNT | flags | _kept_flags(target))
 
 
-def _mounts_under(path: str) -> "list[str]":
-    prefix = path.rstrip("/") + "/"
+def _mount_points() -> "list[str]":
+    """Every mount point of our mount namespace, in mount order."""
     with open("/proc/self/mountinfo", "rb") as f:
-        points = [line.split()[4].decode("unicode_escape") for line in f]
-    return [p for p in points if p.startswith(prefix)]
+        return [line.split()[4].decode("unicode_escape") for line in f]
 
 
 def _makedirs(path: str) -> None:
@@ -132,16 +134,17 @@ def _build_root(spec: dict) -> None:
     _mount(
         None, "/", None, MS_REC | MS_SLAVE
     )  # host mounts still reach us (workspace restores), ours never leave
+    host_mounts = _mount_points()
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
     for kind, name, value in SETTINGS["top"]:  # ("link", "/lib", "usr/lib") or ("dir", "/usr", "/usr")
         if kind == "link":
             os.symlink(value, root + name)
         else:
             _makedirs(root + name)
-            _bind(value, root + name, readonly=True)
+            _bind(value, root + name, readonly=True, host_mounts=host_mounts)
     for source, target in spec["views"]:  # /etc and the runtime, read-only
         _makedirs(root + target)
-        _bind(source, root + target, readonly=True)
+        _bind(source, root + target, readonly=True, host_mounts=host_mounts)
     for name in ("proc", "dev", "tmp", "workspace", "oldroot"):
         _makedirs(f"{root}/{name}")
     _mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
