@@ -156,7 +156,7 @@ async def main() -> None:
         ("cold_bwrap_total", "fresh sandbox (bubblewrap launcher, prewarm=0): open + exec + close"),
         (
             "cold_bwrap_exec_real_total",
-            "fresh sandbox (bubblewrap), command really exec'd: open + exec + close",
+            "fresh sandbox (bubblewrap), command exec'd: open + exec + close",
         ),
         ("pooled_total", "fresh sandbox (prewarm=1, spare started ahead): open + exec + close"),
         ("warm", "warm sandbox: exec of the same"),
