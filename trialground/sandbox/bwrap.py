@@ -47,7 +47,9 @@ BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
 SANDBOX_HOST_UID = 65534  # when the host runs as root, sandboxes run as this unprivileged host uid
 INNER_UID = views.INNER_UID
 SUPERVISOR_SLACK_BYTES = 32 << 20  # the supervisor's own memory, on top of the command's limit
-SUPERVISOR_PIDS = 2  # the outer bwrap process and the supervisor
+# Processes in the sandbox's cgroup besides the command's: the supervisor, and bubblewrap's outer process
+# under its launcher (the fork server's intermediate stays outside the cgroup).
+SUPERVISOR_PIDS = {"bwrap": 2, "forkserver": 1}
 SUPERVISOR_SOURCE = (Path(__file__).with_name("supervisor.py")).read_text()
 # The supervisor's code reaches it on its stdin, marshalled when the sandbox runs this very Python version
 # (skips compiling it at every start), as source otherwise. The bootstrap reads exactly that many bytes
@@ -395,16 +397,19 @@ class BwrapSandbox(Sandbox):
         data = stdin.encode() if isinstance(stdin, str) else (stdin or b"")
         async with self._lock:
             start = time.monotonic()
-            if self._proc is not None and self._proc.returncode is not None:
+            if self._greeted and self._proc is not None and self._proc.returncode is not None:
                 # PID 1 ended between commands (killed from outside, or its launcher died): say so once,
-                # like a death during a command; the next exec starts the sandbox afresh.
+                # like a death during a command; the next exec starts the sandbox afresh. (One that never
+                # said hello failed to start: the exchange below raises with its own message.)
                 await self._stop()
                 return error_result("sandbox died: its PID 1 ended between commands", 0.0)
             if self._proc is None:
                 await self._start()
             if self.cgroup:
                 self.cgroup.set_limits(
-                    lim.memory_mb * 2**20 + SUPERVISOR_SLACK_BYTES, lim.pids + SUPERVISOR_PIDS
+                    lim.memory_mb * 2**20 + SUPERVISOR_SLACK_BYTES,
+                    lim.pids
+                    + SUPERVISOR_PIDS["forkserver" if isinstance(self._proc, SandboxProcess) else "bwrap"],
                 )
             out = Collected(cap=lim.output_bytes)
             try:

@@ -19,6 +19,9 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import ctypes
+import errno
+import functools
 import marshal
 import os
 import platform
@@ -35,8 +38,13 @@ from trialground.sandbox.cgroup import Cgroup
 from trialground.sandbox.workspace import BASE_DIR
 
 SOURCES = tuple((Path(__file__).with_name(f"{name}.py")).read_text() for name in ("supervisor", "template"))
-# (pivot_root, capset) system call numbers; the template calls them through libc's syscall()
-SYSCALLS = {"x86_64": (155, 126), "amd64": (155, 126), "aarch64": (41, 91), "arm64": (41, 91)}
+# System call numbers the template calls through libc's syscall() (no wrappers in Python 3.11's os).
+_NEW_MOUNT_API = {"open_tree": 428, "move_mount": 429, "mount_setattr": 442}  # the same on both
+SYSCALLS = {
+    "x86_64": {"pivot_root": 155, "capset": 126, **_NEW_MOUNT_API},
+    "aarch64": {"pivot_root": 41, "capset": 91, **_NEW_MOUNT_API},
+}
+SYSCALLS["amd64"], SYSCALLS["arm64"] = SYSCALLS["x86_64"], SYSCALLS["aarch64"]
 UNKNOWN_EXIT = -1  # PID 1 is not our child: it ended, but its exit status is not ours to read
 _BOOT = (
     "import posix,marshal,sys\nb=b''\nwhile len(b)<{n}:\n c=posix.read(0,{n}-len(b))\n"
@@ -48,8 +56,18 @@ _BOOT = (
 )
 
 
+@functools.cache
 def available() -> bool:
-    return platform.machine() in SYSCALLS and hasattr(os, "pidfd_open")
+    """Whether sandboxes can start here from the fork server: a known architecture, pidfds, and the new
+    mount API's `mount_setattr` (Linux >= 5.12, not refused by a seccomp profile of our own). Where not,
+    the `bwrap` backend starts them with bubblewrap, which isolates alike."""
+    if platform.machine() not in SYSCALLS or not hasattr(os, "pidfd_open"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    number = SYSCALLS[platform.machine()]["mount_setattr"]
+    ctypes.set_errno(0)
+    libc.syscall(number, -1, b"", 0, None, 0)  # a bad descriptor: EBADF where the call exists
+    return ctypes.get_errno() not in (errno.ENOSYS, errno.EPERM)
 
 
 class Template:
@@ -86,14 +104,16 @@ class Template:
             "sandbox_uid": uid,
             "cap_last": int(Path("/proc/sys/kernel/cap_last_cap").read_text()),
             "seccomp": seccomp.program(),
-            "sys_pivot_root": SYSCALLS[platform.machine()][0],
-            "sys_capset": SYSCALLS[platform.machine()][1],
+            **{f"sys_{name}": number for name, number in SYSCALLS[platform.machine()].items()},
         }
         self.sock.send(marshal.dumps(settings))
 
-    def send(self, spec: dict, fds: list[int]) -> None:
+    def send(self, spec: dict, workspace: Path, fds: list[int]) -> None:
+        """One sandbox's request: its settings, its workspace's host path (sent apart, so the sandbox can
+        wipe it from memory once bound), and its four descriptors."""
+        head = marshal.dumps(spec)
         with self.lock:
-            socket.send_fds(self.sock, [marshal.dumps(spec)], fds)
+            socket.send_fds(self.sock, [len(head).to_bytes(4, "big"), head, os.fsencode(workspace)], fds)
 
     def close(self) -> None:
         """Close our end: the template exits, and with it every sandbox it made."""
@@ -228,7 +248,7 @@ async def start(
 ) -> SandboxProcess:
     """A new sandbox from the template, in `cgroup` before it runs anything, its supervisor about to start.
     Raises SandboxError (with the template's message) when it could not be made."""
-    spec = {"workspace": str(workspace), "views": views_, "network": network, "tmp_bytes": tmp_bytes}
+    spec = {"views": views_, "network": network, "tmp_bytes": tmp_bytes}
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -236,10 +256,10 @@ async def start(
     try:
         template = _template(python_prefix, uid)
         try:
-            template.send(spec, [in_r, out_w, err_w, info_theirs.fileno()])
+            template.send(spec, workspace, [in_r, out_w, err_w, info_theirs.fileno()])
         except OSError:  # it died (killed from outside): one new one, once
             template = _template(python_prefix, uid, replace=template)
-            template.send(spec, [in_r, out_w, err_w, info_theirs.fileno()])
+            template.send(spec, workspace, [in_r, out_w, err_w, info_theirs.fileno()])
     except BaseException:
         for fd in (in_w, out_r, err_r):
             os.close(fd)
@@ -270,7 +290,9 @@ async def start(
             transport.close()
         raise SandboxError(f"the sandbox failed to start: {err.decode(errors='replace').strip()}")
     pid, pidfd = reply
-    if cgroup is not None:
+    # PID 1 waits for our go and cannot have ended on its own, unless its set-up failed: then its pid may
+    # be free again, and must not be moved into the cgroup (whose teardown kills what it holds).
+    if cgroup is not None and not _readable(pidfd):
         with contextlib.suppress(ProcessLookupError, OSError):
             cgroup.add(pid)
     writer.write(b"g")  # PID 1 may go on: it is in the sandbox's cgroup
@@ -288,6 +310,8 @@ async def _receive(info: socket.socket, timeout: float) -> tuple[int, int] | Non
             msg, fds, _flags, _addr = socket.recv_fds(info, 64, 1)
         except BlockingIOError:
             return
+        for fd in fds:  # close-on-exec (3.11's recv_fds drops its flags argument: no MSG_CMSG_CLOEXEC)
+            os.set_inheritable(fd, False)
         if done.done():
             for fd in fds:
                 os.close(fd)

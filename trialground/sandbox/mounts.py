@@ -15,6 +15,8 @@ from pathlib import Path
 
 from trialground.errors import SandboxError
 
+MS_NOSUID = 2
+MS_NODEV = 4
 MS_BIND = 4096
 MS_REC = 16384
 MS_SHARED = 1 << 20
@@ -43,7 +45,9 @@ def mount_tmpfs(target: Path, size_mb: int) -> bool:
     sandboxes that bind part of it. False when it cannot be mounted here."""
     inodes = max(1024, size_mb * 256)
     try:
-        _mount("tmpfs", target, "tmpfs", 0, f"size={size_mb}m,nr_inodes={inodes},mode=0755")
+        _mount(
+            "tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size_mb}m,nr_inodes={inodes},mode=0755"
+        )
     except SandboxError:
         return False
     _mount("none", target, None, MS_SHARED, None)
@@ -51,9 +55,12 @@ def mount_tmpfs(target: Path, size_mb: int) -> bool:
 
 
 def mount_overlay(target: Path, lowers: list[Path], upper: Path, work: Path) -> None:
-    """Mount an overlay on `target`; `lowers` are listed top (newest) first."""
+    """Mount an overlay on `target`; `lowers` are listed top (newest) first. nosuid and nodev, like the
+    sandbox's own bind of the workspace: the overlay reaches running sandboxes by propagation, with these
+    flags and not the bind's."""
     lower = ":".join(str(p) for p in lowers)
-    _mount("overlay", target, "overlay", 0, f"lowerdir={lower},upperdir={upper},workdir={work}")
+    options = f"lowerdir={lower},upperdir={upper},workdir={work}"
+    _mount("overlay", target, "overlay", MS_NOSUID | MS_NODEV, options)
 
 
 def bind(source: Path, target: Path) -> None:

@@ -44,6 +44,9 @@ CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC, MS_SLAVE, MS_RELATIME = 1024, 2048, 4096, 16384, 1 << 19, 1 << 21
 MNT_DETACH = 2
+AT_FDCWD, AT_EMPTY_PATH, AT_RECURSIVE, MOVE_MOUNT_F_EMPTY = -100, 0x1000, 0x8000, 4
+OPEN_TREE_FLAGS = 1 | os.O_CLOEXEC | AT_RECURSIVE  # OPEN_TREE_CLONE: a detached copy of the whole tree
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 1, 2, 4
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = (
     1,
     4,
@@ -101,67 +104,79 @@ def _kept_flags(path: str) -> int:
     return sum(ms for st, ms in KEPT_FLAGS if found & st)
 
 
-def _bind(
-    source: str, target: str, readonly: bool, devices: bool = False, host_mounts: "list[str] | None" = None
-) -> None:
-    """bubblewrap's bind: recursive, then remounted nosuid (and nodev unless `devices`), read-only if asked;
-    read-only reaches every mount below `source` (from `host_mounts`, the host's mount points) too."""
+def _bind(source: str, target: str, devices: bool = False) -> None:
+    """bubblewrap's writable bind: recursive, then remounted nosuid (and nodev unless `devices`)."""
     _mount(source, target, None, MS_BIND | MS_REC)
-    extra = MS_NOSUID | (0 if devices else MS_NODEV) | (MS_RDONLY if readonly else 0)
-    _remount(target, extra)
-    prefix = source.rstrip("/") + "/"
-    for point in host_mounts or ():
-        if point.startswith(prefix):
-            _remount(target + point[len(prefix) - 1 :], extra)
+    _remount(target, MS_NOSUID | (0 if devices else MS_NODEV))
+
+
+def _bind_workspace(path: bytearray, target: str) -> None:
+    """Bind the workspace (`path`: its host path, NUL-terminated) at `target`, then wipe `path`: the
+    supervisor and every command are forks of this process, and the host path is none of their business."""
+    source = (ctypes.c_char * len(path)).from_buffer(path)
+    try:
+        _check(LIBC.mount(source, target.encode(), None, MS_BIND | MS_REC, None), "bind the workspace")
+    finally:
+        del source
+        path[:] = bytes(len(path))
+    _remount(target, MS_NOSUID | MS_NODEV)
+
+
+def _bind_readonly(source: str, target: str) -> None:
+    """A recursive bind made read-only, nosuid and nodev all the way down, every mount below `source`
+    included, in one call (`mount_setattr` with AT_RECURSIVE) rather than by reading the mount table: that
+    table lists the host's mounts (other sandboxes' workspaces among them), and whatever this process reads
+    stays in the memory that every command of the sandbox inherits."""
+    tree = LIBC.syscall(SETTINGS["sys_open_tree"], AT_FDCWD, source.encode(), OPEN_TREE_FLAGS)
+    if tree < 0:
+        _check(-1, f"open_tree {source}")
+    try:
+        attr = struct.pack("QQQQ", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, 0, 0)
+        set_flags = SETTINGS["sys_mount_setattr"]
+        _check(
+            LIBC.syscall(set_flags, tree, b"", AT_EMPTY_PATH | AT_RECURSIVE, attr, 32), f"read-only {target}"
+        )
+        moved = LIBC.syscall(
+            SETTINGS["sys_move_mount"], tree, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY
+        )
+        _check(moved, f"move_mount {source} to {target}")
+    finally:
+        os.close(tree)
 
 
 def _remount(target: str, flags: int) -> None:
     _mount(None, target, None, MS_BIND | MS_REMOUNT | flags | _kept_flags(target))
 
 
-def _mount_points() -> "list[str]":
-    """Every mount point of our mount namespace, in mount order (raw reads: this runs in a fresh fork,
-    where every page the io stack would touch costs a copy-on-write fault)."""
-    fd = os.open("/proc/self/mountinfo", os.O_RDONLY)
-    try:
-        data = b""
-        while chunk := os.read(fd, 1 << 16):
-            data += chunk
-    finally:
-        os.close(fd)
-    return [line.split(b" ", 5)[4].decode("unicode_escape") for line in data.splitlines()]
-
-
 def _makedirs(path: str) -> None:
     os.makedirs(path, mode=0o755, exist_ok=True)
 
 
-def _build_root(spec: dict) -> None:
+def _build_root(spec: dict, workspace: bytearray) -> None:
     """Mount the sandbox's file system at SETTINGS["newroot"] and pivot into it (in PID 1)."""
     root = SETTINGS["newroot"]
     # Host mounts still reach us (workspace restores), ours never leave.
     _mount(None, "/", None, MS_REC | MS_SLAVE)
-    host_mounts = _mount_points()
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
     for kind, name, value in SETTINGS["top"]:  # ("link", "/lib", "usr/lib") or ("dir", "/usr", "/usr")
         if kind == "link":
             os.symlink(value, root + name)
         else:
             _makedirs(root + name)
-            _bind(value, root + name, readonly=True, host_mounts=host_mounts)
+            _bind_readonly(value, root + name)
     for source, target in spec["views"]:  # /etc and the runtime, read-only
         _makedirs(root + target)
-        _bind(source, root + target, readonly=True, host_mounts=host_mounts)
+        _bind_readonly(source, root + target)
     for name in ("proc", "dev", "tmp", "workspace", "oldroot"):
         _makedirs(f"{root}/{name}")
     _mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     for name in PROC_COVERED:
         path = f"{root}/proc/{name}"
         if os.path.exists(path):
-            _bind(path, path, readonly=True)
+            _bind_readonly(path, path)
     _build_dev(f"{root}/dev", spec["tmp_bytes"])
     _mount("tmpfs", f"{root}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0755,size={spec['tmp_bytes']}")
-    _bind(spec["workspace"], f"{root}/workspace", readonly=False)
+    _bind_workspace(workspace, f"{root}/workspace")
     _remount(f"{root}/dev", MS_NOSUID | MS_NODEV | MS_RDONLY)
     os.chdir(root)
     _check(LIBC.syscall(SETTINGS["sys_pivot_root"], b".", b"oldroot"), "pivot_root")
@@ -176,7 +191,7 @@ def _build_dev(dev: str, shm_bytes: int) -> None:
     for name in DEVICES:
         if os.path.exists(f"/dev/{name}"):
             os.close(os.open(f"{dev}/{name}", os.O_CREAT | os.O_WRONLY, 0o666))
-            _bind(f"/dev/{name}", f"{dev}/{name}", readonly=False, devices=True)
+            _bind(f"/dev/{name}", f"{dev}/{name}", devices=True)
     for name, target in DEV_LINKS:
         os.symlink(target, f"{dev}/{name}")
     for name in ("shm", "pts"):
@@ -210,11 +225,11 @@ def _lock_down() -> None:
     )
 
 
-def _pid1(spec: dict, stdin: int, stdout: int, stderr: int) -> None:
+def _pid1(spec: dict, workspace: bytearray, stdin: int, stdout: int, stderr: int) -> None:
     """PID 1 of the new sandbox: build it, lock it down, run the supervisor. Never returns."""
     os.setsid()
     _check(LIBC.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0), "die with the parent")
-    _build_root(spec)
+    _build_root(spec, workspace)
     _check(LIBC.sethostname(b"sandbox", 7), "set the hostname")
     if not spec["network"]:
         _loopback_up()
@@ -230,7 +245,7 @@ def _pid1(spec: dict, stdin: int, stdout: int, stderr: int) -> None:
     os._exit(0)
 
 
-def _intermediate(spec: dict, fds: "list[int]", template_pid: int) -> None:
+def _intermediate(spec: dict, workspace: bytearray, fds: "list[int]", template_pid: int) -> None:
     """A fork of the template: new namespaces, then PID 1 of the PID namespace. Never returns."""
     stdin, stdout, stderr, info = fds
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -260,12 +275,17 @@ def _intermediate(spec: dict, fds: "list[int]", template_pid: int) -> None:
     pid = os.fork()
     if pid == 0:
         os.close(info)
-        _run_reporting(stderr, _pid1, spec, stdin, stdout, stderr)
+        _run_reporting(stderr, _pid1, spec, workspace, stdin, stdout, stderr)
+    workspace[:] = bytes(len(workspace))
     pidfd = os.pidfd_open(pid)
     with socket.socket(fileno=info) as sock:
         socket.send_fds(sock, [marshal.dumps(pid)], [pidfd])
-    for fd in (stdin, stdout, stderr, pidfd):
-        os.close(fd)
+    # From here on we only wait for PID 1, holding every capability of the sandbox's user namespace: give
+    # them up, and every descriptor, and become unreadable through /proc.
+    os.closerange(0, SETTINGS["max_fd"])
+    LIBC.syscall(SETTINGS["sys_capset"], struct.pack("II", LINUX_CAPABILITY_VERSION_3, 0), bytes(24))
+    LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
     os._exit(0)
@@ -285,25 +305,38 @@ def _run_reporting(stderr: int, step, *args) -> None:  # type: ignore[no-untyped
 
 
 def serve(sock: socket.socket) -> None:
-    """The template's loop: one forked sandbox per message; returns when the host closes the socket."""
+    """The template's loop: one forked sandbox per message; returns when the host closes the socket.
+
+    A message is the length of the marshalled settings (4 bytes), the settings, then the workspace's host
+    path. It is read into one reused buffer and decoded only in the fork it is for, and the buffer is wiped
+    right after the fork: the template's memory, which every later sandbox inherits, keeps nothing of an
+    earlier sandbox's (its workspace's host path); the path itself is wiped once bound."""
     template_pid = os.getpid()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # intermediates are reaped by the kernel
+    buf = bytearray(1 << 16)
+    fd_space = socket.CMSG_SPACE(4 * struct.calcsize("i"))
     while True:
         try:
-            msg, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 4)
+            size, ancillary, _flags, _addr = sock.recvmsg_into([buf], fd_space)
         except InterruptedError:
             continue
-        if not msg:
+        if not size:
             return
-        if len(fds) != 4:
-            for fd in fds:
-                os.close(fd)
-            continue
-        spec = marshal.loads(msg)
-        pid = os.fork()
-        if pid == 0:
-            sock.close()
-            _run_reporting(fds[2], _intermediate, spec, fds, template_pid)
+        fds: list[int] = []
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds += struct.unpack(f"{len(data) // 4}i", data[: len(data) - len(data) % 4])
+        if len(fds) == 4:
+            pid = os.fork()
+            if pid == 0:
+                sock.close()
+                head = int.from_bytes(buf[:4], "big")
+                spec = marshal.loads(bytes(buf[4 : 4 + head]))
+                workspace = buf[4 + head : size]  # a copy, wiped once bound (`_bind_workspace`)
+                workspace.append(0)
+                buf[:size] = bytes(size)
+                _run_reporting(fds[2], _intermediate, spec, workspace, fds, template_pid)
+        buf[:size] = bytes(size)
         for fd in fds:
             os.close(fd)
 
@@ -314,12 +347,10 @@ def main(sock_fd: int) -> None:
     SETTINGS.update(marshal.loads(sock.recv(1 << 20)))
     SETTINGS["max_fd"] = os.sysconf("SC_OPEN_MAX")
     os.chdir("/")
-    # What every sandbox's supervisor would import or fault in on its own, done once here; and what a
-    # sandbox being built imports (the codec for /proc/self/mountinfo): it runs as the sandbox uid, which
-    # may not read the runtime at its real path before the runtime's view is its root.
+    # What every sandbox's supervisor would import or fault in on its own, done once here (a sandbox being
+    # built runs as the sandbox uid, which may not read the runtime at its real path until the runtime's
+    # view is its root).
     import runpy  # noqa: F401
-
-    b"\\040".decode("unicode_escape")
 
     compile("pass", "<warm-up>", "exec")
     gc.freeze()  # a collection in a sandbox being built then leaves the template's objects (pages) alone
