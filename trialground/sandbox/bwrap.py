@@ -167,14 +167,15 @@ async def _reap(proc: asyncio.subprocess.Process | SandboxProcess) -> None:
         await proc.wait()
     finally:
         if proc.stdin is not None:
-            proc.stdin.close()
+            with contextlib.suppress(RuntimeError):  # its loop closed under us (close_now freed the rest)
+                proc.stdin.close()
 
 
 _P = typing.TypeVar("_P")
 
 
 async def _keep_if_cancelled(start: typing.Awaitable[_P]) -> _P:
-    """Await a process start; when cancelled half-way the start still completes, so that the process is
+    """Await bubblewrap's start; when cancelled half-way the start still completes, so that the process is
     known and killed (a sandbox that was never handed back would outlive its sandbox object)."""
     task = asyncio.ensure_future(start)
     try:
@@ -203,6 +204,7 @@ class BwrapSandbox(Sandbox):
         self._counters = (0, 0)  # the cgroup's (OOM kills, pids refusals) after the last command
         self._uid = workspace.uid
         self._proc: asyncio.subprocess.Process | SandboxProcess | None = None
+        self._closing: asyncio.subprocess.Process | SandboxProcess | None = None  # being torn down
         self._greeted = False  # the running supervisor's hello was read
         self._lock = asyncio.Lock()
         self._closed = False
@@ -261,6 +263,10 @@ class BwrapSandbox(Sandbox):
         cancelled teardown). Idempotent."""
         self._closed = True
         self._kill()
+        for proc in (self._proc, self._closing):
+            if isinstance(proc, SandboxProcess):
+                proc.release()
+        self._proc = self._closing = None
         self._free()
 
     def _kill(self) -> None:
@@ -293,16 +299,15 @@ class BwrapSandbox(Sandbox):
         code); does not wait for its hello (`_hello`)."""
         self._greeted = False
         if self.forked():
-            self._proc = await _keep_if_cancelled(
-                forkserver.start(
-                    python_prefix=_python_prefix(self.config),
-                    uid=self._uid,
-                    workspace=self.workspace.ws,
-                    views_=sandbox_views(self.config),
-                    network=self.config.network,
-                    tmp_bytes=self.config.limits.disk_mb << 20,
-                    cgroup=self.cgroup,
-                )
+            # Cancelled half-way, the start leaves nothing behind itself (forkserver.start).
+            self._proc = await forkserver.start(
+                python_prefix=_python_prefix(self.config),
+                uid=self._uid,
+                workspace=self.workspace.ws,
+                views_=sandbox_views(self.config),
+                network=self.config.network,
+                tmp_bytes=self.config.limits.disk_mb << 20,
+                cgroup=self.cgroup,
             )
             return
         fd = seccomp.filter_fd()
@@ -333,13 +338,15 @@ class BwrapSandbox(Sandbox):
         self._greeted = True
 
     async def _start_failed(self, exc: Exception) -> typing.NoReturn:
+        if self._closed:  # closed while starting: that is all that happened
+            raise SandboxError("sandbox is closed", kind="closed") from exc
         err = b""
         if self._proc is not None and self._proc.stderr is not None:
             with contextlib.suppress(TimeoutError):
                 err = await asyncio.wait_for(self._proc.stderr.read(1 << 16), timeout=5)
         await self._stop()
         launcher = "the fork server" if self.forked() else "bubblewrap"
-        message = err.decode(errors="replace").strip()
+        message = err.decode(errors="replace").strip() or "its PID 1 ended before its hello, saying nothing"
         raise SandboxError(f"the sandbox ({launcher}) failed to start: {message}") from exc
 
     async def _exchange(self, request: dict, stdin: bytes, out: Collected, timeout: float) -> dict:
@@ -415,6 +422,8 @@ class BwrapSandbox(Sandbox):
             try:
                 report = await self._exchange(request, data, out, timeout=lim.wall_s + 5)
             except (ChannelClosed, TimeoutError) as exc:
+                if self._closed:  # closed while the command ran (close kills at once)
+                    raise SandboxError("sandbox is closed", kind="closed") from exc
                 # The supervisor did not answer: the sandbox is broken. Kill all of it; the next exec
                 # starts afresh.
                 await self._stop()
@@ -512,12 +521,15 @@ class BwrapSandbox(Sandbox):
         self._closed = True
         self._kill()
         proc, self._proc = self._proc, None
+        self._closing = proc  # close_now frees it when the teardown never gets to run (its loop closed)
         await teardown.defer(self, self._finish_close(proc))
 
     async def _finish_close(self, proc: asyncio.subprocess.Process | SandboxProcess | None) -> None:
         try:
             if proc is not None:
-                await _reap(proc)
+                # After a command still running on the same pipes has seen them end (PID 1 is dead).
+                async with self._lock:
+                    await _reap(proc)
             if self.cgroup:
                 for _ in range(500):  # PID 1's own reaping, by the host's init, can lag a little
                     if not self.cgroup.pids():

@@ -16,6 +16,7 @@ its PID 1 (kill, wait; immune to pid reuse) and its supervisor's stdio pipes.
 
 from __future__ import annotations
 
+import array
 import asyncio
 import atexit
 import contextlib
@@ -25,11 +26,13 @@ import functools
 import marshal
 import os
 import platform
+import select
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from trialground.errors import SandboxError
@@ -46,6 +49,7 @@ SYSCALLS = {
 }
 SYSCALLS["amd64"], SYSCALLS["arm64"] = SYSCALLS["x86_64"], SYSCALLS["aarch64"]
 UNKNOWN_EXIT = -1  # PID 1 is not our child: it ended, but its exit status is not ours to read
+SEND_TIMEOUT_S = 30.0  # how long a request waits for a template that is not reading
 _BOOT = (
     "import posix,marshal,sys\nb=b''\nwhile len(b)<{n}:\n c=posix.read(0,{n}-len(b))\n"
     " if not c:raise SystemExit(1)\n b+=c\n"
@@ -110,10 +114,15 @@ class Template:
 
     def send(self, spec: dict, workspace: Path, fds: list[int]) -> None:
         """One sandbox's request: its settings, its workspace's host path (sent apart, so the sandbox can
-        wipe it from memory once bound), and its four descriptors."""
-        head = marshal.dumps(spec)
-        with self.lock:
-            socket.send_fds(self.sock, [len(head).to_bytes(4, "big"), head, os.fsencode(workspace)], fds)
+        wipe it from memory once bound), and its four descriptors. Never blocks: BlockingIOError when the
+        template is not reading (stopped, or far behind)."""
+        parts = [len(head := marshal.dumps(spec)).to_bytes(4, "big"), head, os.fsencode(workspace)]
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+        with self.lock:  # sendmsg, not send_fds: 3.11's send_fds drops its flags argument
+            self.sock.sendmsg(parts, rights, socket.MSG_DONTWAIT)
+
+    def dead(self) -> bool:
+        return self.proc.poll() is not None
 
     def close(self) -> None:
         """Close our end: the template exits, and with it every sandbox it made."""
@@ -225,15 +234,32 @@ class SandboxProcess:
         for transport in self._transports:
             transport.close()
 
+    def release(self) -> None:
+        """Close everything of ours now, whether or not the loop it belongs to still runs (a closed loop
+        cannot close its transports: their pipes are closed directly)."""
+        for transport in self._transports:
+            try:
+                transport.close()
+            except RuntimeError:  # the loop is closed
+                pipe = transport.get_extra_info("pipe")
+                if pipe is not None:
+                    pipe.close()
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
+        if self._returncode is None:  # released: nothing to wait for or kill through us any more
+            self._returncode = UNKNOWN_EXIT
+
     def __del__(self) -> None:
         if self._pidfd >= 0:
             os.close(self._pidfd)
 
 
 def _readable(fd: int) -> bool:
-    import select
-
-    return bool(select.select([fd], [], [], 0)[0])
+    """Whether `fd` is readable now (poll: select() refuses descriptors past 1023, which a busy host has)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 async def start(
@@ -247,48 +273,69 @@ async def start(
     cgroup: Cgroup | None,
 ) -> SandboxProcess:
     """A new sandbox from the template, in `cgroup` before it runs anything, its supervisor about to start.
-    Raises SandboxError (with the template's message) when it could not be made."""
+    Raises SandboxError (with the reason) when it could not be made. Cancelled at any point, it leaves
+    nothing behind: a PID 1 made after that finds its stdin closed and exits before running anything."""
     spec = {"views": views_, "network": network, "tmp_bytes": tmp_bytes}
+    replaced = False
+    while True:
+        template = _template(python_prefix, uid)
+        made = await _request(template, spec, workspace, cgroup)
+        if isinstance(made, SandboxProcess):
+            return made
+        if template.dead() and not replaced:  # it died with our request: one new one, once
+            _template(python_prefix, uid, replace=template)
+            replaced = True
+            continue
+        if template.dead():
+            made = f"its template died (exit status {template.proc.returncode})"
+        raise SandboxError(f"the sandbox (the fork server) failed to start: {made}")
+
+
+async def _request(
+    template: Template, spec: dict, workspace: Path, cgroup: Cgroup | None
+) -> SandboxProcess | str:
+    """Ask `template` for one sandbox: its process, or why not (the sandbox's own message)."""
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     info, info_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        template = _template(python_prefix, uid)
-        try:
-            template.send(spec, workspace, [in_r, out_w, err_w, info_theirs.fileno()])
-        except OSError:  # it died (killed from outside): one new one, once
-            template = _template(python_prefix, uid, replace=template)
-            template.send(spec, workspace, [in_r, out_w, err_w, info_theirs.fileno()])
-    except BaseException:
-        for fd in (in_w, out_r, err_r):
-            os.close(fd)
-        info.close()
-        raise
-    finally:
-        for fd in (in_r, out_w, err_w):
-            os.close(fd)
-        info_theirs.close()
     with info:
         try:
-            pipes = await spawn.connect_pipes(in_w, out_r, err_r)
+            deadline = time.monotonic() + SEND_TIMEOUT_S
+            while True:
+                try:
+                    template.send(spec, workspace, [in_r, out_w, err_w, info_theirs.fileno()])
+                    break
+                except BlockingIOError:  # not reading just now: wait, without blocking the event loop
+                    if time.monotonic() > deadline:
+                        raise SandboxError("the fork server is not taking requests") from None
+                    await asyncio.sleep(0.005)
+                except OSError as exc:  # gone (killed from outside)
+                    return f"its template is gone ({exc.strerror})"
         except BaseException:
-            info.close()  # the intermediate's report fails; PID 1 sees its stdin close and exits
+            for fd in (in_w, out_r, err_r):
+                os.close(fd)
             raise
-        writer, reader, errors, transports = pipes
+        finally:
+            for fd in (in_r, out_w, err_w):
+                os.close(fd)
+            info_theirs.close()
+        # From here our three ends belong to the streams (closed with the transports).
+        writer, reader, errors, transports = await spawn.connect_pipes(in_w, out_r, err_r)
         try:
             reply = await _receive(info, timeout=30)
+            if reply is None:
+                writer.close()  # a PID 1 that exists but never reported must not wait for our go
+                err = b""
+                with contextlib.suppress(TimeoutError):
+                    err = await asyncio.wait_for(errors.read(1 << 16), timeout=5)
+                for transport in transports:
+                    transport.close()
+                return err.decode(errors="replace").strip() or "no report from it"
         except BaseException:
             for transport in transports:
                 transport.close()
             raise
-    if reply is None:
-        err = b""
-        with contextlib.suppress(TimeoutError):
-            err = await asyncio.wait_for(errors.read(1 << 16), timeout=5)
-        for transport in transports:
-            transport.close()
-        raise SandboxError(f"the sandbox failed to start: {err.decode(errors='replace').strip()}")
     pid, pidfd = reply
     # PID 1 waits for our go and cannot have ended on its own, unless its set-up failed: then its pid may
     # be free again, and must not be moved into the cgroup (whose teardown kills what it holds).

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import os
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -120,3 +121,13 @@ def _cleanup_at_exit() -> None:
         pool.discard_all()
     for sandbox in list(LIVE):
         sandbox.close_now()
+
+
+def _forget_parents_sandboxes() -> None:
+    """In a forked copy of us: the pools and open sandboxes are the parent's; exiting must not close them
+    (it would kill the parent's sandboxes and delete their workspaces)."""
+    _pools.clear()
+    LIVE.clear()
+
+
+os.register_at_fork(after_in_child=_forget_parents_sandboxes)

@@ -6,15 +6,16 @@ for the cgroup to empty and removing it, unmounting and deleting the workspace. 
 not wait for that, so a fresh sandbox's open + exec + close costs what the sandbox did, not its cleanup.
 
 Nothing leaks: at most MAX_PENDING teardowns are pending per process (a close beyond that waits for its
-own); a teardown that is cancelled (the loop is shutting down) finishes synchronously; and at interpreter
-exit, any a dead loop never ran are finished synchronously too. `drain()` waits until the current loop has
-none pending.
+own); a teardown that is cancelled (the loop is shutting down) finishes synchronously; teardowns a closed
+loop never ran are finished synchronously at the next close, or at interpreter exit. `drain()` waits until
+the current loop has none pending.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import os
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
@@ -32,6 +33,10 @@ _PENDING: dict[Closable, asyncio.Task[None]] = {}  # strong references until eac
 async def defer(owner: Closable, work: Coroutine[Any, Any, None]) -> None:
     """Run `work`, the rest of closing `owner`, in the background (it must free everything even when
     cancelled); returns at once unless too many teardowns are already pending."""
+    for stale, left in list(_PENDING.items()):  # left by a loop that closed without running them
+        if left.get_loop().is_closed():
+            _PENDING.pop(stale, None)
+            stale.close_now()
     task = asyncio.get_running_loop().create_task(work, name="trialground-sandbox-teardown")
     _PENDING[owner] = task
     task.add_done_callback(lambda _task: _PENDING.pop(owner, None))
@@ -55,3 +60,8 @@ def _finish_at_exit() -> None:
     for owner in list(_PENDING):
         owner.close_now()
     _PENDING.clear()
+
+
+# A forked copy of us (multiprocessing, a trainer's own fork) must not finish the parent's sandboxes when
+# it exits: they are the parent's.
+os.register_at_fork(after_in_child=_PENDING.clear)

@@ -1,0 +1,550 @@
+"""The fork-server launcher under load, cancellation and failure: concurrency, leaks, a dead or stalled
+template, closed event loops, forked hosts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import warnings
+from collections.abc import Awaitable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from trialground.errors import SandboxError
+from trialground.sandbox import cgroup, forkserver, prewarm, teardown
+from trialground.sandbox.base import ExecResult, ExecStatus, Limits, Sandbox, SandboxConfig
+from trialground.sandbox.bwrap import BwrapSandbox, bwrap_available
+from trialground.sandbox.factory import SyncSandbox, open_sandbox
+from trialground.sandbox.workspace import BASE_DIR
+
+pytestmark = pytest.mark.skipif(
+    not bwrap_available() or not forkserver.available(), reason="needs bubblewrap and the fork server"
+)
+SMALL = Limits(wall_s=10, cpu_s=10, memory_mb=128, pids=32, disk_mb=32, output_bytes=64 * 1024)
+CFG = SandboxConfig(limits=SMALL, prewarm=0)
+T = TypeVar("T")
+
+
+# -- what a process holds: descriptors, workspace mounts, cgroups, sandbox processes -----------------------
+def _fds() -> set[int]:
+    return {int(fd) for fd in os.listdir("/proc/self/fd")}
+
+
+def _workspace_mounts() -> list[str]:
+    ours = f"{BASE_DIR}/ws-{os.getpid()}-"
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f if line.split()[4].startswith(ours)]
+
+
+def _cgroups() -> list[Path]:
+    if not cgroup.AVAILABLE:
+        return []
+    return sorted((cgroup.ROOT / "pids" / cgroup.GROUP).glob(f"{os.getpid()}-*"))
+
+
+def _parents() -> dict[int, int]:
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                found[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return found
+
+
+def _sandbox_processes() -> set[int]:
+    """Every live (non-zombie) descendant of this process's templates: intermediates, PID 1s, commands."""
+    parents = _parents()
+    roots = {t.proc.pid for key, t in forkserver._templates.items() if key[0] == os.getpid()}
+    found: set[int] = set()
+    for pid in parents:
+        chain, seen = pid, 0
+        while chain in parents and seen < 64:
+            chain, seen = parents[chain], seen + 1
+            if chain in roots:
+                found.add(pid)
+                break
+    return {pid for pid in found if _state(pid) not in ("Z", "X", "")}
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
+def _held() -> tuple[set[int], list[str], list[Path], set[int]]:
+    return _fds(), _workspace_mounts(), _cgroups(), _sandbox_processes()
+
+
+async def _settle(before: tuple[set[int], list[str], list[Path], set[int]]) -> None:
+    """Wait (a little) for background teardowns, then check that nothing more is held than `before`."""
+    await teardown.drain()
+    for _ in range(100):
+        fds, ws, groups, procs = _held()
+        if (
+            fds <= before[0]
+            and set(ws) <= set(before[1])
+            and set(groups) <= set(before[2])
+            and procs <= before[3]
+        ):
+            return
+        await asyncio.sleep(0.05)
+    fds, ws, groups, procs = _held()
+    assert fds - before[0] == set(), {fd: _describe(fd) for fd in fds - before[0]}
+    assert set(ws) - set(before[1]) == set()
+    assert set(groups) - set(before[2]) == set()
+    assert procs - before[3] == set()
+
+
+def _describe(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return "?"
+
+
+def _template() -> forkserver.Template:
+    return next(t for key, t in forkserver._templates.items() if key[0] == os.getpid())
+
+
+async def _warm_up() -> None:
+    """Start this process's template (and its views), so that it is in every baseline."""
+    async with await open_sandbox(CFG) as sb:
+        assert (await sb.exec(["true"])).ok
+    await teardown.drain()
+
+
+async def _cycle(config: SandboxConfig, word: str) -> None:
+    async with await open_sandbox(config) as sb:
+        r = await sb.exec(["echo", word])
+        assert r.stdout == f"{word}\n", r
+
+
+@contextlib.contextmanager
+def _stopped(template: forkserver.Template, for_s: float) -> Iterator[None]:
+    """SIGSTOP the template; it continues after `for_s` seconds at the latest (and on leaving)."""
+    pid = template.proc.pid
+    os.kill(pid, signal.SIGSTOP)
+    timer = threading.Timer(for_s, lambda: os.kill(pid, signal.SIGCONT))
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+# -- bugs ------------------------------------------------------------------------------------------------
+@pytest.fixture
+def many_descriptors() -> Iterator[None]:
+    """This process holds > 1024 descriptors, as a busy trainer (sockets, files, CUDA) may."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1400:
+        pytest.skip("needs RLIMIT_NOFILE >= 1400")
+    if soft != resource.RLIM_INFINITY and soft < 1400:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1400, hard))
+    held = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
+    try:
+        yield
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+async def test_a_host_with_more_than_1024_descriptors_can_open_sandboxes(many_descriptors: None) -> None:
+    """BUG: `forkserver._readable` uses select.select, which refuses descriptors >= FD_SETSIZE (1024): the
+    PID 1 pidfd of a host holding many descriptors makes every open fail with a ValueError."""
+    sb = None
+    try:
+        sb = await open_sandbox(CFG)
+        r = await sb.exec(["echo", "ok"])
+        assert r.stdout == "ok\n", r
+        assert isinstance(sb, BwrapSandbox) and sb.alive()
+    finally:
+        if sb is not None:
+            await sb.close()
+        await teardown.drain()
+
+
+async def test_a_stalled_template_does_not_block_the_event_loop() -> None:
+    """BUG: `Template.send` writes to a blocking socket. Once the stalled template's socket buffer is full
+    (~170 requests in flight: 212 KiB of SOCK_SEQPACKET buffer), the next `open_sandbox` blocks the whole
+    event loop (and, through `Template.lock`, every other thread's opens) until the template reads again:
+    no timeout of ours can fire."""
+    await _warm_up()
+    template = _template()
+    n = 200
+    with _stopped(template, for_s=1.5):
+        tasks = [asyncio.create_task(open_sandbox(CFG)) for _ in range(n)]
+        started = time.monotonic()
+        await asyncio.sleep(0.2)  # meanwhile every open sends its request to the stopped template
+        heartbeat = time.monotonic() - started
+    opened = await asyncio.gather(*tasks, return_exceptions=True)
+    try:
+        assert heartbeat < 1.0, f"the event loop was blocked for {heartbeat:.1f} s"
+        assert all(isinstance(sb, BwrapSandbox) for sb in opened), {type(sb).__name__ for sb in opened}
+    finally:
+        await asyncio.gather(*(sb.close() for sb in opened if isinstance(sb, Sandbox)))
+        await teardown.drain()
+
+
+async def test_a_cancelled_open_returns_promptly_while_the_template_is_stalled() -> None:
+    """BUG: `BwrapSandbox._start` runs `forkserver.start` under `_keep_if_cancelled`, which on cancellation
+    waits for the start to complete (up to its 30 s report timeout + 5 s): `wait_for(open_sandbox(), 0.3)`
+    takes as long as the stalled template stays stopped, up to 35 s. forkserver.start cleans up after
+    itself when cancelled (it closes the pipes; a PID 1 made later finds its stdin closed and exits)."""
+    await _warm_up()
+    before = _held()
+    started = time.monotonic()
+    with _stopped(_template(), for_s=2.0):
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(open_sandbox(CFG), 0.3)
+        took = time.monotonic() - started
+    assert took < 1.2, f"a 0.3 s timeout took {took:.1f} s"
+    await _cycle(CFG, "after")
+    await _settle(before)
+
+
+async def test_requests_lost_with_a_dead_template_fail_with_a_reason() -> None:
+    """BUG: opens whose requests were queued when the template died fail with 'the sandbox failed to start: '
+    and nothing after the colon (the report socket and stderr pipe just close); nothing says that the fork
+    server died, and no new template is tried (unlike a request that could not be sent at all)."""
+    await _warm_up()
+    template = _template()
+    with _stopped(template, for_s=5.0):
+        tasks = [asyncio.create_task(open_sandbox(CFG)) for _ in range(4)]
+        await asyncio.sleep(0.2)  # the requests are queued in the template's socket
+        template.proc.kill()
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    try:
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                assert isinstance(outcome, SandboxError), repr(outcome)
+                assert re.search(r"failed to start: \S", str(outcome)), f"no reason given: {outcome}"
+            else:
+                assert (await outcome.exec(["echo", "ok"])).stdout == "ok\n"
+    finally:
+        await asyncio.gather(*(sb.close() for sb in outcomes if isinstance(sb, Sandbox)))
+    await _cycle(CFG, "after")
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05])
+async def test_closing_a_sandbox_while_its_command_runs(delay: float) -> None:
+    """BUG: `close()` while an exec is in flight (the service's DELETE of a busy session, a caller's own
+    timeout) hands the pipes to the background teardown, whose `_reap` reads the stdout StreamReader that
+    the exec is still reading: RuntimeError('read() called while another coroutine is already waiting'),
+    'Task exception was never retrieved', PID 1 never waited for. The exec itself reports a sandbox that
+    'failed to start' (it started fine and was closed)."""
+    sb = await open_sandbox(CFG)
+    if delay:  # a sandbox that said hello (else: one still starting)
+        assert (await sb.exec(["true"])).ok
+    running = asyncio.create_task(sb.exec("sleep 5; echo done"))
+    await asyncio.sleep(delay)
+    await sb.close()
+    finishing = teardown._PENDING.get(sb)  # type: ignore[call-overload]
+    outcome: ExecResult | BaseException
+    try:
+        outcome = await asyncio.wait_for(running, 10)
+    except Exception as exc:
+        outcome = exc
+    failure = None
+    if finishing is not None:
+        failure = (await asyncio.gather(finishing, return_exceptions=True))[0]
+    assert failure is None, f"the teardown failed: {failure!r}"
+    if isinstance(outcome, BaseException):
+        assert isinstance(outcome, SandboxError) and "failed to start" not in str(outcome), repr(outcome)
+    else:
+        assert outcome.status is ExecStatus.SANDBOX_ERROR, outcome
+
+
+def test_a_forked_child_that_exits_leaves_the_parents_sandboxes_alone() -> None:
+    """BUG: a forked copy of the host (a worker forked by the trainer, a library's fork without exec)
+    inherits `prewarm.LIVE`, `prewarm._pools` and `teardown._PENDING`; when it exits normally, their
+    atexit hooks `close_now()` the PARENT's sandboxes: PID 1 killed through the inherited pidfd, cgroup
+    removed, workspace unmounted and deleted (the parent's files are gone). `forkserver` forgets the
+    parent's templates in a child (`_forget_parents_templates`); the sandboxes are not forgotten."""
+    script = textwrap.dedent(
+        """
+        import asyncio, os, sys
+        from trialground.sandbox.base import Limits, SandboxConfig
+        from trialground.sandbox.factory import open_sandbox
+
+        async def main():
+            sb = await open_sandbox(SandboxConfig(prewarm=0, limits=Limits(disk_mb=32)), {"f.txt": "data"})
+            assert (await sb.exec(["cat", "f.txt"])).stdout == "data"
+            pid = os.fork()
+            if pid == 0:
+                sys.exit(0)  # the child ends normally: its atexit hooks run
+            os.waitpid(pid, 0)
+            r = await sb.exec(["cat", "f.txt"])
+            print("exec", r.status.value, r.stdout)
+            try:
+                print("read", (await sb.read("f.txt")).decode())
+            except Exception as exc:
+                print("read failed", repr(exc))
+            await sb.close()
+
+        asyncio.run(main())
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["exec ok data", "read data"], done.stdout + done.stderr[-2000:]
+
+
+def test_teardowns_left_by_a_closed_loop_are_finished() -> None:
+    """BUG: `close()` leaves the rest (reap, cgroup, workspace) to a task of the running loop. A loop that
+    is closed without running it (`run_until_complete` then `close()`, a common sync wrapper) leaves those
+    teardowns pending in `teardown._PENDING` until the interpreter exits: each keeps its workspace tmpfs
+    mount, cgroup and descriptors, a later loop never finishes them (the pools of dead loops are cleaned
+    up, these are not), and once MAX_PENDING (8) are stuck every later `close()` waits for its own."""
+    closed: list[BwrapSandbox] = []
+
+    async def use() -> None:
+        sb = await open_sandbox(CFG)
+        assert (await sb.exec(["true"])).ok
+        assert isinstance(sb, BwrapSandbox)
+        closed.append(sb)
+        await sb.close()
+
+    try:
+        for _ in range(3):
+            loop = asyncio.new_event_loop()
+            try:
+                loop.run_until_complete(use())
+            finally:
+                loop.close()
+        asyncio.run(_cycle(CFG, "later"))  # a later loop of the same process
+        left = [sb.workspace.root for sb in closed if sb.workspace.root.exists()]
+        assert left == [], f"{len(left)} closed sandboxes still hold their workspace"
+        assert not any(sb in teardown._PENDING for sb in closed)
+    finally:
+        for sb in closed:
+            sb.close_now()
+            teardown._PENDING.pop(sb, None)
+        gc.collect()
+
+
+def test_spares_of_a_closed_loop_close_their_descriptors() -> None:
+    """BUG (minor): pools of a loop closed without `shutdown_asyncgens` are discarded by the next loop
+    with `close_now()`, which kills and frees the spare but leaves its `SandboxProcess` (pidfd, three
+    pipes wrapped in transports of the dead loop) open until the cyclic garbage collector finds it
+    ('unclosed transport' ResourceWarnings then), or for as long as anything references the sandbox."""
+    config = SandboxConfig(limits=SMALL, prewarm=1)
+
+    async def use() -> None:
+        for word in ("one", "two"):  # a repeated config: a spare is started
+            await _cycle(config, word)
+        pool = await prewarm._pool()
+        for _ in range(200):
+            if pool.ready.get(config):
+                break
+            await asyncio.sleep(0.01)
+        assert pool.ready.get(config)
+        await teardown.drain()
+
+    asyncio.run(_warm_up())
+    gc.collect()
+    gc.disable()  # what close_now frees, not what the collector finds later
+    try:
+        before = _fds()
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(use())
+        finally:
+            loop.close()
+        asyncio.run(_cycle(config, "later"))  # discards the dead loop's pool
+        left = {fd: _describe(fd) for fd in _fds() - before}
+    finally:
+        gc.enable()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            gc.collect()
+    assert left == {}
+
+
+# -- behaviour that holds (coverage the suite lacked) ---------------------------------------------------
+async def test_many_sandboxes_at_once_and_in_a_row_leave_nothing_behind() -> None:
+    await _warm_up()
+    before = _held()
+    await asyncio.gather(*(_cycle(CFG, f"w{i}") for i in range(30)))
+    for i in range(100):
+        await _cycle(CFG, f"s{i}")
+    await _settle(before)
+
+
+def test_threads_with_their_own_loops_and_the_sync_facade_at_once() -> None:
+    asyncio.run(_warm_up())
+    before_mounts, before_groups = _workspace_mounts(), _cgroups()
+    errors: list[BaseException] = []
+
+    def looped(k: int) -> None:
+        async def main() -> None:
+            config = SandboxConfig(limits=SMALL, prewarm=1)  # spares in every loop too
+            for j in range(3):
+                await asyncio.gather(*(_cycle(config, f"t{k}-{j}-{i}") for i in range(5)))
+
+        try:
+            asyncio.run(main())
+        except BaseException as exc:
+            errors.append(exc)
+
+    def synced() -> None:
+        try:
+            for i in range(6):
+                with SyncSandbox(CFG) as sb:
+                    assert sb.exec(["echo", f"y{i}"]).stdout == f"y{i}\n"
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=looped, args=(k,)) for k in range(3)] + [
+        threading.Thread(target=synced)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and (
+        _workspace_mounts() != before_mounts or _cgroups() != before_groups
+    ):
+        time.sleep(0.05)  # the sync facade's loop finishes its teardowns in the background
+    assert _workspace_mounts() == before_mounts and _cgroups() == before_groups
+
+
+@pytest.mark.parametrize("prewarm_n", [0, 1])
+async def test_cancelling_open_and_exec_at_every_step_leaks_nothing(prewarm_n: int) -> None:
+    config = SandboxConfig(limits=SMALL, prewarm=prewarm_n)
+    await _warm_up()
+    before = _held()
+
+    async def cancel_after(work: Awaitable[T], steps: int) -> T | None:
+        task = asyncio.ensure_future(work)
+        for _ in range(steps):
+            if task.done():
+                break
+            await asyncio.sleep(0)
+        task.cancel()
+        try:
+            return await task
+        except asyncio.CancelledError:
+            return None
+
+    cancelled = 0
+    for steps in range(0, 120, 3):
+        sb = await cancel_after(open_sandbox(config), steps)
+        if sb is None:
+            cancelled += 1
+            continue
+        try:
+            if await cancel_after(sb.exec(["echo", "x"]), steps) is None:
+                cancelled += 1
+            r = await sb.exec(["echo", "y"])  # a cancelled exec leaves a working sandbox
+            assert r.stdout == "y\n", r
+        finally:
+            await sb.close()
+    assert cancelled > 0
+    await _cycle(config, "after")
+    if prewarm_n:  # the spare now waiting in the pool is not a leak
+        pool = await prewarm._pool()
+        await asyncio.gather(*(s.close() for s in pool.ready.pop(config, [])))
+        for task in list(pool.tasks):
+            task.cancel()
+        await asyncio.gather(*pool.tasks, return_exceptions=True)
+    await _settle(before)
+
+
+@pytest.mark.slow  # ~5 s: a start that fails this way may wait its 5 s for the sandbox's stderr
+async def test_a_template_killed_during_concurrent_opens_gives_sandbox_errors_only() -> None:
+    await _warm_up()
+    before_mounts, before_groups = _workspace_mounts(), _cgroups()
+
+    async def one(i: int) -> ExecResult:
+        sb = await open_sandbox(CFG)
+        try:
+            return await sb.exec(["echo", str(i)])
+        finally:
+            await sb.close()
+
+    for delay in (0.0, 0.005, 0.02, 0.04):
+        template = _template()
+        tasks = [asyncio.create_task(one(i)) for i in range(12)]
+        await asyncio.sleep(delay)
+        template.proc.kill()
+        started = time.monotonic()
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        assert time.monotonic() - started < 12  # at most the 5 s wait for a failed start's stderr
+        for i, outcome in enumerate(outcomes):
+            if isinstance(outcome, BaseException):
+                assert isinstance(outcome, SandboxError), repr(outcome)
+            else:
+                assert outcome.stdout == f"{i}\n" or outcome.status is ExecStatus.SANDBOX_ERROR, outcome
+        await _cycle(CFG, "next")  # a new template
+    await teardown.drain()
+    assert _workspace_mounts() == before_mounts and _cgroups() == before_groups
+
+
+async def test_a_template_stopped_for_a_moment_delays_opens_only() -> None:
+    await _warm_up()
+    with _stopped(_template(), for_s=0.5):
+        opened = await asyncio.wait_for(asyncio.gather(*(open_sandbox(CFG) for _ in range(10))), 20)
+    try:
+        results = await asyncio.gather(*(sb.exec(["echo", "up"]) for sb in opened))
+        assert all(r.stdout == "up\n" for r in results), results
+    finally:
+        await asyncio.gather(*(sb.close() for sb in opened))
+
+
+async def test_snapshot_restore_and_fork_of_many_sandboxes_at_once() -> None:
+    await _warm_up()
+    before = _held()
+    parents = await asyncio.gather(*(open_sandbox(CFG, {"p.txt": str(i)}) for i in range(8)))
+    try:
+        snaps = await asyncio.gather(*(p.snapshot() for p in parents))
+        await asyncio.gather(*(p.exec("echo changed > p.txt; echo t > /tmp/t") for p in parents))
+        children = await asyncio.gather(*(p.fork() for p in parents for _ in range(2)))
+        try:
+            seen = await asyncio.gather(*(c.exec(["cat", "p.txt"]) for c in children))
+            assert [r.stdout for r in seen] == ["changed\n"] * 16
+            await asyncio.gather(*(p.restore(s) for p, s in zip(parents, snaps, strict=True)))
+            back = await asyncio.gather(*(p.exec("cat p.txt; ls /tmp") for p in parents))
+            assert [r.stdout for r in back] == [str(i) for i in range(8)]
+            again = await asyncio.gather(*(c.exec(["cat", "p.txt"]) for c in children))
+            assert [r.stdout for r in again] == ["changed\n"] * 16  # forks are independent
+        finally:
+            await asyncio.gather(*(c.close() for c in children))
+    finally:
+        await asyncio.gather(*(p.close() for p in parents))
+    await _settle(before)
+
+
+async def test_network_sandboxes_are_alike_under_both_launchers() -> None:
+    script = "ls /etc; awk 'NR>2 {print $1}' /proc/net/dev | sort; hostname"
+    seen: dict[tuple[str, bool], Any] = {}
+    for launcher in ("forkserver", "bwrap"):
+        for network in (True, False):
+            config = SandboxConfig(limits=SMALL, prewarm=0, launcher=launcher, network=network)
+            async with await open_sandbox(config) as sb:
+                r = await sb.exec(script)
+                assert r.ok, r
+                seen[launcher, network] = r.stdout
+    assert seen["forkserver", True] == seen["bwrap", True]
+    assert seen["forkserver", False] == seen["bwrap", False]
+    assert "resolv.conf" in seen["forkserver", True] and "resolv.conf" not in seen["forkserver", False]
+    assert seen["forkserver", False].splitlines()[-2:] == ["lo:", "sandbox"]
