@@ -451,10 +451,10 @@ async def test_cancelling_open_and_exec_at_every_step_leaks_nothing(prewarm_n: i
     await _cycle(config, "after")
     if prewarm_n:  # the spare now waiting in the pool is not a leak
         pool = await prewarm._pool()
-        await asyncio.gather(*(s.close() for s in pool.ready.pop(config, [])))
-        for task in list(pool.tasks):
+        for task in list(pool.tasks):  # first the fills: one finishing later would pool a new spare
             task.cancel()
         await asyncio.gather(*pool.tasks, return_exceptions=True)
+        await asyncio.gather(*(s.close() for s in pool.ready.pop(config, [])))
     await _settle(before)
 
 

@@ -295,33 +295,15 @@ async def _request(
     template: Template, spec: dict, workspace: Path, cgroup: Cgroup | None
 ) -> SandboxProcess | str:
     """Ask `template` for one sandbox: its process, or why not (the sandbox's own message)."""
-    in_r, in_w = os.pipe()
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
     info, info_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     with info:
         try:
-            deadline = time.monotonic() + SEND_TIMEOUT_S
-            while True:
-                try:
-                    template.send(spec, workspace, [in_r, out_w, err_w, info_theirs.fileno()])
-                    break
-                except BlockingIOError:  # not reading just now: wait, without blocking the event loop
-                    if time.monotonic() > deadline:
-                        raise SandboxError("the fork server is not taking requests") from None
-                    await asyncio.sleep(0.005)
-                except OSError as exc:  # gone (killed from outside)
-                    return f"its template is gone ({exc.strerror})"
-        except BaseException:
-            for fd in (in_w, out_r, err_r):
-                os.close(fd)
-            raise
-        finally:
-            for fd in (in_r, out_w, err_w):
-                os.close(fd)
-            info_theirs.close()
+            with spawn.stdio_pipes() as (theirs, ours), info_theirs:
+                await _send(template, spec, workspace, [*theirs, info_theirs.fileno()])
+        except _TemplateGone as exc:
+            return str(exc)
         # From here our three ends belong to the streams (closed with the transports).
-        writer, reader, errors, transports = await spawn.connect_pipes(in_w, out_r, err_r)
+        writer, reader, errors, transports = await spawn.connect_pipes(*ours)
         try:
             reply = await _receive(info, timeout=30)
             if reply is None:
@@ -344,6 +326,26 @@ async def _request(
             cgroup.add(pid)
     writer.write(b"g")  # PID 1 may go on: it is in the sandbox's cgroup
     return SandboxProcess(pid, pidfd, (writer, reader, errors), transports)
+
+
+class _TemplateGone(Exception):
+    """The template's socket refused a request: the template is gone."""
+
+
+async def _send(template: Template, spec: dict, workspace: Path, fds: list[int]) -> None:
+    """Hand one request to `template`; a template not reading just now is waited for without blocking the
+    event loop, up to SEND_TIMEOUT_S."""
+    deadline = time.monotonic() + SEND_TIMEOUT_S
+    while True:
+        try:
+            template.send(spec, workspace, fds)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise SandboxError("the fork server is not taking requests") from None
+            await asyncio.sleep(0.005)
+        except OSError as exc:  # gone (killed from outside)
+            raise _TemplateGone(f"its template is gone ({exc.strerror})") from exc
 
 
 async def _receive(info: socket.socket, timeout: float) -> tuple[int, int] | None:

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from trialground.sandbox.cgroup import Cgroup
 
@@ -30,13 +30,35 @@ async def _create(
     argv: Sequence[str], pass_fds: Sequence[int], preexec_fn: Callable[[], None] | None = None
 ) -> asyncio.subprocess.Process:
     """`argv` started with stdin/stdout/stderr pipes (see the module docstring)."""
+    with stdio_pipes() as ((stdin, stdout, stderr), ours):
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            pass_fds=pass_fds,
+            cwd="/",
+            preexec_fn=preexec_fn,
+        )
+    try:
+        proc.stdin, proc.stdout, proc.stderr, _ = await connect_pipes(*ours)
+    except BaseException:  # cancelled while connecting: nothing may outlive this call
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        raise
+    return proc
+
+
+@contextlib.contextmanager
+def stdio_pipes() -> Iterator[tuple[tuple[int, int, int], tuple[int, int, int]]]:
+    """Pipes for a child's stdin, stdout and stderr: (its ends, our ends: stdin's write end, stdout's and
+    stderr's read ends). Its ends are closed when the block ends (the child has its copies by then), ours
+    too when the block fails."""
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=in_r, stdout=out_w, stderr=err_w, pass_fds=pass_fds, cwd="/", preexec_fn=preexec_fn
-        )
+        yield (in_r, out_w, err_w), (in_w, out_r, err_r)
     except BaseException:
         for fd in (in_w, out_r, err_r):
             os.close(fd)
@@ -44,13 +66,6 @@ async def _create(
     finally:
         for fd in (in_r, out_w, err_w):
             os.close(fd)
-    try:
-        proc.stdin, proc.stdout, proc.stderr, _ = await connect_pipes(in_w, out_r, err_r)
-    except BaseException:  # cancelled while connecting: nothing may outlive this call
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        raise
-    return proc
 
 
 async def connect_pipes(

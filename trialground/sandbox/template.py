@@ -332,8 +332,10 @@ def serve(sock: socket.socket) -> None:
                 sock.close()
                 head = int.from_bytes(buf[:4], "big")
                 spec = marshal.loads(bytes(buf[4 : 4 + head]))
-                workspace = buf[4 + head : size]  # a copy, wiped once bound (`_bind_workspace`)
-                workspace.append(0)
+                # Its own copy (NUL-terminated), wiped once bound (`_bind_workspace`); made without any
+                # temporary copy, and never resized (a resize leaves the old bytes behind in freed memory).
+                workspace = bytearray(size - 4 - head + 1)
+                workspace[:-1] = memoryview(buf)[4 + head : size]
                 buf[:size] = bytes(size)
                 _run_reporting(fds[2], _intermediate, spec, workspace, fds, template_pid)
         buf[:size] = bytes(size)
