@@ -413,11 +413,9 @@ class BwrapSandbox(Sandbox):
             if self._proc is None:
                 await self._start()
             if self.cgroup:
-                self.cgroup.set_limits(
-                    lim.memory_mb * 2**20 + SUPERVISOR_SLACK_BYTES,
-                    lim.pids
-                    + SUPERVISOR_PIDS["forkserver" if isinstance(self._proc, SandboxProcess) else "bwrap"],
-                )
+                launcher = "forkserver" if isinstance(self._proc, SandboxProcess) else "bwrap"
+                pids = lim.pids + SUPERVISOR_PIDS[launcher]
+                self.cgroup.set_limits(lim.memory_mb * 2**20 + SUPERVISOR_SLACK_BYTES, pids)
             out = Collected(cap=lim.output_bytes)
             try:
                 report = await self._exchange(request, data, out, timeout=lim.wall_s + 5)

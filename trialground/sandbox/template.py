@@ -134,7 +134,8 @@ def _bind_readonly(source: str, target: str) -> None:
         attr = struct.pack("QQQQ", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, 0, 0)
         set_flags = SETTINGS["sys_mount_setattr"]
         _check(
-            LIBC.syscall(set_flags, tree, b"", AT_EMPTY_PATH | AT_RECURSIVE, attr, 32), f"read-only {target}"
+            LIBC.syscall(set_flags, tree, b"", AT_EMPTY_PATH | AT_RECURSIVE, attr, ctypes.c_size_t(32)),
+            f"read-only {target}",
         )
         moved = LIBC.syscall(
             SETTINGS["sys_move_mount"], tree, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY
