@@ -221,12 +221,14 @@ class SandboxProcess:
         if self.returncode is None:
             loop = asyncio.get_running_loop()
             done = loop.create_future()
-            loop.add_reader(self._pidfd, lambda: None if done.done() else done.set_result(None))
+            pidfd = self._pidfd
+            loop.add_reader(pidfd, lambda: None if done.done() else done.set_result(None))
             try:
                 await done
             finally:
-                loop.remove_reader(self._pidfd)
-            self._ended()
+                loop.remove_reader(pidfd)
+            if self._pidfd == pidfd:  # not released meanwhile
+                self._ended()
         assert self._returncode is not None
         return self._returncode
 
