@@ -171,10 +171,9 @@ async def _reap(proc: asyncio.subprocess.Process | SandboxProcess) -> None:
                 proc.stdin.close()
 
 
-_P = typing.TypeVar("_P")
-
-
-async def _keep_if_cancelled(start: typing.Awaitable[_P]) -> _P:
+async def _keep_if_cancelled(
+    start: typing.Awaitable[asyncio.subprocess.Process],
+) -> asyncio.subprocess.Process:
     """Await bubblewrap's start; when cancelled half-way the start still completes, so that the process is
     known and killed (a sandbox that was never handed back would outlive its sandbox object)."""
     task = asyncio.ensure_future(start)
@@ -183,8 +182,8 @@ async def _keep_if_cancelled(start: typing.Awaitable[_P]) -> _P:
     except asyncio.CancelledError:
         with contextlib.suppress(BaseException):
             proc = await task
-            proc.kill()  # type: ignore[attr-defined]
-            await _reap(proc)  # type: ignore[arg-type]
+            proc.kill()
+            await _reap(proc)
         raise
 
 

@@ -306,6 +306,7 @@ async def _request(
             return str(exc)
         # From here our three ends belong to the streams (closed with the transports).
         writer, reader, errors, transports = await spawn.connect_pipes(*ours)
+        reply = None
         try:
             reply = await _receive(info, timeout=30)
             if reply is None:
@@ -313,13 +314,11 @@ async def _request(
                 err = b""
                 with contextlib.suppress(TimeoutError):
                     err = await asyncio.wait_for(errors.read(1 << 16), timeout=5)
+                return err.decode(errors="replace").strip() or "no report from it"
+        finally:
+            if reply is None:  # no sandbox (or cancelled): nothing of it may stay open
                 for transport in transports:
                     transport.close()
-                return err.decode(errors="replace").strip() or "no report from it"
-        except BaseException:
-            for transport in transports:
-                transport.close()
-            raise
     pid, pidfd = reply
     # PID 1 waits for our go and cannot have ended on its own, unless its set-up failed: then its pid may
     # be free again, and must not be moved into the cgroup (whose teardown kills what it holds).
