@@ -26,6 +26,11 @@ class EnvConfig(BaseModel):
     grade_on_limit: bool = Field(
         True, description="At the turn or time limit, grade the workspace as it is (else: no reward)"
     )
+    workspace_digest: bool = Field(
+        True,
+        description="Tool env: hash the workspace at the start of every episode (in the sandbox; logged "
+        "per trajectory, so k samples of a task can be shown to start from the same bytes)",
+    )
     python: str = Field(
         "python3", min_length=1, description="Python inside the sandbox (python/run_tests tools)"
     )

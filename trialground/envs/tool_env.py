@@ -15,7 +15,8 @@ Episode contract:
   environment is then `failed` and must not be reused.
 
 Final observations carry ``info = {"finish_reason", "counters", "error", "turn"}``; intermediate ones carry
-``counters`` and ``turn``.
+``counters`` and ``turn``; the first one also ``workspace_digest`` (`EnvConfig.workspace_digest`): a hash of
+every file's path and bytes in the workspace the episode starts from, computed inside the sandbox.
 """
 
 from __future__ import annotations
@@ -167,10 +168,14 @@ class ToolEnv(Environment, Forkable):
         self._resumed_at = _now()
         limits = task.limits or self.sandbox_config.limits
         self._toolbox = Toolbox(self.sandbox, task, limits, self.config.python)
+        digest = await self._toolbox.workspace_digest() if self.config.workspace_digest else None
         fmt: ToolFormat = "xml" if self.config.tool_format == "xml" else "json_tags"
         example = format_tool_call("bash", {"command": "ls"}, fmt)
         text = f"{task.prompt}\n\n{TOOL_DOCS}\nCall a tool like this:\n{example}"
-        return Observation(text=text, info={"turn": 0, "counters": self.counters})
+        info: dict[str, Any] = {"turn": 0, "counters": self.counters}
+        if digest is not None:
+            info["workspace_digest"] = digest
+        return Observation(text=text, info=info)
 
     async def step(self, action: str) -> Observation:
         st = self.state

@@ -84,6 +84,10 @@ sys.exit(0 if passed and not failed else 1)
 _ENV = {"PYTHONDONTWRITEBYTECODE": "1"}
 
 
+# Paths sorted bytewise (LC_ALL=C) so the digest does not depend on a locale.
+_DIGEST = "export LC_ALL=C; find . -type f -print0 | sort -z | xargs -0 -r sha256sum | sha256sum"
+
+
 class FileError(Exception):
     """A file operation the model asked for failed (bad path, missing, a directory, quota)."""
 
@@ -161,6 +165,14 @@ class Toolbox:
         if res.status == ExecStatus.SANDBOX_ERROR:  # the sandbox broke, not the program: end the episode
             raise SandboxError(f"sandbox failed: {res.stderr.strip()[:300]}", kind="sandbox_died")
         return res
+
+    async def workspace_digest(self) -> str:
+        """sha256 over every regular file's path and content in /workspace, as the sandbox sees it now."""
+        res = await self._exec(_DIGEST, self.limits)
+        digest = res.stdout.split(" ", 1)[0].strip()
+        if not res.ok or len(digest) != 64:
+            raise SandboxError(f"workspace digest failed: {res.status} {res.stderr[:200]}", kind="digest")
+        return digest[:16]
 
     async def _read(self, path: str) -> bytes:
         try:

@@ -35,6 +35,7 @@ def rollout_metrics(
             by_domain[domains.get(t.task_id, "unknown")].append(t.reward.total)
     for domain, values in by_domain.items():
         out[f"reward/mean/{domain}"] = float(np.mean(values))
+    out |= _episode_metrics(trajs, ok)
     errors = [t for t in trajs if t.error is not None]
     out["env/error_rate"] = len(errors) / len(trajs)
     out["env/timeout_rate"] = sum("timeout" in (t.error.kind if t.error else "") for t in trajs) / len(trajs)
@@ -66,6 +67,27 @@ def rollout_metrics(
         vals = [t.reward.total for t in g if t.ok and t.reward is not None]
         zero_var += int(len(vals) >= 2 and max(vals) - min(vals) < 1e-9)
     out["train/zero_var_group_frac"] = zero_var / max(1, len(groups))
+    return out
+
+
+def _component(t: Trajectory, name: str) -> float | None:
+    c = t.reward.component(name) if t.reward is not None else None
+    return None if c is None else c.value
+
+
+def _episode_metrics(trajs: Sequence[Trajectory], ok: Sequence[Trajectory]) -> dict[str, float]:
+    """Multi-turn shape and the shaping terms: `rollout/turns_mean`, `reward/process_mean`,
+    `reward/redundant_actions_mean` (per graded episode) and `reward/redundant_per_solved`."""
+    out = {"rollout/turns_mean": float(np.mean([sum(u.role == "policy" for u in t.turns) for t in trajs]))}
+    process = [v for t in ok if (v := _component(t, "process")) is not None]
+    redundant = [(-v, t) for t in ok if (v := _component(t, "redundant_actions")) is not None]
+    if process:
+        out["reward/process_mean"] = float(np.mean(process))
+    if redundant:
+        out["reward/redundant_actions_mean"] = float(np.mean([r for r, _ in redundant]))
+        solved = [r for r, t in redundant if t.reward is not None and t.reward.outcome > 0]
+        if solved:
+            out["reward/redundant_per_solved"] = float(np.mean(solved))
     return out
 
 

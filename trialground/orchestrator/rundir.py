@@ -43,6 +43,8 @@ TRAJECTORY_SCHEMA = pa.schema(
         ("completion", pa.string()),
         ("completion_tokens", pa.int64()),
         ("timings", pa.string()),
+        ("workspace_digest", pa.string()),
+        ("turns", pa.int64()),
     ]
 )
 
@@ -125,6 +127,8 @@ class RunDir:
             rows["completion"].append(text)
             rows["completion_tokens"].append(len(ids))
             rows["timings"].append(json.dumps(traj.timings, sort_keys=True))
+            rows["workspace_digest"].append(traj.workspace_digest)
+            rows["turns"].append(sum(turn.role == "policy" for turn in traj.turns))
         path = self.path / "trajectories" / f"step_{step}.parquet"
         pq.write_table(pa.Table.from_pydict(rows, schema=TRAJECTORY_SCHEMA), path)
         return path

@@ -22,9 +22,9 @@ def load_tokenizer(name: str = "tiny") -> Any:
     """A Hugging Face tokenizer: 'tiny' (the bundled one) or a local directory."""
     from transformers import AutoTokenizer
 
-    from trialground.policy.tiny import TINY_NAME, resolve_model_dir
+    from trialground.policy.tiny import BUNDLED, resolve_model_dir
 
-    return AutoTokenizer.from_pretrained(resolve_model_dir(name) if name == TINY_NAME else name)
+    return AutoTokenizer.from_pretrained(resolve_model_dir(name) if name in BUNDLED else name)
 
 
 class ScriptedPolicy(Policy):

@@ -9,6 +9,9 @@ what that script and the policies share, so the recipe is written once:
 - a chat template with role markers: `<|user|>\\n{content}<|end|>\\n ... <|assistant|>\\n`; the assistant
   ends its turn with `<|end|>`, the eos token.
 - a small `LlamaForCausalLM` (tied embeddings, < 5M parameters).
+
+Two models are bundled: `tiny` (single-turn code, `scripts/pretrain_tiny.py`) and `tiny-agent` (multi-turn
+tool use on the `agent` task families, `scripts/pretrain_agent.py`), each with its own fitted tokenizer.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from pathlib import Path
 from typing import Any
 
 TINY_NAME = "tiny"
+AGENT_NAME = "tiny-agent"
+# bundled model name -> its directory under trialground/policy/
+BUNDLED = {TINY_NAME: "tiny_model", AGENT_NAME: "tiny_agent"}
 EOS = "<|end|>"
 PAD = "<|pad|>"
 ROLES = ("system", "user", "assistant", "tool")
@@ -31,16 +37,18 @@ CHAT_TEMPLATE = (
 )
 
 
-def tiny_model_dir() -> Path:
-    """The directory of the bundled model (package data), whether or not its files exist yet."""
-    return Path(str(importlib.resources.files("trialground.policy") / "tiny_model"))
+def tiny_model_dir(name: str = TINY_NAME) -> Path:
+    """The directory of a bundled model (package data), whether or not its files exist yet."""
+    return Path(str(importlib.resources.files("trialground.policy") / BUNDLED[name]))
 
 
 def resolve_model_dir(model: str) -> Path:
-    """'tiny' -> the bundled directory; anything else must be a local HF model directory."""
-    path = tiny_model_dir() if model == TINY_NAME else Path(model).expanduser()
+    """A bundled name ('tiny', 'tiny-agent') -> its directory; anything else must be a local HF model
+    directory."""
+    path = tiny_model_dir(model) if model in BUNDLED else Path(model).expanduser()
     if not (path / "config.json").is_file():
-        hint = " (run scripts/pretrain_tiny.py)" if model == TINY_NAME else ""
+        script = {TINY_NAME: "pretrain_tiny.py", AGENT_NAME: "pretrain_agent.py"}.get(model)
+        hint = f" (run scripts/{script})" if script else ""
         raise FileNotFoundError(f"no Hugging Face model in {path}: config.json missing{hint}")
     return path
 
@@ -72,7 +80,9 @@ def build_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
     return tok
 
 
-def tiny_llama_config(vocab_size: int, hidden: int = 128, layers: int = 4, heads: int = 4) -> Any:
+def tiny_llama_config(
+    vocab_size: int, hidden: int = 128, layers: int = 4, heads: int = 4, max_positions: int = 256
+) -> Any:
     """The architecture of the tiny model."""
     from transformers import LlamaConfig
 
@@ -83,7 +93,7 @@ def tiny_llama_config(vocab_size: int, hidden: int = 128, layers: int = 4, heads
         num_hidden_layers=layers,
         num_attention_heads=heads,
         num_key_value_heads=heads,
-        max_position_embeddings=256,
+        max_position_embeddings=max_positions,
         rms_norm_eps=1e-5,
         tie_word_embeddings=True,
         bos_token_id=None,

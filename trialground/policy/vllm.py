@@ -18,7 +18,7 @@ from typing import Any
 from trialground.errors import PolicyError
 from trialground.policy.base import Generation, Policy, SamplingParams
 from trialground.policy.config import PolicyConfig
-from trialground.policy.tiny import TINY_NAME, resolve_model_dir
+from trialground.policy.tiny import BUNDLED, resolve_model_dir
 
 
 class VLLMPolicy(Policy):
@@ -29,7 +29,7 @@ class VLLMPolicy(Policy):
             raise PolicyError("the vllm backend needs vLLM: pip install 'trialground[vllm]'") from exc
         self._vllm = vllm
         self.config = config
-        model = str(resolve_model_dir(config.model)) if config.model == TINY_NAME else config.model
+        model = str(resolve_model_dir(config.model)) if config.model in BUNDLED else config.model
         kwargs: dict[str, Any] = {
             "model": model,
             "dtype": config.dtype,

@@ -111,6 +111,7 @@ class EnvPool:
         self._counts: dict[str, int] = {
             "acquires": 0,
             "created": 0,
+            "reused": 0,
             "recycled": 0,
             "reaped": 0,
             "reclaimed": 0,
@@ -312,6 +313,7 @@ class EnvPool:
         while (per_task := self._idle.get(task.id)) is not None:
             slot = self._pop_idle(next(reversed(per_task.values())))  # most recently used: warmest
             if await self._restore(slot):
+                self._counts["reused"] += 1
                 return slot
         return await self._create_slot(task)
 

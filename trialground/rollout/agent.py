@@ -94,6 +94,7 @@ async def rollout(
     error: ErrorInfo | None = None
     truncated = False
     finish_reason = ""
+    digest: str | None = None
 
     def done() -> Trajectory:
         timings["total_s"] = time.perf_counter() - t_start
@@ -108,6 +109,7 @@ async def rollout(
             truncated=truncated,
             finish_reason="error" if error is not None else finish_reason,
             timings=timings,
+            workspace_digest=digest,
         )
 
     t0 = time.perf_counter()
@@ -118,6 +120,7 @@ async def rollout(
         return done()
     finally:
         timings["reset_s"] = time.perf_counter() - t0
+    digest = str(obs.info["workspace_digest"]) if obs.info.get("workspace_digest") else None
     messages = []
     if obs.info.get("system"):
         messages.append({"role": "system", "content": str(obs.info["system"])})

@@ -37,6 +37,9 @@ class Trajectory(BaseModel):
     truncated: bool = Field(False, description="The context budget cut the episode")
     finish_reason: str = ""
     timings: dict[str, float] = Field(default_factory=dict, description="Seconds per phase")
+    workspace_digest: str | None = Field(
+        None, description="Hash of the workspace the episode started from (tool environments)"
+    )
 
     @property
     def ok(self) -> bool:

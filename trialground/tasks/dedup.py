@@ -133,8 +133,9 @@ class MinHasher:
 
 
 def exact_duplicates(tasks: Sequence[Task]) -> list[DedupFinding]:
-    """Groups of tasks with the same id, then groups with the same normalised prompt (other content
-    differing): the policy would see the same question twice."""
+    """Groups of tasks with the same id, then groups with the same normalised prompt and the same
+    workspace (files and visible checks; other content differing): the policy would see the same
+    question twice. Tool tasks whose prompt is a template and whose workspace differs are different."""
     findings: list[DedupFinding] = []
     by_id: dict[str, list[int]] = defaultdict(list)
     for i, t in enumerate(tasks):
@@ -152,7 +153,9 @@ def exact_duplicates(tasks: Sequence[Task]) -> list[DedupFinding]:
     by_prompt: dict[str, list[str]] = defaultdict(list)
     for tid in by_id:
         # Whitespace and case only: punctuation can be the whole difference (HumanEval/56 "<>" vs /61 "()").
-        by_prompt[" ".join(tasks[by_id[tid][0]].prompt.split()).casefold()].append(tid)
+        t = tasks[by_id[tid][0]]
+        seen = " ".join(t.prompt.split()).casefold() + repr(sorted({**t.files, **t.visible_checks}.items()))
+        by_prompt[seen].append(tid)
     for ids in by_prompt.values():
         if len(ids) > 1:
             findings.append(

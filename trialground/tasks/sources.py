@@ -9,6 +9,8 @@ Specs::
     math:FILE                a JSONL of {"problem": ..., "answer": ...} lines
     data                     generated data-analysis tasks (a CSV and a question)
     ops                      generated operations-troubleshooting tasks (repair a broken setup)
+    agent[:FAMILIES]         generated multi-turn tool tasks (trialground.tasks.agentic): repair, lookup,
+                             config, or a comma-separated subset, e.g. agent:repair,config
     path/to/file.jsonl       tasks in JSONL form
     path/to/dir              a task directory or a collection of them
 
@@ -40,7 +42,7 @@ from trialground.tasks.model import Task
 Split = Literal["train", "eval"]
 
 GENERATORS = ("codegen", "data", "ops")
-DEFAULT_N = {"codegen": 200, "data": 100, "ops": 60, "reasoning_gym": 100}
+DEFAULT_N = {"codegen": 200, "data": 100, "ops": 60, "reasoning_gym": 100, "agent": 300}
 
 
 def load_source(spec: str, *, seed: int = 0, n: int | None = None, split: Split | None = None) -> list[Task]:
@@ -54,6 +56,13 @@ def load_source(spec: str, *, seed: int = 0, n: int | None = None, split: Split 
     tasks: list[Task]
     if name in GENERATORS and not arg:
         tasks = _generate(name, seed=seed, n=n if n is not None else DEFAULT_N[name], split=split or "train")
+    elif name == "agent":
+        from trialground.tasks.agentic import agent_tasks
+
+        try:
+            tasks = agent_tasks(n if n is not None else DEFAULT_N["agent"], seed, split or "train", arg)
+        except ValueError as e:
+            raise TaskError(f"{spec}: {e}", kind="bad_spec") from e
     elif name == "reasoning_gym":
         from trialground.tasks.reasoning_gym_source import reasoning_gym_tasks
 
@@ -74,7 +83,7 @@ def load_source(spec: str, *, seed: int = 0, n: int | None = None, split: Split 
         if not path.exists():
             raise TaskError(
                 f"unknown task source {spec!r}: expected codegen, humaneval, reasoning_gym:<dataset>, "
-                "math, math:FILE, data, ops, a .jsonl file or a task directory",
+                "math, math:FILE, data, ops, agent[:FAMILIES], a .jsonl file or a task directory",
                 kind="bad_spec",
             )
         from trialground.tasks.io import read_tasks

@@ -1,0 +1,267 @@
+"""Pre-train the bundled agent policy (`tiny-agent`) on multi-turn tool traces and save it to
+trialground/policy/tiny_agent/.
+
+    .venv/bin/python scripts/pretrain_agent.py            # ~15-25 min on 2 CPU cores
+
+Recipe:
+1. Traces. For train-split instances of the `agent` families (trialground.tasks.agentic), a scripted
+   expert plays real episodes in a real `ToolEnv` with the recipe's environment and sandbox settings
+   (examples/agent.yaml), so every observation is exactly what the environment prints. The expert reacts to
+   what it reads (after a failing check it fixes and checks again), and some traces are made imperfect on
+   purpose: `--revise` of them first make a wrong edit and repair it after reading the failure, `--noise`
+   submit a wrong result, `--redundant` repeat an action that changes nothing. So the model has seen
+   revising, is never sure of its edits, and carries habits the efficiency reward can remove.
+2. A byte-level BPE tokenizer (trialground.policy.tiny) fitted on the traces' text.
+3. A small Llama trained on the token-exact episode ids (rendered with `ChatRenderer`, as rollouts are),
+   with the loss on the policy's turns only: observations are masked as in RL.
+4. Pre-training stops early: every `--eval-every` steps the greedy solve rate on held-out (eval-split)
+   instances is measured with the real pipeline (`evaluate_run` on the recipe with the candidate model;
+   selection instances from another seed than the recipe's eval tasks), and training stops at the first
+   checkpoint at or above `--target`, where sampling still solves tasks greedy decoding misses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import LlamaForCausalLM
+
+from trialground.config import RunConfig, load_config
+from trialground.envs.tool_env import ToolEnv
+from trialground.envs.toolcalls import format_tool_call
+from trialground.policy.tiny import AGENT_NAME, build_tokenizer, tiny_llama_config, tiny_model_dir
+from trialground.rollout.chat import ChatRenderer
+from trialground.tasks.agentic import Instance, agent_instances
+from trialground.verify.grader import Grader
+
+RECIPE = Path(__file__).resolve().parent.parent / "examples" / "agent.yaml"
+Trace = dict[str, Any]  # {"prompt": str, "turns": [[action, observation], ...], "solved": bool}
+
+
+def _bump_digit(text: str, rng: random.Random) -> str:
+    spots = [i for i, ch in enumerate(text) if ch.isdigit()]
+    if not spots:
+        return text + "1"
+    i = rng.choice(spots)
+    return text[:i] + rng.choice([d for d in "0123456789" if d != text[i]]) + text[i + 1 :]
+
+
+def _wrong(name: str, args: dict[str, str], rng: random.Random) -> dict[str, str]:
+    """A plausible but wrong version of the decisive call (the edit, or the answer)."""
+    out = dict(args)
+    if name == "write_file":
+        head, _, body = out["content"].partition("\n")
+        out["content"] = head + "\n" + _bump_digit(body, rng)
+    elif name == "edit_file":
+        key, _, value = out["new"].partition(" = ")
+        if not value:  # a key's spelling: misspell it another way
+            out["new"] = key[:-3] + key[-2:]
+        elif value.isdigit():
+            out["new"] = f"{key} = {_bump_digit(value, rng)}"
+        else:
+            out["new"] = f"{key} = {value[:-1]}"
+    elif name == "submit" and "answer" in out:
+        out["answer"] = _bump_digit(out["answer"], rng)
+    return out
+
+
+async def play(inst: Instance, env: ToolEnv, rng: random.Random, args: argparse.Namespace) -> Trace:
+    """One expert episode. The decisive call is the one that changes the workspace or answers."""
+    obs = await env.reset(inst.task)
+    trace: Trace = {"prompt": obs.text, "turns": [], "family": inst.family}
+    plan = list(inst.expert)
+    decisive = next(i for i, (n, a) in enumerate(plan) if n in ("write_file", "edit_file") or "answer" in a)
+    mode = rng.random()
+    revise, fail = mode < args.revise, args.revise <= mode < args.revise + args.noise
+    if rng.random() < args.redundant:  # a repeat that changes nothing: the efficiency reward's target
+        at = rng.randrange(decisive) if decisive > 0 else 0
+        plan.insert(at + 1, plan[at])
+        decisive += 1 if at < decisive else 0
+    queue = [(n, dict(a)) for n, a in plan]
+    if revise or fail:
+        name, good = queue[decisive]
+        queue[decisive] = (name, _wrong(name, good, rng))
+        if revise and name != "submit":
+            check = queue[decisive + 1]  # the check after the edit shows the failure; then fix, check again
+            fix = good if name == "write_file" else {**good, "old": queue[decisive][1]["new"]}
+            queue[decisive + 2 : decisive + 2] = [(name, fix), check]
+    for name, call_args in queue:
+        text = format_tool_call(name, call_args, "json_tags")
+        obs = await env.step(text)
+        trace["turns"].append([text, obs.text])
+        if obs.done:
+            break
+    trace["solved"] = bool(obs.done and obs.reward is not None and obs.reward.outcome > 0)
+    return trace
+
+
+async def make_traces(config: RunConfig, n: int, seed: int, args: argparse.Namespace) -> list[Trace]:
+    instances = agent_instances(n, seed=seed, split="train")
+    grader = Grader(config.sandbox, config.reward)
+    gate = asyncio.Semaphore(8)
+    rng = random.Random(seed)
+    seeds = [rng.random() for _ in instances]
+
+    async def one(inst: Instance, s: float) -> Trace:
+        async with gate:
+            env = ToolEnv(grader, config.env, config.sandbox)
+            try:
+                return await play(inst, env, random.Random(s), args)
+            finally:
+                await env.close()
+
+    try:
+        return list(await asyncio.gather(*(one(i, s) for i, s in zip(instances, seeds, strict=True))))
+    finally:
+        await grader.close()
+
+
+def encode(tok: Any, trace: Trace, max_len: int) -> tuple[list[int], list[int]] | None:
+    """Episode ids as the rollout builds them, and labels (-100 outside the policy's turns)."""
+    renderer = ChatRenderer(tok)
+    ids = renderer.prompt_ids([{"role": "user", "content": trace["prompt"]}])
+    labels = [-100] * len(ids)
+    turns = trace["turns"]
+    for i, (action, observation) in enumerate(turns):
+        own = [*tok.encode(action, add_special_tokens=False), tok.eos_token_id]
+        ids += own
+        labels += own
+        if i + 1 < len(turns):
+            obs_ids = renderer.observation_ids(observation, role="user", after=own)
+            ids += obs_ids
+            labels += [-100] * len(obs_ids)
+    return (ids, labels) if len(ids) <= max_len else None
+
+
+def batch(examples: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(i) for i, _ in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(examples), width), -100, dtype=torch.long)
+    for r, (i, lab) in enumerate(examples):
+        ids[r, : len(i)] = torch.tensor(i)
+        labels[r, : len(lab)] = torch.tensor(lab)
+    return ids, labels
+
+
+def solve_rates(model: Any, tok: Any, n: int, samples: int) -> dict[str, float]:
+    """Held-out solve rates of the candidate, measured by the recipe's own evaluation (real episodes)."""
+    from trialground.orchestrator.evaluate_run import evaluate_run
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        overrides = [f"policy.model={tmp}", "tasks.seed=777", f"tasks.num_eval={n}", "tasks.num_train=1"]
+        metrics = asyncio.run(evaluate_run(load_config(RECIPE, overrides), samples=samples))
+    model.train()
+    keep = ("eval/pass@1", "eval_sampled/pass@1", f"eval_sampled/pass@{samples}")
+    return {k: round(v, 4) for k, v in metrics.items() if k in keep or k.startswith("eval/pass@1/")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=tiny_model_dir(AGENT_NAME))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--traces", type=int, default=6000)
+    ap.add_argument("--cache", type=Path, default=Path("/tmp/tg_agent_traces.jsonl"))
+    ap.add_argument("--revise", type=float, default=0.25, help="traces: wrong edit, then repair")
+    ap.add_argument("--noise", type=float, default=0.1, help="traces that submit a wrong result")
+    ap.add_argument("--redundant", type=float, default=0.3, help="traces with one repeated, useless call")
+    ap.add_argument("--vocab", type=int, default=1024)
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--max-len", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--max-steps", type=int, default=4000)
+    ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--eval-n", type=int, default=96, help="held-out instances used to decide when to stop")
+    ap.add_argument("--target", type=float, default=0.3, help="stop at the first greedy solve rate >= this")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    os.nice(5)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    t0 = time.time()
+    config = load_config(RECIPE)
+
+    if args.cache.is_file():
+        traces = [json.loads(line) for line in args.cache.read_text().splitlines()]
+    else:
+        traces = asyncio.run(make_traces(config, args.traces, 1000 + args.seed, args))
+        args.cache.write_text("".join(json.dumps(t) + "\n" for t in traces))
+    solved = sum(t["solved"] for t in traces) / len(traces)
+    turns = sum(len(t["turns"]) for t in traces) / len(traces)
+    print(f"traces {time.time() - t0:.0f}s: {len(traces)}, solved {solved:.2f}, turns {turns:.1f}")
+
+    texts = (s for t in traces for s in (t["prompt"], *(x for turn in t["turns"] for x in turn)))
+    tok = build_tokenizer(texts, args.vocab)
+    data = [e for e in (encode(tok, t, args.max_len) for t in traces) if e is not None]
+    lens = [len(i) for i, _ in data]
+    print(f"encoded {len(data)}/{len(traces)} episodes, ~{sum(lens) / len(lens):.0f} tokens, max {max(lens)}")
+
+    config_hf = tiny_llama_config(
+        len(tok), hidden=args.hidden, layers=args.layers, max_positions=config.policy.max_context_tokens
+    )
+    config_hf.eos_token_id = tok.eos_token_id
+    config_hf.pad_token_id = tok.pad_token_id
+    model = LlamaForCausalLM(config_hf)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"model: {n_params / 1e6:.2f}M parameters", flush=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.98))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100))
+    model.train()
+    order: list[int] = []
+    stats: dict[str, float] = {}
+    step = 0
+    for step in range(1, args.max_steps + 1):
+        if len(order) < args.batch:
+            order = list(range(len(data)))
+            rng.shuffle(order)
+        ids, labels = batch([data[order.pop()] for _ in range(args.batch)], tok.pad_token_id)
+        loss = model(input_ids=ids, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % 20 == 0:
+            print(f"step {step} loss {loss.item():.3f} {time.time() - t0:.0f}s", flush=True)
+        if step % args.eval_every == 0:
+            model.eval()
+            stats = solve_rates(model, tok, args.eval_n, samples=0)
+            print(f"step {step} {stats} {time.time() - t0:.0f}s", flush=True)
+            if stats["eval/pass@1"] >= args.target:
+                break
+    model.eval()
+    stats = solve_rates(model, tok, args.eval_n, samples=8)
+    print(f"final step {step}: {stats}", flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(args.out, safe_serialization=True)
+    tok.save_pretrained(args.out)
+    meta = {
+        "steps": step,
+        "params": n_params,
+        "seconds": round(time.time() - t0, 1),
+        "traces": {"n": len(traces), "solved": round(solved, 3), "turns_mean": round(turns, 2)},
+        "args": {k: str(v) for k, v in vars(args).items() if k not in ("out", "cache")},
+        **stats,
+    }
+    (args.out / "pretrain_stats.json").write_text(json.dumps(meta, indent=2) + "\n")
+    print(f"saved to {args.out} in {time.time() - t0:.0f}s", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
