@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import sys
 import tempfile
@@ -188,7 +187,6 @@ def main() -> None:
     ap.add_argument("--target", type=float, default=0.3, help="stop at the first greedy solve rate >= this")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
-    os.nice(5)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)

@@ -225,7 +225,7 @@ def problems(path):
     return out
 """
 _APP = (
-    _RULES
+    _RULES.replace("@REQUIRED@", 'json.load(open("manifest.json", encoding="utf-8"))')
     + """
 
 bad = problems("settings.ini")
