@@ -23,6 +23,7 @@ from trialground.tasks.sources import load_source
 from trialground.verify.grader import Grader
 from trialground.verify.validate import validate_tasks
 
+
 @pytest.fixture
 async def grader() -> AsyncIterator[Grader]:
     g = Grader(SandboxConfig())

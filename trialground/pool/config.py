@@ -12,6 +12,11 @@ class PoolConfig(BaseModel):
 
     backend: Literal["local", "ray"] = Field("local", description="Where sandboxes live")
     max_active: int = Field(4, ge=1, le=100_000, description="Environments in use at once")
+    reseed: bool = Field(
+        True,
+        description="With no idle sandbox of the task, reuse the least recently used idle sandbox of another "
+        "task (restored, emptied inside the sandbox, seeded with this task's files) before making a new one",
+    )
     min_warm: int = Field(0, ge=0, description="Idle environments kept ready")
     max_queue: int = Field(1024, ge=0, description="Waiters beyond which acquire fails fast")
     acquire_timeout_s: float = Field(60.0, gt=0, description="Longest wait for an environment")

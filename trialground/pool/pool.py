@@ -4,7 +4,10 @@ Contract:
 - ``env = await pool.acquire(task)`` waits for one of `max_active` capacity units (FIFO, at most
   `max_queue` waiters, each at most `acquire_timeout_s`), then hands out an environment whose sandbox holds
   the task's pristine workspace: a warm idle sandbox of that task restored from its snapshot (and
-  health-checked), else a new one. The caller then calls ``env.reset(task)`` and runs the episode.
+  health-checked), else (with `reseed`) the least recently used idle sandbox of another task, restored,
+  emptied from inside and seeded with this task's files, else a new one. The caller then calls
+  ``env.reset(task)`` and runs the episode. `pool/reused` counts warm hand-outs, `pool/reseeded` those
+  of them that changed task.
 - ``await pool.release(env)`` returns it. The sandbox goes back to the warm set unless the episode failed,
   the caller says ``failed=True``, or it reached `max_uses` — then it is closed (recycled). Releasing twice
   or after reclaim is a no-op.
@@ -32,18 +35,19 @@ from typing import Any
 from trialground.envs.base import Environment, Grading
 from trialground.envs.config import EnvConfig
 from trialground.envs.single_turn import SingleTurnEnv
-from trialground.envs.tool_env import ToolEnv
+from trialground.envs.tool_env import ToolEnv, workspace_files
 from trialground.errors import EnvError, ErrorInfo, SandboxError, TrialgroundError
 from trialground.pool.autoscale import Autoscaler
 from trialground.pool.backend import LocalBackend, SandboxBackend
 from trialground.pool.config import PoolConfig
 from trialground.pool.gate import AcquireTimeout, CapacityGate, PoolFull  # noqa: F401 - re-exported
 from trialground.pool.stats import Window
-from trialground.sandbox.base import Limits, Sandbox, SandboxConfig
+from trialground.sandbox.base import WORKSPACE, Limits, Sandbox, SandboxConfig
 from trialground.tasks.model import Task
 
 EnvFactory = Callable[[Task, Sandbox | None, str | None, Callable[[float], None]], Environment]
 _HEALTH_LIMITS = Limits(wall_s=10.0, cpu_s=5.0)
+_EMPTY_WORKSPACE = ["find", WORKSPACE, "-mindepth", "1", "-delete"]
 
 
 @dataclass(eq=False)
@@ -107,11 +111,13 @@ class EnvPool:
         self._closed = False
         self._next_autoscale = 0.0
         self._waits, self._create, self._restore_s = Window(), Window(), Window()
+        self._reseed_s = Window()
         self._exec, self._hold = Window(), Window()
         self._counts: dict[str, int] = {
             "acquires": 0,
             "created": 0,
             "reused": 0,
+            "reseeded": 0,
             "recycled": 0,
             "reaped": 0,
             "reclaimed": 0,
@@ -254,6 +260,8 @@ class EnvPool:
             "pool/wait_p99_s": self._waits.quantile(0.99),
             "pool/create_s": self._create.mean(),
             "pool/restore_s": self._restore_s.mean(),
+            "pool/restore_p99_s": self._restore_s.quantile(0.99),
+            "pool/reseed_s": self._reseed_s.mean(),
             "pool/exec_s": self._exec.mean(),
             "pool/exec_p99_s": self._exec.quantile(0.99),
             "env/exec_s": self._exec.mean(),
@@ -315,7 +323,35 @@ class EnvPool:
             if await self._restore(slot):
                 self._counts["reused"] += 1
                 return slot
+        while self.config.reseed and self._lru:
+            slot = self._pop_idle(next(iter(self._lru.values())))  # the idle one of another task used last
+            if await self._reseed(slot, task):
+                self._counts["reused"] += 1
+                self._counts["reseeded"] += 1
+                return slot
         return await self._create_slot(task)
+
+    async def _reseed(self, slot: Slot, task: Task) -> bool:
+        """Turn a warm sandbox of another task into one for `task`: restored (its processes gone, /tmp and
+        /dev/shm emptied), the workspace emptied from inside the sandbox (no host-side path walk), the
+        task's files written and snapshotted as its new pristine state."""
+        assert slot.sandbox is not None and slot.snapshot is not None
+        t0 = asyncio.get_running_loop().time()
+        try:
+            await slot.sandbox.restore(slot.snapshot)
+            res = await slot.sandbox.exec(_EMPTY_WORKSPACE, limits=_HEALTH_LIMITS)
+            if not res.ok:
+                raise SandboxError(f"emptying the workspace failed: {res.status}", kind="reseed")
+            for path, data in workspace_files(task).items():
+                await slot.sandbox.write(path, data)
+            slot.snapshot = await slot.sandbox.snapshot()
+        except Exception as e:
+            self._fail(e.kind if isinstance(e, TrialgroundError) else "reseed")
+            self._destroy(slot)
+            return False
+        slot.task_id = task.id
+        self._reseed_s.add(asyncio.get_running_loop().time() - t0)
+        return True
 
     async def _restore(self, slot: Slot) -> bool:
         assert slot.sandbox is not None and slot.snapshot is not None

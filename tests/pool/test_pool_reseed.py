@@ -1,0 +1,83 @@
+"""Warm sandboxes change task (`PoolConfig.reseed`), with real sandboxes: the new task's workspace is
+byte-identical to a fresh one, nothing of the previous episode survives (files, /tmp, processes), and the
+pool counts it."""
+
+from __future__ import annotations
+
+from poolkit import NoGrader, make_task
+
+from trialground.envs.config import EnvConfig
+from trialground.envs.tool_env import ToolEnv
+from trialground.envs.toolcalls import format_tool_call
+from trialground.pool import EnvPool, PoolConfig
+from trialground.sandbox.base import SandboxConfig
+from trialground.tasks.model import Task, VerifierSpec
+
+TOOL = EnvConfig(kind="tool")
+LEFTOVERS = "ls -A /workspace /tmp /dev/shm; pgrep -c sleep || true"
+
+
+def task_with_dirs(i: int) -> Task:
+    return Task(
+        domain="code",
+        prompt=f"task {i}",
+        files={"a.txt": f"content {i}\n", f"d{i}/deep/b.txt": "b\n"},
+        verifier=VerifierSpec(kind="code_tests"),
+    )
+
+
+def bash(command: str) -> str:
+    return format_tool_call("bash", {"command": command})
+
+
+async def test_an_idle_sandbox_of_another_task_is_reseeded_clean() -> None:
+    pool = EnvPool(
+        PoolConfig(max_active=2), env_config=TOOL, sandbox_config=SandboxConfig(), grader=NoGrader()
+    )
+    first, second = task_with_dirs(1), task_with_dirs(2)
+    fresh = ToolEnv(NoGrader(), TOOL, SandboxConfig())  # type: ignore[arg-type]
+    want = (await fresh.reset(second)).info["workspace_digest"]
+    await fresh.close()
+
+    env = await pool.acquire(first)
+    assert isinstance(env, ToolEnv)
+    await env.reset(first)
+    dirty = "echo x > /tmp/t; echo y > /dev/shm/s; mkdir -p q/r; echo z > q/r/f; rm a.txt; (sleep 60 &)"
+    await env.step(bash(dirty))
+    sandbox = env.sandbox
+    await pool.release(env)
+
+    env2 = await pool.acquire(second)
+    assert isinstance(env2, ToolEnv) and env2.sandbox is sandbox  # the warm one, not a new one
+    obs = await env2.reset(second)
+    assert obs.info["workspace_digest"] == want  # byte-identical to a fresh sandbox of this task
+    out = await env2.step(bash(LEFTOVERS))
+    assert "q" not in out.text.split() and "t" not in out.text.split() and "s" not in out.text.split()
+    assert out.text.rstrip().endswith("0"), out.text  # no process of the last episode survived
+    await pool.release(env2)
+    m = pool.metrics()
+    assert m["pool/created"] == 1 and m["pool/reused"] == 1 and m["pool/reseeded"] == 1
+    assert m["pool/reseed_s"] > 0
+
+    env3 = await pool.acquire(second)  # the same task again: a plain restore, no reseed
+    assert isinstance(env3, ToolEnv) and env3.sandbox is sandbox
+    assert (await env3.reset(second)).info["workspace_digest"] == want
+    await pool.release(env3)
+    assert pool.metrics()["pool/reseeded"] == 1 and pool.metrics()["pool/reused"] == 2
+    await pool.close()
+
+
+async def test_reseed_off_makes_a_new_sandbox() -> None:
+    pool = EnvPool(
+        PoolConfig(max_active=2, reseed=False),
+        env_config=TOOL,
+        sandbox_config=SandboxConfig(),
+        grader=NoGrader(),
+    )
+    async with pool.lease(make_task(1)):
+        pass
+    async with pool.lease(make_task(2)):
+        pass
+    m = pool.metrics()
+    assert m["pool/created"] == 2 and m["pool/reused"] == 0
+    await pool.close()
