@@ -185,6 +185,10 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--eval-n", type=int, default=96, help="held-out instances used to decide when to stop")
     ap.add_argument("--target", type=float, default=0.3, help="stop at the first greedy solve rate >= this")
+    ap.add_argument(
+        "--fine-from", type=float, default=0.03, help="evaluate every --fine-every steps from here"
+    )
+    ap.add_argument("--fine-every", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -221,6 +225,7 @@ def main() -> None:
     model.train()
     order: list[int] = []
     stats: dict[str, float] = {}
+    prev: tuple[int, dict[str, torch.Tensor], float] | None = None  # (step, weights, solve rate)
     step = 0
     for step in range(1, args.max_steps + 1):
         if len(order) < args.batch:
@@ -235,12 +240,20 @@ def main() -> None:
         sched.step()
         if step % 20 == 0:
             print(f"step {step} loss {loss.item():.3f} {time.time() - t0:.0f}s", flush=True)
-        if step % args.eval_every == 0:
+        every = args.eval_every if stats.get("eval/pass@1", 0.0) < args.fine_from else args.fine_every
+        if step % every == 0:
             model.eval()
             stats = solve_rates(model, tok, args.eval_n, samples=0)
             print(f"step {step} {stats} {time.time() - t0:.0f}s", flush=True)
-            if stats["eval/pass@1"] >= args.target:
+            score = stats["eval/pass@1"]
+            if score >= args.target:
+                # the climb is steep: keep whichever of this and the previous checkpoint is closer to target
+                if prev is not None and args.target - prev[2] < score - args.target:
+                    step, state, _ = prev
+                    model.load_state_dict(state)
+                    print(f"using the step-{step} checkpoint, closer to the target", flush=True)
                 break
+            prev = (step, {k: v.clone() for k, v in model.state_dict().items()}, score)
     model.eval()
     stats = solve_rates(model, tok, args.eval_n, samples=8)
     print(f"final step {step}: {stats}", flush=True)
