@@ -206,6 +206,10 @@ class BwrapSandbox(Sandbox):
         self._closing: asyncio.subprocess.Process | SandboxProcess | None = None  # being torn down
         self._greeted = False  # the running supervisor's hello was read
         self._lock = asyncio.Lock()
+        # Host-side workspace work (file reads and writes, snapshot, restore, seeding a fork) runs in
+        # worker threads so that it never stalls the event loop; this lock keeps it one at a time per
+        # sandbox, as it was when it ran on the loop. Taken after `_lock` where both are held.
+        self._io = asyncio.Lock()
         self._closed = False
         self._freed = False
         prewarm.LIVE.add(self)
@@ -223,7 +227,7 @@ class BwrapSandbox(Sandbox):
         sandbox = await prewarm.take(config, cls._spare) or await cls._fresh(config)
         try:
             for path, data in (files or {}).items():
-                sandbox.workspace.write(path, data)
+                await sandbox.write(path, data)
         except BaseException:
             await sandbox.close()
             raise
@@ -455,11 +459,13 @@ class BwrapSandbox(Sandbox):
 
     async def write(self, path: str, data: bytes | str) -> None:
         self._check_open()
-        self.workspace.write(path, data)
+        async with self._io:
+            await asyncio.to_thread(self.workspace.write, path, data)
 
     async def read(self, path: str) -> bytes:
         self._check_open()
-        return self.workspace.read(path)
+        async with self._io:
+            return await asyncio.to_thread(self.workspace.read, path)
 
     async def _settled(self) -> None:
         """Wait until a just-started sandbox has set up its mounts (its hello): an overlay mounted on the
@@ -472,7 +478,8 @@ class BwrapSandbox(Sandbox):
         self._check_open()
         async with self._lock:
             await self._settled()
-            return self.workspace.snapshot()
+            async with self._io:
+                return await asyncio.to_thread(self.workspace.snapshot)
 
     async def restore(self, snapshot_id: str) -> None:
         self._check_open()
@@ -481,7 +488,8 @@ class BwrapSandbox(Sandbox):
             # Every command's processes die with the command, so only the supervisor (and the idle process
             # forked for the next command, whose cwd is /) is left; neither holds anything open under
             # /workspace, and the new layers reach them by mount propagation.
-            self.workspace.restore(snapshot_id)
+            async with self._io:
+                await asyncio.to_thread(self.workspace.restore, snapshot_id)
             # The private /tmp and /dev/shm are not part of snapshots; empty them so that nothing from
             # before the restore can be picked up after it.
             if self.alive():
@@ -498,7 +506,8 @@ class BwrapSandbox(Sandbox):
             child_ws = Workspace(self.config.limits.disk_mb, uid, overlay=self.config.snapshot_mode != "copy")
             child = BwrapSandbox(self.config, child_ws)
             try:
-                child_ws.seed_from(self.workspace)
+                async with self._io:
+                    await asyncio.to_thread(child_ws.seed_from, self.workspace)
                 if self.config.warm:
                     await child._start()
             except BaseException:
