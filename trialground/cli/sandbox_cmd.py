@@ -38,7 +38,9 @@ def run(
     memory: Annotated[int, typer.Option(help="Memory ceiling in MiB")] = 512,
     pids: Annotated[int, typer.Option(help="Maximum number of processes")] = 64,
     output_bytes: Annotated[int, typer.Option(help="Bytes kept of stdout and of stderr")] = 1_000_000,
-    network: Annotated[bool, typer.Option(help="Give the sandbox a network")] = False,
+    network: Annotated[
+        bool, typer.Option(help="Outbound network from the sandbox's own namespace (needs slirp4netns)")
+    ] = False,
     backend: Annotated[str, typer.Option(help="bwrap (default) or process (NO isolation)")] = "bwrap",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
 ) -> None:
