@@ -14,6 +14,7 @@ import random
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -209,6 +210,39 @@ async def test_the_uplink_ends_with_the_sandbox() -> None:
         while uplink.proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
         assert uplink.proc.poll() is not None, f"{launcher}: slirp4netns outlived its sandbox"
+
+
+FORKED_CHILD = """
+import asyncio, gc, os, sys
+from trialground.sandbox.base import Limits, SandboxConfig
+from trialground.sandbox.factory import open_sandbox
+probe = sys.argv[1]
+
+async def main():
+    sb = await open_sandbox(SandboxConfig(network=True, prewarm=0, launcher=sys.argv[2]))
+    print("before", (await sb.exec(["python3", "-I", "-S", "-c", probe])).stdout.strip(), flush=True)
+    pid = os.fork()
+    if pid == 0:  # the child's copy of the uplink is closed (as its garbage collection would), then exits
+        sb._uplink.close()
+        del sb
+        gc.collect()
+        os._exit(0)
+    os.waitpid(pid, 0)
+    print("after", (await sb.exec(["python3", "-I", "-S", "-c", probe])).stdout.strip(), flush=True)
+    await sb.close()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("launcher", ["forkserver", "bwrap"])
+def test_a_forked_child_leaves_the_parents_uplink_alone(outside: Outside, launcher: str) -> None:
+    probe = connect_probe(outside.address, outside.port)[-1]
+    out = subprocess.run(
+        [sys.executable, "-c", FORKED_CHILD, probe, launcher], capture_output=True, text=True, timeout=120
+    )
+    expected = f"CONNECTED {outside.token}"
+    assert out.stdout.splitlines() == [f"before {expected}", f"after {expected}"], out.stderr[-2000:]
 
 
 async def test_network_is_refused_without_the_helper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

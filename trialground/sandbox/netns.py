@@ -66,16 +66,20 @@ class Uplink:
     def __init__(self, proc: subprocess.Popen[bytes], exit_fd: int) -> None:
         self.proc = proc
         self._exit_fd = exit_fd
+        self._owner = os.getpid()  # a forked copy of us must never end the parent's uplink
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
     def close(self) -> None:
-        """End it now (synchronous: it exits on its exit pipe's EOF; SIGKILL makes sure). Idempotent."""
+        """End it now (synchronous: it exits on its exit pipe's EOF; SIGKILL makes sure). Idempotent. In a
+        forked copy of the process that started it, only that copy's descriptor is closed."""
         if self._exit_fd >= 0:
             os.close(self._exit_fd)
             self._exit_fd = -1
+        if os.getpid() != self._owner:
+            return
         if self.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.kill()
