@@ -107,6 +107,10 @@ async def attach(pid: int, alive_fd: int | None = None, *, timeout: float = ATTA
     user_fd = -1
     opened = [ns_fd]
     try:
+        # The sandbox brings its loopback device up itself (bubblewrap over netlink, the fork server's PID 1
+        # with an ioctl); slirp4netns configuring the namespace at the same time can make bubblewrap's
+        # netlink request fail, so it starts once that is done.
+        await _loopback_up(pid, alive_fd, timeout)
         if alive_fd is not None and _readable(alive_fd):
             raise SandboxError("the sandbox ended before its network was attached")
         if os.geteuid() != 0:  # unprivileged: slirp4netns needs the sandbox's user namespace to act there
@@ -151,6 +155,25 @@ async def attach(pid: int, alive_fd: int | None = None, *, timeout: float = ATTA
                 os.close(fd)
 
 
+async def _loopback_up(pid: int, alive_fd: int | None, timeout: float) -> None:
+    """Wait until 127.0.0.1 is a local address in `pid`'s network namespace (its loopback is up)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    delay = 0.0005
+    while True:
+        try:
+            with open(f"/proc/{pid}/net/fib_trie", encoding="ascii", errors="replace") as f:
+                if "127.0.0.1" in f.read():
+                    return
+        except OSError as exc:
+            raise SandboxError(f"the sandbox ended before its network was attached ({exc.strerror})") from exc
+        if alive_fd is not None and _readable(alive_fd):
+            raise SandboxError("the sandbox ended before its network was attached")
+        if asyncio.get_running_loop().time() > deadline:
+            raise SandboxError("the sandbox did not bring its loopback device up in time")
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.02)
+
+
 def _readable(fd: int) -> bool:
     poller = select.poll()
     poller.register(fd, select.POLLIN)
@@ -193,7 +216,11 @@ class BubblewrapHandshake:
         pid = await asyncio.wait_for(_child_pid(self.info_r), timeout=ATTACH_TIMEOUT_S)
         self.reported = True
         await attach_uplink(pid)
-        os.write(self.block_w, b"g")
+        try:
+            os.write(self.block_w, b"g")
+        except OSError as exc:  # nobody reads the block pipe: bubblewrap's sandbox is gone
+            self.reported = False
+            raise SandboxError(f"bubblewrap ended before its network was attached ({exc.strerror})") from exc
 
     def close(self) -> None:
         for fd in (self.info_r, self.block_w):
