@@ -45,9 +45,9 @@ def test_mlflow_file_store(tmp_path: Path) -> None:
     exp = client.get_experiment_by_name("trialground")
     assert exp is not None
     (run,) = client.search_runs([exp.experiment_id])
-    hist = client.get_metric_history(run.info.run_id, "reward/mean")
+    hist = client.get_metric_history(run.info.run_id, "reward.mean")
     assert sorted((m.step, round(m.value, 6)) for m in hist) == [(0, 0.0), (1, 0.1), (2, 0.2)]
-    assert client.get_metric_history(run.info.run_id, "eval/pass_at_1")
+    assert client.get_metric_history(run.info.run_id, "eval.pass_at_1")
     assert run.info.status == "FINISHED"
 
 

@@ -74,6 +74,13 @@ def test_serve_rejects_bad_token_file(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "token" in result.stderr
 
 
+@pytest.mark.parametrize("option", ["--max-body-mb", "--header-timeout-s", "--body-timeout-s"])
+def test_serve_rejects_non_positive_limits(tmp_path: Path, option: str) -> None:
+    (tmp_path / "token").write_text("serve-test-token-0123456789")
+    result = runner.invoke(app, ["sandbox", "serve", "--token-file", str(tmp_path / "token"), option, "0"])
+    assert result.exit_code == 2 and option in result.stderr
+
+
 @pytest.mark.slow
 def test_serve_command_over_http(tmp_path: Path) -> None:
     token = "serve-test-token-0123456789"
@@ -82,7 +89,8 @@ def test_serve_command_over_http(tmp_path: Path) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = [str(Path(sys.executable).parent / "trialground"), "sandbox", "serve", "--port", str(port)]
-    proc = subprocess.Popen([*cmd, "--token-file", str(tmp_path / "token")], env={**os.environ})
+    cmd += ["--token-file", str(tmp_path / "token"), "--max-body-mb", "1"]
+    proc = subprocess.Popen(cmd, env={**os.environ})
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
@@ -97,6 +105,9 @@ def test_serve_command_over_http(tmp_path: Path) -> None:
         sid = httpx.post(f"{url}/sessions", json={}, headers=headers).json()["session_id"]
         r = httpx.post(f"{url}/sessions/{sid}/exec", json={"cmd": ["echo", "hi"]}, headers=headers).json()
         assert r["stdout"] == "hi\n"
+        big = {"cmd": ["echo", "x" * (2 << 20)]}
+        r = httpx.post(f"{url}/sessions/{sid}/exec", json=big, headers=headers)
+        assert r.status_code == 413 and "at most 1048576 bytes" in r.json()["detail"]
     finally:
         proc.terminate()
         proc.wait(timeout=20)

@@ -17,7 +17,7 @@ import uvicorn
 from trialground.errors import SandboxError
 from trialground.sandbox.base import ExecStatus, SandboxConfig
 from trialground.sandbox.factory import open_sandbox
-from trialground.sandbox.service import create_app
+from trialground.sandbox.service import create_app, uvicorn_config
 
 TOKEN = "t0ken-for-tests-0123456789"
 
@@ -38,7 +38,7 @@ def server(tmp_path: Path) -> Iterator[Server]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    uv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    uv = uvicorn.Server(uvicorn_config(app, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

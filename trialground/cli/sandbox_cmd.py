@@ -38,7 +38,9 @@ def run(
     memory: Annotated[int, typer.Option(help="Memory ceiling in MiB")] = 512,
     pids: Annotated[int, typer.Option(help="Maximum number of processes")] = 64,
     output_bytes: Annotated[int, typer.Option(help="Bytes kept of stdout and of stderr")] = 1_000_000,
-    network: Annotated[bool, typer.Option(help="Give the sandbox a network")] = False,
+    network: Annotated[
+        bool, typer.Option(help="Outbound network from the sandbox's own namespace (needs slirp4netns)")
+    ] = False,
     backend: Annotated[str, typer.Option(help="bwrap (default) or process (NO isolation)")] = "bwrap",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
 ) -> None:
@@ -92,6 +94,13 @@ def serve(
     token_file: Annotated[Path | None, typer.Option(help="File holding the bearer token (required)")] = None,
     max_sessions: Annotated[int, typer.Option(help="Concurrent sandboxes at most")] = 32,
     idle_s: Annotated[float, typer.Option(help="Seconds before an idle session is reaped")] = 300.0,
+    max_body_mb: Annotated[float, typer.Option(help="Largest request body accepted (413 beyond)")] = 64.0,
+    header_timeout_s: Annotated[
+        float, typer.Option(help="Seconds a client has to send a request's headers (else closed)")
+    ] = 10.0,
+    body_timeout_s: Annotated[
+        float, typer.Option(help="Seconds a client has to send a request's body after its headers (408)")
+    ] = 60.0,
 ) -> None:
     """Serve the sandbox interface over HTTP (token authentication, per-session sandboxes)."""
     if token_file is None or not token_file.is_file():
@@ -101,7 +110,13 @@ def serve(
         fail("the token must be at least 16 characters", EXIT_USAGE)
     if not 0 < port < 65536 or max_sessions < 1 or idle_s <= 0:
         fail("--port must be 1..65535, --max-sessions >= 1, --idle-s > 0", EXIT_USAGE)
+    if max_body_mb <= 0 or header_timeout_s <= 0 or body_timeout_s <= 0:
+        fail("--max-body-mb, --header-timeout-s and --body-timeout-s must be > 0", EXIT_USAGE)
     from trialground.sandbox.service import serve_forever
 
     os.environ.setdefault("TRIALGROUND_SANDBOX_SERVICE", "1")
-    serve_forever(host=host, port=port, token=token, max_sessions=max_sessions, idle_s=idle_s)
+    serve_forever(
+        host=host, port=port, token=token, max_sessions=max_sessions, idle_s=idle_s,
+        max_body_bytes=int(max_body_mb * (1 << 20)), header_timeout_s=header_timeout_s,
+        body_timeout_s=body_timeout_s,
+    )  # fmt: skip

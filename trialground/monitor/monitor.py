@@ -10,11 +10,16 @@
 Files it owns in the run directory: `metrics.jsonl` (via the jsonl sink), `alerts.jsonl` (created at
 once, empty until an alert fires), `flagged.jsonl`, `regressions.jsonl`, plus the optional sinks'
 folders (`tensorboard/`, `wandb/`, `mlruns/`).
+
+A sink never ends a run: one that raises while writing is closed and dropped, reported once (a log
+warning, a `sink_failed` alert in `alerts.jsonl` and on the console, and the metric
+`monitor/sinks_failed` on every later step), and the other sinks go on.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -22,7 +27,7 @@ from types import TracebackType
 
 from rich.console import Console
 
-from trialground.monitor.alerts import Alert, AlertLog, Webhook, print_alerts
+from trialground.monitor.alerts import Alert, AlertLog, Evidence, Webhook, print_alerts
 from trialground.monitor.config import MonitorConfig
 from trialground.monitor.cost import CostMeter
 from trialground.monitor.history import MetricHistory
@@ -30,6 +35,8 @@ from trialground.monitor.prometheus import PrometheusExporter
 from trialground.monitor.regressions import RegressionLog
 from trialground.monitor.rules import Rule, build_rules
 from trialground.monitor.sinks import Sink, open_sink
+
+log = logging.getLogger(__name__)
 
 
 class Monitor:
@@ -47,9 +54,10 @@ class Monitor:
         self.rules: list[Rule] = build_rules(self.config.rules)
         self.cost = CostMeter(self.config.cost)
         self.console = console or Console(stderr=True)
-        self.errors: list[str] = []  # webhook failures (complete after close()): reported, never fatal
+        self.errors: list[str] = []  # webhook and sink-close failures (complete after close()): never fatal
         self._flagged_path = self.run_dir / "flagged.jsonl"
-        self._sinks: list[Sink] = []
+        self._sinks: list[tuple[str, Sink]] = []
+        self.failed_sinks: dict[str, str] = {}  # sink name -> the error that disabled it
         self._webhook = (
             Webhook(self.config.webhook_url, self.config.webhook_timeout_s, on_error=self._webhook_failed)
             if self.config.webhook_url
@@ -58,7 +66,7 @@ class Monitor:
         self.prometheus: PrometheusExporter | None = None
         try:
             for name in dict.fromkeys(self.config.sinks):
-                self._sinks.append(open_sink(name, self.run_dir))  # appended one by one: close() sees them
+                self._sinks.append((name, open_sink(name, self.run_dir)))  # one by one: close() sees them
             if self.config.prometheus_port is not None:
                 self.prometheus = PrometheusExporter(
                     self.config.prometheus_host, self.config.prometheus_port, self.config.prometheus_prefixes
@@ -68,6 +76,10 @@ class Monitor:
             raise
         self._closed = False
 
+    def add_sink(self, name: str, sink: Sink) -> None:
+        """Also write every later step to `sink` (a custom backend); it fails like the built-in ones."""
+        self._sinks.append((name, sink))
+
     def observe(self, step: int, metrics: Mapping[str, float]) -> list[Alert]:
         """Record one step's metrics everywhere and return the alerts it raised (already dispatched).
 
@@ -75,14 +87,43 @@ class Monitor:
         """
         row = dict(metrics)
         row.update(self.cost.update(row))
-        for sink in self._sinks:
-            sink.write(step, row)
+        if self.failed_sinks:
+            row["monitor/sinks_failed"] = float(len(self.failed_sinks))
+        alerts: list[Alert] = []
+        for name, sink in list(self._sinks):
+            try:
+                sink.write(step, row)
+            except Exception as exc:  # any backend error: this sink is done, the run is not
+                alerts.append(self._disable_sink(step, name, sink, exc))
         if self.prometheus is not None:
             self.prometheus.update(row, step=step)
         self.history.add(step, row)
-        alerts = [a for rule in self.rules for a in rule.check(step, self.history)]
+        alerts += [a for rule in self.rules for a in rule.check(step, self.history)]
         self._dispatch(alerts)
         return alerts
+
+    def _disable_sink(self, step: int, name: str, sink: Sink, exc: Exception) -> Alert:
+        """Drop a sink whose write failed, once, and say so everywhere but in that sink."""
+        error = f"{type(exc).__name__}: {exc}"
+        self._sinks = [(n, s) for n, s in self._sinks if s is not sink]
+        self.failed_sinks[name] = error
+        log.warning("metric sink %r failed at step %d and is disabled for the rest of the run: %s",
+                    name, step, error)  # fmt: skip
+        self._close_sink(name, sink)
+        evidence = Evidence(
+            key=name, values=(), window=(step, step), statistic="sink_error", value=1.0, threshold=0.0,
+            details={"error": error[:2000]},
+        )  # fmt: skip
+        return Alert.make(
+            "sink_failed", "warn", step, f"metric sink {name!r} failed and is disabled: {error}", evidence
+        )
+
+    def _close_sink(self, name: str, sink: Sink) -> None:
+        try:
+            sink.close()
+        except Exception as exc:  # a broken backend may fail to close too; nothing more to save there
+            self.errors.append(f"closing metric sink {name!r}: {type(exc).__name__}: {exc}")
+            log.warning("closing metric sink %r failed: %s", name, exc)
 
     def observe_live(self, metrics: Mapping[str, float]) -> None:
         """Update the Prometheus gauges between steps (pool and sandbox gauges); nothing is written."""
@@ -137,8 +178,8 @@ class Monitor:
         if getattr(self, "_closed", False):
             return
         self._closed = True
-        for sink in self._sinks:
-            sink.close()
+        for name, sink in self._sinks:
+            self._close_sink(name, sink)
         if self.prometheus is not None:
             self.prometheus.close()
         if self._webhook is not None:

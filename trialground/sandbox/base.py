@@ -75,7 +75,11 @@ class SandboxConfig(BaseModel):
         "bwrap", description="bwrap isolates (default); process does NOT isolate; remote uses the service"
     )
     limits: Limits = Field(default_factory=Limits, description="Default limits of every exec")
-    network: bool = Field(False, description="Give sandboxes a network (default: none at all)")
+    network: bool = Field(
+        False,
+        description="Outbound network through slirp4netns from the sandbox's own network namespace "
+        "(never the host's: host loopback and abstract sockets stay unreachable); default: none at all",
+    )
     rootfs: str | None = Field(None, description="Root filesystem directory to run in instead of the host's")
     remote_url: str | None = Field(None, description="Sandbox service URL for the remote backend")
     token_file: str | None = Field(None, description="File holding the sandbox service token")

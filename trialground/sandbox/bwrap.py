@@ -10,8 +10,9 @@ process a command started is killed when it ends.
 The sandbox sees: a read-only /usr (+ /lib*, /bin, /sbin links), a few files of /etc, the configured Python
 runtime (read-only, at its host path), a private /proc and /dev (read-only), private size-limited /tmp and
 /dev/shm (emptied on `restore`), and the workspace at /workspace. Only the workspace, /tmp and /dev/shm are
-writable. No network unless `config.network`. With `config.rootfs`, that directory's entries replace /usr,
-/etc and the runtime (it needs `python3` on its PATH).
+writable. Always a network namespace of its own: only loopback, or with `config.network` an outbound-only
+uplink (`netns.py`). With `config.rootfs`, that directory's entries replace /usr, /etc and the runtime
+(it needs `python3` on its PATH).
 
 On a root host the sandbox also runs as an unprivileged host uid (65534) inside a per-sandbox cgroup
 (memory, pids, freezer), and the workspace is a size-limited tmpfs: `limits.disk_mb` of the sandbox's config
@@ -34,7 +35,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from trialground.errors import SandboxError
-from trialground.sandbox import forkserver, prewarm, seccomp, teardown, views
+from trialground.sandbox import forkserver, netns, offload, prewarm, seccomp, teardown, views
 from trialground.sandbox.base import WORKSPACE, Command, ExecResult, Limits, Sandbox, SandboxConfig
 from trialground.sandbox.cgroup import Cgroup
 from trialground.sandbox.channel import ChannelClosed, Collected, collect, read_frame, send_request
@@ -108,19 +109,34 @@ def _rootfs_binds(rootfs: str) -> list[str]:
 def sandbox_views(config: SandboxConfig) -> list[tuple[str, str]]:
     """(host source, sandbox path) of the read-only views besides /usr: /etc, and the Python runtime when
     it is not under /usr."""
-    names = views.ETC_FILES + (views.NETWORK_ETC_FILES if config.network else ())
-    shown = [(str(views.etc_view(names)), "/etc")]
+    if config.network:
+        etc = views.etc_view(views.ETC_FILES + views.NETWORK_ETC_FILES, written=views.NETWORK_ETC_WRITTEN)
+    else:
+        etc = views.etc_view(views.ETC_FILES)
+    shown = [(str(etc), "/etc")]
     prefix = _python_prefix(config)
     if not prefix.startswith("/usr/"):
         shown.append((views.runtime_source(prefix), prefix))
     return shown
 
 
-def bwrap_argv(config: SandboxConfig, workspace: Path, seccomp_fd: int, tmp_mb: int) -> list[str]:
+def bwrap_argv(
+    config: SandboxConfig,
+    workspace: Path,
+    seccomp_fd: int,
+    tmp_mb: int,
+    net_fds: tuple[int, int] | None = None,
+) -> list[str]:
+    """bubblewrap's command line. Always a network namespace of its own; a networked sandbox also gets
+    `net_fds` (info, block): bubblewrap reports the sandbox's pid on the first and waits on the second
+    until the host has attached the uplink (`netns.py`)."""
     argv = [BWRAP, "--unshare-user", "--uid", str(INNER_UID), "--gid", str(INNER_UID), "--unshare-pid"]
     argv += ["--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
-    if not config.network:
-        argv.append("--unshare-net")
+    argv.append("--unshare-net")
+    if config.network:
+        if net_fds is None:
+            raise SandboxError("a networked sandbox's bubblewrap needs its info and block descriptors")
+        argv += ["--info-fd", str(net_fds[0]), "--block-fd", str(net_fds[1])]
     argv += ["--new-session", "--die-with-parent", "--as-pid-1", "--disable-userns", "--cap-drop", "ALL"]
     if config.rootfs:
         if not os.path.isdir(config.rootfs):
@@ -205,7 +221,12 @@ class BwrapSandbox(Sandbox):
         self._proc: asyncio.subprocess.Process | SandboxProcess | None = None
         self._closing: asyncio.subprocess.Process | SandboxProcess | None = None  # being torn down
         self._greeted = False  # the running supervisor's hello was read
+        self._uplink: netns.Uplink | None = None  # a networked sandbox's slirp4netns, while PID 1 lives
         self._lock = asyncio.Lock()
+        # Host-side workspace work (file reads and writes, snapshot, restore, seeding a fork) runs in
+        # worker threads (`offload.py`) so that it never stalls the event loop; this lock keeps it one
+        # at a time per sandbox, as it was when it ran on the loop. Taken after `_lock` where both are held.
+        self._io = asyncio.Lock()
         self._closed = False
         self._freed = False
         prewarm.LIVE.add(self)
@@ -223,7 +244,7 @@ class BwrapSandbox(Sandbox):
         sandbox = await prewarm.take(config, cls._spare) or await cls._fresh(config)
         try:
             for path, data in (files or {}).items():
-                sandbox.workspace.write(path, data)
+                await sandbox.write(path, data)
         except BaseException:
             await sandbox.close()
             raise
@@ -231,6 +252,8 @@ class BwrapSandbox(Sandbox):
 
     @classmethod
     async def _fresh(cls, config: SandboxConfig) -> BwrapSandbox:
+        if config.network:
+            netns.require()  # refused outright: never the host's network instead
         uid = SANDBOX_HOST_UID if os.geteuid() == 0 else None
         workspace = Workspace(config.limits.disk_mb, uid, overlay=config.snapshot_mode != "copy")
         sandbox = cls(config, workspace)
@@ -270,7 +293,8 @@ class BwrapSandbox(Sandbox):
 
     def _kill(self) -> None:
         """SIGKILL bubblewrap (the sandbox's PID 1 dies with it: --die-with-parent) or the fork server's
-        PID 1; every process of the PID namespace dies with PID 1."""
+        PID 1; every process of the PID namespace dies with PID 1. A networked sandbox's uplink ends too."""
+        self._drop_uplink()
         if isinstance(self._proc, SandboxProcess):
             self._proc.kill()
         elif self._proc is not None and self._proc.returncode is None:
@@ -297,6 +321,7 @@ class BwrapSandbox(Sandbox):
         """Start the sandbox's PID 1, the supervisor, from the fork server or bubblewrap (handing it its
         code); does not wait for its hello (`_hello`)."""
         self._greeted = False
+        self._drop_uplink()
         if self.forked():
             # Cancelled half-way, the start leaves nothing behind itself (forkserver.start).
             self._proc = await forkserver.start(
@@ -307,18 +332,51 @@ class BwrapSandbox(Sandbox):
                 network=self.config.network,
                 tmp_bytes=self.config.limits.disk_mb << 20,
                 cgroup=self.cgroup,
+                before_go=self._attach_uplink if self.config.network else None,
             )
             return
         fd = seccomp.filter_fd()
+        net = netns.BubblewrapHandshake() if self.config.network else None
         try:
-            argv = bwrap_argv(self.config, self.workspace.ws, fd, self.config.limits.disk_mb)
+            argv = bwrap_argv(
+                self.config, self.workspace.ws, fd, self.config.limits.disk_mb, net.theirs() if net else None
+            )
+            passed = (fd, *net.theirs()) if net else (fd,)
             self._proc = await _keep_if_cancelled(
-                spawn_bwrap(argv, pass_fds=(fd,), cgroup=self.cgroup, uid=self._uid)
+                spawn_bwrap(argv, pass_fds=passed, cgroup=self.cgroup, uid=self._uid)
             )
         finally:
             os.close(fd)
+            if net is not None:
+                net.close_theirs()
         assert self._proc.stdin is not None
         self._proc.stdin.write(supervisor_payload(self.config)[1])
+        if net is not None:
+            try:
+                await net.attach(self._attach_uplink)
+            except (SandboxError, TimeoutError) as exc:
+                if not net.reported:  # bubblewrap itself failed: its own message says why
+                    await self._start_failed(exc)
+                await self._stop()
+                raise
+            except BaseException:
+                await self._stop()
+                raise
+            finally:
+                net.close()
+
+    async def _attach_uplink(self, pid: int, pidfd: int | None = None) -> None:
+        """Give the sandbox whose PID 1 is host process `pid` its outbound network (`netns.py`)."""
+        uplink = await netns.attach(pid, pidfd)
+        if self._closed:  # closed while attaching: nothing may outlive the sandbox
+            uplink.close()
+            raise SandboxError("sandbox is closed", kind="closed")
+        self._uplink = uplink
+
+    def _drop_uplink(self) -> None:
+        uplink, self._uplink = self._uplink, None
+        if uplink is not None:
+            uplink.close()
 
     async def _hello(self) -> None:
         """Read the supervisor's first frame; a sandbox that did not start is stopped and SandboxError says
@@ -371,6 +429,7 @@ class BwrapSandbox(Sandbox):
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
             await _reap(proc)
+        self._drop_uplink()
         if self.cgroup:
             self.cgroup.kill_all()
 
@@ -455,11 +514,13 @@ class BwrapSandbox(Sandbox):
 
     async def write(self, path: str, data: bytes | str) -> None:
         self._check_open()
-        self.workspace.write(path, data)
+        async with self._io:
+            await offload.run(self.workspace.write, path, data)
 
     async def read(self, path: str) -> bytes:
         self._check_open()
-        return self.workspace.read(path)
+        async with self._io:
+            return await offload.run(self.workspace.read, path)
 
     async def _settled(self) -> None:
         """Wait until a just-started sandbox has set up its mounts (its hello): an overlay mounted on the
@@ -472,7 +533,8 @@ class BwrapSandbox(Sandbox):
         self._check_open()
         async with self._lock:
             await self._settled()
-            return self.workspace.snapshot()
+            async with self._io:
+                return await offload.run(self.workspace.snapshot)
 
     async def restore(self, snapshot_id: str) -> None:
         self._check_open()
@@ -481,7 +543,8 @@ class BwrapSandbox(Sandbox):
             # Every command's processes die with the command, so only the supervisor (and the idle process
             # forked for the next command, whose cwd is /) is left; neither holds anything open under
             # /workspace, and the new layers reach them by mount propagation.
-            self.workspace.restore(snapshot_id)
+            async with self._io:
+                await offload.run(self.workspace.restore, snapshot_id)
             # The private /tmp and /dev/shm are not part of snapshots; empty them so that nothing from
             # before the restore can be picked up after it.
             if self.alive():
@@ -498,7 +561,8 @@ class BwrapSandbox(Sandbox):
             child_ws = Workspace(self.config.limits.disk_mb, uid, overlay=self.config.snapshot_mode != "copy")
             child = BwrapSandbox(self.config, child_ws)
             try:
-                child_ws.seed_from(self.workspace)
+                async with self._io:
+                    await offload.run(child_ws.seed_from, self.workspace)
                 if self.config.warm:
                     await child._start()
             except BaseException:

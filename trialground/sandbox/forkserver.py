@@ -33,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from trialground.errors import SandboxError
@@ -273,15 +274,20 @@ async def start(
     network: bool,
     tmp_bytes: int,
     cgroup: Cgroup | None,
+    before_go: Callable[[int, int], Awaitable[None]] | None = None,
 ) -> SandboxProcess:
     """A new sandbox from the template, in `cgroup` before it runs anything, its supervisor about to start.
     Raises SandboxError (with the reason) when it could not be made. Cancelled at any point, it leaves
-    nothing behind: a PID 1 made after that finds its stdin closed and exits before running anything."""
+    nothing behind: a PID 1 made after that finds its stdin closed and exits before running anything.
+
+    The sandbox always has a network namespace of its own. `before_go(pid, pidfd)` runs once PID 1 exists
+    and before it may go on (the networked sandbox's uplink is attached there); if it raises, PID 1 ends
+    without running anything and the error propagates."""
     spec = {"views": views_, "network": network, "tmp_bytes": tmp_bytes}
     replaced = False
     while True:
         template = _template(python_prefix, uid)
-        made = await _request(template, spec, workspace, cgroup)
+        made = await _request(template, spec, workspace, cgroup, before_go)
         if isinstance(made, SandboxProcess):
             return made
         if template.dead() and not replaced:  # it died with our request: one new one, once
@@ -294,7 +300,11 @@ async def start(
 
 
 async def _request(
-    template: Template, spec: dict, workspace: Path, cgroup: Cgroup | None
+    template: Template,
+    spec: dict,
+    workspace: Path,
+    cgroup: Cgroup | None,
+    before_go: Callable[[int, int], Awaitable[None]] | None = None,
 ) -> SandboxProcess | str:
     """Ask `template` for one sandbox: its process, or why not (the sandbox's own message)."""
     info, info_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -325,7 +335,15 @@ async def _request(
     if cgroup is not None and not _readable(pidfd):
         with contextlib.suppress(ProcessLookupError, OSError):
             cgroup.add(pid)
-    writer.write(b"g")  # PID 1 may go on: it is in the sandbox's cgroup
+    if before_go is not None:
+        try:
+            await before_go(pid, pidfd)
+        except BaseException:
+            for transport in transports:  # PID 1 reads EOF instead of the go and exits
+                transport.close()
+            os.close(pidfd)
+            raise
+    writer.write(b"g")  # PID 1 may go on: it is in the sandbox's cgroup (and networked, if it is)
     return SandboxProcess(pid, pidfd, (writer, reader, errors), transports)
 
 

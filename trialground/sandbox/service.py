@@ -1,18 +1,23 @@
 """The sandbox service: the `Sandbox` interface over HTTP, for sandbox fleets on CPU machines.
 
-Every route but `/health` needs `Authorization: Bearer <token>` (else 401 and nothing runs). Each session
+Every route but `/health` needs `Authorization: Bearer <token>`: without it the answer is 401 before any
+of the request body is read, and nothing runs. Bodies are capped (`max_body_bytes`, 413 beyond) and must
+arrive within `body_timeout_s`, request headers within `header_timeout_s` (`http_guard.py`). Each session
 is one sandbox on this machine (always the bwrap backend); at most `max_sessions` exist at once (429
 beyond), at most `max_concurrent_execs` commands run at once (the rest queue), and a session unused for
-`idle_s` seconds is closed, so clients that vanish never exhaust capacity. Bytes travel base64-encoded.
-`remote.py` is the client.
+`idle_s` seconds is closed, so clients that vanish never exhaust capacity. Bytes travel base64-encoded
+(strict: anything but the standard alphabet with padding is a 400). Every bad input gets a 4xx whose
+`detail` says what was wrong: 400 (bad base64, a bad path, a path that is not a regular file), 404 (an
+unknown session, a missing file), 408, 413, 422 (JSON that does not fit the route's schema, with each
+field's error). `remote.py` is the client.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import contextlib
-import hmac
 import os
 import time
 import uuid
@@ -20,12 +25,31 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Header, HTTPException
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from trialground.errors import SandboxError
 from trialground.sandbox.base import Limits, Sandbox, SandboxConfig
 from trialground.sandbox.factory import open_sandbox
+from trialground.sandbox.http_guard import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_MAX_BODY_BYTES,
+    GuardMiddleware,
+    GuardSettings,
+    timed_protocol,
+)
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL byte")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_no_nul)]  # strings that reach argv, environ or paths
 
 
 class SessionSpec(BaseModel):
@@ -38,23 +62,23 @@ class SessionSpec(BaseModel):
     snapshot_mode: str = "auto"
     warm: bool = True
     python_fast: bool = True
-    files: dict[str, str] = Field(default_factory=dict, description="path -> base64 content")
+    files: dict[Text, str] = Field(default_factory=dict, description="path -> base64 content")
 
 
 class ExecRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    cmd: list[str] | str
+    cmd: list[Text] | Text
     stdin_b64: str | None = None
-    env: dict[str, str] | None = None
-    cwd: str | None = None
+    env: dict[Text, Text] | None = None
+    cwd: Text | None = None
     limits: Limits | None = None
 
 
 class FileWrite(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    path: str
+    path: Text
     data_b64: str
 
 
@@ -127,11 +151,50 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
+def _unb64(value: str, where: str) -> bytes:
+    """Strict base64 (standard alphabet, padded); a 400 naming `where` otherwise."""
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise HTTPException(400, f"{where}: not valid base64 ({exc})") from None
+
+
+_CLIENT_ERRORS = frozenset({"bad_path", "bad_snapshot", "bad_command", "read", "write"})
+
+
+def _sandbox_failed(exc: SandboxError, what: str) -> HTTPException:
+    """The HTTP answer to a SandboxError: the client's fault (400) or the server's (500)."""
+    if exc.kind == "closed":
+        return HTTPException(404, "no such session (closed or reaped)")
+    if exc.kind in _CLIENT_ERRORS:
+        return HTTPException(400, str(exc))
+    return HTTPException(500, f"{what} failed: {exc}")
+
+
+def _file_error(exc: OSError, path: str) -> HTTPException:
+    if isinstance(exc, FileNotFoundError):
+        return HTTPException(404, f"{path}: no such file")
+    return HTTPException(400, f"{path}: {exc.strerror or exc}")
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err.get("loc", ()))
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
 def create_app(
     token: str, *, max_sessions: int = 32, idle_s: float = 300.0, max_concurrent_execs: int | None = None,
-    allow_network: bool = False,
+    allow_network: bool = False, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
 ) -> FastAPI:  # fmt: skip
-    """The service as an ASGI app. `token` is the shared secret clients must present."""
+    """The service as an ASGI app. `token` is the shared secret clients must present.
+
+    Header timeouts belong to the HTTP protocol, not the app: serve it with `uvicorn_config` (or give
+    uvicorn `http=timed_protocol(...)` yourself).
+    """
     table = SessionTable(max_sessions, idle_s, allow_network)
     execs = asyncio.Semaphore(max_concurrent_execs or max(2, (os.cpu_count() or 2) * 2))
 
@@ -151,19 +214,19 @@ def create_app(
 
     app = FastAPI(title="trialground sandbox service", lifespan=lifespan)
     app.state.table = table
+    # The token check, body cap and body deadline run before FastAPI reads a byte of the body.
+    guard = GuardSettings(token, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
+    app.add_middleware(GuardMiddleware, settings=guard)
 
-    def authorized(authorization: Annotated[str | None, Header()] = None) -> None:
-        scheme, _, presented = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(presented.encode(), token.encode()):
-            raise HTTPException(401, "missing or wrong token", headers={"WWW-Authenticate": "Bearer"})
-
-    auth = [Depends(authorized)]
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": _validation_message(exc)}, status_code=422)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {"ok": True, "sessions": len(table.sessions), "reaped": table.reaped}
 
-    @app.post("/sessions", dependencies=auth)
+    @app.post("/sessions")
     async def create(spec: SessionSpec) -> dict[str, str]:
         if spec.network and not table.allow_network:
             raise HTTPException(403, "this server does not give sandboxes a network")
@@ -173,70 +236,86 @@ def create_app(
             limits=spec.limits, network=spec.network, snapshot_mode=spec.snapshot_mode,  # type: ignore[arg-type]
             warm=spec.warm, python_fast=spec.python_fast,
         )  # fmt: skip
-        files = {p: base64.b64decode(d) for p, d in spec.files.items()}
+        files = {p: _unb64(d, f"files[{p!r}]") for p, d in spec.files.items()}
         table.reserve()
         try:
             sandbox = await open_sandbox(config, files)
         except SandboxError as exc:
             table._opening -= 1
-            raise HTTPException(500, f"sandbox failed: {exc}") from exc
+            raise _sandbox_failed(exc, "sandbox") from exc
+        except OSError as exc:  # a file of `files` that cannot be written where it names
+            table._opening -= 1
+            raise HTTPException(400, f"files: {exc.strerror or exc}") from exc
         except BaseException:
             table._opening -= 1
             raise
         return {"session_id": table.add(sandbox)}
 
-    @app.post("/sessions/{sid}/exec", dependencies=auth)
+    @app.post("/sessions/{sid}/exec")
     async def execute(sid: str, req: ExecRequest) -> dict[str, Any]:
+        stdin = _unb64(req.stdin_b64, "stdin_b64") if req.stdin_b64 is not None else None
         async with table.use(sid) as sandbox, execs:
-            stdin = base64.b64decode(req.stdin_b64) if req.stdin_b64 is not None else None
-            result = await sandbox.exec(req.cmd, stdin=stdin, env=req.env, cwd=req.cwd, limits=req.limits)
+            try:
+                result = await sandbox.exec(req.cmd, stdin=stdin, env=req.env, cwd=req.cwd, limits=req.limits)
+            except SandboxError as exc:
+                raise _sandbox_failed(exc, "exec") from exc
             return result.model_dump(mode="json")
 
-    @app.put("/sessions/{sid}/files", dependencies=auth)
+    @app.put("/sessions/{sid}/files")
     async def write(sid: str, req: FileWrite) -> dict[str, bool]:
+        data = _unb64(req.data_b64, "data_b64")
         async with table.use(sid) as sandbox:
             try:
-                await sandbox.write(req.path, base64.b64decode(req.data_b64))
+                await sandbox.write(req.path, data)
             except SandboxError as exc:
-                raise HTTPException(400, str(exc)) from exc
+                raise _sandbox_failed(exc, "write") from exc
+            except OSError as exc:
+                raise _file_error(exc, req.path) from exc
             return {"ok": True}
 
-    @app.get("/sessions/{sid}/files", dependencies=auth)
+    @app.get("/sessions/{sid}/files")
     async def read(sid: str, path: str) -> dict[str, str]:
+        _no_nul_query(path)
         async with table.use(sid) as sandbox:
             try:
                 return {"data_b64": _b64(await sandbox.read(path))}
-            except FileNotFoundError as exc:
-                raise HTTPException(404, f"{path}: no such file") from exc
             except SandboxError as exc:
-                raise HTTPException(400, str(exc)) from exc
+                raise _sandbox_failed(exc, "read") from exc
+            except OSError as exc:
+                raise _file_error(exc, path) from exc
 
-    @app.post("/sessions/{sid}/snapshot", dependencies=auth)
+    @app.post("/sessions/{sid}/snapshot")
     async def snapshot(sid: str) -> dict[str, str]:
         async with table.use(sid) as sandbox:
-            return {"snapshot_id": await sandbox.snapshot()}
+            try:
+                return {"snapshot_id": await sandbox.snapshot()}
+            except SandboxError as exc:
+                raise _sandbox_failed(exc, "snapshot") from exc
 
-    @app.post("/sessions/{sid}/restore", dependencies=auth)
+    @app.post("/sessions/{sid}/restore")
     async def restore(sid: str, req: RestoreRequest) -> dict[str, bool]:
         async with table.use(sid) as sandbox:
             try:
                 await sandbox.restore(req.snapshot_id)
             except SandboxError as exc:
-                raise HTTPException(400, str(exc)) from exc
+                raise _sandbox_failed(exc, "restore") from exc
             return {"ok": True}
 
-    @app.post("/sessions/{sid}/fork", dependencies=auth)
+    @app.post("/sessions/{sid}/fork")
     async def fork(sid: str) -> dict[str, str]:
         table.reserve()
         try:
             async with table.use(sid) as sandbox:
                 child = await sandbox.fork()
+        except SandboxError as exc:
+            table._opening -= 1
+            raise _sandbox_failed(exc, "fork") from exc
         except BaseException:
             table._opening -= 1
             raise
         return {"session_id": table.add(child)}
 
-    @app.delete("/sessions/{sid}", dependencies=auth)
+    @app.delete("/sessions/{sid}")
     async def close(sid: str) -> dict[str, bool]:
         if not await table.close(sid):
             raise HTTPException(404, "no such session")
@@ -245,8 +324,31 @@ def create_app(
     return app
 
 
-def serve_forever(*, host: str, port: int, token: str, max_sessions: int, idle_s: float) -> None:
+def _no_nul_query(path: str) -> None:
+    if "\x00" in path:
+        raise HTTPException(400, "path: must not contain a NUL byte")
+
+
+def uvicorn_config(app: FastAPI, *, header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S, **kwargs: Any) -> Any:
+    """A `uvicorn.Config` for the service: uvicorn's h11 protocol with the header deadline."""
     import uvicorn
 
-    app = create_app(token, max_sessions=max_sessions, idle_s=idle_s)
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    if header_timeout_s <= 0:
+        raise ValueError("header_timeout_s must be > 0")
+    kwargs.setdefault("timeout_keep_alive", 5)
+    return uvicorn.Config(app, http=timed_protocol(header_timeout_s), **kwargs)
+
+
+def serve_forever(
+    *, host: str, port: int, token: str, max_sessions: int, idle_s: float,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+) -> None:  # fmt: skip
+    import uvicorn
+
+    app = create_app(
+        token, max_sessions=max_sessions, idle_s=idle_s, max_body_bytes=max_body_bytes,
+        body_timeout_s=body_timeout_s,
+    )  # fmt: skip
+    config = uvicorn_config(app, header_timeout_s=header_timeout_s, host=host, port=port, log_level="info")
+    uvicorn.Server(config).run()

@@ -9,17 +9,19 @@ settings, then sends one message per sandbox on a unix socket: the sandbox's set
 descriptors (the supervisor's stdin, stdout and stderr pipes and an info socket).
 
 For each message the template forks an *intermediate*. That process (after that drop) unshares the user,
-mount, PID, IPC, UTS and (unless the sandbox has a network) network namespaces, maps the sandbox uid 1000 to
-its own uid, and forks the sandbox's PID 1; it sends the host a pidfd of PID 1 on the info socket and then
-only waits for PID 1 to end. PID 1 builds the sandbox's root file system exactly as bubblewrap does for the
+mount, PID, IPC, UTS and network namespaces (a networked sandbox too: the host attaches its uplink to
+that namespace, `netns.py`, before its go), maps the sandbox uid 1000 to its own uid, and forks the
+sandbox's PID 1; it sends the host a pidfd of PID 1 on the info socket and then only waits for PID 1 to
+end. PID 1 builds the sandbox's root file system exactly as bubblewrap does for the
 `bwrap` launcher (`bwrap.bwrap_argv`): a tmpfs root, read-only /usr (+ /lib*, /bin, /sbin), the prepared
 /etc view and the runtime view, /proc (its sys, sysrq-trigger, irq and bus read-only), a small /dev of its
 own, private size-limited /tmp and /dev/shm, the workspace at /workspace; everything but those three
 read-only; the host's root detached. It sets the hostname, brings the loopback device up, waits for the
-host's go (sent once PID 1 is in its cgroup), enters a new cgroup namespace, drops every capability
-(bounding, ambient, permitted, effective, inheritable), sets no_new_privs, loads the seccomp filter, closes
-every descriptor but its three pipes, and becomes the supervisor (`supervisor.main`). No code of the
-sandbox's runs before all of that is done: the supervisor forks commands only after it.
+host's go (sent once PID 1 is in its cgroup and, for a networked sandbox, its uplink is attached), enters
+a new cgroup namespace, drops every capability (bounding, ambient, permitted, effective, inheritable),
+sets no_new_privs, loads the seccomp filter, closes every descriptor but its three pipes, and becomes the
+supervisor (`supervisor.main`). No code of the sandbox's runs before all of that is done: the supervisor
+forks commands only after it.
 
 The template never runs anything of a sandbox's and holds nothing secret: every sandbox is a copy of its
 memory (the supervisor's code, a cleared environment, the settings of earlier sandboxes: host paths of
@@ -226,9 +228,8 @@ def _pid1(spec: dict, workspace: bytearray, stdin: int, stdout: int, stderr: int
     _check(LIBC.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0), "die with the parent")
     _build_root(spec, workspace)
     _check(LIBC.sethostname(b"sandbox", 7), "set the hostname")
-    if not spec["network"]:
-        _loopback_up()
-    if os.read(stdin, 1) != b"g":  # the host's go: we are in the sandbox's cgroup now
+    _loopback_up()
+    if os.read(stdin, 1) != b"g":  # the host's go: in the sandbox's cgroup, its uplink (if any) attached
         os._exit(0)
     if LIBC.unshare(CLONE_NEWCGROUP) != 0:
         pass  # best effort, as bubblewrap's --unshare-cgroup-try: /proc/self/cgroup then shows host paths
@@ -255,9 +256,8 @@ def _intermediate(spec: dict, workspace: bytearray, fds: "list[int]", template_p
     if os.getppid() != template_pid:
         os._exit(1)
     uid, gid = os.getuid(), os.getgid()
-    flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
-    if not spec["network"]:
-        flags |= CLONE_NEWNET
+    # Always a network namespace of its own: a networked sandbox gets an uplink into it, never the host's.
+    flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET
     _check(LIBC.unshare(flags), "unshare the namespaces")
     inner = SETTINGS["inner_uid"]
     for name, text in (

@@ -18,7 +18,10 @@ ETC_FILES = (
     "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "alternatives", "ssl",
     "ca-certificates", "mime.types", "protocols", "services",
 )  # fmt: skip
-NETWORK_ETC_FILES = ("resolv.conf", "hosts", "gai.conf", "host.conf")
+# A networked sandbox's own resolver: the host's resolv.conf may name a loopback resolver, which is not
+# reachable from the sandbox's network namespace; slirp4netns relays DNS from 10.0.2.3 (`netns.py`).
+NETWORK_ETC_FILES = ("hosts", "gai.conf", "host.conf")
+NETWORK_ETC_WRITTEN = (("resolv.conf", "nameserver 10.0.2.3\n"),)
 IDENTITY = {
     "passwd": f"root:x:0:0::/:/usr/sbin/nologin\nsandbox:x:{INNER_UID}:{INNER_UID}::{WORKSPACE}:/bin/bash\n",
     "group": f"root:x:0:\nsandbox:x:{INNER_UID}:\n",
@@ -36,20 +39,24 @@ def runtime_source(prefix: str) -> str:
 
 
 @functools.cache
-def etc_view(names: tuple[str, ...], source: Path = Path("/etc")) -> Path:
-    """A directory holding copies of `<source>/<name>` for `names` and our /etc/passwd and /etc/group (user
-    `sandbox`, uid 1000). Copied: what others may read (nothing the sandbox uid could not read through a
-    bind either; /etc/ssl/private stays behind), symlinks inside directories as links, a top-level
-    symlink as what it points to (as a bind would). Named by a digest of the sources' paths, modes,
-    sizes, times and link targets, so a process started after /etc changed makes a new one; made once
-    per change and kept (about 1 MiB), never modified, so sandboxes using an older one are unaffected."""
+def etc_view(
+    names: tuple[str, ...], source: Path = Path("/etc"), written: tuple[tuple[str, str], ...] = ()
+) -> Path:
+    """A directory holding copies of `<source>/<name>` for `names`, the files `written` (name, text) and
+    our /etc/passwd and /etc/group (user `sandbox`, uid 1000). Copied: what others may read (nothing the
+    sandbox uid could not read through a bind either; /etc/ssl/private stays behind), symlinks inside
+    directories as links, a top-level symlink as what it points to (as a bind would). Named by a digest
+    of the sources' paths, modes, sizes, times and link targets (and the written files), so a process
+    started after /etc changed makes a new one; made once per change and kept (about 1 MiB), never
+    modified, so sandboxes using an older one are unaffected."""
     entries: list[tuple[str, Path, os.stat_result]] = []
     for name in names:
         src = source / name
         if src.exists():
             _walk(src, name, os.stat(src), entries)
     state = [(rel, st.st_mode, st.st_size, st.st_mtime_ns, _link(p, st)) for rel, p, st in entries]
-    digest = hashlib.sha1(repr((str(source), state, IDENTITY)).encode()).hexdigest()[:12]
+    made = {**IDENTITY, **dict(written)}
+    digest = hashlib.sha1(repr((str(source), state, made)).encode()).hexdigest()[:12]
     target = BASE_DIR / "etc-view" / digest
     if target.is_dir():
         return target
@@ -68,7 +75,7 @@ def etc_view(names: tuple[str, ...], source: Path = Path("/etc")) -> Path:
             else:
                 shutil.copyfile(src, dst)
                 os.chmod(dst, 0o644)
-        for name, text in IDENTITY.items():
+        for name, text in made.items():
             (tmp / name).write_text(text)
             os.chmod(tmp / name, 0o644)
         os.chmod(tmp, 0o755)

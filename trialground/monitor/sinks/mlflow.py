@@ -10,12 +10,19 @@ from pathlib import Path
 
 from trialground.monitor.sinks import finite, missing
 
-_BAD = re.compile(r"[^A-Za-z0-9_\-. /]")
+_BAD = re.compile(r"[^A-Za-z0-9_\-.]")
 
 
 def mlflow_key(key: str) -> str:
-    """MLflow allows alphanumerics, _ - . space and /: `eval/pass@1` becomes `eval/pass_at_1`."""
-    return _BAD.sub("_", key.replace("@", "_at_"))
+    """The MLflow name of metric `key`: `eval/pass@1` becomes `eval.pass_at_1`.
+
+    The file store keeps each metric in a file whose path is the metric name, so a `/` in a name is a
+    directory: `eval/n_tasks` (a file) and `eval/n_tasks/code` (a file under a directory of the same
+    name) cannot both exist. Real runs emit such pairs, so `/` becomes `.`, which is never a path
+    separator; any other character MLflow refuses becomes `_` (`@` reads `_at_`).
+    """
+    name = _BAD.sub("_", key.replace("@", "_at_").replace("/", "."))
+    return name if name.strip(".") else "_" + name  # never `.` or `..`: those name directories
 
 
 class MlflowSink:
