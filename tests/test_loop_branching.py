@@ -122,7 +122,8 @@ def test_off_mode_logs_the_cost_keys_but_no_branch_keys(tmp_path: Path) -> None:
 
 
 def test_branch_k_must_divide_the_group_size(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"branch_k=3 must divide loop.samples_per_task=4"):
+    with pytest.raises(ConfigError, match=r"branch_k=3 must divide loop\.samples_per_task=4"):
         config(tmp_path, "loop.branch=first_obs", "loop.branch_k=3")
-    with pytest.raises(ConfigError, match="loop.branch"):
+    with pytest.raises(ConfigError, match=r"loop\.branch"):
         config(tmp_path, "loop.branch=sometimes")
+    assert config(tmp_path, "loop.branch=off").loop.branch == "off"  # YAML's bare off is False

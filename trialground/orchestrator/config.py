@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class LoopConfig(BaseModel):
@@ -39,6 +39,12 @@ class LoopConfig(BaseModel):
         description="Branches per trunk, i.e. the size of one branched group (default: samples_per_task); "
         "must divide samples_per_task, which stays the number of trajectories per task",
     )
+
+    @field_validator("branch", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: object) -> object:
+        # YAML reads a bare `off` as False (YAML 1.1 booleans): that is what the user wrote.
+        return "off" if value is False else value
 
     @model_validator(mode="after")
     def _branch_k_divides(self) -> LoopConfig:

@@ -244,6 +244,11 @@ def branch_metrics(groups: Sequence[Sequence[Trajectory]], *, branching: bool) -
         "rollout/sandbox_s_per_sample": (own_s + shared_s) / trained,
         "rollout/generated_tokens_per_sample": generated / trained,
     }
+    for phase in _SANDBOX_PHASES:  # where the sandbox time went (`env`: tool runs and grading)
+        spent = sum(t.timings.get(phase, 0.0) for t in trajs)
+        out[f"rollout/sandbox_s_per_sample/{phase.removesuffix('_s')}"] = spent / trained
+    if branching:
+        out["rollout/sandbox_s_per_sample/trunk"] = shared_s / trained
     if branching:
         branched = [b for b in trunks.values() if not b.fallback]
         out["rollout/branch_groups"] = float(len(branched))
@@ -253,6 +258,13 @@ def branch_metrics(groups: Sequence[Sequence[Trajectory]], *, branching: bool) -
         )
         out["rollout/branch_prefix_turns_mean"] = (
             float(np.mean([b.prefix_turns for b in branched])) if branched else 0.0
+        )
+        # Whole-episode length of branched trajectories (`rollout/turns_mean` counts only own turns).
+        own = [t for t in trajs if t.branch is not None and not t.branch.fallback]
+        out["rollout/branch_episode_turns_mean"] = (
+            float(np.mean([t.branch.prefix_turns + sum(u.role == "policy" for u in t.turns) for t in own]))  # type: ignore[union-attr]
+            if own
+            else 0.0
         )
         out["rollout/branch_fork_s_mean"] = (
             float(np.mean([f.fork_s for fs in forks.values() for f in fs])) if forks else 0.0
