@@ -127,3 +127,18 @@ def test_branch_k_must_divide_the_group_size(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"loop\.branch"):
         config(tmp_path, "loop.branch=sometimes")
     assert config(tmp_path, "loop.branch=off").loop.branch == "off"  # YAML's bare off is False
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_branched_loop_with_sandboxes_on_ray_actors(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    from trialground.orchestrator.loop import run
+
+    cfg = config(tmp_path, "cluster=ray", "loop.branch=first_obs", "loop.steps=1", "name=ray")
+    summary = asyncio.run(run(cfg))
+    rows = [json.loads(line) for line in (Path(summary.run_dir) / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in rows if "train/loss" in r][-1]
+    assert trained["env/error_rate"] == 0.0
+    assert trained["rollout/branch_groups"] + trained["rollout/branch_fallbacks"] == 4
+    assert trained["rollout/branch_groups"] > 0

@@ -11,6 +11,9 @@ room left; a generation cut by that cap, or an observation that leaves no room f
 episode with `truncated=True` (a capped single-turn completion is still graded; a multi-turn episode that
 runs out of room before finishing gets outcome 0 with a logged `context_truncated` component).
 
+`rollout` is `start_episode` followed by `play_turn` until the episode is done; the `Episode` they build
+can be copied and continued in a forked environment (`trialground.rollout.branching`).
+
 Failures at a boundary -- the policy (PolicyError), the sandbox (SandboxError), grading (VerifierError),
 the environment (EnvError) -- end only that episode, recorded as `Trajectory.error`; they are never raised
 to the caller or to sibling rollouts. Any other exception at a boundary is wrapped as that boundary's error.
@@ -300,7 +303,8 @@ async def rollout_group(
     wait on the policy becomes one `policy.generate` call with their prompts (for a single-turn env: one
     call with k prompts); episodes busy in their environment are not waited for longer than
     `batch_window_s`. Environments come from `env_factory` and go back through `release`
-    (default: `env.close()`). The result is in `sample_index` order; one failure never affects siblings.
+    (default: `env.close()`); the seconds `env_factory` took are each trajectory's `timings["acquire_s"]`.
+    The result is in `sample_index` order; one failure never affects siblings.
     """
     batcher = GroupBatcher(policy, live=k, window_s=batch_window_s)
     renderer = ChatRenderer(policy.tokenizer)

@@ -122,15 +122,22 @@ async def rollout_branched(
         trunk.fail(_wrap(exc, EnvError, "env_factory"))
     else:
         acquire_s = time.perf_counter() - t0
-        trunk = await _play_trunk(policy, env, task, point, renderer, group_id, params, max_context_tokens,
-                                  observation_role)  # fmt: skip
+        try:
+            trunk = await _play_trunk(policy, env, task, point, renderer, group_id, params,
+                                      max_context_tokens, observation_role)  # fmt: skip
+            while not trunk.done and not isinstance(env, Forkable):  # cannot fork: play to the end
+                await play_turn(
+                    policy, env, trunk, params=params, max_context_tokens=max_context_tokens,
+                    renderer=renderer, observation_role=observation_role,
+                )  # fmt: skip
+        except BaseException:  # cancelled: the trunk's environment still goes back
+            await release_env(env, release)
+            raise
     trunk.timings["acquire_s"] = acquire_s
     trunk_sandbox_s = _sandbox_s(trunk.timings)
     if trunk.done or env is None or not isinstance(env, Forkable):
         if env is not None:
             await release_env(env, release)
-        if not trunk.done:  # an environment that cannot fork: the trunk plays to its end
-            trunk.fail(EnvError(f"{type(env).__name__} cannot fork", kind="not_forkable").info())
         trunk.branch = BranchInfo(
             trunk_id=trunk_id, point=point, fallback=True, trunk_sandbox_s=trunk_sandbox_s
         )
