@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -65,6 +66,7 @@ def run_mode(mode: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
         stamps.append((time.perf_counter() - t0, dict(metrics)))
 
     loop_module._eval_and_log = skip_eval  # type: ignore[assignment]
+    load_before = os.getloadavg()[0]
     asyncio.run(loop_module.run(config, progress=progress))
     trained = [m["rollout/trajectories"] * (1.0 - m.get("env/error_rate", 0.0)) for _, m in stamps]
     n = max(1e-9, sum(trained))
@@ -74,6 +76,8 @@ def run_mode(mode: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
     return {
         "mode": mode,
+        "load_before": load_before,
+        "load_after": os.getloadavg()[0],
         "steps": len(stamps),
         "wall_s": stamps[-1][0] if stamps else 0.0,
         "stamps": [(t, m.get("reward/mean", 0.0)) for t, m in stamps],
@@ -114,15 +118,21 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--set", action="append", default=[], help="extra config override (repeatable)")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument(
+        "--branch-first", action="store_true", help="run the branching mode first (to see order effects)"
+    )
     args = ap.parse_args()
     out = Path(tempfile.mkdtemp(prefix="tg-branching-"))
     try:
-        results = [run_mode("off", args, out), run_mode(args.point, args, out)]
+        modes = [args.point, "off"] if args.branch_first else ["off", args.point]
+        by_mode = {mode: run_mode(mode, args, out) for mode in modes}
+        results = [by_mode["off"], by_mode[args.point]]
     finally:
         shutil.rmtree(out, ignore_errors=True)
     wall = min(r["wall_s"] for r in results)
     rows = [
         ("steps", "{:d}", "steps"),
+        ("machine load average (1 min) before / after", None, "load"),
         ("wall s", "{:.1f}", "wall_s"),
         ("rollout s / step", "{:.2f}", "rollout_s_per_step"),
         ("trained samples", "{:.0f}", "trained_samples"),
@@ -141,7 +151,9 @@ def main() -> None:
     )
     print(f"| measurement | off | {args.point} |\n|---|---:|---:|")
     for label, fmt, key in rows:
-        if key == "parts":
+        if key == "load":
+            cells = [f"{r['load_before']:.1f} / {r['load_after']:.1f}" for r in results]
+        elif key == "parts":
             cells = [" / ".join(f"{v:.3f}" for v in r["sandbox_s_parts"].values()) for r in results]
         elif key is None:
             cells = [f"{r['branch_groups']:.0f} / {r['branch_fallbacks']:.0f}" for r in results]
