@@ -16,6 +16,7 @@ from trialground.tasks.io import write_jsonl
 from trialground.tasks.model import Task, VerifierSpec
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 BRANCH_KEYS = (
