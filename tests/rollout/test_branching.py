@@ -10,6 +10,8 @@ import pytest
 
 pytest.importorskip("torch", reason="uses the bundled tiny tokenizer ([train] extra)")
 
+from rollout_helpers import ShellEnv
+
 from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
 from trialground.envs.toolcalls import format_tool_call
@@ -268,3 +270,20 @@ async def test_failed_fork_and_dead_branch_are_data_and_every_fork_is_closed(gra
     assert compute_advantages(group) == [0.0, None, None]  # one valid sibling: no baseline
     assert len(made) == 3  # the trunk's sandbox and two forks, all closed afterwards
     assert all(box._closed for box in made)  # type: ignore[attr-defined]
+
+
+async def test_an_environment_that_cannot_fork_plays_its_trunk_to_the_end() -> None:
+    envs: list[ShellEnv] = []
+
+    def make() -> ShellEnv:
+        envs.append(ShellEnv(turns=2))
+        return envs[-1]
+
+    group = await rollout_branched(
+        ScriptedPolicy(["ab"]), make, task(), 3, point="first_obs", params=PARAMS, group_id="g",
+        max_context_tokens=4096,
+    )  # fmt: skip
+    assert all(t.ok for t in group), [t.error for t in group]
+    assert group[0].branch is not None and group[0].branch.fallback
+    assert [sum(u.role == "policy" for u in t.turns) for t in group] == [2, 2, 2]  # whole episodes
+    assert len(envs) == 3 and all(e.closed for e in envs)
