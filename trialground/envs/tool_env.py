@@ -15,8 +15,10 @@ Episode contract:
   environment is then `failed` and must not be reused.
 
 Final observations carry ``info = {"finish_reason", "counters", "error", "turn"}``; intermediate ones carry
-``counters`` and ``turn``; the first one also ``workspace_digest`` (`EnvConfig.workspace_digest`): a hash of
-every file's path and bytes in the workspace the episode starts from, computed inside the sandbox.
+``counters``, ``turn`` and ``exec_failed`` (a bash, python or run_tests call of this turn did not succeed:
+non-zero exit, timeout, a limit; the `first_failure` branch point of `loop.branch`); the first one also
+``workspace_digest`` (`EnvConfig.workspace_digest`): a hash of every file's path and bytes in the
+workspace the episode starts from, computed inside the sandbox.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from trialground.verify.base import Action
 
 SandboxOpener = Callable[[SandboxConfig, Mapping[str, str | bytes]], Awaitable[Sandbox]]
 _HANG_GRACE_S = 10.0  # beyond a tool's own wall limit before the sandbox is declared hung
+_EXEC_TOOLS = frozenset({"bash", "python", "run_tests"})  # tools whose failure is a failed program run
 
 
 def _now() -> float:
@@ -193,7 +196,7 @@ class ToolEnv(Environment, Forkable):
             return await self._limit("time_limit", "episode time limit reached; nothing was run")
         outputs: list[str] = []
         submitted: str | None = None
-        did_submit = False
+        did_submit = exec_failed = False
         calls = parse_tool_calls(action, self.config.tool_format)
         if not calls:
             st.counters["invalid_calls"] += 1
@@ -237,6 +240,7 @@ class ToolEnv(Environment, Forkable):
             st.counters[f"tool/{call.name}"] = st.counters.get(f"tool/{call.name}", 0) + 1
             if not outcome.ok:
                 st.counters["tool_errors"] += 1
+                exec_failed = exec_failed or call.name in _EXEC_TOOLS
             st.actions.append(make_action(call.name, call.arguments, outcome))
             outputs.append(truncate_middle(outcome.text, self.config.observation_budget_chars))
             if outcome.submit:
@@ -250,7 +254,9 @@ class ToolEnv(Environment, Forkable):
             return await self._limit("max_turns", text)
         if self.elapsed_s() >= self.config.max_episode_s:
             return await self._limit("time_limit", text)
-        return Observation(text=text, info={"turn": st.turn, "counters": self.counters})
+        return Observation(
+            text=text, info={"turn": st.turn, "counters": self.counters, "exec_failed": exec_failed}
+        )
 
     async def _limit(self, reason: str, text: str) -> Observation:
         if self.config.grade_on_limit:

@@ -36,7 +36,14 @@ class SyncBatches:
         loop = self.c.config.loop
         t0 = time.perf_counter()
         tasks = self.c.tasks.sample(loop.batch_tasks)
-        groups = await collect(self.c, tasks, loop.samples_per_task, self.c.config.policy.sampling)
+        groups = await collect(
+            self.c,
+            tasks,
+            loop.samples_per_task,
+            self.c.config.policy.sampling,
+            branch=loop.branch,
+            branch_k=loop.branch_size,
+        )
         return Batch(step, tasks, groups, time.perf_counter() - t0)
 
     async def close(self) -> None:

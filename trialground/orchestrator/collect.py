@@ -1,40 +1,75 @@
-"""Rollout collection: k trajectories per task, all tasks of a batch in flight together."""
+"""Rollout collection: k trajectories per task, all tasks of a batch in flight together.
+
+With `branch` set (training's `loop.branch`), a task's k trajectories come from k / `branch_k` trunks,
+each forked into `branch_k` branches that form one group (`group_id` per trunk; see
+`trialground.rollout.branching`)."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
 from collections.abc import Sequence
+from typing import Literal
 
 from trialground.orchestrator.components import Components
 from trialground.policy.base import SamplingParams
 from trialground.rollout.agent import rollout_group
 from trialground.rollout.batching import GroupBatcher
+from trialground.rollout.branching import BranchPoint, rollout_branched
 from trialground.rollout.trajectory import Trajectory
 from trialground.tasks.model import Task
 
 
 async def collect(
-    c: Components, tasks: Sequence[Task], k: int, params: SamplingParams
+    c: Components,
+    tasks: Sequence[Task],
+    k: int,
+    params: SamplingParams,
+    *,
+    branch: BranchPoint | Literal["off"] = "off",
+    branch_k: int | None = None,
 ) -> list[list[Trajectory]]:
-    """One group of `k` trajectories per task. A failed rollout is a trajectory with `error` set; one
-    failure never cancels its siblings (each group runs as its own task and records its own errors)."""
+    """The `k` trajectories of each task, in task order. A failed rollout is a trajectory with `error`
+    set; one failure never cancels its siblings (each group runs as its own task and records its own
+    errors). With `branch`, they come from `k // branch_k` branched groups (`branch_k` default: k)."""
     concurrency = min(len(tasks), c.config.loop.rollout_concurrency)
     limit = asyncio.Semaphore(concurrency)
     # One generate call for every episode waiting on the policy, across groups (not just within one).
     batcher = GroupBatcher(c.policy, live=concurrency * k, window_s=0.02)
+    size = branch_k or k
+    if branch != "off" and k % size != 0:
+        raise ValueError(f"branch_k={size} must divide k={k}")
+
+    budget, release = c.config.policy.max_context_tokens, c.env_release
 
     async def one(task: Task) -> list[Trajectory]:
         async with limit:
-            return await rollout_group(
-                batcher,
-                c.env_factory(task),
-                task,
-                k,
-                params=params,
-                group_id=f"{task.id}-{uuid.uuid4().hex[:8]}",
-                max_context_tokens=c.config.policy.max_context_tokens,
-                release=c.env_release,
+            if branch == "off":
+                return await rollout_group(
+                    batcher, c.env_factory(task), task, k, params=params, group_id=_group_id(task),
+                    max_context_tokens=budget, release=release,
+                )  # fmt: skip
+            groups = await asyncio.gather(
+                *(
+                    rollout_branched(
+                        batcher,
+                        c.env_factory(task),
+                        task,
+                        size,
+                        point=branch,
+                        params=params,
+                        group_id=_group_id(task),
+                        max_context_tokens=budget,
+                        release=release,
+                    )
+                    for _ in range(k // size)
+                )
             )
+            flat = [t for g in groups for t in g]
+            return [t.model_copy(update={"sample_index": i}) for i, t in enumerate(flat)]
 
     return list(await asyncio.gather(*(one(t) for t in tasks)))
+
+
+def _group_id(task: Task) -> str:
+    return f"{task.id}-{uuid.uuid4().hex[:8]}"

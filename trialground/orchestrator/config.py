@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class LoopConfig(BaseModel):
@@ -23,3 +23,40 @@ class LoopConfig(BaseModel):
         False, description="Feed failed eval tasks into training's regression queue (contaminates eval)"
     )
     rollout_concurrency: int = Field(8, ge=1, description="Rollouts in flight at once")
+    branch: Literal["off", "first_obs", "first_failure"] = Field(
+        "off",
+        description="Branching rollouts (training only; evaluation always runs independent episodes): "
+        "run a task's episode once up to the branch point -- first_obs: after the first tool output; "
+        "first_failure: at the first bash/python/run_tests call that fails -- then fork its sandbox into "
+        "branch_k branches that continue independently and form one group; the shared prefix is part of "
+        "each branch's prompt (not trained). A trunk that ends first is kept and its group is completed "
+        "with independent episodes",
+    )
+    branch_k: int | None = Field(
+        None,
+        ge=2,
+        le=1024,
+        description="Branches per trunk, i.e. the size of one branched group (default: samples_per_task); "
+        "must divide samples_per_task, which stays the number of trajectories per task",
+    )
+
+    @field_validator("branch", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: object) -> object:
+        # YAML reads a bare `off` as False (YAML 1.1 booleans): that is what the user wrote.
+        return "off" if value is False else value
+
+    @model_validator(mode="after")
+    def _branch_k_divides(self) -> LoopConfig:
+        k = self.branch_k
+        if k is not None and self.samples_per_task % k != 0:
+            raise ValueError(
+                f"loop.branch_k={k} must divide loop.samples_per_task={self.samples_per_task} "
+                "(each task gets samples_per_task / branch_k trunks of branch_k branches)"
+            )
+        return self
+
+    @property
+    def branch_size(self) -> int:
+        """Trajectories per branched group (`branch_k`, default `samples_per_task`)."""
+        return self.branch_k or self.samples_per_task

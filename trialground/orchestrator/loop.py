@@ -15,6 +15,7 @@ from trialground.orchestrator.evaluate import evaluate
 from trialground.orchestrator.metrics import rollout_metrics, useful_token_metrics
 from trialground.orchestrator.rundir import RunDir
 from trialground.orchestrator.state import restore, save
+from trialground.rollout.branching import branch_metrics
 from trialground.train.advantages import advantages_for, filter_groups
 
 Progress = Callable[[int, dict[str, float]], None]
@@ -68,6 +69,7 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
             )
             metrics |= (fstats.as_metrics() if fstats else {}) | c.component_metrics()
             metrics["rollout/batch_s"] = batch.rollout_s
+            metrics |= branch_metrics(batch.groups, branching=loop.branch != "off")
             await asyncio.to_thread(run_dir.write_step, step, c, batch.groups, flat, advantages)
             if (loop.eval_interval and step % loop.eval_interval == 0) or step in evals_at:
                 last_eval = await _eval_and_log(c, step, metrics)

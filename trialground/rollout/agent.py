@@ -11,6 +11,9 @@ room left; a generation cut by that cap, or an observation that leaves no room f
 episode with `truncated=True` (a capped single-turn completion is still graded; a multi-turn episode that
 runs out of room before finishing gets outcome 0 with a logged `context_truncated` component).
 
+`rollout` is `start_episode` followed by `play_turn` until the episode is done; the `Episode` they build
+can be copied and continued in a forked environment (`trialground.rollout.branching`).
+
 Failures at a boundary -- the policy (PolicyError), the sandbox (SandboxError), grading (VerifierError),
 the environment (EnvError) -- end only that episode, recorded as `Trajectory.error`; they are never raised
 to the caller or to sibling rollouts. Any other exception at a boundary is wrapped as that boundary's error.
@@ -23,6 +26,7 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from trialground.envs.base import Environment, Observation
@@ -30,7 +34,7 @@ from trialground.errors import EnvError, ErrorInfo, PolicyError, TrialgroundErro
 from trialground.policy.base import Generation, SamplingParams
 from trialground.rollout.batching import GroupBatcher
 from trialground.rollout.chat import ChatRenderer
-from trialground.rollout.trajectory import Trajectory, Turn
+from trialground.rollout.trajectory import BranchInfo, Trajectory, Turn
 from trialground.tasks.model import Task
 from trialground.verify.base import Reward, RewardComponent
 
@@ -71,6 +75,181 @@ def _wrap(exc: Exception, default: type[TrialgroundError], what: str) -> ErrorIn
     return default(f"{what} raised {type(exc).__name__}: {exc}", kind="exception").info()
 
 
+@dataclass
+class Episode:
+    """One episode in progress: everything `rollout` builds, so that it can be played turn by turn
+    (`start_episode`, `play_turn`) and continued from a copy in another environment (branching).
+
+    `context` is exactly the concatenation of every turn's ids; `last` is the latest observation of an
+    episode that is not `done`."""
+
+    task: Task
+    group_id: str
+    sample_index: int
+    policy_version: int
+    turns: list[Turn] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    timings: dict[str, float] = field(
+        default_factory=lambda: {"reset_s": 0.0, "generate_s": 0.0, "env_s": 0.0}
+    )
+    context: list[int] = field(default_factory=list)
+    reward: Reward | None = None
+    error: ErrorInfo | None = None
+    truncated: bool = False
+    finish_reason: str = ""
+    digest: str | None = None
+    done: bool = False
+    last: Observation | None = None
+    branch: BranchInfo | None = None
+    t_start: float = field(default_factory=time.perf_counter)
+
+    def fail(self, error: ErrorInfo) -> None:
+        self.error, self.done = error, True
+
+    def trajectory(self) -> Trajectory:
+        timings = dict(self.timings)
+        timings["total_s"] = time.perf_counter() - self.t_start
+        return Trajectory(
+            task_id=self.task.id,
+            group_id=self.group_id,
+            sample_index=self.sample_index,
+            policy_version=min(self.versions) if self.versions else self.policy_version,
+            turns=tuple(self.turns),
+            reward=None if self.error is not None else self.reward,
+            error=self.error,
+            truncated=self.truncated,
+            finish_reason="error" if self.error is not None else self.finish_reason,
+            timings=timings,
+            workspace_digest=self.digest,
+            branch=self.branch,
+        )
+
+
+async def start_episode(
+    env: Environment,
+    task: Task,
+    *,
+    renderer: ChatRenderer,
+    group_id: str,
+    sample_index: int,
+    policy_version: int,
+    max_context_tokens: int,
+) -> Episode:
+    """`env.reset(task)` and the rendered prompt. A failure is recorded in the episode (then `done`)."""
+    ep = Episode(task=task, group_id=group_id, sample_index=sample_index, policy_version=policy_version)
+    t0 = time.perf_counter()
+    try:
+        obs = await env.reset(task)
+    except Exception as exc:
+        ep.fail(_wrap(exc, EnvError, "env.reset"))
+        return ep
+    finally:
+        ep.timings["reset_s"] = time.perf_counter() - t0
+    ep.digest = str(obs.info["workspace_digest"]) if obs.info.get("workspace_digest") else None
+    messages = []
+    if obs.info.get("system"):
+        messages.append({"role": "system", "content": str(obs.info["system"])})
+    messages.append({"role": "user", "content": obs.text})
+    try:
+        ep.context = renderer.prompt_ids(messages)
+    except Exception as exc:  # a template that cannot render this prompt: this episode's failure only
+        ep.fail(
+            EnvError(f"cannot render the prompt: {type(exc).__name__}: {exc}", kind="render_failed").info()
+        )
+        return ep
+    ep.turns.append(Turn(role="prompt", token_ids=tuple(ep.context), text=obs.text))
+    if len(ep.context) >= max_context_tokens:
+        ep.fail(
+            EnvError(
+                f"prompt is {len(ep.context)} tokens, the context budget is {max_context_tokens}",
+                kind="prompt_too_long",
+            ).info()
+        )
+        return ep
+    ep.last = obs
+    return ep
+
+
+async def play_turn(
+    policy: Generator,
+    env: Environment,
+    ep: Episode,
+    *,
+    params: SamplingParams,
+    max_context_tokens: int,
+    renderer: ChatRenderer,
+    observation_role: str = "user",
+) -> None:
+    """One generation and the environment's answer, appended to `ep` (which must not be `done`)."""
+    room = max_context_tokens - len(ep.context)
+    turn_params = (
+        params if room >= params.max_new_tokens else params.model_copy(update={"max_new_tokens": room})
+    )
+    t0 = time.perf_counter()
+    try:
+        gens = await policy.generate([ep.context], turn_params)
+        if len(gens) != 1:
+            raise PolicyError(f"asked for 1 generation, got {len(gens)}", kind="bad_response")
+        gen = gens[0]
+        if gen.finish_reason == "error":
+            raise PolicyError("the policy reported a failed generation", kind="generation_error")
+        if len(gen.logprobs) != len(gen.token_ids):
+            raise PolicyError(
+                f"{len(gen.token_ids)} tokens but {len(gen.logprobs)} logprobs", kind="bad_response"
+            )
+    except Exception as exc:
+        ep.fail(_wrap(exc, PolicyError, "policy.generate"))
+        return
+    seconds = time.perf_counter() - t0
+    ep.timings["generate_s"] += seconds
+    ep.versions.append(gen.version)
+    ep.turns.append(
+        Turn(role="policy", token_ids=gen.token_ids, logprobs=gen.logprobs, text=gen.text, seconds=seconds)
+    )
+    ep.context.extend(gen.token_ids)
+    ep.finish_reason = gen.finish_reason
+    cut_by_budget = turn_params is not params and gen.finish_reason == "length"
+    ep.truncated = ep.truncated or cut_by_budget
+
+    t0 = time.perf_counter()
+    try:
+        obs = await env.step(gen.text)
+    except Exception as exc:
+        ep.fail(_wrap(exc, EnvError, "env.step"))
+        return
+    finally:
+        ep.timings["env_s"] += time.perf_counter() - t0
+    if obs.done:
+        ep.done, ep.last = True, None
+        ep.error = _obs_error(obs)
+        if ep.error is None and obs.reward is None:
+            ep.error = EnvError("the episode ended without a reward", kind="no_reward").info()
+        ep.reward = obs.reward
+        ep.finish_reason = str(obs.info.get("finish_reason") or ep.finish_reason)
+        return
+    try:
+        obs_ids = renderer.observation_ids(obs.text, role=observation_role, after=gen.token_ids)
+    except Exception as exc:
+        ep.fail(
+            EnvError(
+                f"cannot render the observation: {type(exc).__name__}: {exc}", kind="render_failed"
+            ).info()
+        )
+        return
+    if cut_by_budget or len(ep.context) + len(obs_ids) >= max_context_tokens:
+        ep.done, ep.last, ep.truncated = True, None, True
+        ep.finish_reason = "context_budget"
+        ep.reward = Reward(
+            outcome=0.0, components=(RewardComponent(name="context_truncated", value=1.0, weight=0.0),)
+        )
+        return
+    ep.turns.append(
+        Turn(role="env", token_ids=tuple(obs_ids), text=obs.text, seconds=time.perf_counter() - t0)
+    )
+    ep.context.extend(obs_ids)
+    ep.last = obs
+
+
 async def rollout(
     policy: Generator,
     env: Environment,
@@ -84,128 +263,27 @@ async def rollout(
     renderer: ChatRenderer | None = None,
 ) -> Trajectory:
     """One episode of `task` in `env` (the caller owns and closes `env`). Never raises a boundary error."""
-    t_start = time.perf_counter()
     renderer = renderer or ChatRenderer(policy.tokenizer)
-    turns: list[Turn] = []
-    versions: list[int] = []
-    timings = {"reset_s": 0.0, "generate_s": 0.0, "env_s": 0.0}
-    context: list[int] = []
-    reward: Reward | None = None
-    error: ErrorInfo | None = None
-    truncated = False
-    finish_reason = ""
-    digest: str | None = None
-
-    def done() -> Trajectory:
-        timings["total_s"] = time.perf_counter() - t_start
-        return Trajectory(
-            task_id=task.id,
-            group_id=group_id,
-            sample_index=sample_index,
-            policy_version=min(versions) if versions else policy.version,
-            turns=tuple(turns),
-            reward=None if error is not None else reward,
-            error=error,
-            truncated=truncated,
-            finish_reason="error" if error is not None else finish_reason,
-            timings=timings,
-            workspace_digest=digest,
+    ep = await start_episode(
+        env,
+        task,
+        renderer=renderer,
+        group_id=group_id,
+        sample_index=sample_index,
+        policy_version=policy.version,
+        max_context_tokens=max_context_tokens,
+    )
+    while not ep.done:
+        await play_turn(
+            policy,
+            env,
+            ep,
+            params=params,
+            max_context_tokens=max_context_tokens,
+            renderer=renderer,
+            observation_role=observation_role,
         )
-
-    t0 = time.perf_counter()
-    try:
-        obs = await env.reset(task)
-    except Exception as exc:
-        error = _wrap(exc, EnvError, "env.reset")
-        return done()
-    finally:
-        timings["reset_s"] = time.perf_counter() - t0
-    digest = str(obs.info["workspace_digest"]) if obs.info.get("workspace_digest") else None
-    messages = []
-    if obs.info.get("system"):
-        messages.append({"role": "system", "content": str(obs.info["system"])})
-    messages.append({"role": "user", "content": obs.text})
-    try:
-        context = renderer.prompt_ids(messages)
-    except Exception as exc:  # a template that cannot render this prompt: this episode's failure only
-        error = EnvError(
-            f"cannot render the prompt: {type(exc).__name__}: {exc}", kind="render_failed"
-        ).info()
-        return done()
-    turns.append(Turn(role="prompt", token_ids=tuple(context), text=obs.text))
-    if len(context) >= max_context_tokens:
-        error = EnvError(
-            f"prompt is {len(context)} tokens, the context budget is {max_context_tokens}",
-            kind="prompt_too_long",
-        ).info()
-        return done()
-
-    while True:
-        room = max_context_tokens - len(context)
-        turn_params = (
-            params if room >= params.max_new_tokens else params.model_copy(update={"max_new_tokens": room})
-        )
-        t0 = time.perf_counter()
-        try:
-            gens = await policy.generate([context], turn_params)
-            if len(gens) != 1:
-                raise PolicyError(f"asked for 1 generation, got {len(gens)}", kind="bad_response")
-            gen = gens[0]
-            if gen.finish_reason == "error":
-                raise PolicyError("the policy reported a failed generation", kind="generation_error")
-            if len(gen.logprobs) != len(gen.token_ids):
-                raise PolicyError(
-                    f"{len(gen.token_ids)} tokens but {len(gen.logprobs)} logprobs", kind="bad_response"
-                )
-        except Exception as exc:
-            error = _wrap(exc, PolicyError, "policy.generate")
-            return done()
-        seconds = time.perf_counter() - t0
-        timings["generate_s"] += seconds
-        versions.append(gen.version)
-        turns.append(
-            Turn(
-                role="policy", token_ids=gen.token_ids, logprobs=gen.logprobs, text=gen.text, seconds=seconds
-            )
-        )
-        context.extend(gen.token_ids)
-        finish_reason = gen.finish_reason
-        cut_by_budget = turn_params is not params and gen.finish_reason == "length"
-        truncated = truncated or cut_by_budget
-
-        t0 = time.perf_counter()
-        try:
-            obs = await env.step(gen.text)
-        except Exception as exc:
-            error = _wrap(exc, EnvError, "env.step")
-            return done()
-        finally:
-            timings["env_s"] += time.perf_counter() - t0
-        if obs.done:
-            error = _obs_error(obs)
-            if error is None and obs.reward is None:
-                error = EnvError("the episode ended without a reward", kind="no_reward").info()
-            reward = obs.reward
-            finish_reason = str(obs.info.get("finish_reason") or finish_reason)
-            return done()
-        try:
-            obs_ids = renderer.observation_ids(obs.text, role=observation_role, after=gen.token_ids)
-        except Exception as exc:
-            error = EnvError(
-                f"cannot render the observation: {type(exc).__name__}: {exc}", kind="render_failed"
-            ).info()
-            return done()
-        if cut_by_budget or len(context) + len(obs_ids) >= max_context_tokens:
-            truncated = True
-            finish_reason = "context_budget"
-            reward = Reward(
-                outcome=0.0, components=(RewardComponent(name="context_truncated", value=1.0, weight=0.0),)
-            )
-            return done()
-        turns.append(
-            Turn(role="env", token_ids=tuple(obs_ids), text=obs.text, seconds=time.perf_counter() - t0)
-        )
-        context.extend(obs_ids)
+    return ep.trajectory()
 
 
 async def rollout_group(
@@ -225,7 +303,8 @@ async def rollout_group(
     wait on the policy becomes one `policy.generate` call with their prompts (for a single-turn env: one
     call with k prompts); episodes busy in their environment are not waited for longer than
     `batch_window_s`. Environments come from `env_factory` and go back through `release`
-    (default: `env.close()`). The result is in `sample_index` order; one failure never affects siblings.
+    (default: `env.close()`); the seconds `env_factory` took are each trajectory's `timings["acquire_s"]`.
+    The result is in `sample_index` order; one failure never affects siblings.
     """
     batcher = GroupBatcher(policy, live=k, window_s=batch_window_s)
     renderer = ChatRenderer(policy.tokenizer)
@@ -233,9 +312,9 @@ async def rollout_group(
     async def one(index: int) -> Trajectory:
         env: Environment | None = None
         try:
+            t0 = time.perf_counter()
             try:
-                made = env_factory()
-                env = await made if inspect.isawaitable(made) else made
+                env = await make_env(env_factory)
             except Exception as exc:
                 return Trajectory(
                     task_id=task.id,
@@ -244,9 +323,10 @@ async def rollout_group(
                     policy_version=policy.version,
                     error=_wrap(exc, EnvError, "env_factory"),
                     finish_reason="error",
+                    timings={"acquire_s": time.perf_counter() - t0},
                 )
-            assert env is not None
-            return await rollout(
+            acquire_s = time.perf_counter() - t0
+            traj = await rollout(
                 batcher,
                 env,
                 task,
@@ -257,15 +337,22 @@ async def rollout_group(
                 observation_role=observation_role,
                 renderer=renderer,
             )
+            return traj.model_copy(update={"timings": {"acquire_s": acquire_s, **traj.timings}})
         finally:
             batcher.episode_done()
             if env is not None:
-                await _release(env, release)
+                await release_env(env, release)
 
     return list(await asyncio.gather(*(one(i) for i in range(k))))
 
 
-async def _release(env: Environment, release: Callable[[Environment], Awaitable[None]] | None) -> None:
+async def make_env(env_factory: EnvFactory) -> Environment:
+    """An environment from `env_factory`, awaited when the factory is asynchronous (the pool)."""
+    made = env_factory()
+    return await made if inspect.isawaitable(made) else made
+
+
+async def release_env(env: Environment, release: Callable[[Environment], Awaitable[None]] | None) -> None:
     # A failed close must not turn a finished episode into a failure; the pool sees unhealthy envs itself.
     try:
         await (release(env) if release is not None else env.close())

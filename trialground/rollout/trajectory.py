@@ -22,6 +22,29 @@ class Turn(BaseModel):
     seconds: float = 0.0
 
 
+class BranchInfo(BaseModel):
+    """Where a branched trajectory came from (`loop.branch`): one trunk episode ran the shared prefix
+    once, then its sandbox was forked and this trajectory continued in its own fork.
+
+    The prefix is part of the trajectory's prompt (its turns have role "prompt"), so `completion()` and
+    the loss see only the branch's own tokens. A trunk that ended before its branch point is recorded
+    with `fallback=True`: that trajectory is an ordinary whole episode (nothing masked) and its group
+    is completed with independent episodes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    trunk_id: str = Field(description="Shared by every trajectory of one trunk")
+    point: Literal["first_obs", "first_failure"] = Field(description="The branch rule that applied")
+    fallback: bool = Field(False, description="The trunk ended before the branch point")
+    prefix_turns: int = Field(0, ge=0, description="Policy turns in the shared prefix")
+    prefix_tokens: int = Field(0, ge=0, description="Tokens after the task prompt in the prefix (masked)")
+    prefix_policy_tokens: int = Field(0, ge=0, description="Policy-sampled tokens in the prefix")
+    trunk_sandbox_s: float = Field(
+        0.0, ge=0, description="Sandbox seconds of the trunk (acquire, reset, tools), shared by siblings"
+    )
+    fork_s: float = Field(0.0, ge=0, description="Seconds this trajectory's fork took")
+
+
 class Trajectory(BaseModel):
     """One rollout of one task, stamped with the policy version that produced it."""
 
@@ -40,6 +63,7 @@ class Trajectory(BaseModel):
     workspace_digest: str | None = Field(
         None, description="Hash of the workspace the episode started from (tool environments)"
     )
+    branch: BranchInfo | None = Field(None, description="Set for trajectories of a branched group")
 
     @property
     def ok(self) -> bool:
