@@ -123,6 +123,10 @@ class SessionTable:
             await self.close(sid)
 
 
+KIND_HEADER = "X-Sandbox-Error-Kind"
+"""A file route's 400 names the `SandboxError` kind here (bad_path, not_a_file, too_large, ...)."""
+
+
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
@@ -198,7 +202,7 @@ def create_app(
             try:
                 await sandbox.write(req.path, base64.b64decode(req.data_b64))
             except SandboxError as exc:
-                raise HTTPException(400, str(exc)) from exc
+                raise HTTPException(400, str(exc), headers={KIND_HEADER: exc.kind}) from exc
             return {"ok": True}
 
     @app.get("/sessions/{sid}/files", dependencies=auth)
@@ -209,7 +213,7 @@ def create_app(
             except FileNotFoundError as exc:
                 raise HTTPException(404, f"{path}: no such file") from exc
             except SandboxError as exc:
-                raise HTTPException(400, str(exc)) from exc
+                raise HTTPException(400, str(exc), headers={KIND_HEADER: exc.kind}) from exc
 
     @app.post("/sessions/{sid}/snapshot", dependencies=auth)
     async def snapshot(sid: str) -> dict[str, str]:
