@@ -171,8 +171,10 @@ def _kind(mode: int) -> str:
 def _failure(exc: OSError, path: str, verb: str) -> Exception:
     """The error a failed open of workspace path `path` becomes (FileNotFoundError stays one)."""
     code = exc.errno
-    if code == errno.ENOENT:
+    if code == errno.ENOENT and verb == "read":
         return FileNotFoundError(errno.ENOENT, "no such file", path)
+    if code == errno.ENOENT:  # a parent removed (by the sandbox) while the write made its way down
+        return SandboxError(f"cannot {verb} {path!r}: a parent directory vanished", kind=verb)
     if code == errno.ELOOP:
         return SandboxError(f"cannot {verb} {path!r}: it goes through a symlink", kind="bad_path")
     if code == errno.EXDEV:
