@@ -24,6 +24,7 @@ from rich.table import Table
 from trialground.cli.common import EXIT_INFRA, EXIT_USAGE, err_console, fail
 from trialground.errors import TaskError
 from trialground.sandbox.base import SandboxConfig
+from trialground.tasks.io import jsonl_rows
 from trialground.tasks.model import Task
 from trialground.verify.base import Reward, Verdict
 from trialground.verify.code_tests import VISIBLE_PREFIX
@@ -32,21 +33,19 @@ from trialground.verify.grader import Grader
 
 
 def read_solutions(path: Path) -> list[tuple[str, str]]:
+    """(task_id, solution) of every line; a bad line exits 2 naming the file and line."""
     if not path.is_file():
         fail(f"{path}: no such file", EXIT_USAGE)
     out: list[tuple[str, str]] = []
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            fail(f"{path}:{lineno}: not JSON ({e.msg})", EXIT_USAGE)
-        if not isinstance(row, dict) or not isinstance(row.get("task_id"), str):
-            fail(f"{path}:{lineno}: expected an object with a string task_id", EXIT_USAGE)
-        if not isinstance(row.get("solution"), str):
-            fail(f"{path}:{lineno}: field solution must be a string", EXIT_USAGE)
-        out.append((row["task_id"], row["solution"]))
+    try:
+        for where, _, row in jsonl_rows(path):
+            if not isinstance(row, dict) or not isinstance(row.get("task_id"), str):
+                fail(f"{where}: expected an object with a string task_id", EXIT_USAGE)
+            if not isinstance(row.get("solution"), str):
+                fail(f"{where}: field solution must be a string", EXIT_USAGE)
+            out.append((row["task_id"], row["solution"]))
+    except TaskError as e:  # not UTF-8, not JSON, unreadable: the message names the file and line
+        fail(str(e), EXIT_USAGE)
     return out
 
 

@@ -93,7 +93,7 @@ class FileError(Exception):
 
 
 # SandboxError kinds that describe the path the model gave, not a broken sandbox.
-_PATH_KINDS = frozenset({"bad_path", "read", "write"})
+_PATH_KINDS = frozenset({"bad_path", "not_a_file", "too_large", "read", "write"})
 
 
 @dataclass(frozen=True)

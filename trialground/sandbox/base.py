@@ -126,11 +126,14 @@ class Sandbox(abc.ABC):
 
     @abc.abstractmethod
     async def write(self, path: str, data: bytes | str) -> None:
-        """Write a file in the workspace, creating parent directories."""
+        """Write a regular file in the workspace, creating parent directories. Never through a symlink
+        (kind `bad_path`) and never into a FIFO, socket, device or directory (kind `not_a_file`)."""
 
     @abc.abstractmethod
     async def read(self, path: str) -> bytes:
-        """Read a file from the workspace. Raises FileNotFoundError when it does not exist."""
+        """Read a regular file from the workspace. Raises FileNotFoundError when it does not exist, and
+        SandboxError for a path through a symlink (`bad_path`), anything but a regular file (`not_a_file`)
+        or one over `beneath.READ_LIMIT` bytes (`too_large`); it never blocks on what the sandbox left."""
 
     @abc.abstractmethod
     async def snapshot(self) -> str:

@@ -128,7 +128,7 @@ async def _call(client: httpx.AsyncClient, method: str, path: str, **kwargs: Any
             detail = response.json().get("detail", response.text)
         except ValueError:
             detail = response.text
-        raise SandboxError(
-            f"sandbox service: HTTP {response.status_code}: {detail}", kind=f"http_{response.status_code}"
-        )
+        # The service names the kind of a file route's error (bad_path, not_a_file, ...): kept as it was.
+        kind = response.headers.get("x-sandbox-error-kind") or f"http_{response.status_code}"
+        raise SandboxError(f"sandbox service: HTTP {response.status_code}: {detail}", kind=kind)
     return response.json()

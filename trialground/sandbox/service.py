@@ -147,6 +147,10 @@ class SessionTable:
             await self.close(sid)
 
 
+KIND_HEADER = "X-Sandbox-Error-Kind"
+"""A file route's 400 names the `SandboxError` kind here (bad_path, not_a_file, too_large, ...)."""
+
+
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
@@ -159,7 +163,9 @@ def _unb64(value: str, where: str) -> bytes:
         raise HTTPException(400, f"{where}: not valid base64 ({exc})") from None
 
 
-_CLIENT_ERRORS = frozenset({"bad_path", "bad_snapshot", "bad_command", "read", "write"})
+_CLIENT_ERRORS = frozenset(
+    {"bad_path", "bad_snapshot", "bad_command", "read", "write", "not_a_file", "too_large"}
+)
 
 
 def _sandbox_failed(exc: SandboxError, what: str) -> HTTPException:
@@ -167,8 +173,8 @@ def _sandbox_failed(exc: SandboxError, what: str) -> HTTPException:
     if exc.kind == "closed":
         return HTTPException(404, "no such session (closed or reaped)")
     if exc.kind in _CLIENT_ERRORS:
-        return HTTPException(400, str(exc))
-    return HTTPException(500, f"{what} failed: {exc}")
+        return HTTPException(400, str(exc), headers={KIND_HEADER: exc.kind})
+    return HTTPException(500, f"{what} failed: {exc}", headers={KIND_HEADER: exc.kind})
 
 
 def _file_error(exc: OSError, path: str) -> HTTPException:

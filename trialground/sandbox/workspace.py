@@ -7,7 +7,8 @@ inode quota; a plain temp directory otherwise):
     root/l/N       frozen overlay layers (lower directories), never modified once frozen
     root/u/N, w/N  the current overlay upper and work directories
 
-Host-side `write`/`read` go through `root/ws` and refuse any path that leaves it, symlinks included.
+Host-side `write`/`read` and the tree copies of snapshots go through `beneath`: resolved by the kernel
+beneath a descriptor of `root/ws`, never through a symlink, regular files only.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import contextlib
 import fcntl
 import functools
 import os
-import shutil
 import stat
 import tempfile
 import threading
@@ -24,31 +24,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from trialground.errors import SandboxError
-from trialground.sandbox import mounts
-from trialground.sandbox.base import WORKSPACE
+from trialground.sandbox import beneath, mounts
 
 BASE_DIR = Path(os.environ.get("TRIALGROUND_SANDBOX_DIR", tempfile.gettempdir())) / "trialground-sandboxes"
-
-
-def resolve_inside(ws: Path, path: str) -> Path:
-    """Host path of workspace path `path` (relative, or absolute under /workspace); refuses escapes."""
-    if path.startswith(WORKSPACE + "/") or path == WORKSPACE:
-        path = path[len(WORKSPACE) :].lstrip("/")
-    elif path.startswith("/"):
-        raise SandboxError(f"path {path!r} is outside {WORKSPACE}", kind="bad_path")
-    if "\x00" in path:
-        raise SandboxError("path contains a NUL byte", kind="bad_path")
-    target = ws / path
-    real_ws = os.path.realpath(ws)
-    # Resolve the parent (symlinks included) and refuse a final symlink: a link planted by the sandboxed
-    # program must never make the host read or write outside the workspace.
-    parent = os.path.realpath(target.parent)
-    if parent != real_ws and not parent.startswith(real_ws + os.sep):
-        raise SandboxError(f"path {path!r} escapes the workspace", kind="bad_path")
-    resolved = Path(parent) / target.name if target.name not in ("", ".") else Path(parent)
-    if resolved.is_symlink():
-        raise SandboxError(f"path {path!r} is a symlink", kind="bad_path")
-    return resolved
 
 
 class Workspace:
@@ -75,38 +53,12 @@ class Workspace:
 
     # -- files -------------------------------------------------------------------------------------------
     def write(self, path: str, data: bytes | str) -> None:
-        target = resolve_inside(self.ws, path)
-        rel = target.relative_to(os.path.realpath(self.ws))
-        current = Path(os.path.realpath(self.ws))
-        for part in rel.parts[:-1]:
-            current = current / part
-            if not current.exists():
-                current.mkdir()
-                self._chown(current)
-            elif current.is_symlink() or not current.is_dir():
-                raise SandboxError(f"{path!r}: {part!r} is not a directory", kind="bad_path")
-        raw = data.encode() if isinstance(data, str) else data
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        try:
-            with os.fdopen(fd, "wb", closefd=False) as f:
-                f.write(raw)
-            if self.uid is not None:
-                os.fchown(fd, self.uid, self.uid)
-        except OSError as exc:
-            raise SandboxError(f"cannot write {path!r}: {exc}", kind="write") from exc
-        finally:
-            os.close(fd)
+        """Create or overwrite a regular file, making parents; race-free against the sandbox (`beneath`)."""
+        beneath.write_file(self.ws, path, data.encode() if isinstance(data, str) else data, self.uid)
 
-    def read(self, path: str) -> bytes:
-        target = resolve_inside(self.ws, path)
-        try:
-            fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            raise
-        except OSError as exc:
-            raise SandboxError(f"cannot read {path!r}: {exc}", kind="read") from exc
-        with os.fdopen(fd, "rb") as f:
-            return f.read()
+    def read(self, path: str, limit: int = beneath.READ_LIMIT) -> bytes:
+        """A regular file's bytes (at most `limit`); FileNotFoundError when missing (`beneath`)."""
+        return beneath.read_file(self.ws, path, limit)
 
     # -- snapshots ---------------------------------------------------------------------------------------
     def snapshot(self) -> str:
@@ -116,6 +68,7 @@ class Workspace:
         if not self.overlay:
             copy = self.root / "c" / sid
             copy.parent.mkdir(exist_ok=True)
+            copy.mkdir()
             _copy_tree(self.ws, copy)
             self._snapshots[sid] = (copy,)
             return sid
@@ -188,7 +141,7 @@ class Workspace:
             mounts.umount(self.root)
             self.root.rmdir()
         else:
-            shutil.rmtree(self.root, ignore_errors=True)
+            beneath.remove_tree(self.root, ignore_errors=True)
 
 
 def _check_base_dir() -> None:
@@ -237,29 +190,31 @@ def sweep_stale() -> None:
             if mounts.CAN_MOUNT and mounts.is_mount_point(mounted):
                 with contextlib.suppress(SandboxError):
                     mounts.umount(mounted)
-        shutil.rmtree(entry, ignore_errors=True)
+        beneath.remove_tree(entry, ignore_errors=True)
 
 
 def _remove_all(paths: list[Path]) -> None:
     for path in paths:
-        shutil.rmtree(path, ignore_errors=True)
+        beneath.remove_tree(path, ignore_errors=True)
 
 
 def _clear(directory: Path) -> None:
-    for entry in os.scandir(directory):
-        if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path)
-        else:
-            os.unlink(entry.path)
+    """Empty `directory` (it stays: a running sandbox has it mounted), following no symlink."""
+    fd = beneath.open_root(directory)
+    try:
+        beneath.clear_tree(fd)
+    finally:
+        os.close(fd)
 
 
 def _copy_tree(src: Path, dst: Path) -> None:
-    shutil.copytree(src, dst, symlinks=True, copy_function=shutil.copy2, dirs_exist_ok=True)
-    st = os.stat(src)
-    os.chown(dst, st.st_uid, st.st_gid) if os.geteuid() == 0 else None
-    if os.geteuid() == 0:
-        for dirpath, dirnames, filenames in os.walk(src):
-            rel = os.path.relpath(dirpath, src)
-            for name in dirnames + filenames:
-                s = os.lstat(os.path.join(dirpath, name))
-                os.chown(os.path.join(dst, rel, name), s.st_uid, s.st_gid, follow_symlinks=False)
+    """Copy the tree under `src` into the empty directory `dst` (see `beneath.copy_tree`)."""
+    src_fd = beneath.open_root(src)
+    try:
+        dst_fd = beneath.open_root(dst)
+        try:
+            beneath.copy_tree(src_fd, dst_fd)
+        finally:
+            os.close(dst_fd)
+    finally:
+        os.close(src_fd)

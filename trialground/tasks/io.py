@@ -23,7 +23,7 @@ at the wrong task.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,24 +64,35 @@ def task_from_dict(data: Any, where: str, *, check_id: bool = True) -> Task:
     return task
 
 
-def read_jsonl(path: str | Path, *, check_ids: bool = True) -> list[Task]:
-    """Every task in a JSONL file, in file order. Raises `TaskError` at the first broken line."""
+def jsonl_rows(path: str | Path) -> Iterator[tuple[str, int, Any]]:
+    """(`FILE:LINE`, line number, parsed value) of every non-blank line of a JSONL file, in order.
+    Raises `TaskError` naming the file (unreadable) or the file and line (not UTF-8, not JSON)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise TaskError(f"{path}: cannot read: {e}", kind="unreadable") from e
-    tasks = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+        raw = path.read_bytes()
+    except OSError as e:
+        raise TaskError(f"{path}: cannot read: {e.strerror or e}", kind="unreadable") from e
+    for lineno, line in enumerate(raw.splitlines(), start=1):
         where = f"{path}:{lineno}"
         try:
-            data = json.loads(line)
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise TaskError(
+                f"{where}: not UTF-8 (byte 0x{line[e.start]:02x} at column {e.start + 1})",
+                kind="invalid_utf8",
+            ) from e
+        if not text.strip():
+            continue
+        try:
+            data = json.loads(text)
         except json.JSONDecodeError as e:
             raise TaskError(f"{where}: (json): {e.msg} at column {e.colno}", kind="invalid_json") from e
-        tasks.append(task_from_dict(data, where, check_id=check_ids))
-    return tasks
+        yield where, lineno, data
+
+
+def read_jsonl(path: str | Path, *, check_ids: bool = True) -> list[Task]:
+    """Every task in a JSONL file, in file order. Raises `TaskError` at the first broken line."""
+    return [task_from_dict(data, where, check_id=check_ids) for where, _, data in jsonl_rows(path)]
 
 
 def write_jsonl(tasks: Iterable[Task], path: str | Path) -> int:

@@ -14,10 +14,10 @@ Each task: domain `math`, verifier `math` with `params={"answer": gold}`, refere
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from trialground.errors import TaskError
+from trialground.tasks.io import jsonl_rows
 from trialground.tasks.model import Task, VerifierSpec
 
 INSTRUCTION = "\n\nPut your final answer in \\boxed{}."
@@ -42,19 +42,8 @@ def math_task(problem: str, answer: str, *, split: str = "train", metadata: dict
 def math_tasks(path: str | Path) -> list[Task]:
     """Every problem of a math JSONL file, in file order."""
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise TaskError(f"{path}: cannot read: {e}", kind="unreadable") from e
     tasks = []
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise TaskError(f"{where}: (json): {e.msg} at column {e.colno}", kind="invalid_json") from e
+    for where, lineno, row in jsonl_rows(path):
         if not isinstance(row, dict):
             raise TaskError(f"{where}: expected an object with problem and answer", kind="invalid_task")
         for field in ("problem", "answer"):

@@ -50,6 +50,7 @@ from trialground.sandbox.base import WORKSPACE, ExecResult, Limits, Sandbox, San
 from trialground.tasks.model import Task
 from trialground.verify.base import Flag, TestResult, Verdict
 from trialground.verify.config import GradingConfig
+from trialground.verify.submitted import UnreadableSubmission, read_submitted
 
 Opener = Callable[[SandboxConfig, Mapping[str, str | bytes]], Awaitable[Sandbox]]
 
@@ -280,17 +281,17 @@ def parse_report(stdout: str, host_key: bytes) -> dict | None:
 
 
 async def solution_files(task: Task, submission: str, workspace: Sandbox | None) -> dict[str, str | bytes]:
-    """The files copied into the grading sandbox: the solution module (+ `params['solution_files']`)."""
+    """The files copied into the grading sandbox: the solution module (+ `params['solution_files']`).
+    Raises `UnreadableSubmission` when one in the agent's workspace is not a readable regular file."""
     main = solution_path(task)
     if workspace is None:
         return {main: submission}
     names = [main, *task.verifier.params.get("solution_files", [])]
     out: dict[str, str | bytes] = {}
     for name in names:
-        try:
-            out[name] = await workspace.read(name)
-        except FileNotFoundError:
-            continue
+        data = await read_submitted(workspace, name)  # UnreadableSubmission: a FIFO, directory, ...
+        if data is not None:
+            out[name] = data
     return out
 
 
@@ -359,7 +360,10 @@ class CodeTestsVerifier:
     async def verify(self, task: Task, submission: str, *, workspace: Sandbox | None = None) -> Verdict:
         _check_task(task)
         files: dict[str, str | bytes] = dict(task.files)
-        files.update(await solution_files(task, submission, workspace))
+        try:
+            files.update(await solution_files(task, submission, workspace))
+        except UnreadableSubmission as e:
+            return e.verdict()
         token, host_key = secrets.token_hex(16), os.urandom(32)
         reused = self.pool.keep > 0 and self.sandbox_config.backend == "bwrap"
         stdin = runner_stdin(

@@ -35,6 +35,7 @@ from trialground.verify.hacks import static_flags
 from trialground.verify.judge import CrossCheck, Judge
 from trialground.verify.math_verifier import MathWorker, verify_math
 from trialground.verify.reward import compute_reward
+from trialground.verify.submitted import UnreadableSubmission, read_submitted
 from trialground.verify.tamper import workspace_flags
 
 
@@ -87,9 +88,10 @@ class Grader:
                 text = submission
                 if workspace is not None:
                     try:
-                        text = (await workspace.read(solution_path(task))).decode("utf-8", "replace")
-                    except FileNotFoundError:
-                        text = ""
+                        data = await read_submitted(workspace, solution_path(task))
+                    except UnreadableSubmission:
+                        data = None  # the verdict already failed it, with the reason
+                    text = (data or b"").decode("utf-8", "replace")
                 extra += static_flags(
                     text,
                     check_names=[*task.hidden_checks, *task.visible_checks],
