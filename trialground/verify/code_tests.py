@@ -259,6 +259,8 @@ def _stdin(header: dict[str, Any], token: str, host_key: bytes, expected: list[A
     """boot | header | host key | sealed literals: the runner reads the last two after all workers ended."""
     boot = marshal.dumps(compiled_for(runner_source(), "", token))
     header["worker_code"] = compiled_for(runner_source("sandbox_worker.py"), "worker", token)
+    header["checker_code"] = compiled_for(runner_source("checker.py"), "checker", token)
+    header["wire_code"] = compiled_for(runner_source("wire.py"), "wire", token)
     tail = host_key.hex().encode() + _frame(marshal.dumps(expected))
     return _frame(boot) + _frame(marshal.dumps(header)) + tail
 
@@ -369,8 +371,7 @@ class CodeTestsVerifier:
         limits = limits.model_copy(update={"wall_s": min(3600.0, self.grading.total_timeout_s + 10.0)})
         async with self._slots:
             sandbox, snap = await self.pool.acquire(files)
-            result, healthy = await self._run(sandbox, snap, stdin, limits)
-        report = self._report(result, healthy, host_key)
+            report = await self._run(sandbox, snap, stdin, limits, host_key)
         return report if isinstance(report, Verdict) else self._verdict(task, report)
 
     async def verify_many(self, items: Sequence[tuple[Task, str]]) -> list[Verdict | TrialgroundError]:
@@ -403,28 +404,35 @@ class CodeTestsVerifier:
         limits = base.model_copy(update={"wall_s": wall, "cpu_s": min(3600.0, max(base.cpu_s, wall))})
         async with self._slots:
             sandbox, snap = await self.pool.acquire({})
-            result, healthy = await self._run(sandbox, snap, stdin, limits)
-        report = self._report(result, healthy, host_key)
+            try:
+                report: dict | Verdict | None = await self._run(sandbox, snap, stdin, limits, host_key)
+            except TrialgroundError:
+                report = None  # the batch's sandbox broke: every member is graded alone below
         reports = report.get("jobs") if isinstance(report, dict) else None
         pending = [i for i, o in enumerate(out) if isinstance(o, VerifierError) and o.kind == "pending"]
+        alone: list[int] = []
         for n, i in enumerate(pending):
-            if isinstance(report, Verdict):
-                out[i] = report  # the whole batch failed before any report: a failure for every item
-            elif reports is None or n >= len(reports):
-                out[i] = VerifierError(
-                    f"batched grading returned no report: {report.get('error')}", kind="batch"
-                )
-            elif "error" in reports[n]:
-                out[i] = SandboxError(
-                    f"batched grading could not prepare: {reports[n]['error']}", kind="batch"
-                )
+            if reports is None or n >= len(reports) or "tests" not in reports[n]:
+                # No report for it (the batch's runner was killed, or a member left the sandbox dirty,
+                # or its files could not be written): whatever a sibling did must not decide its verdict.
+                alone.append(i)
             else:
                 out[i] = self._verdict(items[i][0], reports[n])
+        if alone:
+            regraded = await asyncio.gather(
+                *(self.verify(*items[i]) for i in alone), return_exceptions=True
+            )
+            for i, res in zip(alone, regraded, strict=True):
+                if isinstance(res, BaseException) and not isinstance(res, TrialgroundError):
+                    raise res
+                out[i] = res
         return out
 
     async def _run(
-        self, sandbox: Sandbox, snap: str | None, stdin: bytes, limits: Limits
-    ) -> tuple[ExecResult, bool]:
+        self, sandbox: Sandbox, snap: str | None, stdin: bytes, limits: Limits, host_key: bytes
+    ) -> dict | Verdict:
+        """Run the runner, release the sandbox (kept only when it reported itself clean), and return the
+        signed report or a failed Verdict (see `_report`)."""
         flags = "-I" if self.grading.site_packages else "-IS"
         healthy = False
         try:
@@ -432,9 +440,13 @@ class CodeTestsVerifier:
                 [self.grading.python, flags, "-c", _BOOT], stdin=stdin, cwd=WORKSPACE, limits=limits, env={}
             )
             healthy = result.status.value != "sandbox_error"
+            report = self._report(result, healthy, host_key)
+            # a sandbox is reused only when its runner said every process of the grading is gone and
+            # the workspace, /tmp and /dev/shm are empty
+            healthy = isinstance(report, dict) and bool(report.get("clean", snap is None))
         finally:
             await self.pool.release(sandbox, snap, healthy)
-        return result, healthy
+        return report
 
     def _report(self, result: ExecResult, healthy: bool, host_key: bytes) -> dict | Verdict:
         """The signed report; raises on infrastructure failure; a Verdict (failed) when the runner was
