@@ -136,7 +136,7 @@ def checker(hdr, wire, key, report_w, call_w, reply_r, start, names, hidden_fail
             if kind == "exc" and len(reply) == 5:
                 raise exception(reply[2], reply[3])
             if kind == "nonplain" and len(reply) == 4:
-                raise _NotPlain(f"{name} returned a {str(reply[2])[:100]}, not plain data")
+                raise _NotPlain(f"{name} returned a {str(reply[2])[:200]}, not plain data")
             flag("runner_tampering", "a malformed reply on the call channel")
             raise _Lost("a malformed reply from the submission's process")
 
@@ -234,7 +234,7 @@ def checker(hdr, wire, key, report_w, call_w, reply_r, start, names, hidden_fail
                 except AssertionError as e:
                     outcome, detail = "failed", f"AssertionError: {e}"[:500]
                 except _NotPlain as e:
-                    outcome, detail = ("failed" if hdr["strict_types"] else "error"), f"{e}"[:500]
+                    outcome, detail = "failed", f"{e}"[:500]
                 except _SubmissionExit as e:
                     outcome, detail = "failed", f"SystemExit({e}) raised by the submission"[:500]
                 except _Lost:

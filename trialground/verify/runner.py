@@ -75,7 +75,8 @@ def _load(code, name):
 def _load_wire(code):
     namespace = {"__name__": "tg_wire"}
     exec(code, namespace)
-    return {k: namespace[k] for k in ("encode", "decode", "WireError", "send_frame", "recv_frame")}
+    names = ("encode", "decode", "WireError", "NotPlainData", "send_frame", "recv_frame")
+    return {k: namespace[k] for k in names}
 
 
 PARTS: dict = {}  # worker, checker, wire: set by main() before any fork

@@ -35,6 +35,7 @@ def worker(opts, wire, call_r, reply_w):
     guard = [False]
     getframe = sys._getframe
     encode, decode, WireError = wire["encode"], wire["decode"], wire["WireError"]
+    NotPlainData = wire["NotPlainData"]
     send_frame, recv_frame = wire["send_frame"], wire["recv_frame"]
     write, read = os.write, os.read
 
@@ -263,10 +264,14 @@ def worker(opts, wire, call_r, reply_w):
         found = new_flags()
         try:
             out = encode(("ret", seq, result, found))
-        except WireError:
+        except NotPlainData:
             t = type(result)
             label = f"{getattr(t, '__module__', '?')}.{getattr(t, '__qualname__', '?')}"
-            if strict:
+            if isinstance(fn, type):
+                label = f"instance of the solution's class {label} (classes cannot be checked in isolation)"
+            elif strict:  # a function returning a non-data object: the always-equal trick, or a bug
                 flag("always_equal", f"{msg[2]} returned {label}")
             out = encode(("nonplain", seq, label, found + new_flags()))
+        except WireError as e:
+            out = encode(("nonplain", seq, f"value that cannot be sent ({e})", found + new_flags()))
         send_frame(reply_w, out, write)

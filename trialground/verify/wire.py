@@ -5,7 +5,8 @@ sandbox, and the host imports it only for tests. Contract:
 
 - `encode(value)` accepts exact builtin data types only (`None`, `bool`, `int`, `float`, `complex`,
   `str`, `bytes`, `list`, `tuple`, `dict`, `set`, `frozenset`; subclasses are refused), at most
-  `MAX_DEPTH` containers deep and `MAX_BYTES` encoded; anything else raises `WireError`. It never calls a
+  `MAX_DEPTH` containers deep and `MAX_BYTES` encoded; other types raise `NotPlainData`, size and depth
+  `WireError`. It never calls a
   method that a subclass or a custom object could override, so it cannot run foreign code.
 - `decode(data)` is the trust boundary: `data` may be anything the submission wrote. It builds fresh
   builtin objects only, checks every length against the buffer, limits depth, node count and size, and
@@ -21,7 +22,11 @@ MAX_NODES = 2_000_000
 
 
 class WireError(ValueError):
-    """A value that is not plain data, or bytes that are not a well-formed encoding of one."""
+    """A value that cannot be sent (too large, too deep), or bytes that are not a well-formed encoding."""
+
+
+class NotPlainData(WireError):
+    """A value of a type that is not exactly one of the builtin data types."""
 
 
 _SEQ_TAGS = {list: b"l", tuple: b"t", set: b"S", frozenset: b"Z"}
@@ -78,7 +83,7 @@ def encode(value, limit=MAX_BYTES):
                 put(k, depth + 1)
                 put(x, depth + 1)
         else:
-            raise WireError(f"{t.__module__}.{t.__qualname__} is not plain data")
+            raise NotPlainData(f"{t.__module__}.{t.__qualname__} is not plain data")
 
     put(value, 0)
     return b"".join(out)
