@@ -151,7 +151,8 @@ ATTACKS: tuple[Attack, ...] = (
            "class A:\n    __eq__ = __ge__ = __le__ = lambda s, o: True\n    __ne__ = lambda s, o: False\n"
            "    __hash__ = lambda s: 0\n\ndef add(a, b):\n    return A()\n"),
     Attack("int_subclass", "add", "always_equal",
-           "class N(int):\n    __eq__ = __ge__ = __le__ = lambda s, o: True\n    __ne__ = lambda s, o: False\n"
+           "class N(int):\n    __eq__ = __ge__ = __le__ = lambda s, o: True\n"
+           "    __ne__ = lambda s, o: False\n"
            "    __hash__ = int.__hash__\n\ndef add(a, b):\n    return N(0)\n"),
     Attack("lying_class_attribute", "add", "always_equal",
            "class A:\n    __class__ = property(lambda s: int)\n    __eq__ = lambda s, o: True\n"
@@ -189,7 +190,8 @@ ATTACKS: tuple[Attack, ...] = (
            "    signal.setitimer(signal.ITIMER_VIRTUAL, 0.001)\n    while True:\n        pass\n"),
     Attack("forge_lines_on_every_fd", "add", "runner_tampering",
            "import os\nfor fd in range(3, 256):\n    try:\n"
-           "        os.write(fd, b'0' * 64 + b' ' + b'7b7d' * 4 + b'\\n')\n    except OSError:\n        pass\n"
+           "        os.write(fd, b'0' * 64 + b' ' + b'7b7d' * 4 + b'\\n')\n"
+           "    except OSError:\n        pass\n"
            "def add(a, b):\n    return 0\n"),
     Attack("forged_reply_frames", "add", None,
            "import os\nframe = b'tz\\x00\\x00\\x00'\n"  # garbage that still looks framed
@@ -220,6 +222,7 @@ ATTACKS: tuple[Attack, ...] = (
     Attack("deep_return", "add", None,
            "def add(a, b):\n    v = 3\n    for _ in range(500):\n        v = [v]\n    return v\n"),
     Attack("close_channel", "add", None,
-           "import os\n\ndef add(a, b):\n    for fd in range(3, 64):\n        try:\n            os.close(fd)\n"
+           "import os\n\ndef add(a, b):\n    for fd in range(3, 64):\n        try:\n"
+           "            os.close(fd)\n"
            "        except OSError:\n            pass\n    return a + b\n"),
 )  # fmt: skip

@@ -49,7 +49,6 @@ def checker(hdr, wire, key, report_w, call_w, reply_r, start, names, hidden_fail
     import builtins
     import marshal
     import types
-
     from _blake2 import blake2b
 
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -60,7 +59,7 @@ def checker(hdr, wire, key, report_w, call_w, reply_r, start, names, hidden_fail
     encode, decode, WireError = wire["encode"], wire["decode"], wire["WireError"]
     send_frame, recv_frame = wire["send_frame"], wire["recv_frame"]
     token = hdr["token"]
-    flags = []
+    flags: list = []
     seq = [0]
     cur = [start]
 

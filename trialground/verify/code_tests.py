@@ -419,9 +419,7 @@ class CodeTestsVerifier:
             else:
                 out[i] = self._verdict(items[i][0], reports[n])
         if alone:
-            regraded = await asyncio.gather(
-                *(self.verify(*items[i]) for i in alone), return_exceptions=True
-            )
+            regraded = await asyncio.gather(*(self.verify(*items[i]) for i in alone), return_exceptions=True)
             for i, res in zip(alone, regraded, strict=True):
                 if isinstance(res, BaseException) and not isinstance(res, TrialgroundError):
                     raise res

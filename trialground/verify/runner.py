@@ -146,12 +146,12 @@ def _end_worker(wpid, lost):
                 code = os.waitstatus_to_exitcode(status)
                 break
             time.sleep(0.002)
-    try:
+    try:  # noqa: SIM105 - contextlib would be one more import
         os.killpg(wpid, signal.SIGKILL)
     except OSError:
         pass
     if code is None:
-        try:
+        try:  # noqa: SIM105 - contextlib would be one more import
             os.waitpid(wpid, 0)
         except ChildProcessError:
             pass
@@ -220,7 +220,7 @@ def supervise(hdr, first=0):
                 elif kind == "done":
                     ended = "done"
         if ended != "done":
-            try:
+            try:  # noqa: SIM105 - contextlib would be one more import
                 os.kill(cpid, signal.SIGKILL)
             except OSError:
                 pass
@@ -295,7 +295,7 @@ def kill_strays():
                 continue  # already dead: its parent (or PID 1) reaps it
             alive.append(int(name))
             for sig in (signal.SIGSTOP, signal.SIGKILL):  # stopped first: a fork bomb cannot outrun it
-                try:
+                try:  # noqa: SIM105 - contextlib would be one more import
                     os.kill(int(name), sig)
                 except OSError:
                     pass
@@ -504,7 +504,7 @@ def main():
         report = {"jobs": []}
         for job in jobs:
             if not clean:  # a previous submission left what could not be removed: regraded alone
-                report["jobs"].append({"abandoned": "an earlier submission of the batch left the sandbox dirty"})
+                report["jobs"].append({"abandoned": "an earlier member of the batch left the sandbox dirty"})
                 continue
             try:
                 job_report = run_job(hdr, job)

@@ -189,7 +189,7 @@ def worker(opts, wire, call_r, reply_w):
     sol_name = opts["solution_module"]
     strict = opts["strict_types"]
     import_error = None
-    table = {}
+    table: dict = {}
     callables, constants = [], {}
     try:
         solution = __import__(sol_name)

@@ -29,7 +29,7 @@ class NotPlainData(WireError):
     """A value of a type that is not exactly one of the builtin data types."""
 
 
-_SEQ_TAGS = {list: b"l", tuple: b"t", set: b"S", frozenset: b"Z"}
+_SEQ_TAGS: dict = {list: b"l", tuple: b"t", set: b"S", frozenset: b"Z"}
 
 
 def encode(value, limit=MAX_BYTES):
