@@ -234,6 +234,9 @@ def worker(opts, wire, call_r, reply_w):
                 return cls.__name__
         return "Exception"
 
+    def missing(*args, **kwargs):
+        raise AttributeError("the solution has no such function")
+
     reply(("manifest", callables, constants, import_error, new_flags()))
     while True:
         try:
@@ -248,7 +251,7 @@ def worker(opts, wire, call_r, reply_w):
             continue
         if op != "call":
             os._exit(0)
-        fn = table.get(msg[2])
+        fn = table.get(msg[2], missing)
         try:
             result = fn(*msg[3], **msg[4])
         except BaseException as e:
