@@ -104,6 +104,23 @@ def test_names(source: str) -> list[str]:
     ]
 
 
+@functools.lru_cache(maxsize=4096)
+def check_imports(source: str) -> frozenset[str]:
+    """Top-level modules a check file imports at its top level (the runner imports them once, before it
+    forks the checker and the worker, so neither pays for them)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return frozenset()
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return frozenset(names)
+
+
 @functools.cache
 def runner_source(name: str = "runner.py") -> str:
     return resources.files("trialground.verify").joinpath(name).read_text()
@@ -232,6 +249,10 @@ def job_header(task: Task, grading: GradingConfig, token: str, *, visible: bool)
         "tests": specs,
         "n_hidden": sum(len(spec["names"]) for spec in specs[: len(task.hidden_checks)]),
         "check_names": sorted({p.rsplit("/", 1)[-1] for p in [*task.hidden_checks, *task.visible_checks]}),
+        "imports": sorted(
+            {m for src in task.hidden_checks.values() for m in check_imports(src)}
+            - {_module_name(solution_path(task))}
+        ),
         "solution_module": _module_name(solution_path(task)),
         "strict_types": bool(task.verifier.params.get("strict_types", grading.strict_types)),
         "test_timeout_s": float(task.verifier.params.get("test_timeout_s", grading.test_timeout_s)),

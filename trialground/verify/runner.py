@@ -172,6 +172,11 @@ def supervise(hdr, first=0):
     budget_end = time.monotonic() + float(hdr["total_timeout_s"])
     start, forks = first, 0
     stamps = [time.perf_counter()]
+    for name in hdr.get("imports", ()):  # what the checks import (trusted modules): shared by both forks
+        try:  # noqa: SIM105 - contextlib would be one more import
+            __import__(name)
+        except Exception:
+            pass
     while start < len(names):
         if time.monotonic() > budget_end:
             for j in range(start, len(names)):
