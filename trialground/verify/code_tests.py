@@ -7,9 +7,13 @@ Contract (see team brief): the submission is a full Python module written to
 How a grading goes:
 1. a fresh sandbox is opened holding only the task's untouched `files` and the solution (from the
    submission text, or read out of the agent's sandbox when `workspace` is given);
-2. `runner.py` is started there with the check files delivered over stdin — hidden checks never touch the
-   sandbox's disk — together with a host key (see `runner.py` for why results cannot be forged);
-3. the host verifies the report's HMAC, then requires every expected hidden test to have run and passed.
+2. `runner.py` is started there with the check files delivered over stdin (hidden checks never touch the
+   sandbox's disk) together with a host key;
+3. the runner forks a *submission worker* (`sandbox_worker.py`: imports the solution, answers calls) and a
+   *checker* (`checker.py`: runs the tests, never imports the solution; the solution module it sees is a
+   proxy whose functions are calls into the worker with plain-data arguments and results, `wire.py`).
+   Assertions are evaluated only in the checker, with its own modules;
+4. the host verifies the report's HMAC, then requires every expected hidden test to have run and passed.
    Skips, errors, timeouts and missing tests are failures. A report that is absent or badly signed is a
    failure flagged `runner_tampering`; a sandbox that breaks is an infrastructure error (`Verdict.error`).
 
@@ -19,14 +23,16 @@ plugins, cache or rootdir configuration exist in this path at all. Visible check
 failed, judged after sealing (to flag solutions that pass the visible ones only).
 
 Sealed checks: in the hidden checks, every `assert EXPR == LITERAL` at the top level of a function body is
-rewritten (host side, AST) to send EXPR's value to the runner's supervisor; the literal never enters the
-sandbox process that runs the submission and is compared by the supervisor after all workers are gone.
-For such tests a pass cannot be forged from inside the worker at all: it takes the right values.
+rewritten (host side, AST) to send EXPR's value (computed in the checker) to the runner's supervisor; the
+literal reaches the sandbox only after every process of the grading is gone, and the supervisor compares.
 
 Speed: "fresh" is a pooled sandbox restored to its empty snapshot (the sandbox kills every process of the
-last command; the runner wipes /tmp). Single-turn gradings that arrive together are batched
-(`verify_many`): one sandbox exec, in which the trusted runner wipes and rewrites the workspace, /tmp and
-/dev/shm before each submission and grades it in freshly forked workers.
+last command; the runner wipes /tmp and /dev/shm and says whether it left the sandbox clean; a sandbox that
+is not reported clean is closed, never reused). Single-turn gradings that arrive together are batched
+(`verify_many`): one sandbox exec, in which the trusted runner grades each submission in freshly forked
+processes, then kills what it left and empties the workspace, /tmp and /dev/shm before writing the next
+one's files. A batch member's behaviour never decides a sibling's verdict: members the batch did not report
+(its runner was killed, or an earlier member left the sandbox dirty) are regraded alone.
 """
 
 from __future__ import annotations

@@ -2,30 +2,30 @@
 
 The host starts `python3 -IS -c BOOT` in the grading sandbox and writes to its stdin: this module as a
 marshalled code object (compiled by the host under a per-grading secret filename `<tg-TOKEN>`), a marshalled
-header (tests as code objects plus their names, read by the host from the AST; options; for a batch, one job
-per submission with its files), and last a host key. Roles:
+header (tests as code objects plus their names, read by the host from the AST; options; the code of the
+worker, the checker and the wire format; for a batch, one job per submission with its files), and last a
+host key and the sealed literals. Roles:
 
-- the *supervisor* (this process) never imports a submission. It forks one *worker* at a time, reads the
-  worker's authenticated results (keyed BLAKE2b, a fresh key per worker) over a pipe, enforces per-test
-  deadlines (a hung test is killed and a new worker resumes after it) and a total budget, and finally reads
-  the host key, which stayed in the stdin pipe while workers existed, and prints one signed report line.
-  It is non-dumpable, so workers get no /proc or ptrace access to it; their stdio is /dev/null. In a batch
-  it wipes /workspace, /tmp and /dev/shm and writes the next submission's files itself before each job.
-- a *worker* (`sandbox_worker.py`, shipped as the header's `worker_code`) installs an audit hook that
-  blocks and flags introspection by untrusted code (frames, gc, code objects, trace hooks: anything whose
-  caller is not the stdlib or a `<tg-TOKEN>` file), and from anyone: process spawning, ctypes, signals to
-  other processes, PYTHON* variables, re-opened fds, /proc, check and conftest/sitecustomize/.pth files.
-  It imports the submission, hands the tests only a proxy module whose functions must return plain builtin
-  data (no always-equal objects, no builtin subclasses), runs each `test_*` function, and after each test
-  checks that no thread, trace/profile hook, signal handler, exit handler, or patched builtin / `time` /
-  `datetime` attribute was left behind.
+- the *supervisor* (this process) never imports a submission. For each grading it forks a pair: first the
+  *submission worker* (`sandbox_worker.py`, in its own session, which scrubs every test, job and secret it
+  inherited from its memory, imports the solution and answers calls over two pipes), then the *checker*
+  (`checker.py`, which runs the tests and calls into the worker for every function of the solution). Only
+  the checker reports to the supervisor, over a pipe created after the worker was forked and signed with a
+  key made after that fork (keyed BLAKE2b), so nothing the worker can reach can write a result. The
+  supervisor enforces per-test deadlines (a hung test kills the pair; a new pair resumes after it) and a
+  total budget, and finally reads the host key, which stayed in the stdin pipe while the pairs existed,
+  and prints one signed report line. It is non-dumpable (inherited by every fork), so no process here gets
+  /proc or ptrace access to another; the children's stdio is /dev/null.
+- in a batch, after each member (and each visible rerun) the supervisor kills every other process of the
+  sandbox except its ancestors and empties /workspace, /tmp and /dev/shm (`_wipe`: iterative, through
+  directory descriptors opened with O_NOFOLLOW, so no depth, lock or link stops it); a member whose
+  leftovers cannot be removed is failed and flagged, and the remaining members are reported `abandoned`
+  for the host to regrade alone. An exception while a member runs fails that member; only writing a
+  member's files can be an infrastructure error.
 
-Sealed checks: the host rewrites `assert EXPR == LITERAL` in hidden checks so the worker sends EXPR's value;
-the literals follow the host key on stdin and are read, like it, only after every worker is gone (`seal`).
-A pass of such a test cannot be forged from inside the worker: it takes the right values. Other asserts run
-in the worker, where forging would need its per-worker key, reachable only through frames or memory: the
-hook blocks the usual routes; what stays possible (a signal handler's frame argument) is flagged
-statically by `trialground.verify.hacks` and still fails every sealed check.
+Sealed checks: the host rewrites `assert EXPR == LITERAL` in hidden checks so the checker sends EXPR's
+value; the literals follow the host key on stdin and are read, like it, only after every pair of the hidden
+checks is gone (`seal`). The worker's audit hook and the static detectors are evidence (flags) only.
 """
 
 import marshal
