@@ -65,6 +65,8 @@ ATTACKS: dict[str, tuple[str, str | None]] = {
         "fill('/tmp/fill')\nfill('/dev/shm/fill')\n" + ENTRY,
         None,
     ),
+    "memory_hog": ("def truncate_number(number):\n    x = bytearray(3 << 30)\n    return len(x)\n", None),
+    "memory_hog_at_import": ("blocks = [bytearray(64 << 20) for _ in range(64)]\n" + ENTRY, None),
     "forge_out_of_range_indices": (
         "import os, signal\n\ndef truncate_number(number):\n"
         "    def handler(sig, frame):\n        f = frame\n        while f is not None:\n"
