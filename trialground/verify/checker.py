@@ -174,10 +174,10 @@ def checker(hdr, wire, key, report_w, call_w, reply_r, start, names, hidden_fail
         if import_error is not None:
             import_error = str(import_error)[:500]
         for k, v in manifest[2].items():
-            if type(k) is str:
+            if type(k) is str and not k.startswith("__"):
                 setattr(proxy, k, v)
         for k in manifest[1]:
-            if type(k) is str:
+            if type(k) is str and not k.startswith("__"):
                 setattr(proxy, k, stub(k))
     except _Lost as e:
         lost = f"while importing the submission: {e}"

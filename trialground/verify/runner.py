@@ -208,6 +208,8 @@ def supervise(hdr, first=0):
                         raise ValueError("bad signature")
                     msg = marshal.loads(bytes.fromhex(body))
                     kind = msg["t"]
+                    if kind in ("start", "check", "result") and not start <= msg["i"] < len(names):
+                        raise ValueError("a test index out of range")
                 except Exception:  # the checker is ours and its pipe the worker's never: a runner bug
                     flags.append(["runner_tampering", "a result line that does not verify", "warn"])
                     continue

@@ -229,9 +229,12 @@ def worker(opts, wire, call_r, reply_w):
         send_frame(reply_w, encode(msg), write)
 
     def builtin_name(exc):
-        for cls in type(exc).__mro__:
-            if cls.__module__ == "builtins":
-                return cls.__name__
+        try:
+            for cls in type(exc).__mro__:
+                if cls.__module__ == "builtins" and type(cls.__name__) is str:
+                    return cls.__name__
+        except BaseException:
+            pass
         return "Exception"
 
     def missing(*args, **kwargs):
