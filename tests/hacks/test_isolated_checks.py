@@ -23,7 +23,8 @@ Results = dict[str, tuple[Verdict, Reward]]
 
 
 def _grade(static: bool) -> Results:
-    grading = GradingConfig(static_checks=static, test_timeout_s=1.5, total_timeout_s=20.0)
+    # generous deadlines: the honest solutions must pass on a busy machine too
+    grading = GradingConfig(static_checks=static, test_timeout_s=5.0, total_timeout_s=60.0)
 
     async def run() -> Results:
         grader = Grader(SandboxConfig(), RewardConfig(grading=grading))
@@ -88,9 +89,10 @@ def test_patched_modules_fail_every_test(graded_dynamic: Results) -> None:
 
 
 def test_the_channel_attacks_fail_per_test_and_the_rest_still_run(graded_dynamic: Results) -> None:
-    verdict, _ = graded_dynamic["block_forever"]
-    assert [t.outcome for t in verdict.tests] == ["failed"] * 3
-    assert all("timed out" in t.detail for t in verdict.tests), verdict.tests
+    for name in ("block_forever", "loop_at_import"):
+        verdict, _ = graded_dynamic[name]
+        assert [t.outcome for t in verdict.tests] == ["failed"] * 3
+        assert all("timed out" in t.detail for t in verdict.tests), verdict.tests
     for name in ("huge_return", "deep_return"):
         verdict, _ = graded_dynamic[name]
         assert all("cannot be sent" in t.detail for t in verdict.tests), verdict.tests

@@ -494,7 +494,11 @@ def main():
     PARTS["checker"] = _load(hdr.pop("checker_code"), "checker")
     PARTS["wire"] = _load_wire(hdr.pop("wire_code"))
     # Inside a bwrap sandbox only (its own PID namespace, /workspace bind, /tmp tmpfs), never on a host.
-    in_sandbox = bool(hdr.get("wipe_tmp")) and os.getcwd() == "/workspace" and os.getppid() == 1
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = ""
+    in_sandbox = bool(hdr.get("wipe_tmp")) and cwd == "/workspace" and os.getppid() == 1
     jobs = hdr.pop("jobs", None)
     hdr["n_jobs"] = len(jobs) if jobs else 1
     clean = True

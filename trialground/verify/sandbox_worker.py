@@ -134,7 +134,11 @@ def worker(opts, wire, call_r, reply_w):
     os.closerange(keep[1] + 1, 1 << 16)
     sys.dont_write_bytecode = True
     sys.addaudithook(hook)
-    ws = os.getcwd()  # the exec's cwd is the workspace, whatever the backend maps it to
+    try:
+        ws = os.getcwd()  # the exec's cwd is the workspace, whatever the backend maps it to
+    except OSError:  # the directory was replaced under us (seen once right after a sandbox restore)
+        ws = "/workspace"
+        os.chdir(ws)
     sys.path.insert(0, ws)
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 3000))
 
