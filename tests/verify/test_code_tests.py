@@ -170,3 +170,45 @@ async def test_sealed_checks_decide_even_when_the_worker_says_pass(grader: Grade
     verdict, _ = await grader.grade(code_task(), "def add(a, b):\n    return a + b + (a == 1)\n")
     assert [t.outcome for t in verdict.tests] == ["failed", "passed", "passed"]
     assert "sealed" in verdict.tests[0].detail
+
+
+async def test_isolated_mode_stateful_and_callback_tests_fail_clearly(grader: Grader) -> None:
+    # The checks run in a process that never imports the solution: instances of its classes cannot cross
+    # (a failure, not flagged: classes are simply not testable in isolation), callbacks cannot be sent
+    # (a TypeError in the test), and arguments go by value (the submission's mutation is not seen).
+    checks = (
+        "import solution\n\n"
+        "def test_class():\n    assert solution.Counter().count() == 0\n\n"
+        "def test_callback():\n    assert solution.apply(lambda x: x + 1, 1) == 2\n\n"
+        "def test_by_value():\n    xs = [3, 1, 2]\n    solution.sort_in_place(xs)\n"
+        "    assert xs == [3, 1, 2]\n\n"
+        "def test_constant():\n    assert solution.LIMIT == 10 and type(solution.LIMIT) is int\n"
+    )
+    solution = (
+        "LIMIT = 10\n\nclass Counter:\n    def count(self):\n        return 0\n\n"
+        "def apply(f, x):\n    return f(x)\n\ndef sort_in_place(xs):\n    xs.sort()\n"
+    )
+    verdict, _ = await grader.grade(code_task(checks, expected=4), solution)
+    outcomes = {t.name: (t.outcome, t.detail) for t in verdict.tests}
+    assert outcomes["test_class"][0] == "failed" and "classes cannot be checked" in outcomes["test_class"][1]
+    assert outcomes["test_callback"][0] == "error" and "plain data only" in outcomes["test_callback"][1]
+    assert outcomes["test_by_value"] == ("passed", "")
+    assert outcomes["test_constant"] == ("passed", "")
+    assert not verdict.flags
+
+
+async def test_exceptions_of_the_submission_are_raised_in_the_checks(grader: Grader) -> None:
+    checks = (
+        "import solution\n\n"
+        "def test_value_error():\n    try:\n        solution.parse('x')\n    except ValueError as e:\n"
+        "        assert 'bad input' in str(e)\n    else:\n        raise AssertionError('no error')\n\n"
+        "def test_key_error():\n    try:\n        solution.look({}, 'k')\n"
+        "    except LookupError:\n        pass\n"
+        "    else:\n        raise AssertionError('no error')\n"
+    )
+    solution = (
+        "class BadInput(ValueError):\n    pass\n\n"
+        "def parse(s):\n    raise BadInput('bad input: ' + s)\n\ndef look(d, k):\n    return d[k]\n"
+    )
+    verdict, _ = await grader.grade(code_task(checks, expected=2), solution)
+    assert verdict.passed, verdict.tests

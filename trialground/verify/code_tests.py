@@ -7,9 +7,13 @@ Contract (see team brief): the submission is a full Python module written to
 How a grading goes:
 1. a fresh sandbox is opened holding only the task's untouched `files` and the solution (from the
    submission text, or read out of the agent's sandbox when `workspace` is given);
-2. `runner.py` is started there with the check files delivered over stdin — hidden checks never touch the
-   sandbox's disk — together with a host key (see `runner.py` for why results cannot be forged);
-3. the host verifies the report's HMAC, then requires every expected hidden test to have run and passed.
+2. `runner.py` is started there with the check files delivered over stdin (hidden checks never touch the
+   sandbox's disk) together with a host key;
+3. the runner forks a *submission worker* (`sandbox_worker.py`: imports the solution, answers calls) and a
+   *checker* (`checker.py`: runs the tests, never imports the solution; the solution module it sees is a
+   proxy whose functions are calls into the worker with plain-data arguments and results, `wire.py`).
+   Assertions are evaluated only in the checker, with its own modules;
+4. the host verifies the report's HMAC, then requires every expected hidden test to have run and passed.
    Skips, errors, timeouts and missing tests are failures. A report that is absent or badly signed is a
    failure flagged `runner_tampering`; a sandbox that breaks is an infrastructure error (`Verdict.error`).
 
@@ -19,14 +23,16 @@ plugins, cache or rootdir configuration exist in this path at all. Visible check
 failed, judged after sealing (to flag solutions that pass the visible ones only).
 
 Sealed checks: in the hidden checks, every `assert EXPR == LITERAL` at the top level of a function body is
-rewritten (host side, AST) to send EXPR's value to the runner's supervisor; the literal never enters the
-sandbox process that runs the submission and is compared by the supervisor after all workers are gone.
-For such tests a pass cannot be forged from inside the worker at all: it takes the right values.
+rewritten (host side, AST) to send EXPR's value (computed in the checker) to the runner's supervisor; the
+literal reaches the sandbox only after every process of the grading is gone, and the supervisor compares.
 
 Speed: "fresh" is a pooled sandbox restored to its empty snapshot (the sandbox kills every process of the
-last command; the runner wipes /tmp). Single-turn gradings that arrive together are batched
-(`verify_many`): one sandbox exec, in which the trusted runner wipes and rewrites the workspace, /tmp and
-/dev/shm before each submission and grades it in freshly forked workers.
+last command; the runner wipes /tmp and /dev/shm and says whether it left the sandbox clean; a sandbox that
+is not reported clean is closed, never reused). Single-turn gradings that arrive together are batched
+(`verify_many`): one sandbox exec, in which the trusted runner grades each submission in freshly forked
+processes, then kills what it left and empties the workspace, /tmp and /dev/shm before writing the next
+one's files. A batch member's behaviour never decides a sibling's verdict: members the batch did not report
+(its runner was killed, or an earlier member left the sandbox dirty) are regraded alone.
 """
 
 from __future__ import annotations
@@ -103,6 +109,23 @@ def test_names(source: str) -> list[str]:
         for n in tree.body
         if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name.startswith("test")
     ]
+
+
+@functools.lru_cache(maxsize=4096)
+def check_imports(source: str) -> frozenset[str]:
+    """Top-level modules a check file imports at its top level (the runner imports them once, before it
+    forks the checker and the worker, so neither pays for them)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return frozenset()
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return frozenset(names)
 
 
 @functools.cache
@@ -233,6 +256,10 @@ def job_header(task: Task, grading: GradingConfig, token: str, *, visible: bool)
         "tests": specs,
         "n_hidden": sum(len(spec["names"]) for spec in specs[: len(task.hidden_checks)]),
         "check_names": sorted({p.rsplit("/", 1)[-1] for p in [*task.hidden_checks, *task.visible_checks]}),
+        "imports": sorted(
+            {m for src in task.hidden_checks.values() for m in check_imports(src)}
+            - {_module_name(solution_path(task))}
+        ),
         "solution_module": _module_name(solution_path(task)),
         "strict_types": bool(task.verifier.params.get("strict_types", grading.strict_types)),
         "test_timeout_s": float(task.verifier.params.get("test_timeout_s", grading.test_timeout_s)),
@@ -260,6 +287,8 @@ def _stdin(header: dict[str, Any], token: str, host_key: bytes, expected: list[A
     """boot | header | host key | sealed literals: the runner reads the last two after all workers ended."""
     boot = marshal.dumps(compiled_for(runner_source(), "", token))
     header["worker_code"] = compiled_for(runner_source("sandbox_worker.py"), "worker", token)
+    header["checker_code"] = compiled_for(runner_source("checker.py"), "checker", token)
+    header["wire_code"] = compiled_for(runner_source("wire.py"), "wire", token)
     tail = host_key.hex().encode() + _frame(marshal.dumps(expected))
     return _frame(boot) + _frame(marshal.dumps(header)) + tail
 
@@ -373,8 +402,7 @@ class CodeTestsVerifier:
         limits = limits.model_copy(update={"wall_s": min(3600.0, self.grading.total_timeout_s + 10.0)})
         async with self._slots:
             sandbox, snap = await self.pool.acquire(files)
-            result, healthy = await self._run(sandbox, snap, stdin, limits)
-        report = self._report(result, healthy, host_key)
+            report = await self._run(sandbox, snap, stdin, limits, host_key)
         return report if isinstance(report, Verdict) else self._verdict(task, report)
 
     async def verify_many(self, items: Sequence[tuple[Task, str]]) -> list[Verdict | TrialgroundError]:
@@ -407,28 +435,33 @@ class CodeTestsVerifier:
         limits = base.model_copy(update={"wall_s": wall, "cpu_s": min(3600.0, max(base.cpu_s, wall))})
         async with self._slots:
             sandbox, snap = await self.pool.acquire({})
-            result, healthy = await self._run(sandbox, snap, stdin, limits)
-        report = self._report(result, healthy, host_key)
+            try:
+                report: dict | Verdict | None = await self._run(sandbox, snap, stdin, limits, host_key)
+            except TrialgroundError:
+                report = None  # the batch's sandbox broke: every member is graded alone below
         reports = report.get("jobs") if isinstance(report, dict) else None
         pending = [i for i, o in enumerate(out) if isinstance(o, VerifierError) and o.kind == "pending"]
+        alone: list[int] = []
         for n, i in enumerate(pending):
-            if isinstance(report, Verdict):
-                out[i] = report  # the whole batch failed before any report: a failure for every item
-            elif reports is None or n >= len(reports):
-                out[i] = VerifierError(
-                    f"batched grading returned no report: {report.get('error')}", kind="batch"
-                )
-            elif "error" in reports[n]:
-                out[i] = SandboxError(
-                    f"batched grading could not prepare: {reports[n]['error']}", kind="batch"
-                )
+            if reports is None or n >= len(reports) or "tests" not in reports[n]:
+                # No report for it (the batch's runner was killed, or a member left the sandbox dirty,
+                # or its files could not be written): whatever a sibling did must not decide its verdict.
+                alone.append(i)
             else:
                 out[i] = self._verdict(items[i][0], reports[n])
+        if alone:
+            regraded = await asyncio.gather(*(self.verify(*items[i]) for i in alone), return_exceptions=True)
+            for i, res in zip(alone, regraded, strict=True):
+                if isinstance(res, BaseException) and not isinstance(res, TrialgroundError):
+                    raise res
+                out[i] = res
         return out
 
     async def _run(
-        self, sandbox: Sandbox, snap: str | None, stdin: bytes, limits: Limits
-    ) -> tuple[ExecResult, bool]:
+        self, sandbox: Sandbox, snap: str | None, stdin: bytes, limits: Limits, host_key: bytes
+    ) -> dict | Verdict:
+        """Run the runner, release the sandbox (kept only when it reported itself clean), and return the
+        signed report or a failed Verdict (see `_report`)."""
         flags = "-I" if self.grading.site_packages else "-IS"
         healthy = False
         try:
@@ -436,9 +469,13 @@ class CodeTestsVerifier:
                 [self.grading.python, flags, "-c", _BOOT], stdin=stdin, cwd=WORKSPACE, limits=limits, env={}
             )
             healthy = result.status.value != "sandbox_error"
+            report = self._report(result, healthy, host_key)
+            # a sandbox is reused only when its runner said every process of the grading is gone and
+            # the workspace, /tmp and /dev/shm are empty
+            healthy = isinstance(report, dict) and bool(report.get("clean", snap is None))
         finally:
             await self.pool.release(sandbox, snap, healthy)
-        return result, healthy
+        return report
 
     def _report(self, result: ExecResult, healthy: bool, host_key: bytes) -> dict | Verdict:
         """The signed report; raises on infrastructure failure; a Verdict (failed) when the runner was

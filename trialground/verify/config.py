@@ -39,7 +39,9 @@ class GradingConfig(BaseModel):
     test_timeout_s: float = Field(5.0, gt=0, le=600, description="Deadline of one test function")
     total_timeout_s: float = Field(30.0, gt=0, le=3600, description="Deadline of all tests of one grading")
     strict_types: bool = Field(
-        True, description="Code tests: values returned by the solution must be plain builtin data"
+        True,
+        description="Code tests: flag `always_equal` when a solution function returns non-plain data "
+        "(such a value never reaches the checks either way)",
     )
     math_timeout_s: float = Field(5.0, gt=0, le=120, description="Hard timeout of one math-verify call")
     check_timeout_s: float = Field(30.0, gt=0, le=3600, description="Deadline of a task's check program")

@@ -14,7 +14,8 @@ must not earn the outcome (the grader gates on it); `warn` is logged only. Flag 
 - `runner_tampering`: raw fd I/O, /proc, ctypes, signals, subprocesses, trace hooks.
 
 Code under `if __name__ == "__main__":` is ignored: the grader imports the solution, so it never runs.
-Static detection is one layer; the runner blocks most of these dynamically (see `runner.py`).
+Static detection is evidence for the monitor, not the defence: the checks run in a process that never
+imports the submission (see `runner.py`), and the worker's audit hook flags most of these at run time too.
 """
 
 from __future__ import annotations

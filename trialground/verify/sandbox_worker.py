@@ -1,64 +1,43 @@
-"""The worker half of the `code_tests` runner (see `runner.py`): runs in a process forked from the runner's
-supervisor, imports the submission and runs the tests. Standard library only; never imported by the host,
-which compiles it under the grading's secret `<tg-TOKEN:...>` filename and ships it in the runner's header.
+"""The submission half of the `code_tests` runner (see `runner.py`): a process forked from the runner's
+supervisor, in its own session, that imports the submission and answers calls; it never sees a test.
+Standard library only; never imported by the host, which compiles it under the grading's secret
+`<tg-TOKEN:...>` filename and ships it in the runner's header.
+
+Protocol (frames of `wire.py` plain data; the checker speaks first only after the manifest):
+- worker -> checker, once: `("manifest", callables, constants, import_error, flags)`: the names of the
+  solution module's callables, its plain-data constants, and the import error text (or None);
+- checker -> worker: `("call", seq, name, args, kwargs)`; the reply is `("ret", seq, value, flags)`,
+  `("exc", seq, builtin_class_name, message, flags)` or `("nonplain", seq, type_name, flags)`;
+- checker -> worker: `("after", seq)` after each test; the reply `("flags", seq, flags)` carries what
+  `leftovers()` found (threads, hooks, signal handlers, patched builtins / time / datetime).
+
+Everything this process sends is the submission's to choose: the checker treats it as untrusted data
+(decoded strictly into fresh builtin objects) and the flags as evidence that can only lower a reward.
+The audit hook below blocks and flags introspection, spawning, signals and special files; it is
+evidence for the monitor, not the defence: the checks run in the checker, which never imports the
+submission.
 """
 
-import marshal
 import os
 import signal
 import sys
 import time
 
 
-def _mac(key, body):
-    """Keyed BLAKE2b, as in `runner.py` (this file is a separate code object inside the sandbox)."""
-    from _blake2 import blake2b
-
-    return blake2b(body.encode(), key=key, digest_size=32).hexdigest()
-
-
-def _dumps(obj):
-    return marshal.dumps(obj).hex()
-
-
-def _plain(value, budget):
-    """True when `value` is built only from exact builtin data types (checks at most `budget` nodes)."""
-    stack = [value]
-    scalars = (int, float, bool, str, bytes, complex, type(None))
-    while stack and budget[0] > 0:
-        budget[0] -= 1
-        v = stack.pop()
-        t = type(v)
-        if t in scalars:
-            continue
-        if t in (list, tuple, set, frozenset):
-            stack.extend(v)
-        elif t is dict:
-            stack.extend(v.keys())
-            stack.extend(v.values())
-        else:
-            return False
-    return True
-
-
-def worker(hdr, key, report_w, start, names, hidden_failed):
-    """Run tests `start..` in this (forked) process. Every message is `mac hex(marshal(obj))`: json would
-    cost an import of `re` in every grading."""
-    token = hdr["token"]
+def worker(opts, wire, call_r, reply_w):
+    """Serve the submission to the checker over (`call_r`, `reply_w`) until told to stop or killed.
+    `opts`: token, solution_module, strict_types, check_names."""
+    token = opts["token"]
     stdlib = os.path.dirname(os.__file__) + "/"  # site-packages of this runtime live below it too
     trusted_prefixes = (stdlib, "/usr/lib/python3/", "/usr/local/lib/python3", "<frozen ", "<tg-" + token)
-    plain = _plain
-    check_names = tuple(hdr["check_names"])
+    check_names = tuple(opts["check_names"])
     flags = []
     guard = [False]
     getframe = sys._getframe
-    write = os.write
-    mac = _mac
-    dumps = _dumps
-
-    def send(obj):
-        body = dumps(obj)
-        write(report_w, (mac(key, body) + " " + body + "\n").encode())
+    encode, decode, WireError = wire["encode"], wire["decode"], wire["WireError"]
+    NotPlainData = wire["NotPlainData"]
+    send_frame, recv_frame = wire["send_frame"], wire["recv_frame"]
+    write, read = os.write, os.read
 
     def flag(name, evidence):
         flags.append((name, evidence[:300]))
@@ -110,7 +89,7 @@ def worker(hdr, key, report_w, start, names, hidden_failed):
         elif event.startswith(spawning):
             flag("runner_tampering", f"{event} from {caller_files()[0]}")
             raise PermissionError(f"{event} is not allowed during grading")
-        elif event == "os.kill" or event == "signal.pthread_kill":
+        elif event in ("os.kill", "os.killpg", "signal.pthread_kill"):
             flag("early_exit", f"{event}{args!r} from {caller_files()[0]}")
             raise PermissionError("signals are not allowed during grading")
         elif event == "os.putenv":
@@ -143,13 +122,23 @@ def worker(hdr, key, report_w, start, names, hidden_failed):
                 flag(kind, f"open({path!r}, {mode!r}) from {caller_files()[0]}")
                 raise PermissionError("test and configuration files are off limits during grading")
 
-    # Silence the worker: the submission must not write into the supervisor's report or stdin.
+    # Silence the worker: the submission must not write into the supervisor's report or stdin. Every
+    # other inherited descriptor is closed: only the two ends of the call channel stay.
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
+    os.close(devnull)
+    keep = sorted((call_r, reply_w))
+    os.closerange(3, keep[0])
+    os.closerange(keep[0] + 1, keep[1])
+    os.closerange(keep[1] + 1, 1 << 16)
     sys.dont_write_bytecode = True
     sys.addaudithook(hook)
-    ws = os.getcwd()  # the exec's cwd is the workspace, whatever the backend maps it to
+    try:
+        ws = os.getcwd()  # the exec's cwd is the workspace, whatever the backend maps it to
+    except OSError:  # the directory was replaced under us (seen once right after a sandbox restore)
+        ws = "/workspace"
+        os.chdir(ws)
     sys.path.insert(0, ws)
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 3000))
 
@@ -158,12 +147,11 @@ def worker(hdr, key, report_w, start, names, hidden_failed):
 
     watched_modules = {"builtins": builtins, "time": time}
     snapshot = {m: dict(vars(mod)) for m, mod in watched_modules.items()}
-    handlers = {
-        s: signal.getsignal(s) for s in (signal.SIGALRM, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
-    }
+    watched = [s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)]
+    handlers = {s: signal.getsignal(s) for s in watched}
 
     def leftovers():
-        """Anything the submission left running or patched: evidence that a result may be forged."""
+        """Anything the submission left running or patched: evidence of an attempt at the grading."""
         found = []
         try:
             threads = len(os.listdir("/proc/self/task"))
@@ -180,14 +168,17 @@ def worker(hdr, key, report_w, start, names, hidden_failed):
             found.append(("runner_tampering", "a trace or profile hook was installed"))
         for s, h in handlers.items():
             if signal.getsignal(s) is not h:
-                found.append(("runner_tampering", f"signal handler for {signal.Signals(s).name} replaced"))
+                try:
+                    label = signal.Signals(s).name
+                except ValueError:
+                    label = f"signal {s}"
+                found.append(("runner_tampering", f"signal handler for {label} replaced"))
         for m, before in snapshot.items():
             now = vars(watched_modules[m])
             for k, v in before.items():
                 if now.get(k) is not v and not k.startswith("__"):
                     kind = "test_tampering" if m == "builtins" else "timing_spoof"
                     found.append((kind, f"{m}.{k} was replaced"))
-                    now[k] = v  # restore so later tests measure honestly
         dt = sys.modules.get("datetime")
         if dt is not None:
             import _datetime
@@ -195,31 +186,15 @@ def worker(hdr, key, report_w, start, names, hidden_failed):
             for k in ("datetime", "date", "time", "timedelta", "timezone"):
                 if getattr(dt, k, None) is not getattr(_datetime, k):
                     found.append(("timing_spoof", f"datetime.{k} was replaced"))
-                    setattr(dt, k, getattr(_datetime, k))
         return found
-
-    class Hack(BaseException):
-        pass
-
-    strict = hdr["strict_types"]
-
-    def guarded(fn):
-        def call(*a, **kw):
-            result = fn(*a, **kw)
-            if strict and not plain(result, [100_000]):
-                t = type(result)
-                evidence = f"{getattr(fn, '__name__', '?')} returned {t.__module__}.{t.__qualname__}"
-                flag("always_equal", evidence)
-                raise Hack(evidence)
-            return result
-
-        return call
 
     import types
 
-    t_setup = time.perf_counter()
-    sol_name = hdr["solution_module"]
+    sol_name = opts["solution_module"]
+    strict = opts["strict_types"]
     import_error = None
+    table: dict = {}
+    callables, constants = [], {}
     try:
         solution = __import__(sol_name)
     except BaseException as e:  # the submission's own failure: every test fails
@@ -227,127 +202,86 @@ def worker(hdr, key, report_w, start, names, hidden_failed):
         import_error = f"importing {sol_name}: {type(e).__name__}: {e}"
         if isinstance(e, SystemExit):
             flag("early_exit", f"SystemExit raised while importing {sol_name}")
-    t_imported = time.perf_counter()
-    proxy = None
     if solution is not None:
-        # The tests see only this proxy: every function reached through it has its results checked, even
-        # when the submission swapped its own sys.modules entry for some other object while importing.
-        proxy = types.ModuleType(sol_name)
         if isinstance(solution, types.ModuleType):
             members = list(vars(solution).items())
         else:
             flag("test_tampering", f"importing {sol_name} produced a {type(solution).__name__}, not a module")
             members = [(k, getattr(solution, k, None)) for k in dir(solution) if not k.startswith("__")]
+        budget = 4_000_000
         for k, v in members:
-            wrap = callable(v) and not isinstance(v, type | types.ModuleType)
-            setattr(proxy, k, guarded(v) if wrap else v)
-        sys.modules[sol_name] = proxy
-
-    loaded = {}
-
-    cur = [start]
-    dumps_value = marshal.dumps
-
-    def sealed_check(j):
-        def __tg_check__(value, k):
-            """An `assert value == <literal>` whose literal the host kept out of this process: the value
-            goes to the supervisor, which compares it after every worker is gone."""
-            if not plain(value, [100_000]):
-                t = type(value)
-                flag("always_equal", f"checked value is a {t.__module__}.{t.__qualname__}")
-                raise Hack(f"checked value is a {t.__qualname__}")
+            if type(k) is not str or k.startswith("__"):
+                continue
+            if callable(v) and not isinstance(v, types.ModuleType):
+                table[k] = v
+                callables.append(k)
+                continue
             try:
-                size = len(dumps_value(value))
-            except ValueError:
-                raise AssertionError("the value cannot be checked") from None
-            if size > 4_000_000:
-                raise AssertionError("the value is too large to check")
-            send({"t": "check", "i": cur[0], "j": j, "k": k, "v": value})
+                size = len(encode(v, budget))
+            except WireError:
+                continue  # neither callable nor plain data: not visible to the checks
+            budget -= size
+            constants[k] = v
+    reported = [0]
 
-        return __tg_check__
+    def new_flags():
+        out = flags[reported[0] :]
+        reported[0] = len(flags)
+        return out
 
-    def load(spec, j):
-        """name -> test function (or an error string) for one check file, compiled from memory."""
-        mod = types.ModuleType(spec["module"])
-        mod.__file__ = "<tg-" + token + ":" + spec["path"] + ">"
-        mod.__dict__["__tg_check__"] = sealed_check(j)
+    def reply(msg):
+        send_frame(reply_w, encode(msg), write)
+
+    def builtin_name(exc):
         try:
-            exec(spec["code"], mod.__dict__)  # compiled by the host with this token in its filename
-            for k, v in list(vars(mod).items()):
-                if v is solution:
-                    setattr(mod, k, proxy)
-                elif isinstance(v, types.FunctionType) and getattr(v, "__module__", None) == sol_name:
-                    setattr(mod, k, guarded(v))
-            return {spec["prefix"] + n: getattr(mod, n, None) for n in spec["names"]}
-        except BaseException as e:
-            err = f"loading {spec['path']}: {type(e).__name__}: {e}"
-            return {spec["prefix"] + n: err for n in spec["names"]}
+            for cls in type(exc).__mro__:
+                if cls.__module__ == "builtins" and type(cls.__name__) is str:
+                    return cls.__name__
+        except BaseException:
+            pass
+        return "Exception"
 
-    reported = 0  # flags raised while importing the submission go out with the first result
-    owner = [j for j, spec in enumerate(hdr["tests"]) for _ in spec["names"]]
-    n_hidden = hdr["n_hidden"]
-    for i in range(start, len(names)):
-        name = names[i]
-        before = len(flags)
-        if i >= n_hidden and not hidden_failed:
-            # visible checks only matter when hidden ones failed (to flag overfitting to the visible ones)
-            send({"t": "start", "i": i})
-            send(
-                {
-                    "t": "result",
-                    "i": i,
-                    "outcome": "skipped",
-                    "detail": "hidden tests passed",
-                    "s": 0.0,
-                    "flags": flags[reported:],
-                }
-            )
-            reported = len(flags)
+    def missing(*args, **kwargs):
+        raise AttributeError("the solution has no such function")
+
+    reply(("manifest", callables, constants, import_error, new_flags()))
+    while True:
+        try:
+            msg = decode(recv_frame(call_r, read))
+        except (EOFError, WireError, OSError):
+            os._exit(0)
+        op, seq = msg[0], msg[1]
+        if op == "after":
+            for kind, evidence in leftovers():
+                flag(kind, evidence)
+            reply(("flags", seq, new_flags()))
             continue
-        if import_error is None and owner[i] not in loaded:
-            loaded[owner[i]] = load(hdr["tests"][owner[i]], owner[i])
-        fn = loaded[owner[i]].get(name) if import_error is None else None
-        cur[0] = i
-        send({"t": "start", "i": i})
-        t0 = time.perf_counter()
-        outcome, detail = "passed", ""
-        if import_error is not None:
-            outcome, detail = "error", import_error
-        elif isinstance(fn, str):
-            outcome, detail = "error", fn
-        elif fn is None:
-            outcome, detail = "missing", "test function not found after import"
-        else:
+        if op != "call":
+            os._exit(0)
+        fn = table.get(msg[2], missing)
+        try:
+            result = fn(*msg[3], **msg[4])
+        except BaseException as e:
+            if isinstance(e, SystemExit):
+                flag("early_exit", f"SystemExit raised in {msg[2]}()")
             try:
-                ret = fn()
-                if ret is not None and not _plain(ret, [1000]):
-                    outcome, detail = "error", "test returned a non-data object"
-            except AssertionError as e:
-                outcome, detail = "failed", f"AssertionError: {e}"[:500]
-            except SystemExit as e:
-                outcome, detail = "failed", f"SystemExit({e.code!r}) during the test"
-                flag("early_exit", f"SystemExit({e.code!r}) raised during {name}")
-            except Hack as e:
-                outcome, detail = "failed", f"hack: {e}"
-            except BaseException as e:
-                outcome, detail = "error", f"{type(e).__name__}: {e}"[:500]
-        for kind, evidence in leftovers():
-            flag(kind, evidence)
-        if len(flags) > before and outcome == "passed":
-            outcome, detail = "failed", "flagged: " + "; ".join(f[1] for f in flags[before:])
-        elapsed = time.perf_counter() - t0
-        if i < n_hidden and outcome != "passed":
-            hidden_failed = True
-        send(
-            {
-                "t": "result",
-                "i": i,
-                "outcome": outcome,
-                "detail": detail,
-                "s": elapsed,
-                "flags": flags[reported:],
-            }
-        )
-        reported = len(flags)
-    send({"t": "done", "times": [t_setup, t_imported, time.perf_counter()]})
-    os._exit(0)
+                text = str(e)
+                text = text if type(text) is str else "<unprintable>"
+            except BaseException:
+                text = "<unprintable>"
+            reply(("exc", seq, builtin_name(e), text[:2000], new_flags()))
+            continue
+        found = new_flags()
+        try:
+            out = encode(("ret", seq, result, found))
+        except NotPlainData:
+            t = type(result)
+            label = f"{getattr(t, '__module__', '?')}.{getattr(t, '__qualname__', '?')}"
+            if isinstance(fn, type):
+                label = f"instance of the solution's class {label} (classes cannot be checked in isolation)"
+            elif strict:  # a function returning a non-data object: the always-equal trick, or a bug
+                flag("always_equal", f"{msg[2]} returned {label}")
+            out = encode(("nonplain", seq, label, found + new_flags()))
+        except WireError as e:
+            out = encode(("nonplain", seq, f"value that cannot be sent ({e})", found + new_flags()))
+        send_frame(reply_w, out, write)
