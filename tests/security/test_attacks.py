@@ -121,7 +121,9 @@ async def test_timeout_kills_whole_tree(sandbox: Sandbox) -> None:
     r = await sandbox.exec(
         f"trap '' TERM; sleep {marker} & sleep {marker}", limits=LIMITS.model_copy(update={"wall_s": 0.5})
     )
-    assert r.status is ExecStatus.TIMEOUT and time.monotonic() - start < 3
+    # Under the 5.5 s at which the host gives up on a supervisor that does not answer: the supervisor
+    # itself killed the tree at the wall limit.
+    assert r.status is ExecStatus.TIMEOUT and time.monotonic() - start < 5
     assert host_processes_with(f"sleep\x00{marker}") == []
 
 
