@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import platform
 import socket
 import time
 from pathlib import Path
@@ -19,7 +18,7 @@ from trialground.sandbox.base import ExecStatus, Limits, Sandbox
 from trialground.sandbox.factory import open_sandbox
 
 pytestmark = pytest.mark.security
-NR = {**seccomp._ARCHES[platform.machine()][1], **seccomp._ARCHES[platform.machine()][2]}
+NR = seccomp.table()
 
 
 def py(code: str) -> list[str]:

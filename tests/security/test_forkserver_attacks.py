@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import platform
 import signal
 import socket
 import time
@@ -22,7 +21,7 @@ from trialground.sandbox.bwrap import BwrapSandbox, bwrap_available
 from trialground.sandbox.factory import open_sandbox
 
 pytestmark = pytest.mark.security
-NR = {**seccomp._ARCHES[platform.machine()][1], **seccomp._ARCHES[platform.machine()][2]}
+NR = seccomp.table()
 FORKSERVER = CONFIG.model_copy(update={"launcher": "forkserver", "prewarm": 0})
 needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed")
 
