@@ -41,7 +41,8 @@ async def test_every_refused_call_is_eperm_inside(sandbox: Sandbox) -> None:
     numbers = [NR[name] for name in REFUSED if name in NR]
     r = await sandbox.exec(_run([str(n) for n in numbers]))
     assert r.ok, r
-    seen = {int(nr): (int(ret), int(err)) for nr, ret, err in (line.split() for line in r.stdout.splitlines())}
+    rows = (line.split() for line in r.stdout.splitlines())
+    seen = {int(nr): (int(ret), int(err)) for nr, ret, err in rows}
     by_number = {nr: name for name, nr in NR.items()}
     for nr in numbers:
         assert seen[nr] == (-1, errno.EPERM), (by_number[nr], seen[nr])

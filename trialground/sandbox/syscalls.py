@@ -11,7 +11,12 @@ harmless arguments, `clone3` is ENOSYS (its flags are behind a pointer the filte
 
 from __future__ import annotations
 
-ALLOWED = """
+
+def _names(text: str) -> list[str]:
+    return text.split()
+
+
+ALLOWED = _names("""
 read write open close stat fstat lstat poll lseek mmap mprotect munmap brk rt_sigaction rt_sigprocmask
 rt_sigreturn pread64 pwrite64 readv writev access pipe select sched_yield mremap msync mincore madvise
 shmget shmat shmctl dup dup2 pause nanosleep getitimer alarm setitimer getpid sendfile socket connect
@@ -39,9 +44,9 @@ getcpu sched_setattr sched_getattr renameat2 seccomp getrandom memfd_create exec
 copy_file_range preadv2 pwritev2 pkey_mprotect pkey_alloc pkey_free statx io_pgetevents rseq uretprobe
 pidfd_send_signal pidfd_open close_range openat2 faccessat2 epoll_pwait2 futex_waitv cachestat fchmodat2
 map_shadow_stack futex_wake futex_wait futex_requeue mseal setxattrat getxattrat listxattrat removexattrat
-""".split()
+""")
 
-REFUSED = """
+REFUSED = _names("""
 ptrace process_vm_readv process_vm_writev kcmp pidfd_getfd process_madvise process_mrelease
 mount umount2 pivot_root chroot open_tree move_mount fsopen fsconfig fsmount fspick mount_setattr
 open_tree_attr statmount listmount
@@ -50,7 +55,7 @@ unshare setns init_module finit_module delete_module reboot kexec_load kexec_fil
 open_by_handle_at name_to_handle_at swapon swapoff acct settimeofday clock_settime clock_adjtime adjtimex
 quotactl quotactl_fd syslog vhangup iopl ioperm modify_ldt fanotify_init fanotify_mark lookup_dcookie
 sethostname setdomainname move_pages migrate_pages memfd_secret set_mempolicy_home_node
-""".split()
+""")
 
 # x86_64: arch/x86/entry/syscalls/syscall_64.tbl (the common and 64-bit entries).
 X86_64 = {
@@ -125,7 +130,7 @@ X86_64 = {
 
 # The generic table (include/uapi/asm-generic/unistd.h) that aarch64 uses; it has no legacy calls (open,
 # stat, fork, pipe, ...): those names are simply absent.
-_GENERIC_ORDER = """
+_GENERIC_ORDER = _names("""
 io_setup io_destroy io_submit io_cancel io_getevents setxattr lsetxattr fsetxattr getxattr lgetxattr
 fgetxattr listxattr llistxattr flistxattr removexattr lremovexattr fremovexattr getcwd lookup_dcookie
 eventfd2 epoll_create1 epoll_ctl epoll_pwait dup dup3 fcntl inotify_init1 inotify_add_watch
@@ -151,15 +156,20 @@ shutdown sendmsg recvmsg readahead brk munmap mremap add_key request_key keyctl 
 fadvise64 swapon swapoff mprotect msync mlock munlock mlockall munlockall mincore madvise
 remap_file_pages mbind get_mempolicy set_mempolicy migrate_pages move_pages rt_tgsigqueueinfo
 perf_event_open accept4 recvmmsg
-""".split()
+""")
 AARCH64 = {name: nr for nr, name in enumerate(_GENERIC_ORDER)}
 AARCH64.update(
-    {name: 260 + i for i, name in enumerate("""
+    {
+        name: 260 + i
+        for i, name in enumerate(
+            _names("""
 wait4 prlimit64 fanotify_init fanotify_mark name_to_handle_at open_by_handle_at clock_adjtime syncfs setns
 sendmmsg process_vm_readv process_vm_writev kcmp finit_module sched_setattr sched_getattr renameat2 seccomp
 getrandom memfd_create bpf execveat userfaultfd membarrier mlock2 copy_file_range preadv2 pwritev2
 pkey_mprotect pkey_alloc pkey_free statx io_pgetevents rseq
-""".split())}
+""")
+        )
+    }
 )
 AARCH64["kexec_file_load"] = 294
 AARCH64.update({name: nr for name, nr in X86_64.items() if nr >= 424})  # one numbering for both from 424
