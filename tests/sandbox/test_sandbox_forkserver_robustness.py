@@ -49,9 +49,7 @@ def _workspace_mounts() -> list[str]:
 
 
 def _cgroups() -> list[Path]:
-    if not cgroup.AVAILABLE:
-        return []
-    return sorted((cgroup.ROOT / "pids" / cgroup.GROUP).glob(f"{os.getpid()}-*"))
+    return cgroup.own_groups()
 
 
 def _parents() -> dict[int, int]:

@@ -135,10 +135,10 @@ async def test_no_mounts_or_cgroups_leak() -> None:
 async def test_background_close_leaks_nothing() -> None:
     """Many fresh sandboxes opened, used and closed without waiting: once their teardowns are drained,
     no process, mount, cgroup or workspace of theirs is left, and no more than MAX_PENDING were pending."""
-    from trialground.sandbox.cgroup import GROUP, ROOT
+    from trialground.sandbox.cgroup import own_groups
 
     def state() -> tuple[list[str], int, int, int]:
-        cgroups = len(list((ROOT / "pids" / GROUP).glob(f"{os.getpid()}-*")))
+        cgroups = len(own_groups())
         return (
             own_mounts(),
             sandbox_children(),
