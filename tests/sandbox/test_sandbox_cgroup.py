@@ -189,7 +189,7 @@ def test_without_cgroups_limits_fall_back_loudly() -> None:
     assert [w.split(":")[0] for w in warnings] == ["memory", "pids"], warnings
     assert "RLIMIT_AS" in warnings[0] and "RLIMIT_NPROC" in warnings[1]
     assert log.count("sandbox limit memory:") == 1 and log.count("sandbox limit pids:") == 1, log
-    status, said = out["bomb"]
+    _status, said = out["bomb"]
     assert said.startswith("refused after") and int(said.split()[2]) < 16, out  # EAGAIN, under pids=16
     assert out["memory"][1] == "" and "MemoryError" in out["memory"][2], out  # 200 MiB > 64 MiB of space
     assert out["after"] == "after\n"
@@ -200,7 +200,7 @@ def test_without_cgroups_limits_fall_back_loudly() -> None:
 def test_sandboxes_in_a_configured_v2_hierarchy(v2_base: Path) -> None:
     """TRIALGROUND_CGROUP=v2 with the root pointed at our own cgroup2 mount: every sandbox gets a group
     there holding its PID 1, removed on close; whatever the v2 hierarchy lacks is reported."""
-    out, log = _run_sandbox({"TRIALGROUND_CGROUP": "v2", "TRIALGROUND_CGROUP_ROOT": str(v2_base)})
+    out, _log = _run_sandbox({"TRIALGROUND_CGROUP": "v2", "TRIALGROUND_CGROUP_ROOT": str(v2_base)})
     assert out["hierarchy"] == [2, str(v2_base)]
     assert len(out["groups"]) == 1 and out["groups"][0].startswith(f"{v2_base}/")
     assert out["pid1_in_group"] is True
