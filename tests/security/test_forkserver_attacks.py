@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from seckit import CONFIG, LIMITS, host_processes_with, sandbox_host_pids
+from seckit import CONFIG, LIMITS, ROOT_ONLY_REASON, host_processes_with, sandbox_host_pids
 
 from trialground.sandbox import mounts, seccomp
 from trialground.sandbox.base import ExecStatus, Sandbox
@@ -203,6 +203,7 @@ async def test_cgroup_paths_reveal_nothing_of_the_host(sandbox: Sandbox) -> None
 
 
 # -- reaching the launcher -------------------------------------------------------------------------------
+@pytest.mark.skipif(os.geteuid() != 0, reason=ROOT_ONLY_REASON)
 async def test_host_processes_unreachable_by_host_pid(sandbox: Sandbox) -> None:
     """Even knowing their host pids (a fork-server command can read the template's pid off its own stack),
     a command can neither signal, nor open a pidfd of, nor look at its launcher processes (the intermediate
@@ -237,6 +238,7 @@ async def test_host_processes_unreachable_by_host_pid(sandbox: Sandbox) -> None:
 
 
 @needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason=ROOT_ONLY_REASON)
 async def test_forkserver_sandbox_dies_with_its_intermediate_and_leaves_nothing() -> None:
     """PID 1's parent-death signal ties it to its intermediate (outside the sandbox, in the host's PID
     namespace), which once PID 1 exists holds no capability and no descriptor and only waits: that one

@@ -145,6 +145,18 @@ def bwrap_argv(config: SandboxConfig, workspace: Path, seccomp_fd: int, tmp_mb: 
     return [*argv, "--", python, "-I", "-S", "-c", supervisor_payload(config)[0]]
 
 
+def _disk_warning(workspace: Workspace) -> tuple[str, ...]:
+    """The disk quota is a size-limited tmpfs under the workspace: without one (not root), say so."""
+    if workspace.tmpfs:
+        return ()
+    line = (
+        "disk: not enforced (the workspace is a plain directory: its size-limited tmpfs needs root); "
+        "file_size_mb still bounds each file"
+    )
+    cgroup.warn_once(line)
+    return (line,)
+
+
 async def _drain(stream: asyncio.StreamReader | None) -> None:
     while stream is not None and await stream.read(1 << 16):
         pass
@@ -200,7 +212,7 @@ class BwrapSandbox(Sandbox):
         self.name = uuid.uuid4().hex[:12]
         self.cgroup = cgroup.create(self.name)
         # What this host cannot enforce (logged once; listed in every result)
-        self.limit_warnings = cgroup.limit_warnings(self.cgroup)
+        self.limit_warnings = cgroup.limit_warnings(self.cgroup) + _disk_warning(workspace)
         self._counters = (0, 0)  # the cgroup's (OOM kills, pids refusals) after the last command
         self._uid = workspace.uid
         self._proc: asyncio.subprocess.Process | SandboxProcess | None = None

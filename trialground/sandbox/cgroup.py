@@ -97,6 +97,8 @@ def _v2_base(configured: str | None) -> tuple[Path | None, str]:
     point = next(Path(p) for r, p, t in _mountinfo() if t == "cgroup2" and Path(p) in (own, *own.parents))
     if os.geteuid() == 0 and _writable(point):
         return _prepare(point / GROUP, parent=point)
+    if own == point:
+        return None, f"we are in the root of the cgroup2 hierarchy at {point}, which only root may use"
     return None, f"our cgroup {own} is not delegated to us (its parent is not writable by uid {os.geteuid()})"
 
 
@@ -179,10 +181,11 @@ def limit_warnings(group: Cgroup | None, *, cpus: bool = False) -> tuple[str, ..
             why = f"the cgroup v2 controller {limit!r} is not available in {h.root}"
         found.append(FALLBACKS[limit].format(why=why))
     for line in found:
-        _warn_once(line)
+        warn_once(line)
     return tuple(found)
 
 
 @functools.cache
-def _warn_once(line: str) -> None:
+def warn_once(line: str) -> None:
+    """Log `line` (a limit this host does not enforce) as a warning, once per process."""
     log.warning("sandbox limit %s", line)
