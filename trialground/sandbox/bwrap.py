@@ -565,4 +565,6 @@ class BwrapSandbox(Sandbox):
                         break
                     await asyncio.sleep(0.002)
         finally:
+            if isinstance(proc, SandboxProcess):  # a reap cancelled half-way (loop shutting down) leaves
+                proc.release()  # its pipes open until garbage collection otherwise
             self._free()
