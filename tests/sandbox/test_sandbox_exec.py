@@ -72,7 +72,7 @@ async def test_output_cut_and_invalid_utf8(sandbox: Sandbox) -> None:
 
 async def test_timeout_and_cpu_reported(sandbox: Sandbox) -> None:
     r = await sandbox.exec(["sleep", "5"], limits=Limits(wall_s=0.3))
-    assert r.status is ExecStatus.TIMEOUT and 0.3 <= r.wall_s < 2
+    assert r.status is ExecStatus.TIMEOUT and 0.3 <= r.wall_s < 4.5  # killed, not the 5 s sleep's end
     r = await sandbox.exec(["python3", "-I", "-S", "-c", "sum(range(3_000_000))"])
     assert r.ok and r.cpu_s > 0 and r.peak_memory_mb > 1
 

@@ -101,3 +101,21 @@ print("python ok")
 async def test_x32_calls_kill_the_process(sandbox: Sandbox) -> None:
     r = await sandbox.exec(_run([str(0x40000000 | NR["getpid"])]))
     assert r.status is ExecStatus.KILLED and r.signal == 31, r  # SIGSYS: SECCOMP_RET_KILL_PROCESS
+
+
+I386_GETPID = (
+    "import ctypes, mmap\n"
+    "code = bytes([0xB8, 20, 0, 0, 0, 0xCD, 0x80, 0xC3])  # mov eax, 20 (i386 getpid); int 0x80; ret\n"
+    "buf = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+    "buf.write(code)\n"
+    "addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))\n"
+    "print('calling', flush=True)\n"
+    "print('returned', ctypes.CFUNCTYPE(ctypes.c_int)(addr)())\n"
+)
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the i386 entry point is x86_64's")
+async def test_i386_entry_point_kills_the_process(sandbox: Sandbox) -> None:
+    """`int 0x80` reaches the 32-bit system call table (another audit architecture): the filter kills."""
+    r = await sandbox.exec(["python3", "-I", "-S", "-c", I386_GETPID])
+    assert r.stdout == "calling\n" and r.status is ExecStatus.KILLED and r.signal == 31, r
