@@ -227,3 +227,30 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except OSError:
         return True
+
+
+@root_only
+@pytest.mark.skipif(not bwrap_available(), reason="needs bubblewrap")
+def test_a_delegated_parent_is_found_and_used(v2_base: Path) -> None:
+    """A process in a leaf cgroup whose parent it may write (systemd's Delegate=yes) makes its sandboxes'
+    groups in a `trialground` directory of that parent, found from /proc/self/cgroup and the mount table
+    (no configured root)."""
+    leaf = v2_base / "leaf"
+    leaf.mkdir()
+    try:
+        proc = subprocess.run(
+            ["/bin/sh", "-c", 'echo $$ > "$1/cgroup.procs" && exec "$2" -c "$3"', "sh", str(leaf),
+             sys.executable, SANDBOX_SCRIPT],
+            env={**os.environ, "TRIALGROUND_CGROUP": "v2"}, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out = json.loads(proc.stdout.splitlines()[-1])
+        version, base = out["hierarchy"]
+        assert version == 2 and Path(base).name == "trialground" and Path(base).parent.name == v2_base.name
+        assert len(out["groups"]) == 1 and out["groups"][0].startswith(base + "/")
+        assert out["pid1_in_group"] is True and out["ok"][0] == "ok\n" and out["groups_after"] == []
+    finally:
+        delegated = v2_base / "trialground"
+        if delegated.exists():
+            delegated.rmdir()
+        leaf.rmdir()
