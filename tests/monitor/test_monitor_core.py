@@ -135,7 +135,7 @@ def test_slow_webhook_does_not_stall_observe(tmp_path: Path) -> None:
                 mon.observe(s, {"env/error_rate": 0.02 + 0.001 * (s % 3)})
             t0 = time.perf_counter()
             assert len(mon.observe(30, {"env/error_rate": 0.5})) == 1
-            assert time.perf_counter() - t0 < 1.0
+            assert time.perf_counter() - t0 < 1.5  # the webhook takes 2 s: observe did not wait for it
         assert mon.errors == []  # close() waited for the delivery
     finally:
         server.shutdown()

@@ -72,7 +72,7 @@ async def test_output_cut_and_invalid_utf8(sandbox: Sandbox) -> None:
 
 async def test_timeout_and_cpu_reported(sandbox: Sandbox) -> None:
     r = await sandbox.exec(["sleep", "5"], limits=Limits(wall_s=0.3))
-    assert r.status is ExecStatus.TIMEOUT and 0.3 <= r.wall_s < 2
+    assert r.status is ExecStatus.TIMEOUT and 0.3 <= r.wall_s < 4.5  # killed, not the 5 s sleep's end
     r = await sandbox.exec(["python3", "-I", "-S", "-c", "sum(range(3_000_000))"])
     assert r.ok and r.cpu_s > 0 and r.peak_memory_mb > 1
 
@@ -213,7 +213,7 @@ async def test_every_sandbox_process_is_in_its_cgroup(
     async with await open_sandbox(SandboxConfig(prewarm=0, launcher=launcher)) as sb:
         assert isinstance(sb, BwrapSandbox)
         if sb.cgroup is None:
-            pytest.skip("no cgroups here (not root, or no v1 controllers)")
+            pytest.skip("no cgroup here (cgroup.hierarchy() says why: not root on v1, no delegated v2)")
         r = await sb.exec("sleep 0.2 & sleep 0.2 & cat /proc/self/status | grep -E '^Uid'; wait")
         assert r.stdout.split()[1] == "1000"
         await asyncio.sleep(0.1)  # the supervisor forks the next command's process after answering

@@ -49,9 +49,7 @@ def _workspace_mounts() -> list[str]:
 
 
 def _cgroups() -> list[Path]:
-    if not cgroup.AVAILABLE:
-        return []
-    return sorted((cgroup.ROOT / "pids" / cgroup.GROUP).glob(f"{os.getpid()}-*"))
+    return cgroup.own_groups()
 
 
 def _parents() -> dict[int, int]:
@@ -185,18 +183,39 @@ async def test_a_host_with_more_than_1024_descriptors_can_open_sandboxes(many_de
 
 async def test_a_stalled_template_does_not_block_the_event_loop() -> None:
     """A stalled template (its socket buffer full: ~170 requests in flight) never blocks the event loop:
-    requests are sent without blocking and retried until it reads again."""
+    requests are sent without blocking and retried until it reads again. Shown by the order of events, not
+    by a clock: the socket refuses a request (it is full), and afterwards this coroutine runs again while
+    the template is still stopped; a blocking send would hold the loop until the template went on."""
     await _warm_up()
     template = _template()
+    refused = 0
+    real_send = template.send
+
+    def counting_send(*args: Any) -> None:
+        nonlocal refused
+        try:
+            real_send(*args)
+        except BlockingIOError:
+            refused += 1
+            raise
+
     n = 200
-    with _stopped(template, for_s=1.5):
-        tasks = [asyncio.create_task(open_sandbox(CFG)) for _ in range(n)]
-        started = time.monotonic()
-        await asyncio.sleep(0.2)  # meanwhile every open sends its request to the stopped template
-        heartbeat = time.monotonic() - started
-    opened = await asyncio.gather(*tasks, return_exceptions=True)
+    template.send = counting_send  # type: ignore[method-assign]
     try:
-        assert heartbeat < 1.0, f"the event loop was blocked for {heartbeat:.1f} s"
+        with _stopped(template, for_s=120):  # continued on leaving, long before that on any machine
+            tasks = [asyncio.create_task(open_sandbox(CFG)) for _ in range(n)]
+            for _ in range(6000):  # each open makes its workspace first: slow on a busy machine
+                await asyncio.sleep(0.01)
+                if refused:
+                    break
+            await asyncio.sleep(0.01)
+            still_stopped = _state(template.proc.pid) == "T"
+        opened = await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        del template.send
+    try:
+        assert refused > 0, "the stopped template's socket never filled up"
+        assert still_stopped, "the loop ran again only after the template went on"
         assert all(isinstance(sb, BwrapSandbox) for sb in opened), {type(sb).__name__ for sb in opened}
     finally:
         await asyncio.gather(*(sb.close() for sb in opened if isinstance(sb, Sandbox)))
@@ -208,12 +227,12 @@ async def test_a_cancelled_open_returns_promptly_while_the_template_is_stalled()
     (it cleans up after itself; a PID 1 made later finds its stdin closed and exits)."""
     await _warm_up()
     before = _held()
-    started = time.monotonic()
-    with _stopped(_template(), for_s=2.0):
+    template = _template()
+    with _stopped(template, for_s=120):  # continued on leaving
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(open_sandbox(CFG), 0.3)
-        took = time.monotonic() - started
-    assert took < 1.2, f"a 0.3 s timeout took {took:.1f} s"
+        # Returned while the template is still stopped: the cancelled open did not wait for it.
+        assert _state(template.proc.pid) == "T"
     await _cycle(CFG, "after")
     await _settle(before)
 
@@ -477,7 +496,9 @@ async def test_a_template_killed_during_concurrent_opens_gives_sandbox_errors_on
         template.proc.kill()
         started = time.monotonic()
         outcomes = await asyncio.gather(*tasks, return_exceptions=True)
-        assert time.monotonic() - started < 12  # at most the 5 s wait for a failed start's stderr
+        # At most the 5 s wait for a failed start's stderr (a lost report would wait 30 s), with room for
+        # a busy machine.
+        assert time.monotonic() - started < 25
         for i, outcome in enumerate(outcomes):
             if isinstance(outcome, BaseException):
                 assert isinstance(outcome, SandboxError), repr(outcome)

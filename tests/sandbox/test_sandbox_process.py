@@ -26,7 +26,7 @@ async def test_limits_and_results() -> None:
         assert r.status is ExecStatus.NONZERO_EXIT and r.stdout == "data+in"
         start = time.monotonic()
         r = await sb.exec("sleep 10", limits=Limits(wall_s=0.3))
-        assert r.status is ExecStatus.TIMEOUT and time.monotonic() - start < 3
+        assert r.status is ExecStatus.TIMEOUT and time.monotonic() - start < 8  # not the 10 s sleep
         r = await sb.exec(["head", "-c", "1G", "/dev/zero"])
         assert r.status is ExecStatus.OUTPUT_LIMIT and len(r.stdout) == 4096
         r = await sb.exec(["no-such-program"])

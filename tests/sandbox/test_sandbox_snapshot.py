@@ -13,6 +13,7 @@ from trialground.sandbox import teardown
 from trialground.sandbox.base import Limits, SandboxConfig
 from trialground.sandbox.factory import open_sandbox
 from trialground.sandbox.mounts import overlay_works
+from trialground.sandbox.workspace import BASE_DIR
 
 MODES = ["overlay", "copy"]
 
@@ -91,7 +92,9 @@ async def test_restore_cost_is_flat_in_workspace_size() -> None:
             times[n] = best
             expected = ["3", str(sum(1 for i in range(n) if i % 100 == 1))]
             assert (await sb.exec("cat d3/f3.txt; echo; ls d1 | wc -l")).stdout.split() == expected
-    assert times[10_000] < 0.02 and times[10_000] < times[10] * 5 + 0.005, times
+    # Flat, not fast: a copying restore of 10,000 files takes ~0.5 s, far past this bound even on an idle
+    # machine; a busy one (other processes' CPU work) slows both sizes alike.
+    assert times[10_000] < times[10] * 5 + 0.05, times
 
 
 async def test_repeated_restores_do_not_fill_the_quota() -> None:
@@ -104,9 +107,17 @@ async def test_repeated_restores_do_not_fill_the_quota() -> None:
             await asyncio.sleep(0.05)  # the discarded layer is freed in the background
 
 
+def own_mounts() -> list[str]:
+    """Mount points of this process's workspaces: the host's mount table as a whole is shared with every
+    other process (other test runs' sandboxes come and go in it)."""
+    ours = f"{BASE_DIR}/ws-{os.getpid()}-"
+    with open("/proc/self/mountinfo") as f:
+        return sorted(line.split()[4] for line in f if line.split()[4].startswith(ours))
+
+
 async def test_no_mounts_or_cgroups_leak() -> None:
-    def mounts() -> int:
-        return len(Path("/proc/self/mountinfo").read_text().splitlines())
+    def mounts() -> list[str]:
+        return own_mounts()
 
     async with await open_sandbox(SandboxConfig()) as sb:  # first use may set up the shared runtime view
         await sb.exec(["true"])
@@ -124,13 +135,12 @@ async def test_no_mounts_or_cgroups_leak() -> None:
 async def test_background_close_leaks_nothing() -> None:
     """Many fresh sandboxes opened, used and closed without waiting: once their teardowns are drained,
     no process, mount, cgroup or workspace of theirs is left, and no more than MAX_PENDING were pending."""
-    from trialground.sandbox.cgroup import GROUP, ROOT
-    from trialground.sandbox.workspace import BASE_DIR
+    from trialground.sandbox.cgroup import own_groups
 
-    def state() -> tuple[int, int, int, int]:
-        cgroups = len(list((ROOT / "pids" / GROUP).glob(f"{os.getpid()}-*")))
+    def state() -> tuple[list[str], int, int, int]:
+        cgroups = len(own_groups())
         return (
-            len(Path("/proc/self/mountinfo").read_text().splitlines()),
+            own_mounts(),
             sandbox_children(),
             cgroups,
             len(list(BASE_DIR.glob(f"ws-{os.getpid()}-*"))),

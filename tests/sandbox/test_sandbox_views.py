@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trialground.sandbox import cgroup, mounts, views
+from trialground.sandbox import cgroup, cgroup_v1, mounts, views
 from trialground.sandbox.base import Sandbox, SandboxConfig
 from trialground.sandbox.bwrap import bwrap_available
 from trialground.sandbox.factory import open_sandbox
@@ -74,17 +74,19 @@ async def test_shared_mounts_are_made_once_across_processes() -> None:
     procs = [subprocess.Popen(cli) for _ in range(4)]
     assert [p.wait(timeout=60) for p in procs] == [0] * 4
     assert mounts.mount_count(runtime) == 1
-    if cgroup.AVAILABLE and cgroup.favor_dynamic_moves():
-        assert mounts.mount_count(cgroup.DYNMODS_MOUNT) == 1
+    if cgroup.hierarchy().version == 1 and cgroup_v1.favor_dynamic_moves():
+        assert mounts.mount_count(cgroup_v1.DYNMODS_MOUNT) == 1
 
 
 @needs_bwrap
 @root_only
-@pytest.mark.skipif(not cgroup.AVAILABLE, reason="no cgroup v1 controllers here")
+@pytest.mark.skipif(cgroup.hierarchy().version != 1, reason="sandboxes use no cgroup v1 here")
 async def test_cgroup_moves_use_a_favordynmods_hierarchy_the_sandbox_cannot_see(sandbox: Sandbox) -> None:
-    if not cgroup.favor_dynamic_moves():
+    if not cgroup_v1.favor_dynamic_moves():
         pytest.skip("this kernel has no favordynmods (before 6.0)")
-    host = [line for line in Path("/proc/self/mounts").read_text().splitlines() if "favordynmods" in line]
-    assert len(host) == 1 and f" {cgroup.DYNMODS_MOUNT} cgroup " in host[0]
+    # Only the mount at our path: other processes (other sandbox directories) may have their own.
+    ours = f" {cgroup_v1.DYNMODS_MOUNT} cgroup "
+    host = [line for line in Path("/proc/self/mounts").read_text().splitlines() if ours in line]
+    assert len(host) == 1 and "favordynmods" in host[0]
     inside = await sandbox.exec(["cat", "/proc/self/mountinfo"])
     assert inside.ok and "favordynmods" not in inside.stdout and "cgroup" not in inside.stdout

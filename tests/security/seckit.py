@@ -11,6 +11,16 @@ LIMITS = Limits(wall_s=8, cpu_s=8, memory_mb=96, pids=32, disk_mb=16, file_size_
 CONFIG = SandboxConfig(limits=LIMITS)
 
 
+def unenforced(sandbox: object, limit: str) -> bool:
+    """Whether `sandbox` reports that this host does not enforce `limit` as documented (its fallback is
+    then what a test checks), e.g. "memory" or "pids" without cgroups, "disk" without root."""
+    warnings = getattr(sandbox, "limit_warnings", ())
+    return any(line.startswith(f"{limit}:") for line in warnings)
+
+
+ROOT_ONLY_REASON = "needs root: reads the sandbox's processes in /proc, which they keep from other users"
+
+
 def host_processes_with(marker: str) -> list[int]:
     """Host pids whose command line contains `marker` (seen from the host, across all namespaces)."""
     found = []

@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import platform
 import socket
 import time
 from pathlib import Path
 
 import pytest
-from seckit import LIMITS, host_processes_with, sandbox_host_pids
+from seckit import LIMITS, ROOT_ONLY_REASON, host_processes_with, sandbox_host_pids, unenforced
 
 from trialground.errors import SandboxError
 from trialground.sandbox import seccomp
@@ -19,7 +18,7 @@ from trialground.sandbox.base import ExecStatus, Limits, Sandbox
 from trialground.sandbox.factory import open_sandbox
 
 pytestmark = pytest.mark.security
-NR = {**seccomp._ARCHES[platform.machine()][1], **seccomp._ARCHES[platform.machine()][2]}
+NR = seccomp.table()
 
 
 def py(code: str) -> list[str]:
@@ -36,19 +35,29 @@ def syscall(name: str, *args: int) -> list[str]:
 async def test_fork_bomb_hits_pids_limit(sandbox: Sandbox) -> None:
     before = len(os.listdir("/proc"))
     r = await sandbox.exec(":(){ :|:& };: ; sleep 2", limits=LIMITS.model_copy(update={"wall_s": 4}))
-    assert r.status in (ExecStatus.PIDS_LIMIT, ExecStatus.TIMEOUT)
-    assert r.status is ExecStatus.PIDS_LIMIT or "fork" in r.stderr
+    if unenforced(sandbox, "pids"):  # RLIMIT_NPROC instead of a pids cgroup: forks fail with EAGAIN
+        assert "Resource temporarily unavailable" in r.stderr, r
+        assert any("RLIMIT_NPROC" in line for line in r.limit_warnings)
+    else:
+        assert r.status in (ExecStatus.PIDS_LIMIT, ExecStatus.TIMEOUT)
+        assert r.status is ExecStatus.PIDS_LIMIT or "fork" in r.stderr
     assert len(os.listdir("/proc")) < before + 20  # nothing left on the host
     assert (await sandbox.exec(["echo", "after"])).stdout == "after\n"
 
 
 async def test_memory_bomb_is_killed(sandbox: Sandbox) -> None:
     r = await sandbox.exec(py("b = []\nwhile True: b.append(bytearray(16 << 20))"))
+    if unenforced(sandbox, "memory"):  # RLIMIT_AS instead of a memory cgroup: allocation fails
+        assert r.status is ExecStatus.NONZERO_EXIT and "MemoryError" in r.stderr, r
+        assert any("RLIMIT_AS" in line for line in r.limit_warnings)
+        return
     assert r.status is ExecStatus.MEMORY_LIMIT
     assert r.signal == 9 and r.wall_s < 5
 
 
 async def test_disk_fill_stops_at_quota(sandbox: Sandbox) -> None:
+    if unenforced(sandbox, "disk"):
+        pytest.skip("the workspace quota is a tmpfs mount, which needs root (reported in limit_warnings)")
     r = await sandbox.exec("dd if=/dev/zero of=/workspace/big bs=1M count=200 2>&1; du -sm /workspace")
     assert "No space left" in r.stdout
     used_mb = int(r.stdout.strip().splitlines()[-1].split()[0])
@@ -56,6 +65,8 @@ async def test_disk_fill_stops_at_quota(sandbox: Sandbox) -> None:
 
 
 async def test_inode_fill_stops(sandbox: Sandbox) -> None:
+    if unenforced(sandbox, "disk"):
+        pytest.skip("the workspace's inode limit is a tmpfs mount, which needs root (in limit_warnings)")
     r = await sandbox.exec(
         py(
             "import os\nn = 0\ntry:\n    while n < 200000:\n"
@@ -121,7 +132,9 @@ async def test_timeout_kills_whole_tree(sandbox: Sandbox) -> None:
     r = await sandbox.exec(
         f"trap '' TERM; sleep {marker} & sleep {marker}", limits=LIMITS.model_copy(update={"wall_s": 0.5})
     )
-    assert r.status is ExecStatus.TIMEOUT and time.monotonic() - start < 3
+    # Under the 5.5 s at which the host gives up on a supervisor that does not answer: the supervisor
+    # itself killed the tree at the wall limit.
+    assert r.status is ExecStatus.TIMEOUT and time.monotonic() - start < 5
     assert host_processes_with(f"sleep\x00{marker}") == []
 
 
@@ -204,8 +217,11 @@ async def test_writes_outside_workspace_fail(sandbox: Sandbox, tmp_path: Path) -
 async def test_sitecustomize_cannot_reach_the_runtime(sandbox: Sandbox) -> None:
     base = __import__("sys").base_prefix
     site = __import__("sysconfig").get_paths(vars={"base": base, "platbase": base})["purelib"]
-    r = await sandbox.exec(py(f"open('{site}/sitecustomize.py', 'w').write('print(1)')"))
-    assert (r.exit_code == 1 and "Read-only file system" in r.stderr) or "Permission denied" in r.stderr
+    # makedirs first: a runtime without that directory must not make the attempt fail for another reason
+    r = await sandbox.exec(
+        py(f"import os\nos.makedirs('{site}', exist_ok=True)\nopen('{site}/sitecustomize.py', 'w')")
+    )
+    assert (r.exit_code == 1 and "Read-only file system" in r.stderr) or "Permission denied" in r.stderr, r
 
 
 # -- network ---------------------------------------------------------------------------------------------
@@ -318,8 +334,9 @@ async def test_limits_are_not_self_raisable(sandbox: Sandbox) -> None:
 
 
 async def test_wall_limit_applies_with_cpu_spin(sandbox: Sandbox) -> None:
-    r = await sandbox.exec(py("while True: pass"), limits=Limits(wall_s=5, cpu_s=1))
-    assert r.status is ExecStatus.TIMEOUT and r.wall_s < 4  # RLIMIT_CPU fires before the wall clock
+    r = await sandbox.exec(py("while True: pass"), limits=Limits(wall_s=30, cpu_s=1))
+    # RLIMIT_CPU fires after 1 s of CPU, long before the 30 s wall clock even on a busy machine
+    assert r.status is ExecStatus.TIMEOUT and r.wall_s < 20
 
 
 # -- what the sandbox holds ------------------------------------------------------------------------------
@@ -333,6 +350,7 @@ async def test_no_capability_no_new_privileges_and_seccomp_everywhere(sandbox: S
         assert value.strip() == expected, line
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason=ROOT_ONLY_REASON)
 async def test_sandbox_processes_hold_no_socket_or_host_file(sandbox: Sandbox) -> None:
     """Seen from the host: what the supervisor and the process waiting for the next command have open
     is their pipes and /dev/null; in particular no descriptor leads back to the launcher (the fork

@@ -88,16 +88,25 @@ def test_temperature_matches_sampling_temperature() -> None:
 
 
 def test_gradient_accumulation_equals_full_batch() -> None:
-    params = []
+    """Accumulating micro-batches gives the full batch's gradient. Compared before the optimizer step:
+    Adam divides by sqrt(v), so float noise in a near-zero gradient component becomes a full lr-sized
+    step in either direction, and the weights after a step need not agree even when the gradients do."""
+    grads = []
     for mbs in (1, 3, 4):
         model = tiny_llama()
         batch = _on_policy(model, SPECS)
-        Trainer(model, TrainerConfig(lr=1e-2, micro_batch_size=mbs), PAD).step(batch, ADV)
-        params.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
-    # 1e-5: summation order differs with the micro-batch (shared prompts are batched differently), and an
-    # lr=1e-2 Adam step turns float noise in near-zero gradients into ~1e-6 weight differences
-    assert torch.allclose(params[0], params[1], atol=1e-5)
-    assert torch.allclose(params[0], params[2], atol=1e-5)
+        trainer = Trainer(model, TrainerConfig(lr=1e-2, micro_batch_size=mbs), PAD)
+        trainer.optimizer.step = lambda *a, **k: None  # type: ignore[method-assign]
+        trainer.optimizer.zero_grad = lambda *a, **k: None  # type: ignore[method-assign]
+        trainer.step(batch, ADV)
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    scale = float(grads[0].abs().max())
+    assert scale > 0
+    # float32 sums of a few dozen terms in a different order: each component may differ by some units of
+    # eps (1.2e-7) times the largest term it sums; 1e-5 of the largest component is ample and still far
+    # below any real difference (a micro-batch counted twice or dropped changes components by ~1/4).
+    for other in grads[1:]:
+        assert torch.allclose(grads[0], other, rtol=1e-4, atol=1e-5 * scale), (grads[0] - other).abs().max()
 
 
 @pytest.mark.parametrize("loss_agg", ["token", "sequence"])

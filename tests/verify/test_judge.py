@@ -42,12 +42,12 @@ def _app(seen: list[dict]) -> FastAPI:
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, list[dict]]]:
     seen: list[dict] = []
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    s = socket.socket()  # kept bound and handed to uvicorn: no other process can take the port meanwhile
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
     config = uvicorn.Config(_app(seen), host="127.0.0.1", port=port, log_level="error")
     srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
+    thread = threading.Thread(target=srv.run, kwargs={"sockets": [s]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
     while not srv.started and time.monotonic() < deadline:
@@ -56,6 +56,7 @@ def server() -> Iterator[tuple[str, list[dict]]]:
     yield f"http://127.0.0.1:{port}/v1", seen
     srv.should_exit = True
     thread.join(10)
+    s.close()
 
 
 async def test_openai_judge_over_http(server: tuple[str, list[dict]]) -> None:

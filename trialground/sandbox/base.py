@@ -26,11 +26,16 @@ class Limits(BaseModel):
     wall_s: float = Field(10.0, gt=0, le=3600, description="Wall-clock seconds before the process tree dies")
     cpu_s: float = Field(10.0, gt=0, le=3600, description="CPU seconds (RLIMIT_CPU)")
     memory_mb: int = Field(512, ge=16, le=65536, description="Memory ceiling in MiB (cgroup, else RLIMIT_AS)")
-    pids: int = Field(64, ge=1, le=4096, description="Maximum number of processes/threads")
+    pids: int = Field(
+        64, ge=1, le=4096, description="Maximum number of processes/threads (cgroup, else RLIMIT_NPROC)"
+    )
     file_size_mb: int = Field(64, ge=1, le=65536, description="Largest file a process may write (MiB)")
     disk_mb: int = Field(256, ge=1, le=65536, description="Workspace disk quota (MiB)")
     output_bytes: int = Field(
         1_000_000, ge=1024, le=1_000_000_000, description="Bytes kept of stdout and of stderr each"
+    )
+    cpus: float | None = Field(
+        None, gt=0, le=1024, description="CPU bandwidth ceiling in cores (cgroup v2 cpu.max); None: none"
     )
 
 
@@ -60,6 +65,9 @@ class ExecResult(BaseModel):
     wall_s: float = 0.0
     cpu_s: float = 0.0
     peak_memory_mb: float = 0.0
+    limit_warnings: tuple[str, ...] = Field(
+        (), description="Limits this host could not enforce as documented, and what stood in for them"
+    )
 
     @property
     def ok(self) -> bool:

@@ -35,9 +35,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from trialground.errors import SandboxError
-from trialground.sandbox import forkserver, netns, offload, prewarm, seccomp, teardown, views
+from trialground.sandbox import cgroup, forkserver, netns, offload, prewarm, seccomp, teardown, views
 from trialground.sandbox.base import WORKSPACE, Command, ExecResult, Limits, Sandbox, SandboxConfig
-from trialground.sandbox.cgroup import Cgroup
 from trialground.sandbox.channel import ChannelClosed, Collected, collect, read_frame, send_request
 from trialground.sandbox.forkserver import SandboxProcess
 from trialground.sandbox.results import build_result, error_result
@@ -162,6 +161,18 @@ def bwrap_argv(
     return [*argv, "--", python, "-I", "-S", "-c", supervisor_payload(config)[0]]
 
 
+def _disk_warning(workspace: Workspace) -> tuple[str, ...]:
+    """The disk quota is a size-limited tmpfs under the workspace: without one (not root), say so."""
+    if workspace.tmpfs:
+        return ()
+    line = (
+        "disk: not enforced (the workspace is a plain directory: its size-limited tmpfs needs root); "
+        "file_size_mb still bounds each file"
+    )
+    cgroup.warn_once(line)
+    return (line,)
+
+
 async def _drain(stream: asyncio.StreamReader | None) -> None:
     while stream is not None and await stream.read(1 << 16):
         pass
@@ -215,7 +226,9 @@ class BwrapSandbox(Sandbox):
         self.config = config
         self.workspace = workspace
         self.name = uuid.uuid4().hex[:12]
-        self.cgroup = Cgroup.create(self.name)
+        self.cgroup = cgroup.create(self.name)
+        # What this host cannot enforce (logged once; listed in every result)
+        self.limit_warnings = cgroup.limit_warnings(self.cgroup) + _disk_warning(workspace)
         self._counters = (0, 0)  # the cgroup's (OOM kills, pids refusals) after the last command
         self._uid = workspace.uid
         self._proc: asyncio.subprocess.Process | SandboxProcess | None = None
@@ -473,7 +486,8 @@ class BwrapSandbox(Sandbox):
             if self.cgroup:
                 launcher = "forkserver" if isinstance(self._proc, SandboxProcess) else "bwrap"
                 pids = lim.pids + SUPERVISOR_PIDS[launcher]
-                self.cgroup.set_limits(lim.memory_mb * 2**20 + SUPERVISOR_SLACK_BYTES, pids)
+                self.cgroup.set_limits(lim.memory_mb * 2**20 + SUPERVISOR_SLACK_BYTES, pids, lim.cpus)
+                self.cgroup.start_peak()
             out = Collected(cap=lim.output_bytes)
             try:
                 report = await self._exchange(request, data, out, timeout=lim.wall_s + 5)
@@ -492,14 +506,26 @@ class BwrapSandbox(Sandbox):
                 await asyncio.shield(self._stop())
                 raise
             oom = pids_hit = False
+            peak = 0
             if self.cgroup:
                 # Counters only grow, and nothing runs between commands: the last reading is the baseline.
                 before, self._counters = self._counters, self.cgroup.counters()
                 oom, pids_hit = self._counters[0] > before[0], self._counters[1] > before[1]
+                peak = self.cgroup.peak_bytes()
             if not self.config.warm:
                 await self._stop()
+        warnings = self.limit_warnings
+        if lim.cpus is not None:
+            warnings = cgroup.limit_warnings(self.cgroup, cpus=True)
         return build_result(
-            report, bytes(out.stdout), bytes(out.stderr), cap=lim.output_bytes, oom=oom, pids_hit=pids_hit
+            report,
+            bytes(out.stdout),
+            bytes(out.stderr),
+            cap=lim.output_bytes,
+            oom=oom,
+            pids_hit=pids_hit,
+            peak_memory_bytes=peak,
+            limit_warnings=warnings,
         )
 
     def _rlimits(self, lim: Limits) -> dict[str, int]:
@@ -508,8 +534,14 @@ class BwrapSandbox(Sandbox):
             "RLIMIT_FSIZE": lim.file_size_mb << 20,
             "RLIMIT_CORE": 0,
         }
-        if self.cgroup is None:
+        enforced = self.cgroup.enforced() if self.cgroup else frozenset()
+        if "memory" not in enforced:
             rl["RLIMIT_AS"] = lim.memory_mb << 20  # no memory cgroup here: the address-space cap instead
+        if "pids" not in enforced:
+            # No pids cgroup: RLIMIT_NPROC, which the kernel counts per uid in the sandbox's own user
+            # namespace (so: the sandbox's processes), with the supervisor and the process it keeps forked
+            # for the next command on top.
+            rl["RLIMIT_NPROC"] = lim.pids + 2
         return rl
 
     async def write(self, path: str, data: bytes | str) -> None:
@@ -597,4 +629,6 @@ class BwrapSandbox(Sandbox):
                         break
                     await asyncio.sleep(0.002)
         finally:
+            if isinstance(proc, SandboxProcess):  # a reap cancelled half-way (loop shutting down) leaves
+                proc.release()  # its pipes open until garbage collection otherwise
             self._free()

@@ -1,175 +1,191 @@
-"""Per-sandbox cgroup (v1 hierarchies `memory`, `pids`, `freezer`): limits, counters, kill-all.
+"""Per-sandbox cgroups: which hierarchy this host offers, each sandbox's group, and a loud warning for every
+limit that cannot be enforced here.
 
-Used when the host runs as root and the v1 controllers are mounted; `Cgroup.create` returns None otherwise
-and the caller falls back to rlimits. The sandbox's processes enter the group before they exec (see
-`spawn.py`), so nothing in the sandbox is ever outside it.
+The choice is made once per process (`hierarchy()`):
 
-Moving a process into a cgroup takes the kernel's global `cgroup_threadgroup_rwsem` for writing, which by
-default waits for an RCU grace period: 2-35 ms on this 2-core VM, most of a fresh sandbox's overhead. The
-kernel's `favordynmods` option (Linux >= 6.0) keeps that lock in the mode where writers do not wait (forks
-and exits then take a slightly slower shared path). It is a property of any cgroup hierarchy and acts
-machine-wide, so the first sandbox of a process mounts our own empty, controller-less v1 hierarchy with it
-(`favor_dynamic_moves`) rather than touching the system's mounts; the mount is kept, like the runtime view.
-`TRIALGROUND_SANDBOX_FAVORDYNMODS=0` leaves the kernel as it is; on a kernel without the option nothing
-changes but the cost.
+- `TRIALGROUND_CGROUP`: `auto` (default), `v1`, `v2` or `off`.
+- `TRIALGROUND_CGROUP_ROOT`: for v1, the directory the controller hierarchies are mounted in (default
+  /sys/fs/cgroup); for v2, the directory of a cgroup2 hierarchy to make the groups in (its
+  `cgroup.subtree_control` gets `+memory +pids +cpu`; it must hold no process, as v2 requires of a group
+  that hands controllers to children).
+- auto: cgroup v1 (`cgroup_v1.py`) as root when `memory`, `pids` and `freezer` are mounted there; else
+  cgroup v2 (`cgroup_v2.py`), in the first of: the parent of our own cgroup when it is delegated to us (we
+  may write its `cgroup.procs` and `cgroup.subtree_control`: systemd's `Delegate=yes` with us in a leaf),
+  or, as root, the hierarchy's root. Groups go in a `trialground` directory there.
+
+Whatever a group cannot enforce falls back (memory: RLIMIT_AS, the address space rather than resident
+memory, and an OOM is then not reported as memory_limit; pids: RLIMIT_NPROC, counted per uid in the
+sandbox's own user namespace) and is reported: logged once as a warning, and listed in every
+`ExecResult.limit_warnings` of the sandbox.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
+import logging
 import os
-import signal
-import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from trialground.errors import SandboxError
-from trialground.sandbox import mounts
-from trialground.sandbox.workspace import BASE_DIR, base_dir_lock
+from trialground.sandbox import cgroup_v1, cgroup_v2
+from trialground.sandbox.cgroup_base import GROUP, Cgroup
 
+__all__ = ["GROUP", "ROOT", "Cgroup", "Hierarchy", "create", "hierarchy", "limit_warnings", "own_groups"]
+
+log = logging.getLogger(__name__)
 ROOT = Path("/sys/fs/cgroup")
-CONTROLLERS = ("memory", "pids", "freezer")
-GROUP = "trialground"
-DYNMODS_MOUNT = BASE_DIR / "cgroup-favordynmods"
-DYNMODS_OPTIONS = "none,name=trialground-favordynmods,favordynmods"
 
 
-def _available() -> bool:
-    return os.geteuid() == 0 and all((ROOT / c / "cgroup.procs").exists() for c in CONTROLLERS)
+@dataclass(frozen=True)
+class Hierarchy:
+    """Where this process makes sandbox groups: `version` 1 (under `root`), 2 (in `root`, a base
+    directory), or 0 (none); `reason` says why a better one was not used."""
+
+    version: int
+    root: Path | None
+    reason: str = ""
+    notes: tuple[str, ...] = field(default=())
 
 
-AVAILABLE = _available()
+def _mountinfo() -> list[tuple[str, str, str]]:
+    """(mount root, mount point, file system type) of every mount we see."""
+    found: list[tuple[str, str, str]] = []
+    try:
+        text = Path("/proc/self/mountinfo").read_text()
+    except OSError:
+        return found
+    for line in text.splitlines():
+        left, _, right = line.partition(" - ")
+        parts = left.split()
+        if len(parts) >= 5 and right:
+            found.append((parts[3], parts[4], right.split()[0]))
+    return found
 
 
-class Cgroup:
-    """One cgroup per sandbox in each v1 controller hierarchy."""
-
-    def __init__(self, name: str) -> None:
-        self.dirs = {c: ROOT / c / GROUP / name for c in CONTROLLERS}
-        self._limits: tuple[int, int] | None = None
-
-    @classmethod
-    def create(cls, name: str) -> Cgroup | None:
-        """The group `<our pid>-<name>`; None where cgroups cannot be used."""
-        if not AVAILABLE:
-            return None
-        _sweep_stale()
-        favor_dynamic_moves()
-        group = cls(f"{os.getpid()}-{name}")
-        try:
-            for d in group.dirs.values():
-                d.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            group.remove()
-            return None
-        return group
-
-    def procs_files(self) -> list[str]:
-        return [str(d / "cgroup.procs") for d in self.dirs.values()]
-
-    def add(self, pid: int) -> None:
-        """Move process `pid` (not its existing children) into the group."""
-        for procs in self.procs_files():
-            with open(procs, "w") as f:
-                f.write(str(pid))
-
-    def _write(self, controller: str, name: str, value: str) -> None:
-        (self.dirs[controller] / name).write_text(value)
-
-    def _read(self, controller: str, name: str) -> str:
-        try:
-            return (self.dirs[controller] / name).read_text()
-        except OSError:
-            return ""
-
-    def set_limits(self, memory_bytes: int, pids: int) -> None:
-        """Set the ceilings for the next command (unchanged ones are not rewritten)."""
-        if self._limits == (memory_bytes, pids):
-            return
-        # EBUSY: files the sandbox keeps in memory (its /tmp) already exceed the lower ceiling asked for;
-        # the previous ceiling stays, which still bounds the sandbox.
-        try:
-            self._write("memory", "memory.limit_in_bytes", str(memory_bytes))
-            self._limits = (memory_bytes, pids)
-        except OSError:
-            self._limits = None
-        self._write("pids", "pids.max", str(pids))
-
-    def counters(self) -> tuple[int, int]:
-        """(OOM kills, times the pids limit refused a fork) so far."""
-        oom = 0
-        for line in self._read("memory", "memory.oom_control").splitlines():
-            if line.startswith("oom_kill "):
-                oom = int(line.split()[1])
-        pids_max = 0
-        for line in self._read("pids", "pids.events").splitlines():
-            if line.startswith("max "):
-                pids_max = int(line.split()[1])
-        return oom, pids_max
-
-    def pids(self) -> list[int]:
-        return [int(p) for p in self._read("pids", "cgroup.procs").split()]
-
-    def kill_all(self) -> None:
-        """Freeze, SIGKILL every member, thaw: nothing can fork its way out in between."""
-        frozen = False
-        try:
-            self._write("freezer", "freezer.state", "FROZEN")
-            frozen = True
-        except OSError:
-            pass
-        for _ in range(50):
-            members = self.pids()
-            if not members:
-                break
-            for pid in members:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            if frozen:
-                self._write("freezer", "freezer.state", "THAWED")
-                frozen = False
-            time.sleep(0.002)
-        if frozen:
-            self._write("freezer", "freezer.state", "THAWED")
-
-    def remove(self) -> None:
-        """Delete the group (its members must be gone: see `kill_all`)."""
-        for d in self.dirs.values():
-            for _ in range(100):
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.005)  # the last members are still being reaped
-
-
-@functools.cache
-def favor_dynamic_moves() -> bool:
-    """Once per process: make sure a hierarchy with `favordynmods` is mounted (see the module docstring);
-    whether one is."""
-    if os.environ.get("TRIALGROUND_SANDBOX_FAVORDYNMODS", "1") == "0" or not mounts.CAN_MOUNT:
-        return False
-    with base_dir_lock():
-        if mounts.is_mount_point(DYNMODS_MOUNT):
-            return True
-        DYNMODS_MOUNT.mkdir(mode=0o755, exist_ok=True)
-        try:
-            mounts.mount_cgroup_v1(DYNMODS_MOUNT, DYNMODS_OPTIONS)
-        except SandboxError:  # a kernel before 6.0 (EINVAL): moves just cost what they cost
-            return False
-    return True
-
-
-@functools.cache
-def _sweep_stale() -> None:
-    """Once per process: remove the groups of processes that died without closing their sandboxes."""
-    for entry in (ROOT / "pids" / GROUP).glob("*-*"):
-        pid = entry.name.split("-")[0]
-        if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+def _own_v2_cgroup() -> Path | None:
+    """Our own cgroup's directory in a mounted cgroup2 hierarchy (None when none is mounted)."""
+    try:
+        line = next(ln for ln in Path("/proc/self/cgroup").read_text().splitlines() if ln.startswith("0::"))
+    except (OSError, StopIteration):
+        return None
+    path = line[3:]
+    for root, point, fstype in _mountinfo():
+        if fstype != "cgroup2":
             continue
-        group = Cgroup(entry.name.split("-", 1)[1])
-        group.dirs = {c: ROOT / c / GROUP / entry.name for c in CONTROLLERS}
-        group.kill_all()
-        group.remove()
+        if path == root or path.startswith(root.rstrip("/") + "/"):
+            return Path(point) / path[len(root) :].lstrip("/")
+    return None
+
+
+def _writable(directory: Path) -> bool:
+    return all(os.access(directory / name, os.W_OK) for name in ("cgroup.procs", "cgroup.subtree_control"))
+
+
+def _v2_base(configured: str | None) -> tuple[Path | None, str]:
+    """A prepared base directory for v2 groups, or None and why not."""
+    if configured:
+        base = Path(configured)
+        if not (base / "cgroup.controllers").exists():
+            return None, f"TRIALGROUND_CGROUP_ROOT={configured} is not a directory of a cgroup2 hierarchy"
+        return _prepare(base, parent=None)
+    own = _own_v2_cgroup()
+    if own is None:
+        return None, "no cgroup2 hierarchy is mounted"
+    parent = own.parent
+    if own != parent and (parent / "cgroup.controllers").exists() and _writable(parent):
+        return _prepare(parent / GROUP, parent=parent)
+    point = next(Path(p) for r, p, t in _mountinfo() if t == "cgroup2" and Path(p) in (own, *own.parents))
+    if os.geteuid() == 0 and _writable(point):
+        return _prepare(point / GROUP, parent=point)
+    if own == point:
+        return None, f"we are in the root of the cgroup2 hierarchy at {point}, which only root may use"
+    return None, f"our cgroup {own} is not delegated to us (its parent is not writable by uid {os.geteuid()})"
+
+
+def _prepare(base: Path, parent: Path | None) -> tuple[Path | None, str]:
+    try:
+        if parent is not None:
+            cgroup_v2.enable(parent)
+            base.mkdir(exist_ok=True)
+        cgroup_v2.enable(base)
+    except OSError as exc:
+        return None, f"cannot make {base}: {exc.strerror}"
+    return base, ""
+
+
+@functools.cache
+def hierarchy() -> Hierarchy:
+    """The hierarchy this process uses (see the module docstring), chosen once."""
+    mode = os.environ.get("TRIALGROUND_CGROUP", "auto")
+    configured = os.environ.get("TRIALGROUND_CGROUP_ROOT") or None
+    if mode not in ("auto", "v1", "v2", "off"):
+        raise ValueError(f"TRIALGROUND_CGROUP={mode!r}: expected auto, v1, v2 or off")
+    if mode == "off":
+        return Hierarchy(0, None, "TRIALGROUND_CGROUP=off")
+    reasons = []
+    if mode in ("auto", "v1"):
+        root = Path(configured) if configured and mode == "v1" else ROOT
+        why = cgroup_v1.usable(root)
+        if not why:
+            return Hierarchy(1, root)
+        reasons.append(why)
+    if mode in ("auto", "v2"):
+        base, why = _v2_base(configured)
+        if base is not None:
+            return Hierarchy(2, base, "; ".join(reasons))
+        reasons.append(why)
+    return Hierarchy(0, None, "; ".join(reasons))
+
+
+def create(name: str) -> Cgroup | None:
+    """A new group for sandbox `name` in this process's hierarchy; None where there is none."""
+    h = hierarchy()
+    if h.root is None:
+        return None
+    if h.version == 1:
+        return cgroup_v1.CgroupV1.make(h.root, name)
+    return cgroup_v2.CgroupV2.make(h.root, name)
+
+
+def own_groups() -> list[Path]:
+    """The groups of this process's sandboxes that exist now (one path per group)."""
+    h = hierarchy()
+    if h.root is None:
+        return []
+    return (cgroup_v1.CgroupV1 if h.version == 1 else cgroup_v2.CgroupV2).own(h.root)
+
+
+FALLBACKS = {
+    "memory": "memory: not enforced by a cgroup ({why}); RLIMIT_AS caps the address space instead (not "
+    "resident memory), and running out is not reported as memory_limit",
+    "pids": "pids: not enforced by a cgroup ({why}); RLIMIT_NPROC counts the sandbox user's processes "
+    "instead, and a refused fork is not reported as pids_limit",
+    "cpu": "cpus: not enforced ({why}); only the cpu_s time limit applies",
+}
+
+
+def limit_warnings(group: Cgroup | None, *, cpus: bool = False) -> tuple[str, ...]:
+    """What `group` (None: no group) leaves unenforced, each line saying what stands in for it; logged as
+    a warning the first time each is seen. `cpus`: whether a CPU bandwidth ceiling was asked for."""
+    enforced = group.enforced() if group is not None else frozenset()
+    h = hierarchy()
+    found = []
+    for limit in ("memory", "pids", "cpu"):
+        if limit in enforced or (limit == "cpu" and not cpus):
+            continue
+        if group is None:
+            why = f"no cgroup: {h.reason or 'the group could not be made'}"
+        elif group.version == 1:
+            why = "cgroup v1 groups here have no cpu controller"
+        else:
+            why = f"the cgroup v2 controller {limit!r} is not available in {h.root}"
+        found.append(FALLBACKS[limit].format(why=why))
+    for line in found:
+        warn_once(line)
+    return tuple(found)
+
+
+@functools.cache
+def warn_once(line: str) -> None:
+    """Log `line` (a limit this host does not enforce) as a warning, once per process."""
+    log.warning("sandbox limit %s", line)

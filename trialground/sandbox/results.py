@@ -16,6 +16,7 @@ def build_result(
     oom: bool = False,
     pids_hit: bool = False,
     peak_memory_bytes: int = 0,
+    limit_warnings: tuple[str, ...] = (),
 ) -> ExecResult:
     """`report` holds reason ("", "timeout", "output_limit"), exit_code or signal, sizes and times.
 
@@ -55,6 +56,7 @@ def build_result(
         wall_s=round(float(report.get("wall_s", 0.0)), 6),
         cpu_s=round(float(report.get("cpu_s", 0.0)), 6),
         peak_memory_mb=round(peak, 3),
+        limit_warnings=limit_warnings,
     )
 
 

@@ -1,12 +1,19 @@
-"""A seccomp filter (classic BPF, assembled here, no libseccomp) that refuses dangerous system calls.
+"""A seccomp filter (classic BPF, assembled here, no libseccomp): an allowlist of system calls.
 
-Refused with EPERM: ptrace and cross-process memory access, mount and the new mount API, pivot_root,
-chroot, bpf, perf_event_open, keyctl/add_key/request_key, kernel modules, reboot, kexec, io_uring,
-unshare, setns, clone with any CLONE_NEW* flag, userfaultfd, handle-based opens, swap, clock and quota
-calls, and the TIOCSTI/TIOCLINUX ioctls (typing into a terminal). `clone3` gets ENOSYS so that libc falls
-back to `clone`, whose flags the filter can see. A call from another architecture (32-bit or x32 entry
-points) kills the process. bubblewrap loads the program with `--seccomp FD`; the fork server's template
-(`template.py`) with prctl(PR_SET_SECCOMP).
+What is allowed, what is refused and why: `syscalls.py`. In short, the calls ordinary programs make are
+allowed; calls that reach kernel attack surface or other processes (ptrace and cross-process memory or
+descriptor access, mount and the new mount API, pivot_root, chroot, bpf, perf_event_open, keys, modules,
+reboot, kexec, io_uring, unshare, setns, userfaultfd, handle-based opens, swap, clock and quota calls, ...)
+get EPERM; every other number, including calls newer than the table, gets ENOSYS (as from an older kernel).
+Arguments are checked for three calls: `clone` with any CLONE_NEW* flag is EPERM (`clone3` is ENOSYS, so
+that libc falls back to `clone`, whose flags the filter can see), `ioctl` TIOCSTI/TIOCLINUX (typing into a
+terminal) is EPERM, and `personality` may only query or set the default persona. A call from another
+architecture (the 32-bit entry points) or through the x32 ABI kills the process.
+
+The program checks the few argument-checked calls first, then finds the call's number by binary search over
+ranges of numbers with one action (~9 comparisons), so that its cost does not grow with the table.
+bubblewrap loads the program with `--seccomp FD`; the fork server's template (`template.py`) with
+prctl(PR_SET_SECCOMP).
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ import os
 import platform
 import struct
 
+from trialground.sandbox import syscalls
+
 AUDIT_ARCH_X86_64 = 0xC000003E
 AUDIT_ARCH_AARCH64 = 0xC00000B7
 X32_SYSCALL_BIT = 0x40000000
@@ -23,6 +32,8 @@ X32_SYSCALL_BIT = 0x40000000
 RET_KILL_PROCESS = 0x80000000
 RET_ERRNO = 0x00050000
 RET_ALLOW = 0x7FFF0000
+RET_EPERM = RET_ERRNO | errno.EPERM
+RET_ENOSYS = RET_ERRNO | errno.ENOSYS
 
 LD_W_ABS = 0x20
 JEQ = 0x15
@@ -32,38 +43,34 @@ RET = 0x06
 
 CLONE_NEW_FLAGS = 0x7E020000  # NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
 TIOCSTI, TIOCLINUX = 0x5412, 0x541C
+# personality(): query (0xffffffff), PER_LINUX, PER_LINUX32, UNAME26 and both; never ADDR_NO_RANDOMIZE,
+# READ_IMPLIES_EXEC and the like.
+PERSONAS = (0xFFFFFFFF, 0x0, 0x8, 0x20000, 0x20008)
+ARG_CHECKED = ("clone", "clone3", "ioctl", "personality")
 
-# (name -> number) per architecture; names are what the docstring promises.
-_X86_64 = {
-    "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312,
-    "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "open_tree": 428, "move_mount": 429,
-    "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442,
-    "bpf": 321, "perf_event_open": 298, "keyctl": 250, "add_key": 248, "request_key": 249,
-    "init_module": 175, "finit_module": 313, "delete_module": 176, "reboot": 169, "kexec_load": 246,
-    "kexec_file_load": 320, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
-    "unshare": 272, "setns": 308, "userfaultfd": 323, "open_by_handle_at": 304, "name_to_handle_at": 303,
-    "swapon": 167, "swapoff": 168, "acct": 163, "settimeofday": 164, "clock_settime": 227,
-    "clock_adjtime": 305, "adjtimex": 159, "quotactl": 179, "syslog": 103, "vhangup": 153, "iopl": 172,
-    "ioperm": 173, "fanotify_init": 300, "lookup_dcookie": 212,
-}  # fmt: skip
-_AARCH64 = {
-    "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "kcmp": 272,
-    "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51, "open_tree": 428, "move_mount": 429,
-    "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442,
-    "bpf": 280, "perf_event_open": 241, "keyctl": 219, "add_key": 217, "request_key": 218,
-    "init_module": 105, "finit_module": 273, "delete_module": 106, "reboot": 142, "kexec_load": 104,
-    "kexec_file_load": 294, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
-    "unshare": 97, "setns": 268, "userfaultfd": 282, "open_by_handle_at": 265, "name_to_handle_at": 264,
-    "swapon": 224, "swapoff": 225, "acct": 89, "settimeofday": 170, "clock_settime": 112,
-    "clock_adjtime": 266, "adjtimex": 171, "quotactl": 60, "syslog": 116, "vhangup": 58,
-    "fanotify_init": 262, "lookup_dcookie": 18,
-}  # fmt: skip
+
+def _policy(table: dict[str, int]) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    """(allowed, refused, argument-checked) name -> number, for the names `table` has."""
+
+    def pick(names: list[str] | tuple[str, ...]) -> dict[str, int]:
+        return {name: table[name] for name in names if name in table}
+
+    return pick(syscalls.ALLOWED), pick(syscalls.REFUSED), pick(ARG_CHECKED)
+
+
+# machine -> (audit arch, allowed, refused, argument-checked), each name -> number
 _ARCHES = {
-    "x86_64": (AUDIT_ARCH_X86_64, _X86_64, {"clone": 56, "clone3": 435, "ioctl": 16}),
-    "aarch64": (AUDIT_ARCH_AARCH64, _AARCH64, {"clone": 220, "clone3": 435, "ioctl": 29}),
+    "x86_64": (AUDIT_ARCH_X86_64, *_policy(syscalls.X86_64)),
+    "aarch64": (AUDIT_ARCH_AARCH64, *_policy(syscalls.AARCH64)),
 }
 _ARCHES["arm64"] = _ARCHES["aarch64"]
 _ARCHES["amd64"] = _ARCHES["x86_64"]
+
+
+def table(machine: str | None = None) -> dict[str, int]:
+    """Every system call number the filter knows for `machine` (default: this one), by name."""
+    machine = machine or platform.machine()
+    return {"x86_64": syscalls.X86_64, "amd64": syscalls.X86_64}.get(machine, syscalls.AARCH64)
 
 
 def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
@@ -74,35 +81,60 @@ def _arg_lo(i: int) -> int:
     return 16 + 8 * i  # offsetof(struct seccomp_data, args[i]); low word on little-endian machines
 
 
+def _ranges(allowed: dict[str, int], refused: dict[str, int]) -> list[tuple[int, int]]:
+    """(first number, action) of consecutive runs with one action, from 0 up; past the last, ENOSYS."""
+    action = {nr: RET_ALLOW for nr in allowed.values()} | {nr: RET_EPERM for nr in refused.values()}
+    runs: list[tuple[int, int]] = []
+    for nr in range(max(action) + 2):
+        act = action.get(nr, RET_ENOSYS)
+        if not runs or runs[-1][1] != act:
+            runs.append((nr, act))
+    return runs
+
+
+def _search(runs: list[tuple[int, int]]) -> list[bytes]:
+    """Binary search over `runs` on the number in the accumulator, ending in each run's action."""
+    if len(runs) == 1:
+        return [_insn(RET, runs[0][1])]
+    mid = len(runs) // 2
+    above, below = _search(runs[mid:]), _search(runs[:mid])
+    if len(above) > 255:
+        raise ValueError("seccomp program too large for one jump")
+    return [_insn(JGE, runs[mid][0], jt=0, jf=len(above)), *above, *below]
+
+
 def build_filter(machine: str | None = None) -> bytes:
     """The BPF program (an array of `struct sock_filter`) for this machine's architecture."""
     machine = machine or platform.machine()
     if machine not in _ARCHES:
         raise ValueError(f"no seccomp filter for architecture {machine!r}")
-    arch, blocked, special = _ARCHES[machine]
-    eperm = RET_ERRNO | errno.EPERM
+    arch, allowed, refused, checked = _ARCHES[machine]
     prog = [_insn(LD_W_ABS, 4), _insn(JEQ, arch, jt=1), _insn(RET, RET_KILL_PROCESS), _insn(LD_W_ABS, 0)]
     if arch == AUDIT_ARCH_X86_64:
         prog += [_insn(JGE, X32_SYSCALL_BIT, jf=1), _insn(RET, RET_KILL_PROCESS)]
-    for nr in sorted(set(blocked.values())):
-        prog += [_insn(JEQ, nr, jf=1), _insn(RET, eperm)]
-    prog += [_insn(JEQ, special["clone3"], jf=1), _insn(RET, RET_ERRNO | errno.ENOSYS)]
+    prog += [_insn(JEQ, checked["clone3"], jf=1), _insn(RET, RET_ENOSYS)]
     prog += [
-        _insn(JEQ, special["clone"], jf=4),
+        _insn(JEQ, checked["clone"], jf=4),
         _insn(LD_W_ABS, _arg_lo(0)),
         _insn(JSET, CLONE_NEW_FLAGS, jf=1),
-        _insn(RET, eperm),
+        _insn(RET, RET_EPERM),
         _insn(RET, RET_ALLOW),
     ]
     prog += [
-        _insn(JEQ, special["ioctl"], jf=5),
+        _insn(JEQ, checked["ioctl"], jf=5),
         _insn(LD_W_ABS, _arg_lo(1)),
         _insn(JEQ, TIOCSTI, jt=2),
         _insn(JEQ, TIOCLINUX, jt=1),
         _insn(RET, RET_ALLOW),
-        _insn(RET, eperm),
-        _insn(RET, RET_ALLOW),
+        _insn(RET, RET_EPERM),
     ]
+    n = len(PERSONAS)
+    prog += [_insn(JEQ, checked["personality"], jf=n + 3), _insn(LD_W_ABS, _arg_lo(0))]
+    prog += [_insn(JEQ, persona, jt=n - i) for i, persona in enumerate(PERSONAS)]
+    prog += [_insn(RET, RET_EPERM), _insn(RET, RET_ALLOW)]
+    # The accumulator holds the number again on every path that reaches the search (the argument loads
+    # above all end in a return).
+    prog += _search(_ranges(allowed, refused))
     return b"".join(prog)
 
 
