@@ -75,3 +75,16 @@ def test_missing_config_file_is_a_usage_error(tmp_path: Path) -> None:
     out = tg("train", str(tmp_path / "nope.yaml"))
     assert out.returncode == 2
     assert "no such config file" in out.stderr
+
+
+def test_a_missing_extra_is_a_clear_error_before_the_run_starts(tmp_path: Path) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here: nothing is missing")
+    res = tg(
+        "train", "examples/quickstart.yaml", "--set", "policy.backend=vllm", "--set", f"output_dir={tmp_path}"
+    )
+    assert res.returncode == 2
+    assert "pip install 'trialground[vllm]'" in res.stderr and "Traceback" not in res.stderr
+    assert not any(tmp_path.iterdir())  # nothing was started

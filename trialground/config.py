@@ -111,5 +111,28 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         raise ConfigError(_describe(exc, source)) from exc
 
 
+def require_extras(config: RunConfig) -> None:
+    """Raise `ConfigError` naming the extra to install when the config asks for a package that is missing
+    (before a run starts, not at its end)."""
+    import importlib.util
+
+    wants = [
+        (
+            config.cluster == "ray" or config.pool.backend == "ray",
+            "ray",
+            "ray",
+            "cluster=ray / pool.backend=ray",
+        ),
+        (config.policy.backend == "vllm", "vllm", "vllm", "policy.backend=vllm"),
+        (config.trainer.lora_rank > 0, "peft", "train", "trainer.lora_rank > 0"),
+    ]
+    for wanted, module, extra, why in wants:
+        if wanted and importlib.util.find_spec(module) is None:
+            raise ConfigError(
+                f"{why} needs the {module!r} package, which is not installed: "
+                f"pip install 'trialground[{extra}]'"
+            )
+
+
 def dump_config(config: RunConfig) -> str:
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

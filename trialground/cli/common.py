@@ -6,6 +6,7 @@ import sys
 from typing import NoReturn
 
 from rich.console import Console
+from rich.markup import escape
 
 err_console = Console(stderr=True)
 
@@ -15,7 +16,8 @@ EXIT_INFRA = 3
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     """Print `message` on stderr and exit with `code` (2: bad input, 3: infrastructure failure)."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)  # paths stay whole
+    # escaped: a message is text, and "[...]" in it (an extra, a list) is not markup; paths stay whole
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     sys.exit(code)
 
 

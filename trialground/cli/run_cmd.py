@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from trialground.cli.common import EXIT_INFRA, fail
-from trialground.config import RunConfig, load_config
+from trialground.config import RunConfig, load_config, require_extras
 from trialground.errors import ConfigError, TrialgroundError
 
 console = Console(stderr=True)
@@ -30,6 +30,7 @@ def _config(config: Path | None, overrides: list[str], resume: Path | None) -> R
         fail("missing CONFIG (a YAML run configuration, e.g. examples/quickstart.yaml)")
     try:
         cfg = load_config(config, overrides)
+        require_extras(cfg)
     except ConfigError as exc:
         fail(str(exc))
     if resume is not None and cfg.run_dir.resolve() != resume.resolve():

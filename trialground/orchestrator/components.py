@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from trialground.config import RunConfig
+from trialground.config import RunConfig, require_extras
 from trialground.envs.base import Environment
 from trialground.monitor.eval_stats import check_overlap
 from trialground.monitor.monitor import Monitor
@@ -116,6 +116,7 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Compo
     """Everything a run (train=True) or an evaluation (train=False) needs."""
     from trialground.policy.factory import make_policy
 
+    require_extras(config)
     seed_everything(config.seed)
     policy = make_policy(config.policy)  # first: a policy in a child process loads while tasks load
     pool, evals = load_task_sets(config.tasks)
