@@ -111,3 +111,21 @@ async def test_ray_episode_graded_and_worker_kill_is_env_error() -> None:
         await pool.close()
         await grader.close()
     assert leftovers(roots) == []
+
+
+async def test_concurrent_first_acquires_all_wait_for_the_workers() -> None:
+    """Every first acquire of a fresh pool starts the backend; none may run ahead of the workers' start
+    (an evaluation's first batch once got 'no sandbox workers' for all but one task)."""
+    sandbox_config = SandboxConfig()
+    grader = Grader(sandbox_config)
+    config = PoolConfig(backend="ray", max_active=12, ray_workers=2, ray_worker_cpus=0.5)
+    pool = EnvPool(config, env_config=EnvConfig(kind="tool"), sandbox_config=sandbox_config, grader=grader)
+    try:
+        envs = await asyncio.gather(*(pool.acquire(make_task(i)) for i in range(12)))
+        assert all(isinstance(e, ToolEnv) and isinstance(e.sandbox, RaySandbox) for e in envs)
+        assert "pool/failures/create" not in pool.metrics()
+        for e in envs:
+            await pool.release(e)
+    finally:
+        await pool.close()
+        await grader.close()

@@ -215,16 +215,22 @@ class RayBackend(SandboxBackend):
         self.workers: list[_Worker] = []
         self.lost = 0
         self._actor: Any = None
+        self._starting: asyncio.Future[None] | None = None
         self._owns_ray = False
         self._spawning: set[asyncio.Task[None]] = set()
         self._cleanups: list[Any] = []  # ObjectRefs of reap tasks, awaited on close
         self.spawn_failures = 0
 
     async def start(self) -> None:
+        """Start Ray (unless connected already) and the workers. Concurrent callers (every first acquire
+        of a pool calls this) all wait for the same start: none may go on before the workers exist."""
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._starting)
+
+    async def _start(self) -> None:
         import ray
 
-        if self._actor is not None:
-            return
         if not ray.is_initialized():
             ray.init(address=self.config.ray_address, **self.init_kwargs)
             self._owns_ray = True
