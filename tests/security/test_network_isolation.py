@@ -36,6 +36,9 @@ pytestmark = [
 ]
 
 NET = CONFIG.model_copy(update={"network": True, "prewarm": 0})
+ROOT_ONLY = pytest.mark.skipif(
+    os.geteuid() != 0, reason="networked sandboxes need root (netns.require refuses them otherwise)"
+)
 
 
 def py(code: str) -> list[str]:
@@ -82,6 +85,7 @@ def _nobody_came(listener: socket.socket) -> bool:
     return False
 
 
+@ROOT_ONLY
 async def test_host_loopback_is_unreachable(networked: Sandbox, host_listener: socket.socket) -> None:
     port = host_listener.getsockname()[1]
     for host in ("127.0.0.1", "127.0.0.2", "localhost", netns.GATEWAY):
@@ -92,6 +96,7 @@ async def test_host_loopback_is_unreachable(networked: Sandbox, host_listener: s
     assert _nobody_came(host_listener)
 
 
+@ROOT_ONLY
 async def test_host_abstract_unix_sockets_are_unreachable(networked: Sandbox) -> None:
     name = f"\0tg-abstract-{os.urandom(6).hex()}"
     listener = socket.socket(socket.AF_UNIX)
@@ -111,6 +116,7 @@ async def test_host_abstract_unix_sockets_are_unreachable(networked: Sandbox) ->
         listener.close()
 
 
+@ROOT_ONLY
 async def test_the_sandbox_has_its_own_namespace_with_an_uplink_only(networked: Sandbox) -> None:
     r = await networked.exec(
         "cat /etc/resolv.conf; awk 'NR>2 {print $1}' /proc/net/dev | sort; cat /proc/net/route"
@@ -176,11 +182,13 @@ def outside() -> Iterator[Outside]:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
 
 
+@ROOT_ONLY
 async def test_outbound_tcp_to_a_non_loopback_address_works(networked: Sandbox, outside: Outside) -> None:
     r = await networked.exec(connect_probe(outside.address, outside.port))
     assert r.ok and r.stdout.strip() == f"CONNECTED {outside.token}", r
 
 
+@ROOT_ONLY
 async def test_a_forked_and_a_restarted_sandbox_keep_their_uplink(outside: Outside) -> None:
     """A fork is a new sandbox (a new uplink); a cold sandbox (warm=False) starts a PID 1 per command."""
     for launcher in ("forkserver", "bwrap"):
@@ -199,6 +207,7 @@ async def test_a_forked_and_a_restarted_sandbox_keep_their_uplink(outside: Outsi
                 assert r.stdout.strip() == f"CONNECTED {outside.token}", (launcher, r)
 
 
+@ROOT_ONLY
 async def test_the_uplink_ends_with_the_sandbox() -> None:
     for launcher in ("forkserver", "bwrap"):
         sb = await open_sandbox(NET.model_copy(update={"launcher": launcher}))
@@ -235,6 +244,7 @@ asyncio.run(main())
 """
 
 
+@ROOT_ONLY
 @pytest.mark.parametrize("launcher", ["forkserver", "bwrap"])
 def test_a_forked_child_leaves_the_parents_uplink_alone(outside: Outside, launcher: str) -> None:
     probe = connect_probe(outside.address, outside.port)[-1]
@@ -264,7 +274,17 @@ async def test_network_is_refused_without_the_helper(tmp_path: Path, monkeypatch
         netns.helper.cache_clear()
 
 
+@ROOT_ONLY
 @pytest.mark.network
 async def test_dns_resolves_through_the_uplink(networked: Sandbox) -> None:
     r = await networked.exec(py("import socket\nprint(socket.getaddrinfo('pypi.org', 443)[0][4][0])"))
     assert r.ok and r.stdout.strip(), r
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="as root, networked sandboxes are supported")
+async def test_an_unprivileged_host_refuses_networked_sandboxes() -> None:
+    """Not root: a networked sandbox is refused with a reason, never given the host's network."""
+    with pytest.raises(SandboxError, match="only when trialground runs as root"):
+        await open_sandbox(NET)
+    async with await open_sandbox(CONFIG) as plain:
+        assert (await plain.exec(["true"])).ok
