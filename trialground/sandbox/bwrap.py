@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from trialground.errors import SandboxError
-from trialground.sandbox import cgroup, forkserver, netns, offload, prewarm, seccomp, teardown, views
+from trialground.sandbox import cgroup, forkserver, netns, offload, prewarm, reaping, seccomp, teardown, views
 from trialground.sandbox.base import WORKSPACE, Command, ExecResult, Limits, Sandbox, SandboxConfig
 from trialground.sandbox.channel import ChannelClosed, Collected, collect, read_frame, send_request
 from trialground.sandbox.forkserver import SandboxProcess
@@ -171,47 +171,6 @@ def _disk_warning(workspace: Workspace) -> tuple[str, ...]:
     )
     cgroup.warn_once(line)
     return (line,)
-
-
-async def _drain(stream: asyncio.StreamReader | None) -> None:
-    while stream is not None and await stream.read(1 << 16):
-        pass
-
-
-async def _reap(proc: asyncio.subprocess.Process | SandboxProcess) -> None:
-    """Wait for a killed bubblewrap and close its pipes. Its stdout/stderr are drained to their end: a pipe
-    whose reader stopped reading (output past what we wanted) would otherwise never report EOF."""
-    try:
-        async with asyncio.timeout(10):
-            await _drain(proc.stdout)
-            await _drain(proc.stderr)
-            await proc.wait()
-    except TimeoutError:  # last resort: drop the pipes
-        if isinstance(proc, SandboxProcess):
-            proc.close_pipes()
-        else:
-            proc._transport.close()  # type: ignore[attr-defined]
-        await proc.wait()
-    finally:
-        if proc.stdin is not None:
-            with contextlib.suppress(RuntimeError):  # its loop closed under us (close_now freed the rest)
-                proc.stdin.close()
-
-
-async def _keep_if_cancelled(
-    start: typing.Awaitable[asyncio.subprocess.Process],
-) -> asyncio.subprocess.Process:
-    """Await bubblewrap's start; when cancelled half-way the start still completes, so that the process is
-    known and killed (a sandbox that was never handed back would outlive its sandbox object)."""
-    task = asyncio.ensure_future(start)
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        with contextlib.suppress(BaseException):
-            proc = await task
-            proc.kill()
-            await _reap(proc)
-        raise
 
 
 class BwrapSandbox(Sandbox):
@@ -355,7 +314,7 @@ class BwrapSandbox(Sandbox):
                 self.config, self.workspace.ws, fd, self.config.limits.disk_mb, net.theirs() if net else None
             )
             passed = (fd, *net.theirs()) if net else (fd,)
-            self._proc = await _keep_if_cancelled(
+            self._proc = await reaping.keep_if_cancelled(
                 spawn_bwrap(argv, pass_fds=passed, cgroup=self.cgroup, uid=self._uid)
             )
         finally:
@@ -441,7 +400,7 @@ class BwrapSandbox(Sandbox):
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
-            await _reap(proc)
+            await reaping.reap(proc)
         self._drop_uplink()
         if self.cgroup:
             self.cgroup.kill_all()
@@ -622,7 +581,7 @@ class BwrapSandbox(Sandbox):
             if proc is not None:
                 # After a command still running on the same pipes has seen them end (PID 1 is dead).
                 async with self._lock:
-                    await _reap(proc)
+                    await reaping.reap(proc)
             if self.cgroup:
                 for _ in range(500):  # PID 1's own reaping, by the host's init, can lag a little
                     if not self.cgroup.pids():
