@@ -91,7 +91,7 @@ def test_models_it_cannot_run_exactly_are_refused() -> None:
     assert "activation" in (unsupported_reason(model) or "")
     with pytest.raises(ValueError, match="activation"):
         LlamaDecoder(model)
-    assert "not LlamaForCausalLM" in (unsupported_reason(torch.nn.Linear(2, 2)) or "")
+    assert "is not one of" in (unsupported_reason(torch.nn.Linear(2, 2)) or "")
 
 
 async def test_policy_falls_back_to_transformers_under_lora() -> None:
@@ -103,17 +103,17 @@ async def test_policy_falls_back_to_transformers_under_lora() -> None:
         for t in generate_codegen_tasks(3, seed=1, split="eval")
     ]
     params = SamplingParams(temperature=0.0, max_new_tokens=16)
-    assert policy._lean_decoder() is not None
+    assert policy._lean_decoder(64) is not None
     plain = await policy.generate(prompts, params)
     # LoRA injected in place (what the trainer does): B starts at zero, so the function is unchanged
     get_peft_model(policy.model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))  # type: ignore[arg-type]
     assert "LoRA" in (unsupported_reason(policy.model) or "")
-    assert policy._lean_decoder() is None
+    assert policy._lean_decoder(64) is None
     wrapped = await policy.generate(prompts, params)
     assert [g.token_ids for g in wrapped] == [g.token_ids for g in plain]
 
 
 def test_transformers_decode_can_be_chosen(tiny: HFPolicy) -> None:
     policy = HFPolicy(PolicyConfig(model="tiny", decode="transformers"))
-    assert policy._lean_decoder() is None
-    assert tiny._lean_decoder() is not None
+    assert policy._lean_decoder(64) is None
+    assert tiny._lean_decoder(64) is not None

@@ -25,15 +25,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import AutoTokenizer, LlamaForCausalLM, PreTrainedModel
+from transformers import PreTrainedModel
 
 from trialground.errors import PolicyError
 from trialground.policy.base import Generation, Policy, SamplingParams
 from trialground.policy.config import PolicyConfig
 from trialground.policy.llama_decode import LlamaDecoder, unsupported_reason
-from trialground.policy.tiny import resolve_model_dir
+from trialground.policy.loading import load_model, load_tokenizer
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+__all__ = ["HFPolicy", "load_model", "load_tokenizer", "sample_batch"]
 
 
 @dataclass
@@ -247,32 +247,6 @@ def sample_batch(
     )
 
 
-def load_tokenizer(config: PolicyConfig) -> Any:
-    """The model's tokenizer, with a pad token (eos when the model has none)."""
-    try:
-        tokenizer: Any = AutoTokenizer.from_pretrained(resolve_model_dir(config.model))
-    except (OSError, ValueError) as exc:
-        raise PolicyError(f"cannot load the tokenizer of model {config.model!r}: {exc}") from exc
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
-
-
-def load_model(config: PolicyConfig) -> PreTrainedModel:
-    """The causal LM of `config.model` on `config.device`; on CPU, sets torch's threads process-wide."""
-    try:
-        model: Any = LlamaForCausalLM.from_pretrained(
-            resolve_model_dir(config.model), dtype=_DTYPES[config.dtype]
-        )
-    except (OSError, ValueError) as exc:
-        raise PolicyError(f"cannot load model {config.model!r}: {exc}") from exc
-    device = torch.device(config.device)
-    if device.type == "cpu" and config.cpu_threads is not None:
-        # process-wide: with more threads than idle cores, every op waits on its slowest thread
-        torch.set_num_threads(config.cpu_threads)
-    return model.to(device)  # type: ignore[no-any-return]
-
-
 def encode_chat(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> list[int]:
     """Prompt token ids of a conversation, rendered with the model's chat template."""
     ids = tokenizer.apply_chat_template(
@@ -298,10 +272,11 @@ class HFPolicy(Policy):
         self._seed_source = torch.Generator().manual_seed(0)
         self._decoder: LlamaDecoder | None = None
 
-    def _lean_decoder(self) -> LlamaDecoder | None:
+    def _lean_decoder(self, length: int) -> LlamaDecoder | None:
         """The lean decoder when configured and exact for the model as it is now (a trainer may have
-        wrapped its projections in LoRA since the last call), else None: the transformers forward."""
-        if self.config.decode != "auto" or unsupported_reason(self.model) is not None:
+        wrapped its projections in LoRA since the last call) and for sequences of up to `length` tokens
+        (a sliding window longer than that never slides), else None: the transformers forward."""
+        if self.config.decode != "auto" or unsupported_reason(self.model, length) is not None:
             return None
         if self._decoder is None:
             self._decoder = LlamaDecoder(self.model)
@@ -354,7 +329,7 @@ class HFPolicy(Policy):
                     pad_id=self._tokenizer.pad_token_id,
                     generator=generator,
                     stop_check=stop_check,
-                    decoder=self._lean_decoder(),
+                    decoder=self._lean_decoder(max(len(p) for p in prompts) + params.max_new_tokens),
                 )
             except (RuntimeError, ValueError, IndexError) as exc:
                 raise PolicyError(f"generation failed: {exc}") from exc

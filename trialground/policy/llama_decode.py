@@ -1,4 +1,8 @@
-"""A lean incremental forward pass for Llama-architecture models, used by `HFPolicy` to sample.
+"""A lean incremental forward pass for Llama-family models, used by `HFPolicy` to sample.
+
+Covered exactly: `LlamaForCausalLM`, `MistralForCausalLM` (while the sequence fits its sliding window),
+`Qwen2ForCausalLM` (q/k/v biases) and `Qwen3ForCausalLM` (per-head q/k RMS norms); tests compare each
+against transformers' own forward. Anything else (Gemma, Phi, GPT-2, ...) samples through transformers.
 
 Why: for small models the transformers forward is dominated by Python and dispatch overhead (cache
 objects, mask construction, hooks, per-projection matmuls), not arithmetic. On the bundled 0.9M model a
@@ -11,9 +15,9 @@ attention mask is built from a boolean key mask without a 4-D float mask per lay
 
 The fused weights are copies, so they are rebuilt whenever a parameter changed: every in-place update
 (optimiser steps, `load_weights`) bumps a tensor's version counter, and `LlamaDecoder` compares the
-counters before each batch. Models it does not cover exactly (LoRA-wrapped projections, rope scaling,
-sliding windows, activations other than SiLU) are refused by `unsupported_reason`, and the caller falls
-back to the transformers forward.
+counters before each batch. Models it does not cover exactly (other architectures, LoRA-wrapped
+projections, rope scaling, a sliding window shorter than the sequence, activations other than SiLU) are
+refused by `unsupported_reason`, and the caller falls back to the transformers forward.
 """
 
 from __future__ import annotations
@@ -26,21 +30,38 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def unsupported_reason(model: nn.Module) -> str | None:
-    """Why `LlamaDecoder` cannot run `model` exactly, or None when it can."""
-    if type(model).__name__ != "LlamaForCausalLM":
-        return f"{type(model).__name__} is not LlamaForCausalLM"
+# Causal-LM classes covered, and the attention module each must hold (a subclass may change the maths).
+_COVERED = {
+    "LlamaForCausalLM": "LlamaAttention",
+    "MistralForCausalLM": "MistralAttention",
+    "Qwen2ForCausalLM": "Qwen2Attention",
+    "Qwen3ForCausalLM": "Qwen3Attention",
+}
+
+
+def unsupported_reason(model: nn.Module, length: int | None = None) -> str | None:
+    """Why `LlamaDecoder` cannot run `model` exactly for sequences of up to `length` tokens (None: any
+    length), or None when it can."""
+    name = type(model).__name__
+    if name not in _COVERED:
+        return f"{name} is not one of {sorted(_COVERED)}"
     cfg: Any = model.config  # type: ignore[union-attr]
     rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
     if rope.get("rope_type", rope.get("type", "default")) != "default":
         return f"rope type {rope.get('rope_type')!r}"
+    if float(getattr(cfg, "partial_rotary_factor", 1.0) or 1.0) != 1.0:
+        return "partial rotary embeddings"
     if getattr(cfg, "hidden_act", "silu") != "silu":
         return f"activation {cfg.hidden_act!r}"
-    if getattr(cfg, "sliding_window", None):
-        return "sliding-window attention"
-    if getattr(cfg, "mlp_bias", False) or getattr(cfg, "attention_bias", False):
-        return "projection biases"
+    window = getattr(cfg, "sliding_window", None)
+    if window and (length is None or length > int(window)):
+        return f"sliding-window attention (window {window}) over {length or 'any number of'} tokens"
+    if getattr(cfg, "pretraining_tp", 1) not in (None, 1):
+        return "pretraining_tp > 1"
     for layer in model.model.layers:  # type: ignore[union-attr]
+        attn = type(layer.self_attn).__name__
+        if attn != _COVERED[name]:
+            return f"attention module {attn}"
         for proj in (*_attn_projs(layer), *_mlp_projs(layer)):
             if type(proj) is not nn.Linear:
                 return f"projection of type {type(proj).__name__} (e.g. LoRA)"
@@ -60,17 +81,29 @@ def _mlp_projs(layer: Any) -> tuple[Any, ...]:
 class _Layer:
     norm1: torch.Tensor  # [d]
     w_qkv: torch.Tensor  # [d, (2 H + 3 Hk) D]: q, k, v, then rotate_half(q), rotate_half(k)
+    b_qkv: torch.Tensor | None  # [(2 H + 3 Hk) D], the biases in the same layout (Qwen2)
     w_o: torch.Tensor  # [H D, d]
+    b_o: torch.Tensor | None
     norm2: torch.Tensor  # [d]
     w_gate_up: torch.Tensor  # [d, 2 I]
+    b_gate_up: torch.Tensor | None
     w_down: torch.Tensor  # [I, d]
+    b_down: torch.Tensor | None
+    # Qwen3's per-head RMS norms of q and k (before rotary), each also permuted for the rotated copy
+    q_norm: tuple[torch.Tensor, torch.Tensor] | None = None
+    k_norm: tuple[torch.Tensor, torch.Tensor] | None = None
+
+
+def _add(x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return x if bias is None else x + bias
 
 
 class LlamaDecoder:
     """Prefill and one-token decode steps over a preallocated KV cache (see the module docstring)."""
 
     def __init__(self, model: nn.Module) -> None:
-        reason = unsupported_reason(model)
+        # a sliding window is checked per batch by the caller (`unsupported_reason(model, length)`)
+        reason = unsupported_reason(model, 1)
         if reason is not None:
             raise ValueError(f"LlamaDecoder cannot run this model: {reason}")
         self.model: Any = model
@@ -85,6 +118,7 @@ class LlamaDecoder:
         self._versions: list[int] = []
         self._layers: list[_Layer] = []
         self._cos = self._sin = torch.empty(0)
+        self.head_eps: float | None = None
 
     # ------------------------------------------------------------------ weights
 
@@ -102,6 +136,11 @@ class LlamaDecoder:
         heads = w_t.view(d, -1, self.head_dim)
         return torch.cat((-heads[..., half:], heads[..., :half]), dim=-1).reshape(d, -1)
 
+    def _half_swap(self, w: torch.Tensor) -> torch.Tensor:
+        """A per-head norm weight [D] with its halves swapped: rotate_half(w * x) == swap(w) * rotate_half(x)."""
+        half = self.head_dim // 2
+        return torch.cat((w[half:], w[:half]))
+
     @torch.no_grad()
     def _fuse(self) -> list[_Layer]:
         out = []
@@ -109,19 +148,54 @@ class LlamaDecoder:
             q, k, v, o = _attn_projs(layer)
             gate, up, down = _mlp_projs(layer)
             q_t, k_t = q.weight.t(), k.weight.t()
+            b_qkv = None
+            if any(p.bias is not None for p in (q, k, v)):
+                b_q, b_k, b_v = (
+                    p.bias if p.bias is not None else p.weight.new_zeros(p.weight.shape[0]) for p in (q, k, v)
+                )
+                rot_q, rot_k = (self._rotate_half(b.unsqueeze(0)).squeeze(0) for b in (b_q, b_k))
+                b_qkv = torch.cat([b_q, b_k, b_v, rot_q, rot_k]).contiguous()
+            b_gate_up = None
+            if gate.bias is not None or up.bias is not None:
+                b_gate_up = torch.cat(
+                    [p.bias if p.bias is not None else p.weight.new_zeros(p.weight.shape[0]) for p in (gate, up)]
+                )
+            attn = layer.self_attn
+            norms = {}
+            for key in ("q_norm", "k_norm"):
+                module = getattr(attn, key, None)
+                if module is not None:
+                    norms[key] = (module.weight, self._half_swap(module.weight))
             out.append(
                 _Layer(
                     norm1=layer.input_layernorm.weight,
                     w_qkv=torch.cat(
                         [q_t, k_t, v.weight.t(), self._rotate_half(q_t), self._rotate_half(k_t)], dim=1
                     ).contiguous(),
+                    b_qkv=b_qkv,
                     w_o=o.weight.t().contiguous(),
+                    b_o=o.bias,
                     norm2=layer.post_attention_layernorm.weight,
                     w_gate_up=torch.cat([gate.weight, up.weight]).t().contiguous(),
+                    b_gate_up=b_gate_up,
                     w_down=down.weight.t().contiguous(),
+                    b_down=down.bias,
+                    **norms,
                 )
             )
+            if self.head_eps is None and norms:
+                self.head_eps = float(getattr(attn.q_norm, "variance_epsilon", self.eps))
         return out
+
+    def _head_norm(
+        self, x: torch.Tensor, x_rot: torch.Tensor, norm: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """RMS-normalise each head of `x` [B, S, heads, D] and, with the same scale, its rotated copy."""
+        if norm is None:
+            return x, x_rot
+        x32 = x.float()
+        scale = torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + (self.head_eps or self.eps))
+        return norm[0] * (x32 * scale).to(x.dtype), norm[1] * (x_rot.float() * scale).to(x.dtype)
 
     # ------------------------------------------------------------------ forward
 
@@ -182,16 +256,19 @@ class LlamaDecoder:
         hd, nh, nkv = self.head_dim, self.n_heads, self.n_kv
         for i, w in enumerate(layers):
             x = self._rms(h, w.norm1)
-            q, k, v, q_rot, k_rot = (x @ w.w_qkv).view(bsz, seq, -1, hd).split([nh, nkv, nkv, nh, nkv], dim=2)
+            qkv = _add(x @ w.w_qkv, w.b_qkv).view(bsz, seq, -1, hd)
+            q, k, v, q_rot, k_rot = qkv.split([nh, nkv, nkv, nh, nkv], dim=2)
+            q, q_rot = self._head_norm(q, q_rot, w.q_norm)
+            k, k_rot = self._head_norm(k, k_rot, w.k_norm)
             q = (q * cos + q_rot * sin).transpose(1, 2)  # [B, H, S, D]
             keys[i, :, :, start:end] = (k * cos + k_rot * sin).transpose(1, 2)
             values[i, :, :, start:end] = v.transpose(1, 2)
             attn = F.scaled_dot_product_attention(
                 q, keys[i, :, :, :end], values[i, :, :, :end], attn_mask=mask, enable_gqa=nh != nkv
             )
-            h = h + attn.transpose(1, 2).reshape(bsz, seq, nh * hd) @ w.w_o
+            h = h + _add(attn.transpose(1, 2).reshape(bsz, seq, nh * hd) @ w.w_o, w.b_o)
             x = self._rms(h, w.norm2)
-            gate, up = (x @ w.w_gate_up).chunk(2, dim=-1)
-            h = h + (F.silu(gate) * up) @ w.w_down
+            gate, up = _add(x @ w.w_gate_up, w.b_gate_up).chunk(2, dim=-1)
+            h = h + _add((F.silu(gate) * up) @ w.w_down, w.b_down)
         last = self._rms(h[:, -1], self.model.model.norm.weight)
         return self.model.lm_head(last)  # type: ignore[no-any-return]
