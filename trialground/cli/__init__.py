@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from trialground.cli import config_cmd, report_cmd, run_cmd, sandbox_cmd, tasks_cmd, verify_cmd
+from trialground.cli import config_cmd, export_cmd, report_cmd, run_cmd, sandbox_cmd, tasks_cmd, verify_cmd
 
 app = typer.Typer(
     name="trialground",
@@ -21,6 +21,7 @@ app.command("eval")(run_cmd.evaluate)
 app.command("verify")(verify_cmd.verify)
 app.command("report")(report_cmd.report)
 app.command("dashboard")(report_cmd.dashboard)
+app.command("export")(export_cmd.export)
 
 
 def main() -> None:

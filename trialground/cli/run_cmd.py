@@ -96,8 +96,13 @@ def evaluate(
     cfg = _config(config, overrides, None)
     from trialground.orchestrator.evaluate_run import evaluate_run
 
-    if checkpoint is not None and not (checkpoint / "model.pt").is_file():
-        fail(f"--checkpoint {checkpoint}: no model.pt there (expected runs/<name>/checkpoints/step_N)")
+    if checkpoint is not None and not any(
+        (checkpoint / sub).is_file() for sub in ("hf/config.json", "adapter/adapter_config.json")
+    ):
+        fail(
+            f"--checkpoint {checkpoint}: no hf/ or adapter/ directory there "
+            "(expected runs/<name>/checkpoints/step_N)"
+        )
     try:
         with console.status("evaluating"):
             metrics = asyncio.run(evaluate_run(cfg, checkpoint=checkpoint, samples=samples))

@@ -62,7 +62,7 @@ class Components:
 
     def sync_weights(self) -> None:
         """After a trainer step: the policy samples with the new weights, stamped with the new version."""
-        if self.trainer.model is getattr(self.policy, "model", None):
+        if self.trainer.base_model is getattr(self.policy, "model", None):  # shared module (LoRA too)
             self.policy.version = self.trainer.version
         else:
             self.policy.load_weights(self.trainer.state_dict(), self.trainer.version)

@@ -15,10 +15,11 @@ async def evaluate_run(
     """Greedy pass@1 (`eval/…`) and, when `samples > 1`, sampled pass@1 and pass@k (`eval_sampled/…`)."""
     c = build(config, None, train=False)
     try:
-        if checkpoint is not None:
-            import torch
+        if checkpoint is not None:  # its peft adapter on the run's base model, else its hf/ weights
+            from trialground.policy.loading import base_model_dir
+            from trialground.train.hf_checkpoint import checkpoint_weights
 
-            state = torch.load(checkpoint / "model.pt", map_location="cpu", weights_only=True)
+            state = checkpoint_weights(checkpoint, base_model_dir(config.policy))
             c.policy.load_weights(state, version=0)
         metrics = (await evaluate(c, c.eval_tasks, params=config.policy.eval_sampling)).metrics
         if samples > 1:

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from trialground.orchestrator.components import Components
 from trialground.orchestrator.rundir import RunDir
+from trialground.policy.loading import base_model_dir
 from trialground.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 
 
 def save(c: Components, run: RunDir, step: int) -> None:
     extra = {"step": step, "task_pool": c.tasks.state_dict(), "policy": c.policy_state()}
-    save_checkpoint(run.checkpoint_dir(step), c.trainer, step=step, extra=extra)
+    save_checkpoint(
+        run.checkpoint_dir(step),
+        c.trainer,
+        step=step,
+        extra=extra,
+        tokenizer=c.policy.tokenizer,
+        base_model=base_model_dir(c.config.policy),
+    )
 
 
 def restore(c: Components, run: RunDir) -> int:

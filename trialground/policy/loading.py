@@ -76,3 +76,12 @@ def load_model(config: PolicyConfig) -> PreTrainedModel:
         # process-wide: with more threads than idle cores, every op waits on its slowest thread
         torch.set_num_threads(config.cpu_threads)
     return model.to(device)  # type: ignore[no-any-return]
+
+
+def base_model_dir(config: PolicyConfig) -> str | None:
+    """The absolute local directory of the run's starting model (recorded in LoRA adapters), or None when
+    `config.model` is not a local model directory."""
+    try:
+        return str(resolve_model_dir(config.model).resolve())
+    except FileNotFoundError:
+        return None

@@ -7,7 +7,9 @@ Layout of `runs/<name>/checkpoints/step_N/`:
     optimizer.pt    AdamW state
     rng.pt          python `random`, numpy global, torch CPU (+ CUDA) generator states
     extra.pt        whatever the caller passes (task-pool state, loop counters, ...), pickled by torch
-    hf/             optional: merged weights in Hugging Face format (+ tokenizer), for `eval` and export
+    hf/             the model in Hugging Face format, LoRA merged (+ tokenizer, generation config): loads
+                    with `AutoModelForCausalLM.from_pretrained` and vLLM (`trialground.train.hf_checkpoint`)
+    adapter/        LoRA runs: the adapters in peft format (`adapter_config.json` + safetensors)
 
 Resuming = a fresh process builds the same `Trainer` from the same config, calls `load_checkpoint`, and
 carries on: the RNG states are restored last, so the next random draw is the one the uninterrupted run
@@ -30,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from trialground.train.hf_checkpoint import ADAPTER_DIR, HF_DIR, save_adapter, save_hf
 from trialground.train.trainer import Trainer
 
 _STEP_RE = re.compile(r"^step_(\d+)$")
@@ -85,10 +88,14 @@ def save_checkpoint(
     *,
     step: int,
     extra: Mapping[str, Any] | None = None,
-    export_hf: bool = False,
+    export_hf: bool = True,
     tokenizer: Any = None,
+    base_model: str | Path | None = None,
 ) -> Path:
-    """Write a complete checkpoint to `path` (e.g. `checkpoint_path(run_dir, step)`); returns `path`."""
+    """Write a complete checkpoint to `path` (e.g. `checkpoint_path(run_dir, step)`); returns `path`.
+
+    With `export_hf` (the default) it holds `hf/` (with `tokenizer` saved into it when given) and, under
+    LoRA, `adapter/`, whose config names `base_model` (the local directory the run started from)."""
     final = Path(path)
     tmp = final.with_name(final.name + ".tmp")
     if tmp.exists():
@@ -99,7 +106,9 @@ def save_checkpoint(
     torch.save(rng_state(), tmp / "rng.pt")
     torch.save(dict(extra or {}), tmp / "extra.pt")
     if export_hf:
-        export_pretrained(trainer, tmp / "hf", tokenizer=tokenizer)
+        save_hf(trainer, tmp / HF_DIR, tokenizer=tokenizer)
+        if trainer.config.lora_rank > 0:
+            save_adapter(trainer, tmp / ADAPTER_DIR, base_model=base_model)
     meta = {
         "step": step,
         "version": trainer.version,
@@ -142,10 +151,4 @@ def load_checkpoint(path: str | Path, trainer: Trainer) -> LoadedCheckpoint:
 
 def export_pretrained(trainer: Trainer, path: str | Path, *, tokenizer: Any = None) -> Path:
     """Merged full weights in Hugging Face format (for `from_pretrained`), plus the tokenizer if given."""
-    out = Path(path)
-    model: Any = trainer.model
-    base = model.get_base_model() if trainer.config.lora_rank > 0 else model
-    base.save_pretrained(out, state_dict=trainer.state_dict())
-    if tokenizer is not None:
-        tokenizer.save_pretrained(out)
-    return out
+    return save_hf(trainer, path, tokenizer=tokenizer)

@@ -6,7 +6,9 @@ the very module inside `HFPolicy.model`: the policy samples with it, the trainer
 (loading a state dict onto its own tensors is a copy of identical values). A policy that holds a separate
 copy -- vLLM, another process, another device -- receives the same call and copies real weights.
 `state_dict()` always returns plain full-model weights (LoRA merged, no peft prefixes), the format every
-backend loads.
+backend loads. Under LoRA, peft injects the adapters into the given module in place: a policy that shares
+it (`base_model is policy.model`) already samples with the adapters and must not be sent merged weights
+too (the update would count twice).
 
 Old logprobs. By default the ratio's denominator is the logprob the sampler recorded
 (`old_logprobs="sampling"`): that is the behaviour policy, so the ratio also corrects for staleness in
@@ -344,6 +346,14 @@ class Trainer:
         return metrics
 
     # ------------------------------------------------------------------ weights
+
+    @property
+    def base_model(self) -> nn.Module:
+        """The Hugging Face model being trained: `model` itself, or under LoRA the module peft injected its
+        adapters into (the policy's own module in the embedded default, so it samples with them)."""
+        if self.config.lora_rank == 0:
+            return self.model
+        return self.model.get_base_model()  # type: ignore[operator,no-any-return]
 
     def _trainable(self) -> list[nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
