@@ -49,7 +49,9 @@ def make_checkpoint(arch: str, path: Path, *, seed: int = 0, stop_often: bool = 
     tok = bundled_tokenizer()
     config_cls, kwargs = ARCHS[arch]
     config = getattr(transformers, config_cls)(
-        vocab_size=len(tok),
+        # room beyond the tokenizer, as real models pad their vocabulary (and a model-specific tokenizer
+        # class that AutoTokenizer picks from config.json may add a default special token)
+        vocab_size=len(tok) + 16,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
         bos_token_id=None,

@@ -71,6 +71,13 @@ def load_pretrained(path: str | Path, dtype: torch.dtype = torch.float32) -> Pre
 def load_model(config: PolicyConfig) -> PreTrainedModel:
     """The causal LM of `config.model` on `config.device`; on CPU, sets torch's threads process-wide."""
     model: Any = load_pretrained(model_dir(config), DTYPES[config.dtype])
+    embeddings = model.get_input_embeddings().weight.shape[0]
+    tokens = len(load_tokenizer(config))
+    if tokens > embeddings:
+        raise PolicyError(
+            f"model {config.model!r}: its tokenizer has {tokens} tokens but the model embeds only "
+            f"{embeddings}; they do not belong together"
+        )
     device = torch.device(config.device)
     if device.type == "cpu" and config.cpu_threads is not None:
         # process-wide: with more threads than idle cores, every op waits on its slowest thread
