@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("torch", reason="model tests need the [train] extra (torch, transformers)")
 sys.path.insert(0, str(Path(__file__).parent))
 
-from modelkit import ARCHS, make_checkpoint  # noqa: E402
+from modelkit import ARCHS, make_checkpoint
 
 
 @pytest.fixture(scope="session")

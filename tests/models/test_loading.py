@@ -45,7 +45,9 @@ def test_missing_and_unexpected_weights_are_errors(arch_dirs: dict[str, Path], t
     missing = _rewrite_weights(
         src, tmp_path / "missing", lambda w: w.pop("model.layers.1.self_attn.k_proj.bias")
     )
-    with pytest.raises(PolicyError, match=r"missing from the checkpoint: model\.layers\.1\.self_attn\.k_proj"):
+    with pytest.raises(
+        PolicyError, match=r"missing from the checkpoint: model\.layers\.1\.self_attn\.k_proj"
+    ):
         HFPolicy(PolicyConfig(model=str(missing)))
     extra = _rewrite_weights(
         src, tmp_path / "extra", lambda w: w.__setitem__("model.layers.0.mlp.extra.weight", torch.zeros(2))
@@ -58,19 +60,19 @@ def test_missing_and_unexpected_weights_are_errors(arch_dirs: dict[str, Path], t
     config = json.loads((as_llama / "config.json").read_text())
     config.update(model_type="llama", architectures=["LlamaForCausalLM"])
     (as_llama / "config.json").write_text(json.dumps(config))
-    with pytest.raises(PolicyError, match="not in the architecture: .*q_proj.bias"):
+    with pytest.raises(PolicyError, match=r"not in the architecture: .*q_proj\.bias"):
         HFPolicy(PolicyConfig(model=str(as_llama)))
 
 
 def test_a_model_that_is_not_a_causal_lm_is_refused(tmp_path: Path) -> None:
     from transformers import BertConfig, BertModel
 
-    BertModel(BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16)).save_pretrained(
-        tmp_path / "bert"
-    )
+    BertModel(
+        BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16)
+    ).save_pretrained(tmp_path / "bert")
     with pytest.raises(PolicyError):
         HFPolicy(PolicyConfig(model=str(tmp_path / "bert")))
-    with pytest.raises(PolicyError, match="config.json missing"):
+    with pytest.raises(PolicyError, match=r"config\.json missing"):
         HFPolicy(PolicyConfig(model=str(tmp_path / "nothing")))
 
 
@@ -83,7 +85,10 @@ async def test_policy_tokens_equal_the_transformers_path(arch: str, tmp_path: Pa
     plain = HFPolicy(PolicyConfig(model=str(model_dir), decode="transformers"))
     lean = auto._lean_decoder(128)
     assert (lean is not None) == (arch in ("llama", "mistral", "qwen2", "qwen3"))
-    prompts = [auto.encode_chat([{"role": "user", "content": t.prompt}]) for t in generate_codegen_tasks(3, seed=1, split="eval")]
+    prompts = [
+        auto.encode_chat([{"role": "user", "content": t.prompt}])
+        for t in generate_codegen_tasks(3, seed=1, split="eval")
+    ]
     prompts = [p for p in prompts for _ in range(2)]
     for temperature in (0.0, 1.0):
         params = SamplingParams(temperature=temperature, max_new_tokens=20, seed=5)

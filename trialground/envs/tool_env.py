@@ -34,6 +34,7 @@ from typing import Any
 from trialground.envs.base import Environment, Forkable, Grading, Observation
 from trialground.envs.config import EnvConfig
 from trialground.envs.text import truncate_middle
+from trialground.envs.tool_schemas import tool_schemas
 from trialground.envs.toolcalls import InvalidCall, ToolFormat, format_tool_call, parse_tool_calls
 from trialground.envs.tools import TOOL_DOCS, Toolbox, make_action, validate_call
 from trialground.errors import EnvError, ErrorInfo, SandboxError, TrialgroundError, VerifierError
@@ -175,7 +176,8 @@ class ToolEnv(Environment, Forkable):
         fmt: ToolFormat = "xml" if self.config.tool_format == "xml" else "json_tags"
         example = format_tool_call("bash", {"command": "ls"}, fmt)
         text = f"{task.prompt}\n\n{TOOL_DOCS}\nCall a tool like this:\n{example}"
-        info: dict[str, Any] = {"turn": 0, "counters": self.counters}
+        # the tools as JSON schemas too: a chat template that takes `tools=` renders them its own way
+        info: dict[str, Any] = {"turn": 0, "counters": self.counters, "tools": tool_schemas()}
         if digest is not None:
             info["workspace_digest"] = digest
         return Observation(text=text, info=info)

@@ -41,13 +41,14 @@ async def collect(
         raise ValueError(f"branch_k={size} must divide k={k}")
 
     budget, release = c.config.policy.max_context_tokens, c.env_release
+    role = c.config.policy.observation_role
 
     async def one(task: Task) -> list[Trajectory]:
         async with limit:
             if branch == "off":
                 return await rollout_group(
                     batcher, c.env_factory(task), task, k, params=params, group_id=_group_id(task),
-                    max_context_tokens=budget, release=release,
+                    max_context_tokens=budget, release=release, observation_role=role,
                 )  # fmt: skip
             groups = await asyncio.gather(
                 *(
@@ -61,6 +62,7 @@ async def collect(
                         group_id=_group_id(task),
                         max_context_tokens=budget,
                         release=release,
+                        observation_role=role,
                     )
                     for _ in range(k // size)
                 )

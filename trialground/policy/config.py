@@ -25,16 +25,22 @@ class PolicyConfig(BaseModel):
     )
     decode: Literal["auto", "transformers"] = Field(
         "auto",
-        description="hf backend: 'auto' samples Llama-architecture models through trialground's lean "
-        "decoder (same tokens; 2.4x faster than 'transformers' for 4 prompts x 8 samples on the tiny "
-        "model, benchmarks/generation.py); 'transformers' always uses "
-        "the model's own forward",
+        description="hf backend: 'auto' samples Llama, Mistral, Qwen2 and Qwen3 models through "
+        "trialground's lean decoder (same tokens; 2.4x faster than 'transformers' for 4 prompts x 8 "
+        "samples on the tiny model, benchmarks/generation.py), other architectures through "
+        "transformers; 'transformers' always uses the model's own forward",
     )
     separate_process: bool = Field(
         False,
         description="hf backend: generate in a child process that receives the trainer's weights after "
         "every step, as an inference server would; generation no longer shares the trainer's GIL and "
         "core (async mode on CPU gains most, benchmarks/async_vs_sync.py)",
+    )
+    observation_role: str = Field(
+        "user",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,31}$",
+        description="Chat role of the environment's answers in multi-turn episodes: 'user', or the role "
+        "the model's chat template gives tool results ('tool' for Qwen, 'ipython' for Llama 3)",
     )
     sampling: SamplingParams = Field(default_factory=SamplingParams, description="Training-time sampling")
     eval_sampling: SamplingParams = Field(

@@ -29,7 +29,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-
 # Causal-LM classes covered, and the attention module each must hold (a subclass may change the maths).
 _COVERED = {
     "LlamaForCausalLM": "LlamaAttention",
@@ -137,7 +136,7 @@ class LlamaDecoder:
         return torch.cat((-heads[..., half:], heads[..., :half]), dim=-1).reshape(d, -1)
 
     def _half_swap(self, w: torch.Tensor) -> torch.Tensor:
-        """A per-head norm weight [D] with its halves swapped: rotate_half(w * x) == swap(w) * rotate_half(x)."""
+        """A per-head norm weight [D], halves swapped: rotate_half(w * x) == swap(w) * rotate_half(x)."""
         half = self.head_dim // 2
         return torch.cat((w[half:], w[:half]))
 
@@ -158,7 +157,10 @@ class LlamaDecoder:
             b_gate_up = None
             if gate.bias is not None or up.bias is not None:
                 b_gate_up = torch.cat(
-                    [p.bias if p.bias is not None else p.weight.new_zeros(p.weight.shape[0]) for p in (gate, up)]
+                    [
+                        p.bias if p.bias is not None else p.weight.new_zeros(p.weight.shape[0])
+                        for p in (gate, up)
+                    ]
                 )
             attn = layer.self_attn
             norms = {}

@@ -59,9 +59,10 @@ def _problems(info: dict[str, Any]) -> list[str]:
 def load_pretrained(path: str | Path, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
     """`AutoModelForCausalLM.from_pretrained(path)`, strictly: every weight present, none left over."""
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, output_loading_info=True)
+        loaded: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, output_loading_info=True)
     except (OSError, ValueError, KeyError) as exc:
         raise PolicyError(f"cannot load a causal LM from {path}: {exc}") from exc
+    model, info = loaded
     problems = _problems(info)
     if problems:
         raise PolicyError(f"{path}: the checkpoint does not match its architecture: " + "; ".join(problems))

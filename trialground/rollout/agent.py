@@ -151,7 +151,7 @@ async def start_episode(
         messages.append({"role": "system", "content": str(obs.info["system"])})
     messages.append({"role": "user", "content": obs.text})
     try:
-        ep.context = renderer.prompt_ids(messages)
+        ep.context = renderer.prompt_ids(messages, tools=obs.info.get("tools"))
     except Exception as exc:  # a template that cannot render this prompt: this episode's failure only
         ep.fail(
             EnvError(f"cannot render the prompt: {type(exc).__name__}: {exc}", kind="render_failed").info()

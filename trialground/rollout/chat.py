@@ -34,9 +34,22 @@ class ChatRenderer:
         self.tokenizer = tokenizer
         self._frames: dict[str, _Frame] = {}
 
-    def _render(self, messages: Sequence[Mapping[str, str]], generation_prompt: bool) -> str:
+    @property
+    def takes_tools(self) -> bool:
+        """Whether the chat template renders a `tools` argument (Qwen, Llama 3, Mistral templates do)."""
+        template = self.tokenizer.chat_template
+        text = template if isinstance(template, str) else " ".join(map(str, dict(template).values()))
+        return "tools" in text
+
+    def _render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        generation_prompt: bool,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> str:
+        extra = {"tools": [dict(t) for t in tools]} if tools and self.takes_tools else {}
         text = self.tokenizer.apply_chat_template(
-            [dict(m) for m in messages], tokenize=False, add_generation_prompt=generation_prompt
+            [dict(m) for m in messages], tokenize=False, add_generation_prompt=generation_prompt, **extra
         )
         if not isinstance(text, str):
             raise ValueError(f"apply_chat_template(tokenize=False) returned {type(text).__name__}, not text")
@@ -46,9 +59,12 @@ class ChatRenderer:
         """Ids of template text; special-token markers in it become their special ids."""
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def prompt_ids(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
-        """The rendered conversation, ending with the generation prompt."""
-        return self.encode(self._render(messages, generation_prompt=True))
+    def prompt_ids(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> list[int]:
+        """The rendered conversation, ending with the generation prompt. `tools` (JSON-schema function
+        descriptions) go to the template when it takes them, and are left out when it does not."""
+        return self.encode(self._render(messages, generation_prompt=True, tools=tools))
 
     def _frame(self, role: str) -> _Frame:
         if role in self._frames:

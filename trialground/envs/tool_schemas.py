@@ -1,0 +1,44 @@
+"""The tool environment's tools as JSON-schema function descriptions, for chat templates that take
+`tools=` (Qwen, Llama 3, Mistral, ...): the template then writes them into the prompt in the form the
+model was trained on. Derived from `TOOL_PARAMS`, so the two cannot disagree."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trialground.envs.tools import TOOL_PARAMS
+
+_DESCRIPTIONS = {
+    "bash": ("Run a bash script in /workspace.", {"command": "the script"}),
+    "python": ("Run Python code in /workspace.", {"code": "the program"}),
+    "read_file": ("Show a file.", {"path": "file path, relative to /workspace"}),
+    "write_file": (
+        "Create or overwrite a file.",
+        {"path": "file path, relative to /workspace", "content": "the whole new content"},
+    ),
+    "edit_file": (
+        "Replace the one exact occurrence of `old` with `new` in a file.",
+        {"path": "file path, relative to /workspace", "old": "text to replace", "new": "replacement"},
+    ),
+    "run_tests": ("Run the visible tests.", {}),
+    "submit": ("Finish; the workspace (or `answer`) is graded.", {"answer": "the answer, if one is asked"}),
+}
+
+
+def tool_schemas() -> list[dict[str, Any]]:
+    """One `{"type": "function", "function": {...}}` entry per tool, in `TOOL_PARAMS` order."""
+    out = []
+    for name, (required, optional) in TOOL_PARAMS.items():
+        description, params = _DESCRIPTIONS[name]
+        properties = {p: {"type": "string", "description": params[p]} for p in (*required, *optional)}
+        out.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "description": description,
+                    "parameters": {"type": "object", "properties": properties, "required": list(required)},
+                },
+            }
+        )
+    return out
