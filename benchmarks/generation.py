@@ -1,9 +1,15 @@
 """Generation speed of HFPolicy's sampling loop vs transformers' `generate()`, side by side.
 
     .venv/bin/python benchmarks/generation.py [--batch 32] [--tokens 30] [--reps 5] [--threads 1]
+        [--model DIR]
 
-Three ways to sample the bundled tiny model at temperature 1 from the same left-padded codegen prompts,
-each for exactly `--tokens` new tokens (eos ignored by generate via min_new_tokens, and by our loop because
+GRPO shapes on a ~100M model (8 prompts x 8 samples x 64 tokens; benchmarks/make_model.py makes one):
+
+    .venv/bin/python benchmarks/generation.py --model /tmp/bench-llama --batch 64 --group 8 --tokens 64 \
+        --reps 3 --threads 1
+
+Three ways to sample a model (default: the bundled tiny one) at temperature 1 from the same left-padded
+codegen prompts, each for exactly `--tokens` new tokens (eos ignored by generate via min_new_tokens, and by our loop because
 its eos set is emptied), alternating rep by rep so a busy machine slows all alike:
 - `lean`: `sample_batch` through `LlamaDecoder` (what `HFPolicy` uses by default, `decode="auto"`);
 - `loop`: `sample_batch` through the model's own forward and cache (`decode="transformers"`);
@@ -32,9 +38,10 @@ def main() -> None:
     ap.add_argument("--eos", action="store_true", help="rows stop at the model's eos, as in training")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--model", default="tiny", help="'tiny' or a local HF model directory")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    policy = HFPolicy(PolicyConfig(model="tiny"))
+    policy = HFPolicy(PolicyConfig(model=args.model, cpu_threads=args.threads))
+    print(f"{type(policy.model).__name__}: {sum(p.numel() for p in policy.model.parameters()) / 1e6:.1f}M")
     tok, model = policy.tokenizer, policy.model
     tasks = generate_codegen_tasks(args.batch // args.group, seed=0, split="eval")
     prompts = [

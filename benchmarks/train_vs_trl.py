@@ -12,6 +12,14 @@ Reported: samples/s over the N training steps (generation + grading + update), t
 over the last third of the steps, and held-out greedy pass@1 of both final models (same evaluator).
 
     .venv/bin/python benchmarks/train_vs_trl.py --steps 20 --tasks 4 --k 8
+
+At a realistic size (`--model`: a ~100M model from benchmarks/make_model.py; GRPO shapes 8 prompts x 8
+samples x 64 tokens). A randomly initialised model solves nothing, so every advantage is 0: `--full-batch`
+makes our trainer run the forward and backward of every sequence anyway, as TRL does (by default it skips
+sequences whose gradient is exactly zero):
+
+    .venv/bin/python benchmarks/train_vs_trl.py --model /tmp/bench-llama --steps 3 --tasks 8 --k 8 \
+        --max-new-tokens 64 --eval-tasks 8 --full-batch
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from trialground.envs.text import extract_code
 from trialground.policy.base import SamplingParams
 from trialground.policy.config import PolicyConfig
 from trialground.policy.hf import HFPolicy
-from trialground.policy.tiny import tiny_model_dir
+from trialground.policy.tiny import resolve_model_dir
 from trialground.rollout.agent import rollout_group
 from trialground.rollout.batching import GroupBatcher
 from trialground.sandbox.base import Limits, SandboxConfig
@@ -77,10 +85,16 @@ class GradingLoop:
 
 
 async def ours(args: argparse.Namespace, tasks: list[Task]) -> tuple[HFPolicy, dict[str, Any]]:
-    policy = HFPolicy(PolicyConfig(model="tiny"))
+    policy = HFPolicy(PolicyConfig(model=args.model))
     trainer = Trainer(
         policy.model,
-        TrainerConfig(lr=args.lr, clip_low=0.2, clip_high=0.28, micro_batch_size=args.tasks * args.k),
+        TrainerConfig(
+            lr=args.lr,
+            clip_low=0.2,
+            clip_high=0.28,
+            micro_batch_size=args.tasks * args.k,
+            skip_zero_advantage=not args.full_batch,
+        ),
         policy.tokenizer.pad_token_id,
         temperature=1.0,
     )
@@ -123,11 +137,12 @@ async def ours(args: argparse.Namespace, tasks: list[Task]) -> tuple[HFPolicy, d
 
 def trl(args: argparse.Namespace, tasks: list[Task]) -> tuple[Any, dict[str, Any]]:
     from datasets import Dataset
-    from transformers import AutoTokenizer, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir())
-    model = LlamaForCausalLM.from_pretrained(tiny_model_dir(), dtype=torch.float32)
+    model_dir = resolve_model_dir(args.model)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     rows = [{"prompt": [{"role": "user", "content": t.prompt}], "task_index": i} for i, t in enumerate(tasks)]
     rewards: list[float] = []
     reward_s = [0.0]
@@ -233,6 +248,10 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--eval-tasks", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model", default="tiny", help="'tiny' or a local HF model directory")
+    ap.add_argument(
+        "--full-batch", action="store_true", help="ours: forward/backward every sequence, advantage 0 too"
+    )
     ap.add_argument("--only", choices=["ours", "trl"], default=None)
     ap.add_argument("--ours-first", action="store_true", help="run ours before TRL (check order effects)")
     args = ap.parse_args()
@@ -240,7 +259,7 @@ def main() -> None:
     evals = generate_codegen_tasks(args.eval_tasks, seed=args.seed + 2, split="eval")
     samples = args.steps * args.tasks * args.k
     per_step = args.tasks * args.k
-    base = HFPolicy(PolicyConfig(model="tiny"))
+    base = HFPolicy(PolicyConfig(model=args.model))
     start = asyncio.run(held_out_pass1(base, evals, args.max_new_tokens))
     print(f"held-out greedy pass@1 before training: {start:.3f}", flush=True)
 

@@ -1,0 +1,54 @@
+"""A randomly initialised ~100M-parameter causal LM for the CPU benchmarks, saved with `save_pretrained`.
+
+    .venv/bin/python benchmarks/make_model.py --arch llama --out /tmp/bench-llama
+
+The shape is SmolLM-135M's (30 layers, hidden 576, 9 query / 3 key-value heads, MLP 1536) with the bundled
+tokenizer's 384-token vocabulary: 106M parameters, all in the transformer layers. (SmolLM's own 49k
+vocabulary would add 28M tied embedding parameters and a 576 x 49152 output layer, which costs every
+sampler and trainer the same.) `--arch qwen2` adds q/k/v biases, `--arch qwen3` per-head q/k norms.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import transformers
+
+from trialground.policy.tiny import tiny_model_dir
+
+CONFIGS = {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "qwen3": "Qwen3Config"}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--arch", choices=sorted(CONFIGS), default="llama")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--layers", type=int, default=30)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    tok = transformers.AutoTokenizer.from_pretrained(tiny_model_dir())
+    config = getattr(transformers, CONFIGS[args.arch])(
+        vocab_size=len(tok) + 16,  # room for a default special token a model-specific tokenizer adds
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=args.layers,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        head_dim=64,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(args.seed)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    model.save_pretrained(args.out)
+    tok.save_pretrained(args.out)
+    n = sum(p.numel() for p in model.parameters())
+    print(f"{args.arch}: {n / 1e6:.1f}M parameters in {args.out}")
+
+
+if __name__ == "__main__":
+    main()
