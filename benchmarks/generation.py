@@ -9,8 +9,8 @@ GRPO shapes on a ~100M model (8 prompts x 8 samples x 64 tokens; benchmarks/make
         --reps 3 --threads 1
 
 Three ways to sample a model (default: the bundled tiny one) at temperature 1 from the same left-padded
-codegen prompts, each for exactly `--tokens` new tokens (eos ignored by generate via min_new_tokens, and by our loop because
-its eos set is emptied), alternating rep by rep so a busy machine slows all alike:
+codegen prompts, each for exactly `--tokens` new tokens (eos ignored by generate via min_new_tokens, and
+by our loop because its eos set is emptied), alternating rep by rep so a busy machine slows all alike:
 - `lean`: `sample_batch` through `LlamaDecoder` (what `HFPolicy` uses by default, `decode="auto"`);
 - `loop`: `sample_batch` through the model's own forward and cache (`decode="transformers"`);
 - `generate`: `model.generate()`, asked for its scores too, as a policy needs per-token logprobs.
