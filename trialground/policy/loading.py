@@ -51,7 +51,8 @@ def _problems(info: dict[str, Any]) -> list[str]:
         names = sorted(str(n) for n in info.get(key) or ())
         if names:
             more = f" (+{len(names) - 5} more)" if len(names) > 5 else ""
-            out.append(f"{len(names)} weights {what}: {', '.join(names[:5])}{more}")
+            plural = "s" if len(names) != 1 else ""
+            out.append(f"{len(names)} weight{plural} {what}: {', '.join(names[:5])}{more}")
     out.extend(str(e) for e in info.get("error_msgs") or ())
     return out
 
