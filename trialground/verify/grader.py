@@ -11,9 +11,9 @@
 - `check_program`: the task's check programs against the episode's files (`check_program.py`);
 - `judge`: the configured `Judge` (`judge.py`), score >= params["threshold"] (default 0.5) passes.
 
-Any flag of severity `hack` fails the outcome (a hack never earns it); `RewardConfig.hack_action` decides
-the rest. Infrastructure failures never become a silent 0: `Verdict.error` is set and the reward is
-marked `dropped`.
+The reward is the rubric's (`rubric.py`): any flag of severity `hack` fails the outcome (a hack never earns
+it) and `RewardConfig.hack_action` decides the rest. Infrastructure failures never become a silent 0:
+`Verdict.error` is set and the reward is marked `dropped`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from trialground.verify.config import RewardConfig
 from trialground.verify.hacks import static_flags
 from trialground.verify.judge import CrossCheck, Judge
 from trialground.verify.math_verifier import MathWorker, verify_math
-from trialground.verify.reward import compute_reward
+from trialground.verify.rubric import Rubric
 from trialground.verify.submitted import UnreadableSubmission, read_submitted
 from trialground.verify.tamper import workspace_flags
 
@@ -54,6 +54,7 @@ class Grader:
     ) -> None:
         self.sandbox_config = sandbox_config
         self.reward_config = reward_config or RewardConfig()
+        self.rubric = Rubric(self.reward_config)
         grading = self.reward_config.grading
         self.judge = judge
         self.cross_check = CrossCheck(self.reward_config.judge_sample_rate)
@@ -134,9 +135,7 @@ class Grader:
             err = VerifierError(f"{type(e).__name__}: {e}", kind="internal")
             verdict = Verdict(passed=False, detail=str(err)[:500], error=err.info())
         judge_score = await self._cross_check(task, submission, verdict)
-        reward = compute_reward(verdict, actions, self.reward_config, judge_score=judge_score)
-        if verdict.error is not None:
-            reward = reward.model_copy(update={"dropped": True})
+        reward = self.rubric.grade(verdict, actions, judge_score=judge_score)
         self._count(verdict, time.perf_counter() - start)
         return verdict, reward
 
