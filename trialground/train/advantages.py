@@ -137,9 +137,7 @@ def score_trajectories(
     return out
 
 
-def with_advantages(
-    trajectories: Sequence[Trajectory], advantages: Sequence[float | None]
-) -> list[Scored]:
+def with_advantages(trajectories: Sequence[Trajectory], advantages: Sequence[float | None]) -> list[Scored]:
     """Records for advantages computed elsewhere (a custom estimator): record i is trainable when
     `advantages[i]` is not None and trajectory i has no error and policy tokens."""
     if len(trajectories) != len(advantages):
