@@ -12,7 +12,7 @@ def save(c: Components, run: RunDir, step: int) -> None:
     extra = {"step": step, "task_pool": c.tasks.state_dict(), "policy": c.policy_state()}
     save_checkpoint(
         run.checkpoint_dir(step),
-        c.trainer,
+        c.require_trainer(),
         step=step,
         extra=extra,
         tokenizer=c.policy.tokenizer,
@@ -25,7 +25,7 @@ def restore(c: Components, run: RunDir) -> int:
     path = latest_checkpoint(run.path)
     if path is None:
         raise FileNotFoundError(f"{run.path}: no complete checkpoint to resume from")
-    loaded = load_checkpoint(path, c.trainer)
+    loaded = load_checkpoint(path, c.require_trainer())
     c.tasks.load_state_dict(loaded.extra["task_pool"])
     c.load_policy_state(loaded.extra.get("policy", {}))
     c.sync_weights()

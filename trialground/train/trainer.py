@@ -1,4 +1,4 @@
-"""The policy-gradient trainer: trajectories + advantages -> one optimiser step on a HF causal LM.
+"""The policy-gradient trainer: a batch of `Scored` records -> one optimiser step on a HF causal LM.
 
 Weight sharing. `Trainer` updates the `nn.Module` it is given *in place*. In the embedded default that is
 the very module inside `HFPolicy.model`: the policy samples with it, the trainer updates it, and
@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from trialground.policy.hf import cache_keyword, distinct_rows, left_pad
-from trialground.rollout.trajectory import Trajectory
+from trialground.train.advantages import Scored
 from trialground.train.config import TrainerConfig
 from trialground.train.losses import finalize_metrics, ppo_clip_loss
 
@@ -55,13 +55,12 @@ class Sample:
         return self.prompt_len - 1
 
 
-def build_samples(trajectories: Sequence[Trajectory], advantages: Sequence[float | None]) -> list[Sample]:
-    """Trainable samples: trajectories with an advantage, no error, and at least one policy token."""
-    if len(trajectories) != len(advantages):
-        raise ValueError(f"{len(advantages)} advantages for {len(trajectories)} trajectories")
+def build_samples(batch: Sequence[Scored]) -> list[Sample]:
+    """Trainable samples: the records marked trainable that have a prompt and at least one policy token."""
     samples = []
-    for traj, adv in zip(trajectories, advantages, strict=True):
-        if adv is None or traj.error is not None:
+    for rec in batch:
+        traj, adv = rec.trajectory, rec.advantage
+        if not rec.trainable or adv is None or traj.error is not None:
             continue
         prompt = traj.prompt_ids
         ids, mask, logps = traj.completion()
@@ -257,17 +256,16 @@ class Trainer:
 
     # ------------------------------------------------------------------ the update
 
-    def step(
-        self, trajectories: Sequence[Trajectory], advantages: Sequence[float | None]
-    ) -> dict[str, float]:
+    def step(self, batch: Sequence[Scored]) -> dict[str, float]:
         """One policy update on the batch; `version` += 1. Returns `train/*` metrics.
 
-        Trajectories whose advantage is `None` (infrastructure failures) or that carry an error are
-        skipped. A batch with nothing trainable makes no update and reports `train/skipped = 1`.
+        Only records marked trainable enter the loss and its normaliser (failures, dropped rewards and
+        filtered groups do not). A batch with nothing trainable makes no update and reports
+        `train/skipped = 1`.
         """
         t0 = time.perf_counter()
         cfg = self.config
-        samples = build_samples(trajectories, advantages)
+        samples = build_samples(batch)
         total_tokens = sum(sum(s.mask) for s in samples)
         if not samples:
             return {"train/skipped": 1.0, "train/tokens": 0.0, "train/sequences": 0.0}
