@@ -35,5 +35,5 @@ async def test_observation_role_sets_the_role_of_environment_turns(role: str, ma
 def test_a_bad_observation_role_is_a_config_error() -> None:
     from trialground.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="policy.observation_role"):
+    with pytest.raises(ConfigError, match=r"policy\.observation_role"):
         load_config(ROOT / "examples" / "agent.yaml", ["policy.observation_role=not a role"])
