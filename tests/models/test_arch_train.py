@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from typer.testing import CliRunner
 
 from trialground.cli import app
+from trialground.train.hf_checkpoint import checkpoint_weights
 
 ROOT = Path(__file__).resolve().parents[2]
 # A random model never solves a task: replies stop early at varied lengths (`stop_often`) and the soft
@@ -71,3 +72,29 @@ def test_architecture_trains_and_its_checkpoint_loads_with_transformers(
     assert any(not torch.equal(v, initial[k]) for k, v in exported.items())  # and training changed them
     tok = AutoTokenizer.from_pretrained(hf)
     assert tok.chat_template and len(tok) <= loaded.config.vocab_size
+
+
+def test_eval_checkpoint_of_a_full_fine_tuning_run_reads_hf(
+    arch_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    run_dir = train(tmp_path, "gemma", f"policy.model={arch_dirs['gemma']}")
+    ckpt = run_dir / "checkpoints" / "step_2"
+    sets = [a for o in [*TINY_RUN, "tasks.num_eval=3"] for a in ("--set", o)]
+    quickstart = str(ROOT / "examples" / "quickstart.yaml")
+
+    def evaluate(*args: str) -> dict[str, float]:
+        result = CliRunner().invoke(app, ["eval", quickstart, "--json", *sets, *args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+    from_checkpoint = evaluate("--set", f"policy.model={arch_dirs['gemma']}", "--checkpoint", str(ckpt))
+    assert from_checkpoint["eval/n_tasks"] == 3
+    # what it loads into the policy: the trained weights, not the starting ones
+    loaded = checkpoint_weights(ckpt)
+    trained = torch.load(ckpt / "model.pt", weights_only=True)
+    initial = AutoModelForCausalLM.from_pretrained(arch_dirs["gemma"]).state_dict()
+    assert loaded.keys() == trained.keys()
+    assert all(torch.equal(v, trained[k]) for k, v in loaded.items())
+    assert not all(torch.equal(v, initial[k]) for k, v in loaded.items())
+    missing = CliRunner().invoke(app, ["eval", quickstart, "--checkpoint", str(tmp_path)])
+    assert missing.exit_code == 2 and "no hf/ or adapter/" in missing.output
