@@ -128,13 +128,30 @@ def _pool(d: RunData) -> str:
     if not keys:
         return _empty("no pool metrics yet")
     queue = [k for k in keys if "queue" in k or "wait" in k]
-    usage = [k for k in keys if k not in queue]
-    parts = []
+    scaling: list[str] = [k for k in ("pool/max_active", "pool/autoscale_target") if k in keys]
+    usage = [k for k in keys if k not in queue and not k.startswith("pool/autoscale_")]
+    parts, decisions = [], ""
+    if d.series("pool/autoscale_resizes"):  # the autoscaler ran: its decisions over time
+        parts.append(line_chart(_series(d, scaling, "pool/"), title="Autoscaler: max_active", ylabel="envs"))
+        decisions = _resize_table(d)
     if usage:
         parts.append(line_chart(_series(d, usage, "pool/"), title="Pool utilisation", ylabel="environments"))
     if queue:
         parts.append(line_chart(_series(d, queue, "pool/"), title="Queue depth and wait", ylabel="tasks / s"))
-    return _charts(*parts)
+    return _charts(*parts) + decisions
+
+
+def _resize_table(d: RunData) -> str:
+    """The steps at which the autoscaler changed `pool/max_active`, from and to."""
+    rows, last = [], None
+    for step, value in d.series("pool/max_active"):
+        if last is not None and value != last:
+            rows.append(f"<tr><td>{step:g}</td><td>{last:g}</td><td>{value:g}</td></tr>")
+        last = value
+    if not rows:
+        return "<p>The autoscaler kept max_active unchanged.</p>"
+    head = "<tr><th>step</th><th>max_active before</th><th>after</th></tr>"
+    return f"<table>{head}{''.join(rows[-50:])}</table>"
 
 
 def _hacking(d: RunData) -> str:

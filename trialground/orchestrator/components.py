@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,9 +16,9 @@ from trialground.monitor.eval_stats import check_overlap
 from trialground.monitor.monitor import Monitor
 from trialground.orchestrator.rundir import RunDir
 from trialground.policy.base import Policy
-from trialground.rollout.trajectory import Trajectory
 from trialground.tasks.model import Task
 from trialground.tasks.pool import TaskPool, load_task_sets
+from trialground.verify.build import make_grader
 from trialground.verify.grader import Grader
 
 
@@ -67,30 +67,12 @@ class Components:
         else:
             self.policy.load_weights(self.trainer.state_dict(), self.trainer.version)
 
-    def record_outcomes(self, tasks: Sequence[Task], groups: Sequence[Sequence[Trajectory]]) -> None:
-        """Per-task pass rates for difficulty bands; tasks with a hack flag go to the regression queue."""
-        flagged: list[str] = []
-        for task, group in zip(tasks, groups, strict=True):
-            for t in group:
-                if t.ok and t.reward is not None:
-                    self.tasks.record(task.id, t.reward.outcome > 0)
-                    if t.reward.flags:
-                        flagged.append(task.id)
-        if flagged:
-            self.tasks.add_regressions(sorted(set(flagged)))
-
     def component_metrics(self) -> dict[str, float]:
         """What the components measured since the last call: grading, hack flags, task pool, env pool."""
         out = dict(self.grader.metrics(reset=True)) | dict(self.tasks.stats())
         if self.env_pool is not None and hasattr(self.env_pool, "metrics"):
             out |= dict(self.env_pool.metrics())
         return out
-
-    def record_eval(self, step: int, failed_task_ids: Sequence[str]) -> None:
-        """Evaluation failures feed training only when asked (`loop.eval_feedback`): doing so lets the
-        held-out metric see tasks that training also saw, so it is off by default."""
-        if self.config.loop.eval_feedback and failed_task_ids:
-            self.tasks.add_regressions(list(failed_task_ids), tasks=self.eval_tasks)
 
     def policy_state(self) -> dict[str, Any]:
         rng = getattr(self.policy, "sampling_rng_state", None)
@@ -142,7 +124,12 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Compo
             pad_id=policy.tokenizer.pad_token_id,
             temperature=max(config.policy.sampling.temperature, 1e-3),
         )
-    grader = Grader(config.sandbox, config.reward)
+    backend = None
+    if config.cluster == "ray":  # episodes' sandboxes and grading sandboxes both on Ray actors
+        from trialground.pool.ray_backend import RayBackend
+
+        backend = RayBackend(config.sandbox, config.pool)
+    grader = make_grader(config.sandbox, config.reward, opener=backend.opener() if backend else None)
     monitor = Monitor(run.path, config.monitor) if run is not None else None
     env_pool = None
     if config.env.kind == "tool" or config.cluster == "ray":
@@ -151,7 +138,9 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Compo
         pool_config = config.pool
         if config.cluster == "ray":
             pool_config = pool_config.model_copy(update={"backend": "ray"})
-        env_pool = EnvPool(pool_config, env_config=config.env, sandbox_config=config.sandbox, grader=grader)
+        env_pool = EnvPool(
+            pool_config, env_config=config.env, sandbox_config=config.sandbox, grader=grader, backend=backend
+        )
     domains = {t.id: t.domain for t in [*pool.tasks, *evals]}
     overlap = check_overlap(evals, pool.tasks)
     startup = {

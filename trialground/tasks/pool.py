@@ -11,7 +11,8 @@ Sampling probability of a training task::
 - general tasks (sources marked `general`) fill on average `general_ratio` of each batch;
 - the regression queue: `add_regressions(ids)` puts tasks (training tasks, or evaluation tasks given with
   `tasks=`) back with `regression_weight` × their normal weight (no band factor) until they have passed
-  `regression_passes` times.
+  `regression_passes` times; `record_group` queues a task by itself when the policy forgot it (its pass
+  rate was at least `requeue_pass_rate` and a whole group of attempts then failed).
 
 Within a batch tasks are drawn without replacement while enough candidates have weight; a larger batch
 draws the rest with replacement. All randomness comes from one numpy Generator seeded by `config.seed`;
@@ -136,6 +137,20 @@ class TaskPool:
             if self._regressions[task_id] <= 0:
                 del self._regressions[task_id]
                 self._extra.pop(task_id, None)
+
+    def record_group(self, task_id: str, passed: Sequence[bool]) -> bool:
+        """One group of graded attempts of a task; True when it queued the task as a regression: its pass
+        rate before the group was at least `requeue_pass_rate` and no attempt of the group passed."""
+        before = self._ema.get(task_id)
+        for p in passed:
+            self.record(task_id, p)
+        threshold = self.config.requeue_pass_rate
+        if threshold is None or before is None or before < threshold or not passed or any(passed):
+            return False
+        if task_id in self._regressions:
+            return False
+        self.add_regressions([task_id])
+        return True
 
     # -- regressions ------------------------------------------------------------------------------
     def add_regressions(self, task_ids: Iterable[str], *, tasks: Iterable[Task] = ()) -> None:

@@ -22,12 +22,12 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
+from trialground.batching import Batcher
 from trialground.errors import TrialgroundError, VerifierError
 from trialground.sandbox.base import Sandbox, SandboxConfig
 from trialground.tasks.model import Task
 from trialground.verify.answers import verify_exact, verify_numeric, verify_regex
 from trialground.verify.base import Action, Flag, Reward, Verdict
-from trialground.verify.batching import Batcher
 from trialground.verify.check_program import CheckProgramVerifier
 from trialground.verify.code_tests import CodeTestsVerifier, Opener, solution_path
 from trialground.verify.config import RewardConfig

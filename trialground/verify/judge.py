@@ -160,10 +160,13 @@ class CrossCheck:
         self.pairs.append((rule_passed, score))
 
     def metrics(self) -> dict[str, float]:
-        """`verify/judge_disagreement` (rate on the sample), `verify/judge_samples`, `verify/judge_errors`."""
+        """Over the run so far: `verify/judge_disagreement` (rate on the scored sample),
+        `verify/judge_calls` (judge requests made), `verify/judge_samples` (answered),
+        `verify/judge_errors` (unanswered)."""
         rate = disagreement_rate([r for r, _ in self.pairs], [s for _, s in self.pairs], self.threshold)
         return {
             "verify/judge_disagreement": rate,
+            "verify/judge_calls": float(len(self.pairs) + self.errors),
             "verify/judge_samples": float(len(self.pairs)),
             "verify/judge_errors": float(self.errors),
         }
