@@ -142,15 +142,17 @@ def _pool(d: RunData) -> str:
 
 
 def _resize_table(d: RunData) -> str:
-    """The steps at which the autoscaler changed `pool/max_active`, from and to."""
+    """The autoscaler's decisions: the first step's `pool/max_active`, then each step where it or the
+    count of resizes changed."""
+    sizes = dict(d.series("pool/max_active"))
     rows, last = [], None
-    for step, value in d.series("pool/max_active"):
-        if last is not None and value != last:
-            rows.append(f"<tr><td>{step:g}</td><td>{last:g}</td><td>{value:g}</td></tr>")
-        last = value
-    if not rows:
-        return "<p>The autoscaler kept max_active unchanged.</p>"
-    head = "<tr><th>step</th><th>max_active before</th><th>after</th></tr>"
+    for step, resizes in d.series("pool/autoscale_resizes"):
+        now = (sizes.get(step), resizes)
+        if now != last:
+            size = "" if now[0] is None else f"{now[0]:g}"
+            rows.append(f"<tr><td>{step:g}</td><td>{size}</td><td>{resizes:g}</td></tr>")
+        last = now
+    head = "<tr><th>step</th><th>max_active</th><th>autoscaler resizes so far</th></tr>"
     return f"<table>{head}{''.join(rows[-50:])}</table>"
 
 

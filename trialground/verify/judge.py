@@ -2,7 +2,8 @@
 
 - `Judge.score(task, submission) -> float in [0, 1]`.
 - `OpenAIJudge`: any OpenAI-compatible `/chat/completions` endpoint (httpx). The reply must contain
-  `SCORE: <number in [0, 1]>` (last one wins); anything else is a `VerifierError` (never a silent 0).
+  `SCORE: <number in [0, 1]>` (last one wins); anything else is a `VerifierError` (never a silent 0). A
+  request whose connection failed is sent once more.
 - `HFClassifierJudge`: a local Hugging Face sequence-classification model; the score is the softmax
   probability of label `positive_label` for the text `prompt [SEP] submission`. Needs the `train` extra.
 - `disagreement_rate`: on a sample, how often the judge (score >= threshold) disagrees with rule verdicts.
@@ -66,7 +67,10 @@ class OpenAIJudge(Judge):
             "max_tokens": self.max_tokens,
         }
         try:
-            resp = await self._client.post("/chat/completions", json=body)
+            try:
+                resp = await self._client.post("/chat/completions", json=body)
+            except httpx.TransportError:  # a dropped or refused connection: once more, on a new one
+                resp = await self._client.post("/chat/completions", json=body)
             resp.raise_for_status()
             text = resp.json()["choices"][0]["message"]["content"] or ""
         except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as e:
