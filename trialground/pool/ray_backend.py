@@ -221,6 +221,7 @@ class RayBackend(SandboxBackend):
         self._cleanups: list[Any] = []  # ObjectRefs of reap tasks, awaited on close
         self.spawn_failures = 0
         self.closed = False
+        self.opened = 0  # sandboxes opened on the workers: episodes' and grading's
 
     async def start(self) -> None:
         """Start Ray (unless connected already) and the workers. Concurrent callers (every first acquire
@@ -318,6 +319,7 @@ class RayBackend(SandboxBackend):
             raise SandboxError("no sandbox workers", kind="worker_lost")
         worker = min(self.workers, key=lambda w: w.load)
         sid = await self.call(worker, worker.handle.open.remote(dict(files)), 60.0)
+        self.opened += 1
         return RaySandbox(self, worker, sid)
 
     def opener(self) -> Callable[[SandboxConfig, Mapping[str, str | bytes]], Awaitable[Sandbox]]:
@@ -352,4 +354,5 @@ class RayBackend(SandboxBackend):
             "pool/ray/workers": float(len(self.workers)),
             "pool/ray/workers_lost": float(self.lost),
             "pool/ray/spawn_failures": float(self.spawn_failures),
+            "pool/ray/sandboxes_opened": float(self.opened),
         }
