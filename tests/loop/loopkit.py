@@ -15,6 +15,7 @@ from trialground.tasks.model import Task, VerifierSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 HIDDEN = "from solution import f\n\n\ndef test_a():\n    assert f(41) == 42\n"
+VISIBLE = "from solution import f\n\n\ndef test_one():\n    assert f(1) == 2\n"
 GOOD = "def f(x):\n    return x + 1\n"
 BAD = "def f(x):\n    return 0\n"
 
@@ -24,12 +25,16 @@ def code_task(split: str, name: str, *, tool: bool) -> Task:
         domain="code",
         prompt=f"Write f(x) in solution.py that returns x + 1 ({name}).",
         files={"solution.py": "def f(x):\n    raise NotImplementedError\n"} if tool else {},
-        visible_checks={"test_visible.py": "from solution import f\n\n\ndef test_one():\n    assert f(1) == 2\n"}
+        visible_checks={
+            "test_visible.py": "from solution import f\n\n\ndef test_one():\n    assert f(1) == 2\n"
+        }
         if tool
         else {},
         hidden_checks={"test_hidden.py": HIDDEN},
         reference=GOOD,
-        verifier=VerifierSpec(kind="code_tests", params={"solution_path": "solution.py", "expected_tests": 1}),
+        verifier=VerifierSpec(
+            kind="code_tests", params={"solution_path": "solution.py", "expected_tests": 1}
+        ),
         split=split,  # type: ignore[arg-type]
         metadata={"name": name},
     )

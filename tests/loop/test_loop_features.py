@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from loopkit import (
-    BAD,
     GOOD,
     answer_task,
     code_task,
@@ -81,7 +80,10 @@ def test_async_tool_run_autoscales_flags_and_holds_the_staleness_bound(tmp_path:
     for step in (1, 2, 3):
         trainer_version = step - 1  # the version trained by this step
         for row in parquet_rows(run_dir, step):
-            assert trainer_version - 1 <= row["policy_version"] <= trainer_version, (step, row["policy_version"])
+            assert trainer_version - 1 <= row["policy_version"] <= trainer_version, (
+                step,
+                row["policy_version"],
+            )
             stale.append(trainer_version - row["policy_version"])
     assert max(stale) == 1
     assert all(r["async/staleness_max"] <= 1 for r in rows)
@@ -109,7 +111,7 @@ class JudgeServer(ThreadingHTTPServer):
 class _JudgeHandler(BaseHTTPRequestHandler):
     server: JudgeServer
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         assert self.path == "/v1/chat/completions" and body["model"] == "judge"
         self.server.requests += 1
@@ -135,7 +137,9 @@ def judge_server() -> Iterator[JudgeServer]:
     server.server_close()
 
 
-def test_judge_canaries_dynamic_sampling_and_forgotten_tasks(tmp_path: Path, judge_server: JudgeServer) -> None:
+def test_judge_canaries_dynamic_sampling_and_forgotten_tasks(
+    tmp_path: Path, judge_server: JudgeServer
+) -> None:
     """Single-turn answers: the configured judge (an OpenAI-compatible endpoint) cross-checks every
     rule-graded submission and disagrees with the failures; the canaries are re-scored at each evaluation;
     dynamic sampling refills dropped groups with more generation batches; a task the policy forgot goes

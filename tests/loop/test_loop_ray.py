@@ -18,7 +18,9 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 def test_single_turn_grading_runs_on_ray_with_the_local_results(tmp_path: Path) -> None:
     from trialground.orchestrator.loop import run
 
-    tasks = [code_task("train", n, tool=False) for n in ("a", "b", "c")] + [code_task("eval", "e", tool=False)]
+    tasks = [code_task("train", n, tool=False) for n in ("a", "b", "c")] + [
+        code_task("eval", "e", tool=False)
+    ]
     fence = "```python\n{}```"
     script = [fence.format(GOOD), fence.format(BAD), fence.format(GOOD), "no code here"]
     common = ["loop.steps=2", "sandbox.limits.wall_s=60", "reward.grading.total_timeout_s=300"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,6 @@ from trialground.monitor.config import CostConfig
 from trialground.monitor.cost import CostMeter, useful_tokens
 from trialground.monitor.eval_stats import (
     EvalOutcome,
-    check_overlap,
     outcomes_from_samples,
     pass_at_k,
     summarise,
@@ -90,30 +88,6 @@ def test_summary_per_domain() -> None:
     assert m["eval/pass@1/math"] == 1.0
     assert m["eval/pass@2"] == pytest.approx(0.5)  # task c has 1 sample: left out of pass@2
     assert "eval/pass@2/math" not in m and m["eval/n_tasks"] == 3
-
-
-@dataclass(frozen=True)
-class T:
-    id: str
-    prompt: str
-
-
-def test_overlap_by_id_and_ngrams() -> None:
-    base = "Write a function merge_intervals that merges overlapping closed intervals and returns them sorted"
-    train = [
-        T("t1", base),
-        T("t2", "Compute the nth Fibonacci number modulo a large prime using fast doubling"),
-    ]
-    evals = [
-        T("t1", base),
-        T("e2", base.upper() + " please."),
-        T("e3", "Reverse a linked list in place iteratively"),
-    ]
-    rep = check_overlap(evals, train, n=5, threshold=0.8)
-    assert rep.same_id == ("t1",)
-    assert [(e, t) for e, t, _ in rep.near_duplicates] == [("e2", "t1")]
-    assert not rep.clean
-    assert check_overlap(evals[2:], train).clean
 
 
 def test_cost_accounting() -> None:

@@ -12,10 +12,10 @@ import numpy as np
 
 from trialground.config import RunConfig, require_extras
 from trialground.envs.base import Environment
-from trialground.monitor.eval_stats import check_overlap
 from trialground.monitor.monitor import Monitor
 from trialground.orchestrator.rundir import RunDir
 from trialground.policy.base import Policy
+from trialground.tasks.dedup import eval_contamination
 from trialground.tasks.model import Task
 from trialground.tasks.pool import TaskPool, load_task_sets
 from trialground.verify.build import make_grader
@@ -142,10 +142,10 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Compo
             pool_config, env_config=config.env, sandbox_config=config.sandbox, grader=grader, backend=backend
         )
     domains = {t.id: t.domain for t in [*pool.tasks, *evals]}
-    overlap = check_overlap(evals, pool.tasks)
+    overlap = eval_contamination(pool.tasks, evals)
     startup = {
         "eval/overlap_same_id": float(len(overlap.same_id)),
-        "eval/overlap_near_dup_frac": len(overlap.near_duplicates) / max(1, len(evals)),
+        "eval/overlap_near_dup_frac": overlap.near_dup_frac,
         "tasks/train": float(len(pool.tasks)),
         "tasks/eval": float(len(evals)),
     }
