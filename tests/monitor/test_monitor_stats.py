@@ -18,7 +18,7 @@ from trialground.monitor.eval_stats import (
     pass_at_k,
     summarise,
 )
-from trialground.monitor.regressions import FlaggedTask, RegressionLog, read_events, select_regressions
+from trialground.monitor.regressions import RegressionLog, read_events
 
 
 def test_cusum_finds_shift_and_change_point() -> None:
@@ -114,17 +114,7 @@ def test_cost_accounting() -> None:
     assert useful_tokens([0.5, 0.0, None, -1.0], [10, 20, 30, 40]) == 50
 
 
-def test_select_regressions_and_log(tmp_path: Path) -> None:
-    evals = [
-        EvalOutcome("a", "code", 4, 0),
-        EvalOutcome("b", "code", 4, 2),
-        EvalOutcome("held", "code", 4, 0),
-    ]
-    flagged = [FlaggedTask("f", ("test_tampering",)), FlaggedTask("g", ("x", "y")), FlaggedTask("a", ("z",))]
-    ids = select_regressions(evals, flagged, held_out={"held"})
-    assert ids == ["g", "f", "a"]
-    assert select_regressions(evals, (), max_pass_rate=0.5) == ["a", "held", "b"]
-    assert select_regressions(evals, flagged, held_out={"held"}, limit=1) == ["g"]
+def test_regression_log_round_trip(tmp_path: Path) -> None:
     log = RegressionLog(tmp_path / "regressions.jsonl")
     log.queued(3, "a", "eval_failure", "pass@1=0")
     log.attempt(5, "a", True, 1.0)

@@ -67,9 +67,7 @@ async def rescore(grader: Grader, canaries: Sequence[Canary], *, step: int = 0) 
         "canary/errors": float(errors),
     }
     if grader.judge is not None:
-        report = await CanaryCheck(canaries, interval=1, threshold=grader.cross_check.threshold).run(
-            grader.judge, step
-        )
+        report = await CanaryCheck(canaries, threshold=grader.cross_check.threshold).run(grader.judge, step)
         out["canary/judge_accuracy"] = report.accuracy
         out["canary/judge_errors"] = float(report.errors)
     return out

@@ -7,8 +7,8 @@
 - `HFClassifierJudge`: a local Hugging Face sequence-classification model; the score is the softmax
   probability of label `positive_label` for the text `prompt [SEP] submission`. Needs the `train` extra.
 - `disagreement_rate`: on a sample, how often the judge (score >= threshold) disagrees with rule verdicts.
-- `CanaryCheck`: every `interval` steps, re-scores a labelled canary set; reports accuracy and whether it
-  is below `min_accuracy` (the caller raises an alert / stops trusting the judge).
+- `CanaryCheck`: re-scores a labelled canary set with a judge; reports accuracy and whether it is below
+  `min_accuracy` (run at every evaluation with the rule verifier's canaries, `canary.py`).
 """
 
 from __future__ import annotations
@@ -195,23 +195,14 @@ class CanaryReport(BaseModel):
 
 
 class CanaryCheck:
-    """Re-checks a judge against labelled canaries every `interval` steps."""
+    """Re-checks a judge against labelled canaries (the loop runs it at every evaluation,
+    `trialground.verify.canary`). `failed`: accuracy below `min_accuracy`."""
 
     def __init__(
-        self,
-        canaries: Sequence[Canary],
-        *,
-        interval: int = 50,
-        min_accuracy: float = 0.8,
-        threshold: float = 0.5,
+        self, canaries: Sequence[Canary], *, min_accuracy: float = 0.8, threshold: float = 0.5
     ) -> None:
-        if interval < 1:
-            raise ValueError("interval must be >= 1")
-        self.canaries, self.interval = list(canaries), interval
+        self.canaries = list(canaries)
         self.min_accuracy, self.threshold = min_accuracy, threshold
-
-    def due(self, step: int) -> bool:
-        return step % self.interval == 0
 
     async def run(self, judge: Judge, step: int) -> CanaryReport:
         right = errors = 0
@@ -223,6 +214,3 @@ class CanaryCheck:
         n = len(self.canaries)
         acc = right / n if n else 1.0
         return CanaryReport(step=step, accuracy=acc, n=n, failed=acc < self.min_accuracy, errors=errors)
-
-    async def maybe_run(self, judge: Judge, step: int) -> CanaryReport | None:
-        return await self.run(judge, step) if self.due(step) else None
