@@ -9,9 +9,9 @@ Routes (`install` adds them to the service's app):
 
 - `POST /run_code` and `GET /v1/ping`, behind the service's bearer token like every native route;
 - the same under `/sf/{token}/` (`SANDBOX_FUSION_ENDPOINT=http://HOST:PORT/sf/TOKEN`), because
-  SandboxFusion clients send no credentials: `PathTokenMiddleware` takes the token from the path, hands
-  it to the service's guard as the bearer token (a wrong one is a 401 before the body is read) and strips
-  the prefix, so the access log never shows it. Only these routes exist under the prefix (404 otherwise).
+  SandboxFusion clients send no credentials (`path_token.py`: the token from the path is checked by the
+  service's guard as the bearer token, a wrong one is a 401 before the body is read, and the access log
+  never shows it). Only these routes exist under the prefix (404 otherwise).
 
 Request fields: `code`, `language`, `compile_timeout`, `run_timeout`, `memory_limit_MB` (-1: the
 service's default), `stdin`, `files` (path -> base64 content, written to the working directory
@@ -40,9 +40,9 @@ from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trialground.errors import SandboxError
+from trialground.integrations.path_token import PathTokenMiddleware
 from trialground.sandbox.base import WORKSPACE, ExecResult, ExecStatus, Limits, SandboxConfig
 from trialground.sandbox.factory import open_sandbox
-from trialground.sandbox.http_guard import ASGIApp, Receive, Scope, Send
 from trialground.sandbox.service import SessionTable, Text
 
 PREFIX = "/sf"
@@ -236,42 +236,6 @@ async def _fetch(sandbox: Any, paths: list[str]) -> tuple[dict[str, str], list[s
     return fetched, problems
 
 
-class PathTokenMiddleware:
-    """`/sf/{token}/<route>` -> `/<route>` with `Authorization: Bearer {token}`, for the routes in
-    `routes` only (404 for anything else under the prefix). Wraps the service's guard, which then checks
-    the token as it checks every other request. The scope is changed in place, so the server's access log
-    shows the route without the token."""
-
-    def __init__(self, app: ASGIApp, prefix: str = PREFIX, routes: frozenset[str] = ROUTES) -> None:
-        self.app = app
-        self.prefix = prefix.rstrip("/") + "/"
-        self.routes = routes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        if scope["type"] != "http" or not path.startswith(self.prefix):
-            await self.app(scope, receive, send)
-            return
-        token, _, rest = path[len(self.prefix) :].partition("/")
-        route = "/" + rest
-        scope["path"] = route
-        scope["raw_path"] = route.encode()
-        if route not in self.routes:
-            await _not_found(send, f"{self.prefix}TOKEN{route}")
-            return
-        headers = [(k, v) for k, v in scope.get("headers", ()) if k.lower() != b"authorization"]
-        scope["headers"] = [*headers, (b"authorization", b"Bearer " + token.encode())]
-        await self.app(scope, receive, send)
-
-
-async def _not_found(send: Send, shown: str) -> None:
-    allowed = ", ".join(sorted(ROUTES))
-    body = f'{{"detail": "no route {shown} (under this prefix: {allowed})"}}'.encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": 404, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
 def install(app: FastAPI, config: SandboxConfig | None = None) -> None:
     """Add the SandboxFusion routes to a service app from `trialground.sandbox.service.create_app`,
     sharing its session table and exec limit. `config` is the sandbox of every request (default: the
@@ -289,4 +253,4 @@ def install(app: FastAPI, config: SandboxConfig | None = None) -> None:
     async def ping() -> str:
         return "pong"
 
-    app.add_middleware(PathTokenMiddleware)
+    app.add_middleware(PathTokenMiddleware, prefix=PREFIX, routes=ROUTES)
