@@ -1,9 +1,10 @@
 """SandboxFusion's `/run_code` API, served by the sandbox service (`trialground sandbox serve`).
 
 SandboxFusion clients (the `sandbox-fusion` package, verl's `sandbox_fusion` reward and tool) post one
-program and get its outcome back; nothing persists between requests. Here each request runs in a brand-new
-sandbox of the service (the same bwrap backend, namespaces, seccomp filter, cgroup and default limits as a
-native session; no network), which is closed as soon as the answer is known.
+program and get its outcome back; nothing persists between requests. Here each request runs in a sandbox
+of its own that nothing else ran in (the same bwrap backend, namespaces, seccomp filter, cgroup and default
+limits as a native session; no network), closed as soon as the answer is known. Sandboxes are made ready
+ahead (`ready_pool.py`), so a request's program starts at once.
 
 Routes (`install` adds them to the service's app):
 
@@ -33,6 +34,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -41,8 +44,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trialground.errors import SandboxError
 from trialground.integrations.path_token import PathTokenMiddleware
+from trialground.integrations.ready_pool import ReadyPool
 from trialground.sandbox.base import WORKSPACE, ExecResult, ExecStatus, Limits, SandboxConfig
-from trialground.sandbox.factory import open_sandbox
 from trialground.sandbox.service import SessionTable, Text
 
 PREFIX = "/sf"
@@ -173,16 +176,16 @@ def to_response(result: ExecResult, limits: Limits) -> RunCodeResponse:
 
 
 async def run_code(
-    req: RunCodeRequest, *, config: SandboxConfig, table: SessionTable, execs: asyncio.Semaphore
+    req: RunCodeRequest, *, pool: ReadyPool, table: SessionTable, execs: asyncio.Semaphore
 ) -> RunCodeResponse:
-    """Run one request in a fresh sandbox of `config`; the sandbox counts as a session of `table` while it
-    lives (429 when the table is full) and runs under `execs` (requests beyond it queue)."""
+    """Run one request in a sandbox of `pool` (new to it); the sandbox counts as a session of `table`
+    while it lives (429 when the table is full) and runs under `execs` (requests beyond it queue)."""
     runner = RUNNERS.get(req.language)
     if runner is None:
         supported = ", ".join(sorted(RUNNERS))
         return refused(f"language {req.language!r} is not supported by this server (supported: {supported})")
     try:
-        limits = request_limits(req, config.limits)
+        limits = request_limits(req, pool.config.limits)
         files = request_files(req, runner)
     except ValueError as exc:
         return refused(str(exc))
@@ -190,16 +193,16 @@ async def run_code(
     async with execs:
         table.reserve()
         try:
-            return await _run_in_fresh_sandbox(req, runner, limits, files, config)
+            return await _run_in_new_sandbox(req, runner, limits, files, pool)
         finally:
             table._opening -= 1
 
 
-async def _run_in_fresh_sandbox(
-    req: RunCodeRequest, runner: Runner, limits: Limits, files: dict[str, bytes], config: SandboxConfig
+async def _run_in_new_sandbox(
+    req: RunCodeRequest, runner: Runner, limits: Limits, files: dict[str, bytes], pool: ReadyPool
 ) -> RunCodeResponse:
     try:
-        sandbox = await open_sandbox(config, files)
+        sandbox = await pool.open(files)
     except SandboxError as exc:
         if exc.kind in ("bad_path", "not_a_file", "write"):
             return refused(f"files: {exc}")
@@ -236,17 +239,18 @@ async def _fetch(sandbox: Any, paths: list[str]) -> tuple[dict[str, str], list[s
     return fetched, problems
 
 
-def install(app: FastAPI, config: SandboxConfig | None = None) -> None:
+def install(app: FastAPI, config: SandboxConfig | None = None, ready: int = 2) -> None:
     """Add the SandboxFusion routes to a service app from `trialground.sandbox.service.create_app`,
     sharing its session table and exec limit. `config` is the sandbox of every request (default: the
-    service's default sandbox); keep it fixed, so started-ahead sandboxes (`prewarm`) serve every request."""
+    service's default sandbox); `ready` sandboxes are kept ready ahead (`ready_pool.py`)."""
     table: SessionTable = app.state.table
     execs: asyncio.Semaphore = app.state.execs
-    sandbox_config = config or SandboxConfig()
+    pool = ReadyPool(config or SandboxConfig(), ready)
+    app.state.sandbox_fusion_pool = pool
 
     @app.post("/run_code")
     async def run(req: RunCodeRequest) -> dict[str, Any]:
-        response = await run_code(req, config=sandbox_config, table=table, execs=execs)
+        response = await run_code(req, pool=pool, table=table, execs=execs)
         return response.model_dump(mode="json")
 
     @app.get("/v1/ping")
@@ -254,3 +258,14 @@ def install(app: FastAPI, config: SandboxConfig | None = None) -> None:
         return "pong"
 
     app.add_middleware(PathTokenMiddleware, prefix=PREFIX, routes=ROUTES)
+    service_lifespan = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app_: FastAPI) -> AsyncIterator[None]:
+        async with service_lifespan(app_):
+            try:
+                yield
+            finally:
+                await pool.close()
+
+    app.router.lifespan_context = lifespan
