@@ -2,6 +2,7 @@
 unisolated `subprocess.run` of the same program, side by side in one run.
 
     .venv/bin/python benchmarks/sandbox_fusion_api.py [--iterations 40] [--rounds 3] [--concurrency 2]
+        [--settle 0.25]
 
 A real server (`trialground sandbox serve --port 0`, its own process) serves both APIs. Runners:
 - bare: the program written to a fresh temporary directory and run there with `subprocess.run` by the
@@ -11,7 +12,8 @@ A real server (`trialground sandbox serve --port 0`, its own process) serves bot
 - sf-keepalive: the same request posted over one kept-alive httpx connection per thread;
 - native: the native API over kept-alive httpx: create a session with the program as a file, exec
   `python3 main.py`, delete the session (three requests).
-Measurements: `pass` (median latency over `--iterations`, runners interleaved) and the 164 HumanEval
+Measurements: `pass` (median latency over `--iterations`, runners interleaved, `--settle` seconds of pause
+after each sample so that background work of one runner is not charged to the next) and the 164 HumanEval
 canonical solutions (prompt + solution + test + `check(entry_point)`) at `--concurrency` requests at once
 (total wall seconds, median over `--rounds`, runners interleaved); every program must succeed. Prints
 markdown tables.
@@ -127,6 +129,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--settle", type=float, default=0.25, help="pause after each latency sample (s)")
     args = parser.parse_args()
     programs = humaneval_programs()
     with open("/tmp/bench.lock", "w") as lock, server() as url:
@@ -141,6 +144,9 @@ def main() -> None:
                 t = time.perf_counter()
                 assert fn("pass"), name
                 latency[name].append(time.perf_counter() - t)
+                # The same pause after every runner: what one leaves running in the background (the
+                # server replacing a ready sandbox) is not charged to the next one's measurement.
+                time.sleep(args.settle)
         totals: dict[str, list[float]] = {name: [] for name in run}
         passed: dict[str, int] = {}
         for _ in range(args.rounds):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -173,3 +174,21 @@ async def test_http_routes_and_idle_reaping(base_url: str) -> None:
         after = await http.get("/state", params={"episode_id": episode})
         assert after.status_code == 404 and "reaped" in after.json()["detail"]
         assert (await http.get("/health")).json()["reaped"] >= reaped + 2  # the HTTP one and the WebSocket
+
+
+def test_serve_refuses_bad_input_with_a_clear_message(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from trialground.cli import app
+
+    runner = CliRunner()
+    r = runner.invoke(app, ["env", "serve", "codegen", "--token-file", str(tmp_path / "none")])
+    assert r.exit_code == 2 and "--token-file" in r.stderr
+    (tmp_path / "token").write_text(TOKEN)
+    token = ["--token-file", str(tmp_path / "token")]
+    r = runner.invoke(app, ["env", "serve", "no-such-source", *token])
+    assert r.exit_code == 2 and "unknown task source 'no-such-source'" in r.stderr
+    r = runner.invoke(app, ["env", "serve", "codegen", *token, "--tool-format", "yaml"])
+    assert r.exit_code == 2 and "--tool-format" in r.stderr
+    r = runner.invoke(app, ["env", "serve", "codegen", *token, "--port", "70000"])
+    assert r.exit_code == 2 and "--port" in r.stderr

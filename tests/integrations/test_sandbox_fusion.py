@@ -203,3 +203,18 @@ def test_verls_sandbox_fusion_reward_code(endpoint: str) -> None:
         url, {"inputs": ["1\n2"], "outputs": ["3"], "fn_name": "add"}, fn, timeout=10
     )
     assert results == [True]
+
+
+def test_nothing_of_one_request_reaches_the_next(endpoint: str) -> None:
+    leave = (
+        "echo left > /workspace/left.txt; echo left > /tmp/left.txt; echo left > /dev/shm/left.txt; "
+        "(sleep 60 &); echo done"
+    )
+    assert run(endpoint, leave, language="bash").status == "Success"
+    procs = "[open(f'/proc/{p}/cmdline').read() for p in os.listdir('/proc') if p.isdigit()]"
+    show = f"import os, sys; print({procs}, 'site' in sys.modules)"
+    look = f'ls -a /workspace /tmp /dev/shm; python3 -c "{show}"'
+    for _ in range(3):  # ready sandboxes and fresh ones alike
+        r = run(endpoint, look, language="bash")
+        assert r.status == "Success" and "left.txt" not in r.run_result.stdout, r.run_result
+        assert "sleep" not in r.run_result.stdout and r.run_result.stdout.endswith(" True\n"), r.run_result
