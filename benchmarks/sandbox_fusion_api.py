@@ -15,8 +15,8 @@ A real server (`trialground sandbox serve --port 0`, its own process) serves bot
 Measurements: `pass` (median latency over `--iterations`, runners interleaved, `--settle` seconds of pause
 after each sample so that background work of one runner is not charged to the next) and the 164 HumanEval
 canonical solutions (prompt + solution + test + `check(entry_point)`) at `--concurrency` requests at once
-(total wall seconds, median over `--rounds`, runners interleaved); every program must succeed. Prints
-markdown tables.
+(total wall seconds, median over `--rounds`, runners interleaved; how many passed in the last round).
+Every `pass` must succeed. Prints markdown tables.
 """
 
 from __future__ import annotations
