@@ -25,7 +25,9 @@ from trialground.verify.rubric import Rubric
 # seed=None: the policy draws a fresh seed per call (a fixed seed would repeat samples across calls)
 PARAMS = SamplingParams(temperature=1.0, max_new_tokens=12)
 TASK = Task(
-    domain="code", prompt="Count the bytes you write.", verifier=VerifierSpec(kind="exact", params={})
+    domain="code",
+    prompt="Count the bytes you write.",
+    verifier=VerifierSpec(kind="exact", params={"answer": "-"}),
 )
 
 

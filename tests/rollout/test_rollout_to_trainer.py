@@ -18,7 +18,9 @@ from trialground.train.advantages import compute_advantages, with_advantages
 from trialground.train.config import TrainerConfig
 from trialground.train.trainer import Trainer, build_samples
 
-TASK = Task(domain="code", prompt="Write anything.", verifier=VerifierSpec(kind="exact", params={}))
+TASK = Task(
+    domain="code", prompt="Write anything.", verifier=VerifierSpec(kind="exact", params={"answer": "-"})
+)
 
 
 @pytest.fixture(scope="module")
