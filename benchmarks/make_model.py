@@ -6,6 +6,7 @@ The shape is SmolLM-135M's (30 layers, hidden 576, 9 query / 3 key-value heads, 
 tokenizer's 384-token vocabulary: 106M parameters, all in the transformer layers. (SmolLM's own 49k
 vocabulary would add 28M tied embedding parameters and a 576 x 49152 output layer, which costs every
 sampler and trainer the same.) `--arch qwen2` adds q/k/v biases, `--arch qwen3` per-head q/k norms.
+`--shape tiny` is the bundled tiny model's shape instead (hidden 128, 4 layers, 4 heads, MLP 384).
 """
 
 from __future__ import annotations
@@ -18,24 +19,31 @@ import transformers
 from trialground.policy.tiny import tiny_model_dir
 
 CONFIGS = {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "qwen3": "Qwen3Config"}
+SHAPES = {
+    "smollm135m": dict(
+        hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+        num_key_value_heads=3, head_dim=64,
+    ),
+    "tiny": dict(
+        hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=4, head_dim=32,
+    ),
+}  # fmt: skip
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arch", choices=sorted(CONFIGS), default="llama")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--layers", type=int, default=30)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="smollm135m")
+    ap.add_argument("--layers", type=int, default=None, help="override the shape's layer count")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     tok = transformers.AutoTokenizer.from_pretrained(tiny_model_dir())
+    shape = SHAPES[args.shape] | ({} if args.layers is None else {"num_hidden_layers": args.layers})
     config = getattr(transformers, CONFIGS[args.arch])(
         vocab_size=len(tok) + 16,  # room for a default special token a model-specific tokenizer adds
-        hidden_size=576,
-        intermediate_size=1536,
-        num_hidden_layers=args.layers,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        head_dim=64,
+        **shape,
         max_position_embeddings=2048,
         tie_word_embeddings=True,
         eos_token_id=tok.eos_token_id,
