@@ -69,20 +69,22 @@ class Graded:
 
 
 def completion_text(completion: object) -> str:
-    """The text of a completion: a string, or a conversation (list of messages) whose assistant messages
-    are joined in order (TRL and verifiers both pass conversational completions as message lists)."""
+    """The text of a completion: a string, or a conversation (list of messages, as dicts or objects with
+    `role` and `content`) whose assistant messages are joined in order."""
     if isinstance(completion, str):
         return completion
     if isinstance(completion, list | tuple):
-        parts = []
-        for message in completion:
-            if isinstance(message, dict) and message.get("role") == "assistant":
-                content = message.get("content")
-                parts.append(content if isinstance(content, str) else "")
-        return "\n".join(parts)
-    if isinstance(completion, dict) and isinstance(completion.get("content"), str):
-        return str(completion["content"])
+        return "\n".join(_field(m, "content") or "" for m in completion if _field(m, "role") == "assistant")
+    content = _field(completion, "content")
+    if content is not None:
+        return content
     raise TypeError(f"a completion must be text or a list of chat messages, got {type(completion).__name__}")
+
+
+def _field(message: object, name: str) -> str | None:
+    """A message's text field, whether the message is a dict (TRL) or a typed object (verifiers)."""
+    value = message.get(name) if isinstance(message, dict) else getattr(message, name, None)
+    return value if isinstance(value, str) else None
 
 
 def summarize(results: Sequence[Graded], prefix: str = "trialground") -> dict[str, float]:
