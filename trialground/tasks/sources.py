@@ -7,6 +7,8 @@ Specs::
     reasoning_gym:<dataset>  generated offline by reasoning-gym, scored exactly
     math                     the bundled math set (trialground/assets/math/basic.jsonl)
     math:FILE                a JSONL of {"problem": ..., "answer": ...} lines
+    hf:PATH[?MAPPING]        a local Hugging Face dataset (save_to_disk dir or Parquet), task rows or a
+                             column mapping (trialground.tasks.hf_source)
     data                     generated data-analysis tasks (a CSV and a question)
     ops                      generated operations-troubleshooting tasks (repair a broken setup)
     agent[:FAMILIES]         generated multi-turn tool tasks (trialground.tasks.agentic): repair, lookup,
@@ -74,6 +76,10 @@ def load_source(spec: str, *, seed: int = 0, n: int | None = None, split: Split 
         from trialground.tasks.humaneval import humaneval_tasks
 
         tasks = _keep(humaneval_tasks(), split)
+    elif name == "hf":
+        from trialground.tasks.hf_source import hf_tasks
+
+        tasks = _keep(hf_tasks(arg), split)
     elif name == "math":
         from trialground.tasks.math_source import bundled_math_path, math_tasks
 
@@ -83,7 +89,7 @@ def load_source(spec: str, *, seed: int = 0, n: int | None = None, split: Split 
         if not path.exists():
             raise TaskError(
                 f"unknown task source {spec!r}: expected codegen, humaneval, reasoning_gym:<dataset>, "
-                "math, math:FILE, data, ops, agent[:FAMILIES], a .jsonl file or a task directory",
+                "math, math:FILE, hf:PATH, data, ops, agent[:FAMILIES], a .jsonl file or a task directory",
                 kind="bad_spec",
             )
         from trialground.tasks.io import read_tasks
