@@ -1,7 +1,7 @@
 """A scripted OpenAI-compatible chat server over real HTTP (bound to port 0), for client-side tests.
 
-`ScriptedOpenAI(answers)` answers `POST .../chat/completions` with `answers[last user message]` (a 404
-body for an unknown prompt) and records every request body it got.
+`ScriptedOpenAI(answers, default=None)` answers `POST .../chat/completions` with `answers[last user
+message]`, else `default` (a 404 body when there is none) and records every request body it got.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from typing import Any
 
 
 class ScriptedOpenAI:
-    def __init__(self, answers: dict[str, str]) -> None:
+    def __init__(self, answers: dict[str, str], default: str | None = None) -> None:
         self.answers = answers
+        self.default = default
         self.requests: list[dict[str, Any]] = []
         outer = self
 
@@ -32,9 +33,9 @@ class ScriptedOpenAI:
                 content = users[-1].get("content") if users else None
                 if isinstance(content, list):  # content parts
                     content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-                if content not in outer.answers:
+                text = outer.answers.get(content, outer.default) if isinstance(content, str) else None
+                if text is None:
                     return self._send(404, {"error": {"message": "unscripted prompt"}})
-                text = outer.answers[content]
                 self._send(
                     200,
                     {
