@@ -55,16 +55,6 @@ def run_page(
     return results
 
 
-@pytest.fixture
-def one_thread() -> Any:
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # on a shared 2-core machine more threads only fight
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.slow
 def test_trl_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_thread: None) -> None:
     pytest.importorskip("trl")

@@ -100,17 +100,6 @@ def test_environment_episode_graded_by_get_reward() -> None:
         assert "FAILED" in solver.run_tests()
 
 
-@pytest.fixture
-def one_thread() -> Any:
-    """One torch thread: on a shared 2-core machine more threads only fight (a step took 10x longer)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _grpo_args(out: Path, **kw: Any) -> Any:
     from trl import GRPOConfig
 
