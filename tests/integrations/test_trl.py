@@ -93,9 +93,11 @@ def test_environment_episode_graded_by_get_reward() -> None:
         assert solver.bash("ls") == "the episode is over"
         reward = solver.get_reward()
         assert reward is not None and reward > 1.0  # 1 + process shaping (tests run before submit)
+        assert solver.get_reward() == reward  # asking again neither regrades nor records twice
         idle.reset(task_id=task.id)
         assert idle.get_reward() == 0.0  # stopped without submitting: the broken workspace is graded
         assert factory.finished[-1].info["finish_reason"] == "ended"
+        assert len(factory.finished) == 2
         solver.reset(task_id=task.id)  # a reused instance starts over in a fresh sandbox
         assert "FAILED" in solver.run_tests()
 

@@ -156,6 +156,7 @@ class TrialgroundToolEnv:
         self._env: ToolEnv | None = None
         self._final: Observation | None = None
         self._error: ErrorInfo | None = None
+        self._recorded = False
 
     # --- TRL's contract: reset and get_reward (not tools) ----------------------------------------------
 
@@ -165,7 +166,7 @@ class TrialgroundToolEnv:
         if not isinstance(task_id, str):
             raise ValueError(f"each training row needs a {TASK_COLUMN!r} column (see ToolEnvFactory.dataset)")
         task = self._factory.grading.task(task_id)
-        self._final, self._error = None, None
+        self._final, self._error, self._recorded = None, None, False
         try:
             first = self._factory.run(self._start(task))
         except TrialgroundError as e:  # no sandbox: the rollout still runs, and is left out of the reward
@@ -177,9 +178,13 @@ class TrialgroundToolEnv:
         """The episode's reward (see the module docstring); None when it cannot be trusted."""
         if self._error is not None or self._env is None:
             return None
-        final = self._final or self._factory.run(self._env.finish())
-        self._final = final
-        self._factory.record(final)
+        final = self._final
+        if final is None or not self._recorded:
+            if final is None:
+                final = self._factory.run(self._env.finish())
+                self._final = final
+            self._factory.record(final)  # once per episode, however often TRL asks
+            self._recorded = True
         error = final.info.get("error")
         if error is not None:
             return None
