@@ -7,6 +7,8 @@ Specs (`NAME[:ARG]`)::
     reasoning_gym:<dataset>  generated offline by reasoning-gym, scored exactly
     math                     the bundled math set (trialground/assets/math/basic.jsonl)
     math:FILE                a JSONL of {"problem": ..., "answer": ...} lines
+    hf:PATH[?MAPPING]        a local Hugging Face dataset (save_to_disk dir or Parquet), task rows or a
+                             column mapping (trialground.tasks.hf_source)
     data                     generated data-analysis tasks (a CSV and a question)
     ops                      generated operations-troubleshooting tasks (repair a broken setup)
     agent[:FAMILIES]         generated multi-turn tool tasks (trialground.tasks.agentic): repair, lookup,
@@ -220,6 +222,12 @@ def _humaneval(r: SourceRequest) -> list[Task]:
     return humaneval_tasks()
 
 
+def _hf(r: SourceRequest) -> list[Task]:
+    from trialground.tasks.hf_source import hf_tasks
+
+    return hf_tasks(r.arg)
+
+
 def _math(r: SourceRequest) -> list[Task]:
     from trialground.tasks.math_source import bundled_math_path, math_tasks
 
@@ -243,5 +251,6 @@ for _source in (
     ),
     TaskSource("humaneval", _humaneval, "the 164 HumanEval problems"),
     TaskSource("math", _math, "the bundled math set, or math:FILE (JSONL)", arg="optional"),
+    TaskSource("hf", _hf, "a local Hugging Face dataset, hf:PATH[?column mapping]", arg="required"),
 ):
     register(_source)
