@@ -16,7 +16,9 @@ from trialground.sandbox.base import Limits
 
 JSONScalar = str | int | float | bool | None
 
-VerifierKind = Literal["code_tests", "math", "exact", "regex", "numeric", "check_program", "judge"]
+VerifierKind = Literal[
+    "code_tests", "math", "exact", "regex", "numeric", "check_program", "judge", "swe_tests"
+]
 
 
 class VerifierSpec(BaseModel):

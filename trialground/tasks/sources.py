@@ -11,6 +11,7 @@ Specs::
     ops                      generated operations-troubleshooting tasks (repair a broken setup)
     agent[:FAMILIES]         generated multi-turn tool tasks (trialground.tasks.agentic): repair, lookup,
                              config, or a comma-separated subset, e.g. agent:repair,config
+    swe:<repo>[:<candidates>] repository tasks: a real library with an injected bug (trialground.tasks.swe)
     path/to/file.jsonl       tasks in JSONL form
     path/to/dir              a task directory or a collection of them
 
@@ -29,6 +30,8 @@ Verifier parameters the sources emit (read by trialground.verify):
 - numeric:    {"answer": float, "rel_tol": float, "abs_tol": float}
 - check_program: {"solution_path": the one file to repair, "program": its hidden check, "check_timeout_s"}
   — the reference (and a single-turn submission) is the repaired full text of `solution_path`.
+- swe_tests:  {"repo": str, "version": str, "fail_to_pass": [node ids], "pass_to_pass": [node ids]}
+  — the reference (and a single-turn submission) is a unified diff.
 """
 
 from __future__ import annotations
@@ -70,6 +73,10 @@ def load_source(spec: str, *, seed: int = 0, n: int | None = None, split: Split 
             raise TaskError("reasoning_gym: name a dataset, e.g. reasoning_gym:chain_sum", kind="bad_spec")
         count = n if n is not None else DEFAULT_N["reasoning_gym"]
         return reasoning_gym_tasks(arg, n=count, seed=seed, split=split or "train")
+    elif name == "swe":
+        from trialground.tasks.swe import swe_tasks
+
+        return swe_tasks(arg, seed=seed, n=n, split=split)
     elif name == "humaneval" and not arg:
         from trialground.tasks.humaneval import humaneval_tasks
 
@@ -83,7 +90,7 @@ def load_source(spec: str, *, seed: int = 0, n: int | None = None, split: Split 
         if not path.exists():
             raise TaskError(
                 f"unknown task source {spec!r}: expected codegen, humaneval, reasoning_gym:<dataset>, "
-                "math, math:FILE, data, ops, agent[:FAMILIES], a .jsonl file or a task directory",
+                "math, math:FILE, data, ops, agent[:FAMILIES], swe:<repo>, a .jsonl file or a task directory",
                 kind="bad_spec",
             )
         from trialground.tasks.io import read_tasks

@@ -183,6 +183,10 @@ class Validator:
             if entry and entry not in functions:
                 functions.append(str(entry))
             return hack_submissions(functions or ["solve"])
+        if kind == "swe_tests":
+            from trialground.tasks.swe.hostile import hostile_patches
+
+            return hostile_patches(task)
         if kind == "check_program":
             path = task.verifier.params.get("solution_path")
             untouched = task.files.get(str(path), "") if path else ""
@@ -206,7 +210,9 @@ class Validator:
             ok, detail = self.grader.math.call(str(params["answer"]), f"${params['answer']}$")
             if not ok:
                 return [f"gold answer does not verify against itself: {detail}"]
-        if kind in ("code_tests", "check_program") and not task.hidden_checks:
+        if kind == "swe_tests" and not (params.get("fail_to_pass") and params.get("pass_to_pass")):
+            return ["needs at least one FAIL_TO_PASS and one PASS_TO_PASS test"]
+        if kind in ("code_tests", "check_program", "swe_tests") and not task.hidden_checks:
             return ["no hidden checks"]
         return []
 
