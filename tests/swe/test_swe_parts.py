@@ -76,9 +76,22 @@ def test_path_classes() -> None:
     spec = repo_spec("boltons")
     assert classify(spec, "boltons/iterutils.py") == "library"
     assert classify(spec, "boltons/new_module.py") == "library"
-    for path in ("tests/test_iterutils.py", "tests/conftest.py", "conftest.py", "boltons/conftest.py",
-                 "sitecustomize.py", "boltons/x.pth", "pyproject.toml", "tox.ini", ".tg/site/_pytest/runner.py",
-                 "pytest.py", "_pytest/runner.py", "boltons/test_x.py", "boltons/__pycache__/a.py"):  # fmt: skip
+    protected = (
+        "tests/test_iterutils.py",
+        "tests/conftest.py",
+        "conftest.py",
+        "boltons/conftest.py",
+        "sitecustomize.py",
+        "boltons/x.pth",
+        "pyproject.toml",
+        "tox.ini",
+        ".tg/site/_pytest/runner.py",
+        "pytest.py",
+        "_pytest/runner.py",
+        "boltons/test_x.py",
+        "boltons/__pycache__/a.py",
+    )
+    for path in protected:
         assert classify(spec, path) == "protected", path
     assert classify(spec, "notes.txt") == "other"
     assert classify(spec, "scratch.py") == "other"
@@ -101,10 +114,16 @@ def _sdist(members: dict[str, bytes], links: tuple[str, ...] = ()) -> bytes:
 
 def test_unpacking_keeps_only_plain_text_files_inside_the_tree() -> None:
     data = _sdist(
-        {"p-1/ok.py": b"x = 1\n", "p-1/../evil.py": b"bad", "/abs.py": b"bad", "p-1/bin.dat": b"\xff\xfe",
-         "p-1/tests/test_net.py": b"net", "p-1/a/__pycache__/m.py": b"stale"},
+        {
+            "p-1/ok.py": b"x = 1\n",
+            "p-1/../evil.py": b"bad",
+            "/abs.py": b"bad",
+            "p-1/bin.dat": b"\xff\xfe",
+            "p-1/tests/test_net.py": b"net",
+            "p-1/a/__pycache__/m.py": b"stale",
+        },
         links=("p-1/link.py",),
-    )  # fmt: skip
+    )
     spec = replace(REPOS["parse"], drop=("tests/test_net.py",))
     assert unpack(spec, data) == {"ok.py": "x = 1\n"}
 
@@ -125,7 +144,7 @@ def test_a_cached_sdist_that_does_not_match_its_pin_is_refused(
 def test_bad_specs_are_named() -> None:
     from trialground.tasks.sources import load_source
 
-    with pytest.raises(TaskError, match="unknown repository 'nope'.*known: boltons, inflection"):
+    with pytest.raises(TaskError, match=r"unknown repository 'nope'.*known: boltons, inflection"):
         load_source("swe:nope")
     with pytest.raises(TaskError, match="candidates must be an integer"):
         load_source("swe:inflection:many")

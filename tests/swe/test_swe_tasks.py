@@ -50,8 +50,16 @@ def test_validation_gold_passes_and_every_hostile_patch_fails(swe_tasks: list[Ta
 
     task = swe_tasks[0]
     labels = set(hostile_patches(task))
-    assert labels >= {"empty", "delete_failing_tests", "edit_failing_tests", "conftest_plugin", "sitecustomize",
-                      "patch_runner", "library_patches_pytest", "library_exits_early"}  # fmt: skip
+    assert labels >= {
+        "empty",
+        "delete_failing_tests",
+        "edit_failing_tests",
+        "conftest_plugin",
+        "sitecustomize",
+        "patch_runner",
+        "library_patches_pytest",
+        "library_exits_early",
+    }
     report = asyncio.run(validate_tasks([task], runs=3, concurrency=4))
     (result,) = report.tasks
     assert result.status == "valid", result.problems
