@@ -28,7 +28,10 @@ app = typer.Typer(help="Task sources: list, show, export and validate tasks.", n
 
 SourceArg = Annotated[
     str,
-    typer.Argument(help="codegen, humaneval, reasoning_gym:<name>, math[:FILE], data, ops, FILE.jsonl, DIR"),
+    typer.Argument(
+        help="codegen, humaneval, reasoning_gym:<name>, math[:FILE], data, ops, agent, swe:<repo>, "
+        "FILE.jsonl, DIR"
+    ),
 ]
 SeedOpt = Annotated[int, typer.Option(help="Seed of generated sources")]
 NOpt = Annotated[int | None, typer.Option("--n", "-n", help="Number of tasks (generators: how many to make)")]
