@@ -136,6 +136,9 @@ class Validator:
                 problems.append(f"expected_tests={expected} but the checks define {n_tests}")
         elif kind == "check_program":
             n_tests = len(task.hidden_checks)
+        elif kind == "swe_tests":
+            params = task.verifier.params
+            n_tests = len(params.get("fail_to_pass", [])) + len(params.get("pass_to_pass", []))
         flaky: list[str] = []
         if task.reference is None:
             problems.append("no reference solution")
