@@ -11,6 +11,7 @@ Specs::
     ops                      generated operations-troubleshooting tasks (repair a broken setup)
     agent[:FAMILIES]         generated multi-turn tool tasks (trialground.tasks.agentic): repair, lookup,
                              config, or a comma-separated subset, e.g. agent:repair,config
+    longctx[:FAMILIES]       long-context tool tasks (trialground.tasks.longctx): find, log, doc
     swe:<repo>[:<candidates>] repository tasks: a real library with an injected bug (trialground.tasks.swe)
     path/to/file.jsonl       tasks in JSONL form
     path/to/dir              a task directory or a collection of them
@@ -73,6 +74,13 @@ def load_source(spec: str, *, seed: int = 0, n: int | None = None, split: Split 
             raise TaskError("reasoning_gym: name a dataset, e.g. reasoning_gym:chain_sum", kind="bad_spec")
         count = n if n is not None else DEFAULT_N["reasoning_gym"]
         return reasoning_gym_tasks(arg, n=count, seed=seed, split=split or "train")
+    elif name == "longctx":
+        from trialground.tasks.longctx import longctx_tasks
+
+        try:
+            tasks = longctx_tasks(n if n is not None else 120, seed, split or "train", arg)
+        except ValueError as e:
+            raise TaskError(f"{spec}: {e}", kind="bad_spec") from e
     elif name == "swe":
         from trialground.tasks.swe import swe_tasks
 
@@ -90,7 +98,8 @@ def load_source(spec: str, *, seed: int = 0, n: int | None = None, split: Split 
         if not path.exists():
             raise TaskError(
                 f"unknown task source {spec!r}: expected codegen, humaneval, reasoning_gym:<dataset>, "
-                "math, math:FILE, data, ops, agent[:FAMILIES], swe:<repo>, a .jsonl file or a task directory",
+                "math, math:FILE, data, ops, agent[:FAMILIES], longctx, swe:<repo>, a .jsonl file or a task "
+                "directory",
                 kind="bad_spec",
             )
         from trialground.tasks.io import read_tasks
