@@ -59,6 +59,8 @@ def test_validation_gold_passes_and_every_hostile_patch_fails(swe_tasks: list[Ta
         "patch_runner",
         "library_patches_pytest",
         "library_exits_early",
+        "library_forges_report",
+        "library_rewrites_tests",
     }
     report = asyncio.run(validate_tasks([task], runs=3, concurrency=4))
     (result,) = report.tasks
