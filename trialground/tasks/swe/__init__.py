@@ -84,13 +84,14 @@ def swe_tasks(arg: str, *, seed: int = 0, n: int | None = None, split: str | Non
     """The task set of `swe:<arg>` (see the module docstring), filtered to `split` when given."""
     spec, count = parse_spec(arg)
     records = build_records(spec, seed=seed, n_candidates=count)
+    if not records:
+        raise TaskError(
+            f"swe:{arg}: no bug of {count} candidates was kept; try more candidates "
+            "(swe:<repo>:<candidates>)",
+            kind="generator",
+        )
+    # A fixed set: a split may hold none of them (as for any stored set); the caller says if that is wrong.
     tasks = [task_from_record(spec, r) for r in records]
     if split is not None:
         tasks = [t for t in tasks if t.split == split]
-    if not tasks:
-        raise TaskError(
-            f"swe:{arg}: no bug of {count} candidates was kept{f' in split {split}' if split else ''}; "
-            "try more candidates (swe:<repo>:<candidates>)",
-            kind="generator",
-        )
     return tasks[:n] if n is not None else tasks
