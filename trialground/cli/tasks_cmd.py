@@ -29,8 +29,8 @@ app = typer.Typer(help="Task sources: list, show, export and validate tasks.", n
 SourceArg = Annotated[
     str,
     typer.Argument(
-        help="codegen, humaneval, reasoning_gym:<name>, math[:FILE], hf:PATH[?MAPPING], data, ops, "
-        "FILE.jsonl, DIR"
+        help="codegen, humaneval, reasoning_gym:<name>, math[:FILE], hf:PATH[?MAPPING], data, ops, agent, "
+        "longctx, swe:<repo>, FILE.jsonl, DIR, or a plugin package.module:NAME[:ARG]"
     ),
 ]
 SeedOpt = Annotated[int, typer.Option(help="Seed of generated sources")]
