@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,7 +37,7 @@ def test_split_keeps_groups_whole_and_balances_tokens() -> None:
 
 
 def test_split_leaves_out_untrainable_and_splits_groups_when_they_are_fewer_than_ranks() -> None:
-    trajs = _group("a", [3, 5, 7]) + [traj([1], [("policy", [2], [-1.0])], group="a", error=True)]
+    trajs = [*_group("a", [3, 5, 7]), traj([1], [("policy", [2], [-1.0])], group="a", error=True)]
     shares = split_batch(trajs, [1.0, None, 0.5, 1.0], 2)
     kept = [t.completion()[0] for share in shares for t in share[0]]
     assert sorted(len(k) for k in kept) == [3, 7]  # no advantage / an error: not trained anywhere
@@ -109,10 +108,9 @@ def test_two_gloo_ranks_through_ray_step_like_one_process(
     pytest.importorskip("ray")
     out = model_dir.parent / "ray"
     out.mkdir()
-    env = {**os.environ, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
     proc = subprocess.run(
         [sys.executable, str(HERE / "dist_rank.py"), str(model_dir), str(out), "--ray"],
-        cwd=HERE, capture_output=True, text=True, timeout=600, env=env,
+        cwd=HERE, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     _compare(out, one_process)
