@@ -11,7 +11,8 @@ from trialground.rollout.trajectory import Trajectory
 from trialground.train.config import TrainerConfig
 
 # Two micro-batches per rank and two epochs: accumulation under no_sync and one all-reduce per epoch.
-TRAINER = {"lr": 0.01, "micro_batch_size": 2, "epochs": 2}
+# Recomputed old logprobs: the second batch (recorded by the starting model) still trains, not clipped.
+TRAINER = {"lr": 0.01, "micro_batch_size": 2, "epochs": 2, "old_logprobs": "recompute"}
 
 # (prompt, completion, advantage), four groups: both ranks get work in the first batch.
 FIRST = [

@@ -76,9 +76,11 @@ def _compare(out: Path, one_process: tuple[dict[str, torch.Tensor], list[dict[st
     for k in want:
         torch.testing.assert_close(got[k], want[k], rtol=0, atol=5e-5, msg=k)  # Adam: 4e-2 steps
     got_metrics = json.loads((out / "metrics.json").read_text())
+    assert all(m["train/grad_norm"] > 0.1 for m in want_metrics)  # both steps train (none all clipped)
     for g, w in zip(got_metrics, want_metrics, strict=True):
         for key in ("train/loss", "train/tokens", "train/sequences", "train/active_sequences",
-                    "train/grad_norm", "train/entropy", "train/ratio_mean", "train/pg_loss"):  # fmt: skip
+                    "train/grad_norm", "train/entropy", "train/ratio_mean", "train/pg_loss",
+                    "train/sampler_logprob_diff", "train/clip_frac"):  # fmt: skip
             assert g[key] == pytest.approx(w[key], rel=1e-5, abs=1e-7), key
 
 
