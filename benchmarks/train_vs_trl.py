@@ -36,7 +36,7 @@ from trialground.rollout.batching import GroupBatcher
 from trialground.sandbox.base import Limits, SandboxConfig
 from trialground.tasks.codegen import generate_codegen_tasks
 from trialground.tasks.model import Task
-from trialground.train.advantages import compute_advantages
+from trialground.train.advantages import compute_advantages, with_advantages
 from trialground.train.config import TrainerConfig
 from trialground.train.trainer import Trainer
 from trialground.verify.grader import Grader
@@ -110,7 +110,7 @@ async def ours(args: argparse.Namespace, tasks: list[Task]) -> tuple[HFPolicy, d
         flat = [t for g in groups for t in g]
         # episodes grade concurrently: the step's grading time is its slowest episode's env time
         reward_s += max(t.timings.get("env_s", 0.0) for t in flat)
-        trainer.step(flat, compute_advantages(flat, "grpo"))
+        trainer.step(with_advantages(flat, compute_advantages(flat, "grpo")))
         policy.load_weights(trainer.state_dict(), trainer.version)
         marks.append(time.perf_counter())
         step_rewards = [t.reward.total if t.reward else 0.0 for t in flat]

@@ -20,11 +20,14 @@ from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.codegen import generate_codegen_tasks
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.verify.grader import Grader
+from trialground.verify.rubric import Rubric
 
 # seed=None: the policy draws a fresh seed per call (a fixed seed would repeat samples across calls)
 PARAMS = SamplingParams(temperature=1.0, max_new_tokens=12)
 TASK = Task(
-    domain="code", prompt="Count the bytes you write.", verifier=VerifierSpec(kind="exact", params={})
+    domain="code",
+    prompt="Count the bytes you write.",
+    verifier=VerifierSpec(kind="exact", params={"answer": "-"}),
 )
 
 
@@ -137,7 +140,7 @@ async def test_context_budget_truncates_and_is_recorded(policy: HFPolicy) -> Non
     assert t.truncated and len(t.turns[1].token_ids) <= 5
     assert len(t.prompt_ids) + len(t.completion()[0]) <= prompt_len + 5
     assert t.reward is not None  # a capped single turn is still graded
-    # multi-turn: no room for the next turn -> ended, truncated, outcome 0 with a logged component
+    # multi-turn: no room for the next turn -> ended ungraded; the rubric's truncation part pays outcome 0
     t2 = await rollout(
         ScriptedPolicy(["a b c"], tokenizer=policy.tokenizer),
         ShellEnv(turns=5),
@@ -147,8 +150,10 @@ async def test_context_budget_truncates_and_is_recorded(policy: HFPolicy) -> Non
         sample_index=1,
         max_context_tokens=prompt_len + 12,
     )
-    assert t2.truncated and t2.finish_reason == "context_budget" and t2.reward is not None
-    assert t2.reward.total == 0.0 and t2.reward.components[0].name == "context_truncated"
+    assert t2.truncated and t2.finish_reason == "context_budget" and t2.reward is None and t2.error is None
+    finished = Rubric().finish(t2)
+    assert finished.ok and finished.reward is not None and finished.reward.total == 0.0
+    assert finished.reward.component("context_truncated") is not None
     assert len(t2.prompt_ids) + len(t2.completion()[0]) <= prompt_len + 12
     # a prompt over budget is an error, not a zero
     t3 = await rollout(

@@ -14,11 +14,13 @@ from trialground.policy.base import SamplingParams
 from trialground.policy.hf import HFPolicy
 from trialground.rollout.agent import rollout_group
 from trialground.tasks.model import Task, VerifierSpec
-from trialground.train.advantages import compute_advantages
+from trialground.train.advantages import compute_advantages, with_advantages
 from trialground.train.config import TrainerConfig
 from trialground.train.trainer import Trainer, build_samples
 
-TASK = Task(domain="code", prompt="Write anything.", verifier=VerifierSpec(kind="exact", params={}))
+TASK = Task(
+    domain="code", prompt="Write anything.", verifier=VerifierSpec(kind="exact", params={"answer": "-"})
+)
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +39,7 @@ async def test_sampler_and_trainer_agree_then_weights_flow_back(policy: HFPolicy
     if all(a == 0.0 for a in adv):  # every sample got the same reward: give the update some signal
         adv = [1.0, -1.0, 0.5, -0.5]
     # the tokens the trainer trains on are exactly the tokens the policy produced, nothing else
-    for t, sample in zip(group, build_samples(group, adv), strict=True):
+    for t, sample in zip(group, build_samples(with_advantages(group, adv)), strict=True):
         trained = [sample.ids[j + 1] for j, m in enumerate(sample.mask) if m]
         assert trained == [i for turn in t.turns if turn.role == "policy" for i in turn.token_ids]
     before = {k: v.clone() for k, v in policy.model.state_dict().items()}
@@ -47,7 +49,7 @@ async def test_sampler_and_trainer_agree_then_weights_flow_back(policy: HFPolicy
         policy.tokenizer.pad_token_id,
         temperature=temperature,
     )
-    m = trainer.step(group, adv)
+    m = trainer.step(with_advantages(group, adv))
     # left-padded KV-cache sampling and right-padded full forward give the same logprobs
     assert m["train/ratio_mean"] == pytest.approx(1.0, abs=1e-4)
     assert m["train/clip_frac"] == 0.0

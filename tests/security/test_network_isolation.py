@@ -3,8 +3,9 @@
 From a networked sandbox, under both launchers: the host's loopback listeners (at 127.0.0.1, at
 slirp4netns's host alias 10.0.2.2, by name) and the host's abstract unix sockets are unreachable, while
 outbound TCP to a non-loopback address works. This machine reaches only package registries, so the
-"outside" is made here: a network namespace of its own (`ip netns`), joined to the host by a veth pair on a
-random benchmark-range subnet, with a TCP server in it that the sandbox must reach through its uplink.
+"outside" is made here: a network namespace of its own (held by a process of the test), joined to the
+host by a veth pair on a random /30 of the benchmark range 198.18.0.0/15, with a TCP server in it that the
+sandbox must reach through its uplink.
 """
 
 from __future__ import annotations
@@ -142,34 +143,41 @@ class Outside:
 @pytest.fixture
 def outside() -> Iterator[Outside]:
     """A TCP server at a non-loopback address in a network namespace of its own, routed from the host."""
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("making a network namespace needs root and iproute2")
+    if os.geteuid() != 0 or not all(shutil.which(c) for c in ("ip", "unshare", "nsenter")):
+        pytest.skip("making a network namespace needs root, iproute2 and util-linux")
+    # The namespace is held by a process of this test (no `ip netns` name: /run/netns is shared with every
+    # other process on the host, and concurrent runs must not meet there).
     tag = os.urandom(3).hex()
-    ns, host_if, ns_if = f"tg-out-{tag}", f"tgh{tag}", f"tgn{tag}"
-    third = random.randrange(0, 256)
-    host_ip, ns_ip = f"198.18.{third}.1", f"198.18.{third}.2"
+    host_if, ns_if = f"tgh{tag}", f"tgn{tag}"
+    base = (198 << 24 | 18 << 16) + 4 * random.randrange(1 << 15)  # one of 32768 /30s: runs rarely meet
+    host_ip, ns_ip = (socket.inet_ntoa((base + k).to_bytes(4, "big")) for k in (1, 2))
 
     def ip(*args: str) -> None:
         subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
 
     token = os.urandom(8).hex()
+    holder = subprocess.Popen(["unshare", "--net", "--", "sleep", "3600"])
     server: subprocess.Popen[str] | None = None
+    inside = ["nsenter", "-t", str(holder.pid), "-n", "--"]
     try:
-        ip("netns", "add", ns)
+        for _ in range(100):  # unshare execs sleep once the namespace exists
+            if os.readlink(f"/proc/{holder.pid}/ns/net") != os.readlink("/proc/self/ns/net"):
+                break
+            time.sleep(0.05)
         ip("link", "add", host_if, "type", "veth", "peer", "name", ns_if)
-        ip("link", "set", ns_if, "netns", ns)
+        ip("link", "set", ns_if, "netns", str(holder.pid))
         ip("addr", "add", f"{host_ip}/30", "dev", host_if)
         ip("link", "set", host_if, "up")
-        ip("-n", ns, "addr", "add", f"{ns_ip}/30", "dev", ns_if)
-        ip("-n", ns, "link", "set", ns_if, "up")
-        ip("-n", ns, "link", "set", "lo", "up")
+        subprocess.run([*inside, "ip", "addr", "add", f"{ns_ip}/30", "dev", ns_if], check=True, timeout=30)
+        subprocess.run([*inside, "ip", "link", "set", ns_if, "up"], check=True, timeout=30)
+        subprocess.run([*inside, "ip", "link", "set", "lo", "up"], check=True, timeout=30)
         code = (
             "import socket,sys\ns = socket.socket()\n"
             f"s.bind(({ns_ip!r}, 0))\ns.listen()\nprint(s.getsockname()[1], flush=True)\n"
             f"while True:\n    c, _ = s.accept()\n    c.sendall(b{token!r})\n    c.close()"
         )
         server = subprocess.Popen(
-            ["ip", "netns", "exec", ns, "python3", "-I", "-S", "-c", code], stdout=subprocess.PIPE, text=True
+            [*inside, "python3", "-I", "-S", "-c", code], stdout=subprocess.PIPE, text=True
         )
         assert server.stdout is not None
         port = int(server.stdout.readline())
@@ -178,8 +186,9 @@ def outside() -> Iterator[Outside]:
         if server is not None:
             server.kill()
             server.wait()
+        holder.kill()
+        holder.wait()  # the namespace ends with its last process, and its end of the veth pair with it
         subprocess.run(["ip", "link", "del", host_if], capture_output=True, timeout=30)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
 
 
 @ROOT_ONLY

@@ -8,6 +8,7 @@ from train_helpers import PAD, sequence_logprobs, tiny_llama, traj
 
 from trialground.config import RunConfig
 from trialground.rollout.trajectory import Trajectory
+from trialground.train.advantages import Scored, with_advantages
 from trialground.train.config import TrainerConfig
 
 # Two micro-batches per rank and two epochs: accumulation under no_sync and one all-reduce per epoch.
@@ -47,21 +48,22 @@ def trainer_config() -> TrainerConfig:
     return TrainerConfig.model_validate(TRAINER)
 
 
-def batches(model_dir: Path) -> list[tuple[list[Trajectory], list[float | None]]]:
+def batches(model_dir: Path) -> list[list[Scored]]:
     """Both batches, with logprobs recorded by the starting model (the second is off-policy)."""
     from trialground.policy.config import PolicyConfig
     from trialground.policy.hf import load_model
 
     model = load_model(PolicyConfig(model=str(model_dir), cpu_threads=1)).eval()
-    out: list[tuple[list[Trajectory], list[float | None]]] = []
+    out: list[list[Scored]] = []
     for b, specs in enumerate([FIRST, SECOND]):
-        trajs, advs = [], []
+        trajs: list[Trajectory] = []
+        advs: list[float | None] = []
         for i, (prompt, completion, adv) in enumerate(specs):
             lp = sequence_logprobs(model, prompt + completion, len(prompt))
             group = f"b{b}-p{prompt[0]}"
             trajs.append(traj(prompt, [("policy", completion, lp)], group=group, index=i))
             advs.append(adv)
-        out.append((trajs, advs))
+        out.append(with_advantages(trajs, advs))
     return out
 
 

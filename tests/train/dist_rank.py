@@ -29,7 +29,7 @@ def main() -> None:
             return
         trainer = Trainer(load_model(config.policy).eval(), config.trainer, pad_id=PAD, temperature=1.0)
         join_data_parallel(trainer)
-        metrics = [trainer.step(trajs, advs) for trajs, advs in batches(model_dir)]
+        metrics = [trainer.step(batch) for batch in batches(model_dir)]
         torch.save(trainer.state_dict(), out / "rank0.pt")
         (out / "metrics.json").write_text(json.dumps(metrics))
 

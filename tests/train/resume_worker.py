@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from train_helpers import PAD, VOCAB, sequence_logprobs, tiny_llama, traj
 
-from trialground.train.advantages import compute_advantages
+from trialground.train.advantages import compute_advantages, with_advantages
 from trialground.train.checkpoint import checkpoint_path, latest_checkpoint, load_checkpoint, save_checkpoint
 from trialground.train.config import TrainerConfig
 from trialground.train.trainer import Trainer
@@ -50,7 +50,7 @@ def run(mode: str, run_dir: str, lora: int) -> dict:
     for step in range(start, stop):
         batch = draw_batch(model, step)
         seen.append(batch[0].turns[1].token_ids)
-        trainer.step(batch, compute_advantages(batch, "grpo"))
+        trainer.step(with_advantages(batch, compute_advantages(batch, "grpo")))
         if mode == "first" and step + 1 == 2:
             save_checkpoint(checkpoint_path(run_dir, step + 1), trainer, step=step + 1, extra={"seen": seen})
     return {"params": trainer.model.state_dict(), "version": trainer.version, "seen": seen}

@@ -1,8 +1,6 @@
-"""Advantages, group filtering and the overlong penalty against hand-computed values."""
+"""Advantages, group filtering and the trainer's scored records against hand-computed values."""
 
 from __future__ import annotations
-
-import math
 
 import pytest
 from train_helpers import traj
@@ -13,8 +11,8 @@ from trialground.train.advantages import (
     filter_groups,
     group_advantages,
     grpo,
-    overlong_penalty,
     rloo,
+    score_groups,
     trajectory_reward,
 )
 
@@ -98,40 +96,27 @@ def test_filter_groups_drops_and_counts() -> None:
     assert stats.as_metrics()["filter/zero_variance_groups"] == 2.0
 
 
-def test_overlong_penalty() -> None:
-    # hard: only a response that used the whole budget is penalised
-    assert overlong_penalty(99, 100, penalty=1.0) == 0.0
-    assert overlong_penalty(100, 100, penalty=1.0) == -1.0
-    # soft (DAPO): ramp over the last `buffer` tokens
-    assert overlong_penalty(80, 100, buffer=20, penalty=1.0) == 0.0
-    assert overlong_penalty(90, 100, buffer=20, penalty=1.0) == pytest.approx(-0.5)
-    assert overlong_penalty(95, 100, buffer=20, penalty=0.4) == pytest.approx(-0.3)
-    assert overlong_penalty(120, 100, buffer=20, penalty=1.0) == -1.0
-    assert overlong_penalty(100, 100, buffer=20, penalty=0.0) == 0.0
-    with pytest.raises(ValueError):
-        overlong_penalty(1, 10, buffer=11)
-
-
-def test_trajectory_reward_applies_penalty_to_policy_tokens_only() -> None:
-    t = traj([1, 2, 3], [("policy", [4, 5], [0.0, 0.0]), ("env", [6] * 10, [])], reward=1.0)
+def test_trajectory_reward_is_none_for_failures_and_dropped_rewards() -> None:
+    t = traj([1, 2, 3], [("policy", [4, 5], [0.0, 0.0])], reward=1.0)
     assert trajectory_reward(t) == 1.0
-    assert trajectory_reward(t, max_length=2, penalty=0.5) == 0.5
-    assert trajectory_reward(t, max_length=3, penalty=0.5) == 1.0
-    failed = traj([1], [("policy", [4], [0.0])], reward=1.0, error=True)
-    assert trajectory_reward(failed, max_length=1, penalty=1.0) is None
-    assert not math.isnan(trajectory_reward(t, max_length=4, buffer=4, penalty=1.0) or 0.0)
+    assert trajectory_reward(traj([1], [("policy", [4], [0.0])], reward=1.0, error=True)) is None
+    assert t.reward is not None
+    dropped = t.model_copy(update={"reward": t.reward.model_copy(update={"dropped": True})})
+    assert trajectory_reward(dropped) is None
 
 
-def test_advantages_for_applies_the_trainer_config() -> None:
-    from trialground.train.advantages import advantages_for
+def test_score_groups_marks_why_records_are_left_out() -> None:
     from trialground.train.config import TrainerConfig
 
-    long = traj([1], [("policy", [2, 3, 4, 5], [0.0] * 4)], reward=1.0, group="g", index=0)
-    short = traj([1], [("policy", [2], [0.0])], reward=1.0, group="g", index=1)
-    # without the penalty both earn 1: no signal; with it, the cut response is worse
-    assert advantages_for([long, short], TrainerConfig(algorithm="dr_grpo")) == [0.0, 0.0]
-    cfg = TrainerConfig(algorithm="dr_grpo", overlong_penalty=0.5)
-    assert advantages_for([long, short], cfg, max_new_tokens=4) == pytest.approx([-0.25, 0.25])
-    # soft, buffer clamped to 4: long (4 tokens) pays 1, short (1 token) pays 1/4; rloo: 0 - 0.75
-    soft = TrainerConfig(algorithm="rloo", overlong_penalty=1.0, overlong_buffer=8)
-    assert advantages_for([long, short], soft, max_new_tokens=4) == pytest.approx([-0.75, 0.75])
+    good = [
+        traj([1], [("policy", [2], [0.0])], reward=r, group="a", index=i) for i, r in enumerate((1.0, 0.0))
+    ]
+    flat = [traj([1], [("policy", [2], [0.0])], reward=1.0, group="b", index=i) for i in range(2)]
+    broken = traj([1], [("policy", [2], [0.0])], reward=1.0, group="a", index=2, error=True)
+    scored, stats = score_groups(
+        [[*good, broken], flat], TrainerConfig(algorithm="dr_grpo"), dynamic_sampling=True
+    )
+    assert [r.excluded for r in scored] == [None, None, "error", "filtered", "filtered"]
+    assert [r.advantage for r in scored] == [0.5, -0.5, None, 0.0, 0.0]
+    assert [r.trainable for r in scored] == [True, True, False, False, False]
+    assert stats is not None and stats.zero_variance == 1

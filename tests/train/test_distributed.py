@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from trialground.config import load_config
 from trialground.errors import ConfigError
 from trialground.policy.config import PolicyConfig
 from trialground.policy.hf import load_model
+from trialground.train.advantages import with_advantages
 from trialground.train.distributed import split_batch
 from trialground.train.trainer import Trainer
 
@@ -29,22 +31,23 @@ def _group(name: str, sizes: list[int]) -> list:  # type: ignore[type-arg]
 
 def test_split_keeps_groups_whole_and_balances_tokens() -> None:
     trajs = _group("a", [10, 10]) + _group("b", [1, 1]) + _group("c", [4, 4]) + _group("d", [5, 4])
-    shares = split_batch(trajs, [1.0] * len(trajs), 2)
-    groups = [sorted({t.group_id for t in share[0]}) for share in shares]
+    shares = split_batch(with_advantages(trajs, [1.0] * len(trajs)), 2)
+    groups = [sorted({r.trajectory.group_id for r in share}) for share in shares]
     assert groups == [["a", "b"], ["c", "d"]]  # 24 + 6 tokens against 12 + 13 (prompt included)
-    assert sum(len(s[0]) for s in shares) == len(trajs)
-    assert all(len(t) == len(a) for t, a in shares)
+    assert sum(len(s) for s in shares) == len(trajs)
 
 
 def test_split_leaves_out_untrainable_and_splits_groups_when_they_are_fewer_than_ranks() -> None:
     trajs = [*_group("a", [3, 5, 7]), traj([1], [("policy", [2], [-1.0])], group="a", error=True)]
-    shares = split_batch(trajs, [1.0, None, 0.5, 1.0], 2)
-    kept = [t.completion()[0] for share in shares for t in share[0]]
-    assert sorted(len(k) for k in kept) == [3, 7]  # no advantage / an error: not trained anywhere
-    assert [len(s[0]) for s in shares] == [1, 1]  # one group, two ranks: one trajectory each
-    with pytest.raises(ValueError, match="advantages"):
-        split_batch(trajs, [1.0], 2)
-    assert split_batch([], [], 3) == [([], []), ([], []), ([], [])]
+    records = with_advantages(trajs, [1.0, None, 0.5, 1.0])
+    records[2] = replace(records[2], excluded="filtered")
+    shares = split_batch(records, 2)
+    kept = [r.trajectory.completion()[0] for share in shares for r in share]
+    assert sorted(len(k) for k in kept) == [3]  # no advantage / filtered / an error: trained nowhere
+    records = with_advantages(trajs, [1.0, 2.0, 0.5, 1.0])
+    shares = split_batch(records, 2)
+    assert [len(s) for s in shares] == [1, 2]  # one group, two ranks: one by one, 9 tokens / 7 + 5
+    assert split_batch([], 3) == [[], [], []]
 
 
 def test_data_parallel_needs_ray_or_torchrun(tmp_path: Path) -> None:
@@ -62,7 +65,7 @@ def one_process(model_dir: Path) -> tuple[dict[str, torch.Tensor], list[dict[str
     """The reference: the same trainer and batches in this one process."""
     model = load_model(PolicyConfig(model=str(model_dir), cpu_threads=1)).eval()
     trainer = Trainer(model, trainer_config(), pad_id=PAD, temperature=1.0)
-    metrics = [trainer.step(trajs, advs) for trajs, advs in batches(model_dir)]
+    metrics = [trainer.step(batch) for batch in batches(model_dir)]
     return trainer.state_dict(), metrics
 
 

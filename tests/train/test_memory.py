@@ -8,6 +8,7 @@ import torch
 from pydantic import ValidationError
 from train_helpers import PAD, sequence_logprobs, tiny_llama, traj
 
+from trialground.train.advantages import with_advantages
 from trialground.train.config import TrainerConfig
 from trialground.train.trainer import Trainer
 
@@ -41,7 +42,7 @@ def _step(**options: object) -> tuple[dict[str, torch.Tensor], dict[str, float],
     grads: dict[str, torch.Tensor] = {}
     for name, p in model.named_parameters():
         p.register_hook(lambda g, name=name: grads.__setitem__(name, g.detach().clone()))  # type: ignore[misc]
-    metrics = trainer.step(batch, [s[2] for s in SPECS])
+    metrics = trainer.step(with_advantages(batch, [s[2] for s in SPECS]))
     out = trainer.state_dict()
     out["grad"] = torch.cat([grads[n].flatten() for n, _ in model.named_parameters()])
     return out, metrics, seen, len(calls)

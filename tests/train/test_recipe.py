@@ -28,7 +28,7 @@ from trialground.policy.tiny import tiny_model_dir
 from trialground.rollout.agent import rollout_group
 from trialground.sandbox.base import Limits, SandboxConfig
 from trialground.tasks.codegen import generate_codegen_tasks
-from trialground.train.advantages import compute_advantages
+from trialground.train.advantages import compute_advantages, with_advantages
 from trialground.train.config import TrainerConfig
 from trialground.train.trainer import Trainer
 from trialground.verify.grader import Grader
@@ -70,7 +70,7 @@ async def run_recipe() -> dict[str, Any]:
             flat = [t for g in groups for t in g]
             errors = [t.error for t in flat if t.error is not None]
             assert not errors, errors
-            m = trainer.step(flat, compute_advantages(flat, "grpo"))
+            m = trainer.step(with_advantages(flat, compute_advantages(flat, "grpo")))
             policy.load_weights(trainer.state_dict(), trainer.version)
             out["steps"].append(
                 {

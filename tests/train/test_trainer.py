@@ -9,6 +9,7 @@ import torch
 from train_helpers import PAD, sequence_logprobs, tiny_llama, traj
 
 from trialground.rollout.trajectory import Trajectory
+from trialground.train.advantages import with_advantages
 from trialground.train.config import TrainerConfig
 from trialground.train.trainer import Trainer, build_samples
 
@@ -38,7 +39,7 @@ def test_build_samples_aligns_targets() -> None:
         [1, 2, 3],
         [("policy", [4, 5], [-0.1, -0.2]), ("env", [6, 7], []), ("policy", [8], [-0.3])],
     )
-    (s,) = build_samples([t], [0.5])
+    (s,) = build_samples(with_advantages([t], [0.5]))
     assert s.ids == [1, 2, 3, 4, 5, 6, 7, 8]
     # target j is ids[j + 1]: the policy tokens 4, 5 and 8 are trained, nothing else
     assert s.mask == [0, 0, 1, 1, 0, 0, 1]
@@ -52,10 +53,10 @@ def test_build_samples_skips_failures_and_missing_logprobs_marked() -> None:
     ok = traj([1], [("policy", [2], [])])
     failed = traj([1], [("policy", [2], [-0.1])], error=True)
     only_env = traj([1], [("env", [2], [])])
-    samples = build_samples([ok, failed, only_env], [1.0, 1.0, 1.0])
+    samples = build_samples(with_advantages([ok, failed, only_env], [1.0, 1.0, 1.0]))
     assert len(samples) == 1 and samples[0].old_logprobs is None
     with pytest.raises(ValueError):
-        build_samples([ok], [])
+        build_samples(with_advantages([ok], []))
 
 
 def test_on_policy_first_step_has_ratio_one_and_moves_logprobs() -> None:
@@ -63,7 +64,7 @@ def test_on_policy_first_step_has_ratio_one_and_moves_logprobs() -> None:
     trainer = Trainer(model, TrainerConfig(lr=1e-2, micro_batch_size=2), PAD)
     batch = _on_policy(model, SPECS)
     before = [sum(sequence_logprobs(model, p + c, len(p))) for p, c, _ in SPECS]
-    m = trainer.step(batch, ADV)
+    m = trainer.step(with_advantages(batch, ADV))
     assert m["train/ratio_mean"] == pytest.approx(1.0, abs=1e-5)
     assert m["train/clip_frac"] == 0.0
     assert m["train/tokens"] == 10.0 and m["train/sequences"] == 4.0
@@ -78,10 +79,10 @@ def test_on_policy_first_step_has_ratio_one_and_moves_logprobs() -> None:
 def test_temperature_matches_sampling_temperature() -> None:
     model = tiny_llama()
     batch = _on_policy(model, SPECS, temperature=2.0)
-    m = Trainer(model, TrainerConfig(), PAD, temperature=2.0).step(batch, ADV)
+    m = Trainer(model, TrainerConfig(), PAD, temperature=2.0).step(with_advantages(batch, ADV))
     assert m["train/ratio_mean"] == pytest.approx(1.0, abs=1e-5)
     model2 = tiny_llama()
-    m_wrong = Trainer(model2, TrainerConfig(), PAD, temperature=1.0).step(batch, ADV)
+    m_wrong = Trainer(model2, TrainerConfig(), PAD, temperature=1.0).step(with_advantages(batch, ADV))
     assert abs(m_wrong["train/ratio_mean"] - 1.0) > 1e-3
     with pytest.raises(ValueError, match="temperature"):
         Trainer(tiny_llama(), TrainerConfig(), PAD, temperature=0.0)
@@ -98,7 +99,7 @@ def test_gradient_accumulation_equals_full_batch() -> None:
         trainer = Trainer(model, TrainerConfig(lr=1e-2, micro_batch_size=mbs), PAD)
         trainer.optimizer.step = lambda *a, **k: None  # type: ignore[method-assign]
         trainer.optimizer.zero_grad = lambda *a, **k: None  # type: ignore[method-assign]
-        trainer.step(batch, ADV)
+        trainer.step(with_advantages(batch, ADV))
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
     scale = float(grads[0].abs().max())
     assert scale > 0
@@ -121,7 +122,7 @@ def test_shared_prompt_forward_gives_the_same_loss_and_gradients(loss_agg: str) 
         trainer = Trainer(model, TrainerConfig(share_prompt=share, loss_agg=loss_agg), PAD)  # type: ignore[arg-type]
         trainer.optimizer.step = lambda *a, **k: None  # type: ignore[method-assign]
         trainer.optimizer.zero_grad = lambda *a, **k: None  # type: ignore[method-assign]
-        metrics.append(trainer.step(batch, advantages))
+        metrics.append(trainer.step(with_advantages(batch, advantages)))
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
     assert grads[0].abs().sum() > 0
     assert torch.allclose(grads[0], grads[1], rtol=1e-4, atol=1e-7)
@@ -143,7 +144,7 @@ def test_infra_failures_change_nothing() -> None:
             bad = traj([1, 2], [("policy", [30, 31, 32], [-1.0, -1.0, -1.0])], reward=None, error=True)
             batch.insert(1, bad)
             adv.insert(1, None)
-        m = Trainer(model, TrainerConfig(lr=1e-2), PAD).step(batch, adv)
+        m = Trainer(model, TrainerConfig(lr=1e-2), PAD).step(with_advantages(batch, adv))
         runs.append((_params(model), m["train/tokens"]))
     assert runs[0][1] == runs[1][1]
     assert all(torch.equal(a, b) for a, b in zip(runs[0][0], runs[1][0], strict=True))
@@ -155,7 +156,7 @@ def test_skip_zero_advantage_gives_the_same_update() -> None:
         model = tiny_llama()
         batch = _on_policy(model, SPECS)
         Trainer(model, TrainerConfig(lr=1e-2, skip_zero_advantage=skip), PAD).step(
-            batch, [1.0, 0.0, 0.0, -1.0]
+            with_advantages(batch, [1.0, 0.0, 0.0, -1.0])
         )
         runs.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     assert torch.allclose(runs[0], runs[1], atol=1e-7)
@@ -170,19 +171,21 @@ def test_recompute_old_logprobs_and_epochs() -> None:
             for u in t.turns
         )
         batch.append(t.model_copy(update={"turns": turns}))
-    m = Trainer(model, TrainerConfig(old_logprobs="recompute", epochs=3, lr=1e-2), PAD).step(batch, ADV)
+    m = Trainer(model, TrainerConfig(old_logprobs="recompute", epochs=3, lr=1e-2), PAD).step(
+        with_advantages(batch, ADV)
+    )
     assert m["train/sampler_logprob_diff"] == pytest.approx(0.1, abs=1e-5)
     # averaged over 3 epochs: ratio 1 in the first, drifting after the updates
     assert m["train/ratio_mean"] != pytest.approx(1.0, abs=1e-6)
     # trajectories without recorded logprobs are recomputed in "sampling" mode too
     bare = [traj(p, [("policy", c, [])], reward=r) for p, c, r in SPECS]
-    m2 = Trainer(tiny_llama(), TrainerConfig(), PAD).step(bare, ADV)
+    m2 = Trainer(tiny_llama(), TrainerConfig(), PAD).step(with_advantages(bare, ADV))
     assert m2["train/ratio_mean"] == pytest.approx(1.0, abs=1e-6)
 
 
 def test_nothing_trainable_is_a_skipped_step() -> None:
     trainer = Trainer(tiny_llama(), TrainerConfig(), PAD)
-    m = trainer.step([traj([1], [("policy", [2], [0.0])], error=True)], [None])
+    m = trainer.step(with_advantages([traj([1], [("policy", [2], [0.0])], error=True)], [None]))
     assert m["train/skipped"] == 1.0 and trainer.version == 0
 
 
@@ -192,7 +195,7 @@ def test_lora_trains_adapters_and_merged_weights_match() -> None:
     trainer = Trainer(model, TrainerConfig(lora_rank=4, lora_alpha=8, lr=5e-2), PAD)
     batch = _on_policy(model, SPECS)
     for _ in range(2):
-        trainer.step(batch, ADV)
+        trainer.step(with_advantages(batch, ADV))
     trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
     merged = trainer.state_dict()
@@ -213,14 +216,14 @@ def test_kl_to_reference() -> None:
     ref = copy.deepcopy(model)
     trainer = Trainer(model, TrainerConfig(kl_coef=0.1, lr=5e-2), PAD)
     batch = _on_policy(ref, SPECS)
-    m1 = trainer.step(batch, ADV)
+    m1 = trainer.step(with_advantages(batch, ADV))
     assert m1["train/kl"] == pytest.approx(0.0, abs=1e-7)
-    m2 = trainer.step(batch, ADV)
+    m2 = trainer.step(with_advantages(batch, ADV))
     assert m2["train/kl"] > 1e-6
     # LoRA: the reference is the base model with adapters disabled
     lora = Trainer(tiny_llama(), TrainerConfig(kl_coef=0.1, lora_rank=2, lr=5e-2), PAD)
-    assert lora.step(batch, ADV)["train/kl"] == pytest.approx(0.0, abs=1e-7)
-    assert lora.step(batch, ADV)["train/kl"] > 0.0
+    assert lora.step(with_advantages(batch, ADV))["train/kl"] == pytest.approx(0.0, abs=1e-7)
+    assert lora.step(with_advantages(batch, ADV))["train/kl"] > 0.0
 
 
 def test_lora_init_is_seeded_and_leaves_the_global_rng_alone() -> None:

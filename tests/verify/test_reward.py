@@ -1,4 +1,4 @@
-"""The composite reward against hand-computed values."""
+"""The rubric's grade parts (outcome gate, process, efficiency, hack action) against hand-computed values."""
 
 from __future__ import annotations
 
@@ -6,7 +6,12 @@ import pytest
 
 from trialground.verify.base import Action, Flag, Reward, Verdict
 from trialground.verify.config import RewardConfig
-from trialground.verify.reward import compute_reward, count_redundant, process_stats
+from trialground.verify.reward import count_redundant, process_stats
+from trialground.verify.rubric import Rubric
+
+
+def compute_reward(verdict: Verdict, actions: list[Action] | tuple[()], config: RewardConfig) -> Reward:
+    return Rubric(config).grade(verdict, actions)
 
 
 def act(

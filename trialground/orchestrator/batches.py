@@ -43,6 +43,7 @@ class SyncBatches:
             self.c.config.policy.sampling,
             branch=loop.branch,
             branch_k=loop.branch_size,
+            overlong_budget=self.c.config.policy.sampling.max_new_tokens,
         )
         return Batch(step, tasks, groups, time.perf_counter() - t0)
 

@@ -18,6 +18,7 @@ from trialground.rollout.batching import GroupBatcher
 from trialground.rollout.branching import BranchPoint, rollout_branched
 from trialground.rollout.trajectory import Trajectory
 from trialground.tasks.model import Task
+from trialground.verify.rubric import finish_all
 
 
 async def collect(
@@ -28,10 +29,13 @@ async def collect(
     *,
     branch: BranchPoint | Literal["off"] = "off",
     branch_k: int | None = None,
+    overlong_budget: int | None = None,
 ) -> list[list[Trajectory]]:
-    """The `k` trajectories of each task, in task order. A failed rollout is a trajectory with `error`
-    set; one failure never cancels its siblings (each group runs as its own task and records its own
-    errors). With `branch`, they come from `k // branch_k` branched groups (`branch_k` default: k)."""
+    """The `k` trajectories of each task, in task order, each with its final reward (the rubric's `finish`
+    parts applied, with the overlong penalty against `overlong_budget` policy tokens; None: no penalty).
+    A failed rollout is a trajectory with `error` set; one failure never cancels its siblings (each group
+    runs as its own task and records its own errors). With `branch`, they come from `k // branch_k`
+    branched groups (`branch_k` default: k)."""
     concurrency = min(len(tasks), c.config.loop.rollout_concurrency)
     limit = asyncio.Semaphore(concurrency)
     # One generate call for every episode waiting on the policy, across groups (not just within one).
@@ -68,7 +72,8 @@ async def collect(
             flat = [t for g in groups for t in g]
             return [t.model_copy(update={"sample_index": i}) for i, t in enumerate(flat)]
 
-    return list(await asyncio.gather(*(one(t) for t in tasks)))
+    groups = await asyncio.gather(*(one(t) for t in tasks))
+    return finish_all(c.grader.rubric, groups, budget=overlong_budget)
 
 
 def _group_id(task: Task) -> str:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,10 +16,14 @@ from trialground.monitor.eval_stats import check_overlap
 from trialground.monitor.monitor import Monitor
 from trialground.orchestrator.rundir import RunDir
 from trialground.policy.base import Policy
-from trialground.rollout.trajectory import Trajectory
 from trialground.tasks.model import Task
 from trialground.tasks.pool import TaskPool, load_task_sets
+from trialground.train.advantages import Scored
 from trialground.verify.grader import Grader
+
+if TYPE_CHECKING:  # torch and the pool's backends are imported only when a run needs them
+    from trialground.pool.pool import EnvPool
+    from trialground.train.trainer import Trainer
 
 
 def seed_everything(seed: int) -> None:
@@ -32,19 +36,25 @@ def seed_everything(seed: int) -> None:
 
 @dataclass
 class Components:
-    """The parts of one run. `env` opens an environment for a task (from the pool for tool episodes)."""
+    """The parts of one run. `env` opens an environment for a task (from the pool for tool episodes);
+    `trainer` is None for an evaluation."""
 
     config: RunConfig
     run: RunDir | None
     tasks: TaskPool
     eval_tasks: list[Task]
     policy: Policy
-    trainer: Any  # trialground.train.trainer.Trainer (imported lazily: torch is an extra)
+    trainer: Trainer | None
     grader: Grader
     monitor: Monitor | None
-    env_pool: Any = None
+    env_pool: EnvPool | None = None
     domains: dict[str, str] = field(default_factory=dict)
     startup_metrics: dict[str, float] = field(default_factory=dict)
+
+    def require_trainer(self) -> Trainer:
+        if self.trainer is None:
+            raise RuntimeError("these components were built for evaluation (train=False): no trainer")
+        return self.trainer
 
     def env_factory(self, task: Task) -> Callable[[], Environment | Awaitable[Environment]]:
         """Zero-argument maker of an environment for `task`: pooled for tool episodes, else a fresh
@@ -62,27 +72,21 @@ class Components:
 
     def sync_weights(self) -> None:
         """After a trainer step: the policy samples with the new weights, stamped with the new version."""
-        if self.trainer.model is getattr(self.policy, "model", None):
-            self.policy.version = self.trainer.version
+        trainer = self.require_trainer()
+        if trainer.model is self.policy.shared_module():
+            self.policy.version = trainer.version
         else:
-            self.policy.load_weights(self.trainer.state_dict(), self.trainer.version)
+            self.policy.load_weights(trainer.state_dict(), trainer.version)
 
-    def record_outcomes(self, tasks: Sequence[Task], groups: Sequence[Sequence[Trajectory]]) -> None:
-        """Per-task pass rates for difficulty bands; tasks with a hack flag go to the regression queue."""
-        flagged: list[str] = []
-        for task, group in zip(tasks, groups, strict=True):
-            for t in group:
-                if t.ok and t.reward is not None:
-                    self.tasks.record(task.id, t.reward.outcome > 0)
-                    if t.reward.flags:
-                        flagged.append(task.id)
-        if flagged:
-            self.tasks.add_regressions(sorted(set(flagged)))
+    def texts(self, batch: Sequence[Scored]) -> list[str]:
+        """Each record's completion, decoded (for the run's trajectory files)."""
+        decode = self.policy.tokenizer.decode
+        return [decode(r.trajectory.completion()[0], skip_special_tokens=True) for r in batch]
 
     def component_metrics(self) -> dict[str, float]:
         """What the components measured since the last call: grading, hack flags, task pool, env pool."""
         out = dict(self.grader.metrics(reset=True)) | dict(self.tasks.stats())
-        if self.env_pool is not None and hasattr(self.env_pool, "metrics"):
+        if self.env_pool is not None:
             out |= dict(self.env_pool.metrics())
         return out
 
@@ -92,22 +96,19 @@ class Components:
         if self.config.loop.eval_feedback and failed_task_ids:
             self.tasks.add_regressions(list(failed_task_ids), tasks=self.eval_tasks)
 
-    def policy_state(self) -> dict[str, Any]:
-        rng = getattr(self.policy, "sampling_rng_state", None)
-        return {"rng": rng()} if callable(rng) else {}
+    def policy_state(self) -> dict[str, object]:
+        rng = self.policy.sampling_rng_state()
+        return {} if rng is None else {"rng": rng}
 
-    def load_policy_state(self, state: dict[str, Any]) -> None:
-        setter = getattr(self.policy, "set_sampling_rng_state", None)
-        if "rng" in state and callable(setter):
-            setter(state["rng"])
+    def load_policy_state(self, state: Mapping[str, object]) -> None:
+        if "rng" in state:
+            self.policy.set_sampling_rng_state(state["rng"])
 
     async def close(self) -> None:
         if self.env_pool is not None:
             await self.env_pool.close()
         await self.grader.close()
-        close_policy = getattr(self.policy, "close", None)
-        if callable(close_policy):
-            close_policy()
+        self.policy.close()
         if self.monitor is not None:
             self.monitor.close()
 
@@ -120,14 +121,12 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Compo
     seed_everything(config.seed)
     policy = make_policy(config.policy)  # first: a policy in a child process loads while tasks load
     pool, evals = load_task_sets(config.tasks)
-    seed_sampling = getattr(policy, "seed_sampling", None)
-    if callable(seed_sampling):  # the run's seed decides what the policy samples, not just global RNGs
-        seed_sampling(config.seed)
+    policy.seed_sampling(config.seed)  # the run's seed decides what the policy samples, not just global RNGs
     trainer = None
     if train:
         from trialground.train.trainer import Trainer
 
-        model = getattr(policy, "model", None)
+        model = policy.shared_module()
         if model is None:  # the policy generates elsewhere (a child process): the trainer loads its own
             from trialground.policy.hf import load_model
 
@@ -163,6 +162,6 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Compo
         "tasks/train": float(len(pool.tasks)),
         "tasks/eval": float(len(evals)),
     }
-    if monitor is not None and env_pool is not None and hasattr(env_pool, "metrics"):
+    if monitor is not None and env_pool is not None:
         monitor.add_live_source(env_pool.metrics)
     return Components(config, run, pool, evals, policy, trainer, grader, monitor, env_pool, domains, startup)

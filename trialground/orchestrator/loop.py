@@ -16,7 +16,7 @@ from trialground.orchestrator.metrics import rollout_metrics, useful_token_metri
 from trialground.orchestrator.rundir import RunDir
 from trialground.orchestrator.state import restore, save
 from trialground.rollout.branching import branch_metrics
-from trialground.train.advantages import advantages_for, filter_groups
+from trialground.train.advantages import score_groups
 
 Progress = Callable[[int, dict[str, float]], None]
 
@@ -41,18 +41,17 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
     first_eval = None
     if step == 0:
         first_eval = await _eval_and_log(c, 0)
+    trainer = c.require_trainer()
     batches = AsyncBatches(c, step) if loop.mode == "async" else SyncBatches(c)
     alerts, last_eval, stopped_by = 0, first_eval, None
     try:
         while step < loop.steps:
             batch = await batches.next(step)  # k trajectories per task, stamped with policy versions
-            kept, fstats = filter_groups(batch.groups) if loop.dynamic_sampling else (batch.groups, None)
-            flat = [t for g in kept for t in g]
-            advantages = advantages_for(
-                flat, config.trainer, max_new_tokens=config.policy.sampling.max_new_tokens
+            scored, fstats = score_groups(
+                batch.groups, config.trainer, dynamic_sampling=loop.dynamic_sampling
             )
-            version, t0 = c.trainer.version, time.perf_counter()
-            metrics = await asyncio.to_thread(c.trainer.step, flat, advantages)
+            version, t0 = trainer.version, time.perf_counter()
+            metrics = await asyncio.to_thread(trainer.step, scored)
             metrics["train/step_s"] = time.perf_counter() - t0
             # Rollouts from now on carry the new version. In a thread: loading weights waits for an
             # in-flight generation, and async rollouts must keep running meanwhile.
@@ -63,14 +62,12 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
             if isinstance(batches, AsyncBatches):
                 await batches.advance(step)
                 metrics["async/trainer_wait_s"] = batches.wait_s
-            c.record_outcomes(batch.tasks, batch.groups)  # pass rates; flagged tasks -> regressions
-            metrics |= rollout_metrics(batch.groups, c.domains, version) | useful_token_metrics(
-                flat, advantages
-            )
+            c.tasks.observe(batch.tasks, batch.groups)  # pass rates; flagged tasks -> regressions
+            metrics |= rollout_metrics(batch.groups, c.domains, version) | useful_token_metrics(scored)
             metrics |= (fstats.as_metrics() if fstats else {}) | c.component_metrics()
             metrics["rollout/batch_s"] = batch.rollout_s
             metrics |= branch_metrics(batch.groups, branching=loop.branch != "off")
-            await asyncio.to_thread(run_dir.write_step, step, c, batch.groups, flat, advantages)
+            await asyncio.to_thread(run_dir.write_step, step, scored, c.texts(scored), c.domains)
             if (loop.eval_interval and step % loop.eval_interval == 0) or step in evals_at:
                 last_eval = await _eval_and_log(c, step, metrics)
             raised = c.monitor.observe(step, metrics) if c.monitor else []

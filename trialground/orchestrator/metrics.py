@@ -9,6 +9,7 @@ import numpy as np
 
 from trialground.monitor.cost import useful_tokens
 from trialground.rollout.trajectory import Trajectory
+from trialground.train.advantages import Scored
 
 
 def _pct(values: Sequence[float], q: float) -> float:
@@ -91,9 +92,14 @@ def _episode_metrics(trajs: Sequence[Trajectory], ok: Sequence[Trajectory]) -> d
     return out
 
 
-def useful_token_metrics(
-    trained: Sequence[Trajectory], advantages: Sequence[float | None]
-) -> dict[str, float]:
-    """Tokens that carry gradient (non-zero advantage): the denominator of cost per useful token."""
-    n_tokens = [sum(len(turn.token_ids) for turn in t.turns if turn.role == "policy") for t in trained]
-    return {"rollout/useful_tokens": float(useful_tokens(advantages, n_tokens))}
+def useful_token_metrics(batch: Sequence[Scored]) -> dict[str, float]:
+    """Tokens that carry gradient (trainable, non-zero advantage): the denominator of cost per useful
+    token; and how many records the loss left out, by reason (`train/excluded/<reason>`)."""
+    trained = [r for r in batch if r.trainable]
+    n_tokens = [sum(len(u.token_ids) for u in r.trajectory.turns if u.role == "policy") for r in trained]
+    out = {"rollout/useful_tokens": float(useful_tokens([r.advantage for r in trained], n_tokens))}
+    for r in batch:
+        if r.excluded is not None:
+            key = f"train/excluded/{r.excluded}"
+            out[key] = out.get(key, 0.0) + 1.0
+    return out

@@ -8,19 +8,15 @@ runs/<name>/config.yaml  metrics.jsonl  trajectories/step_N.parquet  checkpoints
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from trialground.config import RunConfig, dump_config
 from trialground.monitor.sinks.jsonl import read_metrics
-from trialground.rollout.trajectory import Trajectory
-
-if TYPE_CHECKING:
-    from trialground.orchestrator.components import Components
+from trialground.train.advantages import Scored
 
 TRAJECTORY_SCHEMA = pa.schema(
     [
@@ -33,6 +29,7 @@ TRAJECTORY_SCHEMA = pa.schema(
         ("reward", pa.float64()),
         ("outcome", pa.float64()),
         ("advantage", pa.float64()),
+        ("excluded", pa.string()),
         ("flags", pa.list_(pa.string())),
         ("flag_evidence", pa.list_(pa.string())),
         ("error_boundary", pa.string()),
@@ -81,31 +78,14 @@ class RunDir:
                 f.unlink()
 
     def write_step(
-        self,
-        step: int,
-        c: Components,
-        groups: Sequence[Sequence[Trajectory]],
-        trained: Sequence[Trajectory],
-        advantages: Sequence[float | None],
+        self, step: int, batch: Sequence[Scored], texts: Sequence[str], domains: Mapping[str, str]
     ) -> Path:
-        """All of a step's trajectories (trained or filtered out), with the advantage each was given."""
-        adv_of = {id(t): a for t, a in zip(trained, advantages, strict=True)}
-        trajs = [t for g in groups for t in g]
-        decode = c.policy.tokenizer.decode
-        texts = [decode(t.completion()[0], skip_special_tokens=True) for t in trajs]
-        domains = [c.domains.get(t.task_id, "unknown") for t in trajs]
-        return self.write_trajectories(step, trajs, [adv_of.get(id(t)) for t in trajs], texts, domains)
-
-    def write_trajectories(
-        self,
-        step: int,
-        trajectories: Sequence[Trajectory],
-        advantages: Sequence[float | None],
-        texts: Sequence[str],
-        domains: Sequence[str],
-    ) -> Path:
+        """All of a step's trajectories (trained or left out, `excluded` says why), with the advantage each
+        was given; `texts[i]` is record i's decoded completion, `domains` maps task ids to domains."""
         rows: dict[str, list[object]] = {name: [] for name in TRAJECTORY_SCHEMA.names}
-        for traj, adv, text, domain in zip(trajectories, advantages, texts, domains, strict=True):
+        for rec, text in zip(batch, texts, strict=True):
+            traj, adv, domain = rec.trajectory, rec.advantage, domains.get(rec.trajectory.task_id, "unknown")
+            rows["excluded"].append(rec.excluded)
             ids, _, _ = traj.completion()
             reward = traj.reward
             rows["step"].append(step)

@@ -9,7 +9,7 @@ from trialground.train.checkpoint import latest_checkpoint, load_checkpoint, sav
 
 def save(c: Components, run: RunDir, step: int) -> None:
     extra = {"step": step, "task_pool": c.tasks.state_dict(), "policy": c.policy_state()}
-    save_checkpoint(run.checkpoint_dir(step), c.trainer, step=step, extra=extra)
+    save_checkpoint(run.checkpoint_dir(step), c.require_trainer(), step=step, extra=extra)
 
 
 def restore(c: Components, run: RunDir) -> int:
@@ -17,7 +17,7 @@ def restore(c: Components, run: RunDir) -> int:
     path = latest_checkpoint(run.path)
     if path is None:
         raise FileNotFoundError(f"{run.path}: no complete checkpoint to resume from")
-    loaded = load_checkpoint(path, c.trainer)
+    loaded = load_checkpoint(path, c.require_trainer())
     c.tasks.load_state_dict(loaded.extra["task_pool"])
     c.load_policy_state(loaded.extra.get("policy", {}))
     c.sync_weights()

@@ -48,3 +48,26 @@ class Policy(abc.ABC):
     @abc.abstractmethod
     def load_weights(self, state_dict: Mapping[str, Any], version: int) -> None:
         """Replace the weights; later generations are stamped with `version`."""
+
+    # What the training loop uses beyond generation. The defaults fit a policy that samples elsewhere and
+    # keeps no sampling RNG of its own; in-process policies override them.
+
+    def shared_module(self) -> Any | None:
+        """The torch module this policy samples with, when the trainer may update it in place (same
+        process, same device); None: the trainer keeps its own copy and pushes weights with
+        `load_weights`."""
+        return None
+
+    def seed_sampling(self, seed: int) -> None:  # noqa: B027 - a no-op is the right default
+        """Make unseeded generations depend on the run's `seed` (no-op for a policy without its own RNG)."""
+
+    def sampling_rng_state(self) -> Any | None:
+        """What `set_sampling_rng_state` needs to continue the sampling stream after a resume; None: no
+        state (a resumed run samples afresh)."""
+        return None
+
+    def set_sampling_rng_state(self, state: Any) -> None:  # noqa: B027 - a no-op is the right default
+        """Restore what `sampling_rng_state` returned."""
+
+    def close(self) -> None:  # noqa: B027 - a no-op is the right default
+        """Release processes, servers or devices the policy holds; idempotent."""

@@ -390,6 +390,9 @@ class HFPolicy(Policy):
         logp = _process_logits(logits, temperature, 1.0)
         return logp.gather(-1, ids[0, len(prompt) :].unsqueeze(-1)).squeeze(-1).tolist()
 
+    def shared_module(self) -> PreTrainedModel:
+        return self.model
+
     def seed_sampling(self, seed: int) -> None:
         """Restart the generator that seeds each unseeded `generate` (the run's `seed` lands here)."""
         self._seed_source.manual_seed(seed)

@@ -9,7 +9,8 @@ trained tokens are exactly the tokens the policy produced.
 Context budget: prompt + every appended token <= `max_context_tokens`. Each generation is capped to the
 room left; a generation cut by that cap, or an observation that leaves no room for another turn, ends the
 episode with `truncated=True` (a capped single-turn completion is still graded; a multi-turn episode that
-runs out of room before finishing gets outcome 0 with a logged `context_truncated` component).
+runs out of room before finishing ends ungraded, `finish_reason="context_budget"` and no reward: the rubric
+(`trialground.verify.rubric`, its `truncation` part) decides what that earns).
 
 `rollout` is `start_episode` followed by `play_turn` until the episode is done; the `Episode` they build
 can be copied and continued in a forked environment (`trialground.rollout.branching`).
@@ -34,9 +35,9 @@ from trialground.errors import EnvError, ErrorInfo, PolicyError, TrialgroundErro
 from trialground.policy.base import Generation, SamplingParams
 from trialground.rollout.batching import GroupBatcher
 from trialground.rollout.chat import ChatRenderer
-from trialground.rollout.trajectory import BranchInfo, Trajectory, Turn
+from trialground.rollout.trajectory import CONTEXT_BUDGET, BranchInfo, Trajectory, Turn
 from trialground.tasks.model import Task
-from trialground.verify.base import Reward, RewardComponent
+from trialground.verify.base import Reward
 
 
 class Generator(Protocol):
@@ -238,10 +239,7 @@ async def play_turn(
         return
     if cut_by_budget or len(ep.context) + len(obs_ids) >= max_context_tokens:
         ep.done, ep.last, ep.truncated = True, None, True
-        ep.finish_reason = "context_budget"
-        ep.reward = Reward(
-            outcome=0.0, components=(RewardComponent(name="context_truncated", value=1.0, weight=0.0),)
-        )
+        ep.finish_reason = CONTEXT_BUDGET
         return
     ep.turns.append(
         Turn(role="env", token_ids=tuple(obs_ids), text=obs.text, seconds=time.perf_counter() - t0)

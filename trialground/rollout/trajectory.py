@@ -9,6 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from trialground.errors import ErrorInfo
 from trialground.verify.base import Reward
 
+CONTEXT_BUDGET = "context_budget"  # finish_reason of an episode the context budget ended before grading
+
 
 class Turn(BaseModel):
     """One exchange. `role="policy"` tokens are trained on; `role="env"` tokens are masked out."""

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trialground.tasks.model import Task, VerifierSpec
-from trialground.tasks.sources import Split
+from trialground.tasks.model import Split, Task, VerifierSpec
 
 EVAL_PER_MILLE = 200
 

@@ -10,22 +10,48 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from trialground.errors import TaskError
 from trialground.sandbox.base import Limits
 
 JSONScalar = str | int | float | bool | None
 
-VerifierKind = Literal["code_tests", "math", "exact", "regex", "numeric", "check_program", "judge"]
+Split = Literal["train", "eval"]
 
 
 class VerifierSpec(BaseModel):
-    """Which verifier grades a task, and its parameters (e.g. the gold answer, a tolerance)."""
+    """Which verifier grades a task, and its parameters (e.g. the gold answer, a tolerance). `kind` is a
+    registered kind or a plugin's dotted path (`trialground.verify.kinds`); `params` must validate against
+    that kind's params model, so a typo or a missing gold answer fails when the task is made."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: VerifierKind = Field(description="Verifier module that grades this task")
+    kind: str = Field(
+        min_length=1, description="code_tests, math, exact, regex, numeric, check_program, judge, or a plugin"
+    )
     params: dict[str, Any] = Field(default_factory=dict, description="Verifier parameters, JSON values")
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, kind: str) -> str:
+        from trialground.verify.kinds import lookup
+
+        try:
+            lookup(kind)
+        except TaskError as e:
+            raise ValueError(str(e)) from None
+        return kind
+
+    @model_validator(mode="after")
+    def _valid_params(self) -> VerifierSpec:
+        from trialground.verify.kinds import lookup
+
+        try:
+            lookup(self.kind).validate(self.params)
+        except TaskError as e:
+            raise ValueError(str(e)) from None
+        return self
 
 
 class Task(BaseModel):

@@ -32,8 +32,7 @@ import numpy as np
 
 from trialground.errors import TaskError
 from trialground.tasks import ops_families as fam
-from trialground.tasks.model import Task, VerifierSpec
-from trialground.tasks.sources import Split
+from trialground.tasks.model import Split, Task, VerifierSpec
 
 EVAL_PER_MILLE = 200
 _MAX_DRAWS_PER_TASK = 50
@@ -68,7 +67,7 @@ def _to_task(family: str, case: fam.Case) -> Task:
         reference=case.fixed,
         verifier=VerifierSpec(
             kind="check_program",
-            params={"solution_path": case.fix_path, "program": CHECK, "check_timeout_s": 60},
+            params={"solution_path": case.fix_path, "check_timeout_s": 60},
         ),
         metadata={"source": "ops", "family": family, "variant": case.variant},
     )

@@ -21,13 +21,16 @@ draws the rest with replacement. All randomness comes from one numpy Generator s
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from trialground.errors import TaskError
 from trialground.tasks.config import TaskPoolConfig
 from trialground.tasks.model import Task
+
+if TYPE_CHECKING:
+    from trialground.rollout.trajectory import Trajectory
 
 STATE_VERSION = 1
 
@@ -136,6 +139,21 @@ class TaskPool:
             if self._regressions[task_id] <= 0:
                 del self._regressions[task_id]
                 self._extra.pop(task_id, None)
+
+    def observe(self, tasks: Sequence[Task], groups: Sequence[Sequence[Trajectory]]) -> list[str]:
+        """A step's graded groups (`groups[i]` are attempts of `tasks[i]`): each graded attempt is
+        recorded, and tasks with a flagged attempt are queued as regressions. Infrastructure failures are
+        not attempts. Returns the flagged task ids (sorted, once each)."""
+        flagged: set[str] = set()
+        for task, group in zip(tasks, groups, strict=True):
+            for t in group:
+                if t.ok and t.reward is not None:
+                    self.record(task.id, t.reward.outcome > 0)
+                    if t.reward.flags:
+                        flagged.add(task.id)
+        if flagged:
+            self.add_regressions(sorted(flagged))
+        return sorted(flagged)
 
     # -- regressions ------------------------------------------------------------------------------
     def add_regressions(self, task_ids: Iterable[str], *, tasks: Iterable[Task] = ()) -> None:

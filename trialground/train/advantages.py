@@ -1,9 +1,12 @@
-"""Group advantages (GRPO, Dr.GRPO, RLOO), dynamic-sampling group filters and the overlong penalty.
+"""Group advantages (GRPO, Dr.GRPO, RLOO), dynamic-sampling group filters, and the trainer's batch of
+`Scored` records (trajectory, reward, advantage, trainable).
 
-Pure functions, torch-free. A reward of `None` marks an infrastructure failure (`Trajectory.error` set or
-no reward): it is excluded from the group baseline and gets no advantage (`None`, i.e. masked out of the
-gradient) -- never a silent 0. A group with fewer than two valid rewards has no baseline to compare
-against, so its valid members get advantage 0.0 (they carry no learning signal, but stay in the batch).
+Pure functions, torch-free. The reward is decided by the rubric (`trialground.verify.rubric`); here a
+reward of `None` marks a trajectory with nothing to compare (an infrastructure failure, or a reward the
+rubric dropped, e.g. `hack_action: drop`): it is excluded from the group baseline and gets no advantage
+(`None`, never in the loss) -- never a silent 0. A group with fewer than two valid rewards has no baseline
+to compare against, so its valid members get advantage 0.0 (they carry no learning signal, but stay in the
+batch).
 """
 
 from __future__ import annotations
@@ -64,60 +67,20 @@ def group_advantages(
     return out
 
 
-def overlong_penalty(length: int, max_length: int, *, buffer: int = 0, penalty: float = 1.0) -> float:
-    """DAPO's soft overlong punishment, in [-penalty, 0].
-
-    0 while `length <= max_length - buffer`; then falls linearly to `-penalty` at `max_length`; stays
-    `-penalty` beyond. `buffer=0` gives the hard version: `-penalty` exactly when the response used the
-    whole budget (it was cut).
-    """
-    if max_length <= 0:
-        raise ValueError(f"max_length must be positive, got {max_length}")
-    if buffer < 0 or buffer > max_length:
-        raise ValueError(f"buffer must be in [0, max_length], got {buffer}")
-    if penalty == 0.0:
-        return 0.0
-    if length >= max_length:
-        return -penalty
-    threshold = max_length - buffer
-    if buffer == 0 or length <= threshold:
-        return 0.0
-    return -penalty * (length - threshold) / buffer
-
-
-def trajectory_reward(
-    traj: Trajectory, *, max_length: int | None = None, buffer: int = 0, penalty: float = 0.0
-) -> float | None:
-    """The reward a trajectory is trained on: `Reward.total` plus the overlong penalty on its policy tokens.
-
-    `None` for infrastructure failures. `max_length` is the response budget (e.g. `max_new_tokens`);
-    the penalty applies only when both `max_length` and `penalty` are set.
-    """
-    if not traj.ok or traj.reward is None:
+def trajectory_reward(traj: Trajectory) -> float | None:
+    """The reward a trajectory is trained on (its final `Reward.total`, see `trialground.verify.rubric`), or
+    `None` when it has none to compare: an infrastructure failure, or a reward the rubric dropped."""
+    if not traj.ok or traj.reward is None or traj.reward.dropped:
         return None
-    total = float(traj.reward.total)
-    if max_length is not None and penalty > 0.0:
-        n_policy = sum(len(t.token_ids) for t in traj.turns if t.role == "policy")
-        total += overlong_penalty(n_policy, max_length, buffer=buffer, penalty=penalty)
-    return total
+    return float(traj.reward.total)
 
 
 def compute_advantages(
-    trajectories: Sequence[Trajectory],
-    method: Method = "grpo",
-    *,
-    eps: float = 1e-6,
-    rewards: Sequence[float | None] | None = None,
+    trajectories: Sequence[Trajectory], method: Method = "grpo", *, eps: float = 1e-6
 ) -> list[float | None]:
-    """Advantages aligned with `trajectories`, baselines taken within each `group_id`.
-
-    `rewards` overrides the per-trajectory reward (e.g. from `trajectory_reward` with an overlong penalty);
-    by default it is `Reward.total`, or `None` for a failed trajectory.
-    """
-    if rewards is None:
-        rewards = [trajectory_reward(t) for t in trajectories]
-    if len(rewards) != len(trajectories):
-        raise ValueError(f"{len(rewards)} rewards for {len(trajectories)} trajectories")
+    """Advantages aligned with `trajectories`, baselines taken within each `group_id` over the trajectories
+    that have a `trajectory_reward` (the others get `None`)."""
+    rewards = [trajectory_reward(t) for t in trajectories]
     by_group: dict[str, list[int]] = defaultdict(list)
     for i, t in enumerate(trajectories):
         by_group[t.group_id].append(i)
@@ -129,18 +92,80 @@ def compute_advantages(
     return out
 
 
-def advantages_for(
-    trajectories: Sequence[Trajectory], config: TrainerConfig, *, max_new_tokens: int | None = None
-) -> list[float | None]:
-    """`compute_advantages` as `config` asks: its estimator, `adv_eps`, and the overlong penalty
-    (`overlong_penalty`, `overlong_buffer`) against `max_new_tokens`, the response budget the policy
-    sampled with (for multi-turn episodes: the budget of all policy tokens of an episode)."""
-    penalty = config.overlong_penalty if max_new_tokens is not None else 0.0
-    buffer = min(config.overlong_buffer, max_new_tokens or 0)
-    rewards = [
-        trajectory_reward(t, max_length=max_new_tokens, buffer=buffer, penalty=penalty) for t in trajectories
+Exclusion = Literal["error", "dropped", "filtered", "no_policy_tokens"]
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One trajectory as the trainer receives it: its final reward (None: none to train on), its advantage
+    and whether it enters the loss (`excluded` says why not)."""
+
+    trajectory: Trajectory
+    reward: float | None
+    advantage: float | None
+    excluded: Exclusion | None = None
+
+    @property
+    def trainable(self) -> bool:
+        return self.excluded is None
+
+
+def _exclusion(traj: Trajectory, advantage: float | None) -> Exclusion | None:
+    if not traj.ok:
+        return "error"
+    if traj.reward is not None and traj.reward.dropped:
+        return "dropped"
+    return _exclusion_of_tokens(traj, advantage)
+
+
+def score_trajectories(
+    trajectories: Sequence[Trajectory],
+    method: Method = "grpo",
+    *,
+    eps: float = 1e-6,
+    filtered: Sequence[bool] | None = None,
+) -> list[Scored]:
+    """One `Scored` record per trajectory, in order. `filtered[i]`: dynamic sampling left trajectory i's
+    group out (it keeps its reward and advantage for the records, and stays out of the loss)."""
+    advantages = compute_advantages(trajectories, method, eps=eps)
+    out = []
+    for i, (traj, adv) in enumerate(zip(trajectories, advantages, strict=True)):
+        excluded = _exclusion(traj, adv)
+        if excluded is None and filtered is not None and filtered[i]:
+            excluded = "filtered"
+        out.append(Scored(traj, trajectory_reward(traj), adv, excluded))
+    return out
+
+
+def with_advantages(trajectories: Sequence[Trajectory], advantages: Sequence[float | None]) -> list[Scored]:
+    """Records for advantages computed elsewhere (a custom estimator): record i is trainable when
+    `advantages[i]` is not None and trajectory i has no error and policy tokens."""
+    if len(trajectories) != len(advantages):
+        raise ValueError(f"{len(advantages)} advantages for {len(trajectories)} trajectories")
+    return [
+        Scored(t, trajectory_reward(t), a, "error" if t.error is not None else _exclusion_of_tokens(t, a))
+        for t, a in zip(trajectories, advantages, strict=True)
     ]
-    return compute_advantages(trajectories, config.algorithm, eps=config.adv_eps, rewards=rewards)
+
+
+def _exclusion_of_tokens(traj: Trajectory, advantage: float | None) -> Exclusion | None:
+    if advantage is None or not any(t.role == "policy" and t.token_ids for t in traj.turns):
+        return "no_policy_tokens"
+    return None
+
+
+def score_groups(
+    groups: Sequence[Sequence[Trajectory]], config: TrainerConfig, *, dynamic_sampling: bool = False
+) -> tuple[list[Scored], GroupFilterStats | None]:
+    """The trainer's batch: every trajectory of `groups` scored with `config`'s estimator; with
+    `dynamic_sampling`, groups without a learning signal are marked `filtered` (see `filter_groups`)."""
+    flat = [t for g in groups for t in g]
+    filtered, stats = None, None
+    if dynamic_sampling:
+        kept, stats = filter_groups(groups)
+        keep = {id(t) for g in kept for t in g}
+        filtered = [id(t) not in keep for t in flat]
+    return score_trajectories(flat, config.algorithm, eps=config.adv_eps, filtered=filtered), stats
 
 
 @dataclass(frozen=True)
@@ -179,12 +204,13 @@ def filter_groups(
     kept: list[list[Trajectory]] = []
     zero_var = too_few = failed = 0
     for group in groups:
-        valid = [t for t in group if t.ok]
+        rewards = [(t, r) for t in group if (r := reward_of(t)) is not None]
+        valid = [t for t, _ in rewards]
         failed += len(group) - len(valid)
         if len(valid) < 2:
             too_few += 1
             continue
-        values = [reward_of(t) or 0.0 for t in valid]
+        values = [r for _, r in rewards]
         if max(values) - min(values) <= atol:
             zero_var += 1
             continue

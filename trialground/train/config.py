@@ -51,12 +51,6 @@ class TrainerConfig(BaseModel):
     lora_targets: str = Field(
         "all-linear", min_length=1, description="'all-linear' or comma-separated module names for LoRA"
     )
-    overlong_penalty: float = Field(
-        0.0, ge=0.0, le=10.0, description="Penalty for responses cut at max length"
-    )
-    overlong_buffer: int = Field(
-        0, ge=0, description="Soft overlong zone (tokens before the max) where the penalty ramps up; 0 = hard"
-    )
     seed: int = Field(0, description="Seed of the trainer's own random initialisation (LoRA adapters)")
     gradient_checkpointing: bool = Field(
         False,

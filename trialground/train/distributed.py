@@ -49,10 +49,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from trialground.config import RunConfig
-from trialground.rollout.trajectory import Trajectory
+from trialground.train.advantages import Scored
 from trialground.train.trainer import Sample, Trainer
-
-Share = tuple[list[Trajectory], list[float | None]]
 
 _ACTIVE: DataParallel | None = None
 
@@ -69,39 +67,32 @@ def join_data_parallel(trainer: Trainer) -> None:
         _ACTIVE.attach(trainer)
 
 
-def split_batch(
-    trajectories: Sequence[Trajectory], advantages: Sequence[float | None], world_size: int
-) -> list[Share]:
-    """One share per rank of the trainable trajectories (an advantage, no error), balanced by tokens.
+def split_batch(batch: Sequence[Scored], world_size: int) -> list[list[Scored]]:
+    """One share per rank of the trainable records, balanced by tokens.
 
     Groups (trajectories sharing a `group_id`) stay whole when there are at least as many groups as
     ranks, so a share's samples share their prompt (the trainer runs each distinct prompt once); else
-    trajectories are split one by one. Largest first, each to the least-loaded rank (lowest on ties):
-    deterministic, so every run splits the same batch the same way.
+    records are split one by one. Largest first, each to the least-loaded rank (lowest on ties):
+    deterministic, so every run splits the same batch the same way. Records that are not trainable
+    (errors, dropped rewards, filtered groups) are left out: no rank would train them.
     """
-    if len(trajectories) != len(advantages):
-        raise ValueError(f"{len(advantages)} advantages for {len(trajectories)} trajectories")
-    pairs = [
-        (t, a) for t, a in zip(trajectories, advantages, strict=True) if a is not None and t.error is None
-    ]
-    units: dict[str, list[tuple[Trajectory, float | None]]] = {}
-    for t, a in pairs:
-        units.setdefault(t.group_id, []).append((t, a))
+    units: dict[str, list[Scored]] = {}
+    for rec in batch:
+        if rec.trainable and rec.advantage is not None and rec.trajectory.error is None:
+            units.setdefault(rec.trajectory.group_id, []).append(rec)
     groups = list(units.values())
     if len(groups) < world_size:
-        groups = [[p] for p in pairs]
+        groups = [[rec] for unit in groups for rec in unit]
 
-    def tokens(unit: list[tuple[Trajectory, float | None]]) -> int:
-        return sum(len(t.prompt_ids) + len(t.completion()[0]) for t, _ in unit)
+    def tokens(unit: list[Scored]) -> int:
+        return sum(len(r.trajectory.prompt_ids) + len(r.trajectory.completion()[0]) for r in unit)
 
     load = [0] * world_size
-    shares: list[Share] = [([], []) for _ in range(world_size)]
+    shares: list[list[Scored]] = [[] for _ in range(world_size)]
     for unit in sorted(groups, key=tokens, reverse=True):  # stable: equal sizes keep batch order
         rank = min(range(world_size), key=lambda r: (load[r], r))
         load[rank] += tokens(unit)
-        for traj, adv in unit:
-            shares[rank][0].append(traj)
-            shares[rank][1].append(adv)
+        shares[rank].extend(unit)
     return shares
 
 
@@ -186,7 +177,7 @@ class DataParallel:
             elif kind == "step":
                 if self._trainer is None:
                     raise RuntimeError("rank 0 sent a step before its trainer")
-                self._trainer.step(*payload)
+                self._trainer.step(payload)
             else:
                 raise RuntimeError(f"unknown command {kind!r} from rank 0")
 
@@ -206,16 +197,13 @@ class DataParallel:
 
     # ------------------------------------------------------------------ called by Trainer.step
 
-    def shard(self, trajectories: Sequence[Trajectory], advantages: Sequence[float | None]) -> Share:
+    def shard(self, batch: Sequence[Scored]) -> list[Scored]:
         """This rank's share of the step's batch: rank 0 splits and scatters it; the others were sent
         theirs with the "step" command, and get it back unchanged."""
         self._in_step = True
-        if self.rank == 0:
-            mine = self._send("step", split_batch(trajectories, advantages, self.world_size))
-        else:
-            mine = (list(trajectories), list(advantages))
+        mine = self._send("step", split_batch(batch, self.world_size)) if self.rank == 0 else list(batch)
         self._replicate()
-        return cast(Share, mine)
+        return cast(list[Scored], mine)
 
     def _replicate(self) -> None:
         """Before the first step: rank 0's optimiser state and version to every rank, and DDP, whose

@@ -1,4 +1,4 @@
-"""The policy-gradient trainer: trajectories + advantages -> one optimiser step on a HF causal LM.
+"""The policy-gradient trainer: a batch of `Scored` records -> one optimiser step on a HF causal LM.
 
 Weight sharing. `Trainer` updates the `nn.Module` it is given *in place*. In the embedded default that is
 the very module inside `HFPolicy.model`: the policy samples with it, the trainer updates it, and
@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from trialground.policy.hf import cache_keyword, distinct_rows, left_pad
-from trialground.rollout.trajectory import Trajectory
+from trialground.train.advantages import Scored
 from trialground.train.config import TrainerConfig
 from trialground.train.losses import finalize_metrics, ppo_clip_loss
 from trialground.train.memory import autocast, enable_checkpointing
@@ -54,13 +54,12 @@ class Sample:
         return self.prompt_len - 1
 
 
-def build_samples(trajectories: Sequence[Trajectory], advantages: Sequence[float | None]) -> list[Sample]:
-    """Trainable samples: trajectories with an advantage, no error, and at least one policy token."""
-    if len(trajectories) != len(advantages):
-        raise ValueError(f"{len(advantages)} advantages for {len(trajectories)} trajectories")
+def build_samples(batch: Sequence[Scored]) -> list[Sample]:
+    """Trainable samples: the records marked trainable that have a prompt and at least one policy token."""
     samples = []
-    for traj, adv in zip(trajectories, advantages, strict=True):
-        if adv is None or traj.error is not None:
+    for rec in batch:
+        traj, adv = rec.trajectory, rec.advantage
+        if not rec.trainable or adv is None or traj.error is not None:
             continue
         prompt = traj.prompt_ids
         ids, mask, logps = traj.completion()
@@ -261,19 +260,18 @@ class Trainer:
 
     # ------------------------------------------------------------------ the update
 
-    def step(
-        self, trajectories: Sequence[Trajectory], advantages: Sequence[float | None]
-    ) -> dict[str, float]:
+    def step(self, batch: Sequence[Scored]) -> dict[str, float]:
         """One policy update on the batch; `version` += 1. Returns `train/*` metrics.
 
-        Trajectories whose advantage is `None` (infrastructure failures) or that carry an error are
-        skipped. A batch with nothing trainable makes no update and reports `train/skipped = 1`.
+        Only records marked trainable enter the loss and its normaliser (failures, dropped rewards and
+        filtered groups do not). A batch with nothing trainable makes no update and reports
+        `train/skipped = 1`.
         """
         t0 = time.perf_counter()
         cfg = self.config
         if self.parallel is not None:  # data parallel: rank 0 splits the batch, each rank gets its share
-            trajectories, advantages = self.parallel.shard(trajectories, advantages)
-        samples = build_samples(trajectories, advantages)
+            batch = self.parallel.shard(batch)
+        samples = build_samples(batch)
         total_tokens, n_samples = sum(sum(s.mask) for s in samples), len(samples)
         if self.parallel is not None:  # the normaliser (and whether to skip) counts every rank's share
             total_tokens, n_samples = self.parallel.sum_counts(total_tokens, n_samples)

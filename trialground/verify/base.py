@@ -50,13 +50,17 @@ class Verdict(BaseModel):
 
 
 class RewardComponent(BaseModel):
-    """A named part of the reward: its raw value and the weight it is paid with (0 = logged only)."""
+    """A named part of the reward: its raw value and the weight it is paid with (0 = logged only).
+
+    A gated component is paid only when the outcome passed (shaping); an ungated one always (the overlong
+    penalty, which must also reach failed episodes)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     value: float
     weight: float
+    gated: bool = True
 
 
 class Reward(BaseModel):
@@ -70,14 +74,19 @@ class Reward(BaseModel):
     gated: bool = Field(True, description="Shaping is paid only when the outcome passed")
     zeroed: bool = Field(False, description="A hack flag forced the reward to 0")
     penalty: float = Field(0.0, ge=0.0, description="Subtracted from the total (hack_action=penalty)")
-    dropped: bool = Field(False, description="Exclude this trajectory from the batch (hack_action=drop)")
+    dropped: bool = Field(
+        False,
+        description="Excluded from the group baseline and the loss (hack_action=drop, or an infrastructure "
+        "failure)",
+    )
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def total(self) -> float:
+        always = sum(c.weight * c.value for c in self.components if not c.gated) - self.penalty
         if self.zeroed or (self.gated and self.outcome <= 0.0):
-            return 0.0 - self.penalty
-        return self.outcome + sum(c.weight * c.value for c in self.components) - self.penalty
+            return 0.0 + always
+        return self.outcome + sum(c.weight * c.value for c in self.components if c.gated) + always
 
     def component(self, name: str) -> RewardComponent | None:
         """The component called `name`, if present."""

@@ -52,7 +52,8 @@ class GradingConfig(BaseModel):
 
 
 class RewardConfig(BaseModel):
-    """outcome gate + shaping: 0 when the outcome fails, else 1 + w_p*process - w_r*redundant."""
+    """The rubric's weights (trialground.verify.rubric): 0 when the outcome fails, else
+    1 + w_p*process - w_r*redundant (+ w_j*judge); minus the hack, truncation and overlong penalties."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -69,6 +70,15 @@ class RewardConfig(BaseModel):
         "zero", description="What a hack flag does to the trajectory"
     )
     hack_penalty: float = Field(1.0, ge=0.0, description="Subtracted when hack_action=penalty")
+    truncation_penalty: float = Field(
+        0.0, ge=0.0, le=10.0, description="Subtracted from an episode cut by the context budget (0: reward 0)"
+    )
+    overlong_penalty: float = Field(
+        0.0, ge=0.0, le=10.0, description="DAPO overlong penalty for responses at the token budget (0: off)"
+    )
+    overlong_buffer: int = Field(
+        0, ge=0, description="Soft overlong zone (tokens before the max) where the penalty ramps up; 0 = hard"
+    )
     tests_part: float = Field(0.5, ge=0.0, le=1.0, description="process_score share: tests run before submit")
     errors_part: float = Field(0.25, ge=0.0, le=1.0, description="process_score share: no tool errors")
     waste_part: float = Field(0.25, ge=0.0, le=1.0, description="process_score share: no wasted turns")

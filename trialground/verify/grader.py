@@ -1,4 +1,5 @@
-"""The grading entry point: one `Grader` dispatches on `task.verifier.kind` and computes the reward.
+"""The grading entry point: one `Grader` dispatches on `task.verifier.kind` (the registry in `kinds.py`,
+built-ins in `builtin.py`, plugins by dotted path) and computes the reward with the rubric.
 
     grader = Grader(sandbox_config, reward_config)
     verdict, reward = await grader.grade(task, submission, workspace=agent_sandbox, actions=actions)
@@ -11,9 +12,9 @@
 - `check_program`: the task's check programs against the episode's files (`check_program.py`);
 - `judge`: the configured `Judge` (`judge.py`), score >= params["threshold"] (default 0.5) passes.
 
-Any flag of severity `hack` fails the outcome (a hack never earns it); `RewardConfig.hack_action` decides
-the rest. Infrastructure failures never become a silent 0: `Verdict.error` is set and the reward is
-marked `dropped`.
+The reward is the rubric's (`rubric.py`): any flag of severity `hack` fails the outcome (a hack never earns
+it) and `RewardConfig.hack_action` decides the rest. Infrastructure failures never become a silent 0:
+`Verdict.error` is set and the reward is marked `dropped`.
 """
 
 from __future__ import annotations
@@ -25,18 +26,15 @@ from collections.abc import Sequence
 from trialground.errors import TrialgroundError, VerifierError
 from trialground.sandbox.base import Sandbox, SandboxConfig
 from trialground.tasks.model import Task
-from trialground.verify.answers import verify_exact, verify_numeric, verify_regex
-from trialground.verify.base import Action, Flag, Reward, Verdict
+from trialground.verify.base import Action, Reward, Verdict
 from trialground.verify.batching import Batcher
 from trialground.verify.check_program import CheckProgramVerifier
-from trialground.verify.code_tests import CodeTestsVerifier, Opener, solution_path
+from trialground.verify.code_tests import CodeTestsVerifier, Opener
 from trialground.verify.config import RewardConfig
-from trialground.verify.hacks import static_flags
 from trialground.verify.judge import CrossCheck, Judge
-from trialground.verify.math_verifier import MathWorker, verify_math
-from trialground.verify.reward import compute_reward
-from trialground.verify.submitted import UnreadableSubmission, read_submitted
-from trialground.verify.tamper import workspace_flags
+from trialground.verify.kinds import VerifyRequest, lookup
+from trialground.verify.math_verifier import MathWorker
+from trialground.verify.rubric import Rubric
 
 
 class Grader:
@@ -54,6 +52,7 @@ class Grader:
     ) -> None:
         self.sandbox_config = sandbox_config
         self.reward_config = reward_config or RewardConfig()
+        self.rubric = Rubric(self.reward_config)
         grading = self.reward_config.grading
         self.judge = judge
         self.cross_check = CrossCheck(self.reward_config.judge_sample_rate)
@@ -76,50 +75,15 @@ class Grader:
         self, task: Task, submission: str, *, workspace: Sandbox | None = None, actions: Sequence[Action] = ()
     ) -> Verdict:
         """The verifier's decision with every flag attached; raises TrialgroundError on infrastructure
-        failure."""
-        kind = task.verifier.kind
-        if kind == "code_tests":
-            if workspace is None and self.code.batching:
-                verdict = await self._batcher.submit((task, submission))
-            else:
-                verdict = await self.code.verify(task, submission, workspace=workspace)
-            extra: list[Flag] = []
-            if self.reward_config.grading.static_checks:
-                text = submission
-                if workspace is not None:
-                    try:
-                        data = await read_submitted(workspace, solution_path(task))
-                    except UnreadableSubmission:
-                        data = None  # the verdict already failed it, with the reason
-                    text = (data or b"").decode("utf-8", "replace")
-                extra += static_flags(
-                    text,
-                    check_names=[*task.hidden_checks, *task.visible_checks],
-                    hidden_checks=task.hidden_checks.values(),
-                )
-            if workspace is not None:
-                extra += await workspace_flags(task, workspace, actions)
-            return merge_flags(verdict, extra)
-        if kind == "check_program":
-            verdict = await self.checks.verify(task, submission, workspace=workspace)
-            if workspace is not None:
-                verdict = merge_flags(verdict, await workspace_flags(task, workspace, actions))
-            return verdict
-        if kind == "math":
-            return await verify_math(task, submission, self.math)
-        if kind == "exact":
-            return verify_exact(task, submission)
-        if kind == "regex":
-            return verify_regex(task, submission)
-        if kind == "numeric":
-            return verify_numeric(task, submission)
-        if kind == "judge":
-            if self.judge is None:
-                raise VerifierError(f"task {task.id}: kind judge but no judge configured", kind="no_judge")
-            score = await self.judge.score(task, submission)
-            threshold = float(task.verifier.params.get("threshold", 0.5))
-            return Verdict(passed=score >= threshold, score=score, detail=f"judge score {score:.3f}")
-        raise VerifierError(f"unknown verifier kind {kind!r}", kind="bad_task")
+        failure (an unknown kind or bad params is a `TaskError`, kind `bad_task`)."""
+        kind = lookup(task.verifier.kind)
+        params = kind.validate(task.verifier.params, where=f"task {task.id}: ")
+        request = VerifyRequest(task, submission, params, workspace=workspace, actions=tuple(actions))
+        return await kind.function()(self, request)
+
+    async def batch_code(self, item: tuple[Task, str]) -> Verdict:
+        """A single-turn code grading through the shared batcher (many gradings, one sandbox exec)."""
+        return await self._batcher.submit(item)
 
     async def grade(
         self, task: Task, submission: str, *, workspace: Sandbox | None = None, actions: Sequence[Action] = ()
@@ -134,9 +98,7 @@ class Grader:
             err = VerifierError(f"{type(e).__name__}: {e}", kind="internal")
             verdict = Verdict(passed=False, detail=str(err)[:500], error=err.info())
         judge_score = await self._cross_check(task, submission, verdict)
-        reward = compute_reward(verdict, actions, self.reward_config, judge_score=judge_score)
-        if verdict.error is not None:
-            reward = reward.model_copy(update={"dropped": True})
+        reward = self.rubric.grade(verdict, actions, judge_score=judge_score)
         self._count(verdict, time.perf_counter() - start)
         return verdict, reward
 
@@ -189,13 +151,3 @@ class Grader:
             self._math = None
         if self.judge is not None:
             await self.judge.close()
-
-
-def merge_flags(verdict: Verdict, extra: Sequence[Flag]) -> Verdict:
-    """Adds flags (deduplicated); a `hack` flag fails the verdict."""
-    flags = list(verdict.flags)
-    for f in extra:
-        if all((f.name, f.evidence) != (g.name, g.evidence) for g in flags):
-            flags.append(f)
-    hack = any(f.severity == "hack" for f in flags)
-    return verdict.model_copy(update={"flags": tuple(flags), "passed": verdict.passed and not hack})

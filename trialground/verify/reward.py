@@ -1,7 +1,5 @@
-"""The composite reward: an outcome gate plus shaping from the episode's actions.
-
-    total = 0                                                     when the outcome failed
-          = 1.0 + process_weight * process_score - redundancy_weight * redundant_actions   otherwise
+"""The shaping measurements the rubric (`trialground.verify.rubric`) pays: process score, redundant
+actions, and the overlong penalty.
 
 `process_score` in [0, 1] is a weighted mean of three parts (weights `tests_part`, `errors_part`,
 `waste_part`, normalised to sum 1):
@@ -16,9 +14,6 @@ changed since it was last read, or (c) any other action identical (same tool and
 earlier one with no workspace change in between. Each redundant action is counted once. An episode with
 no actions (single-turn completion) has process_score 0 and no redundant actions, so a correct answer
 earns exactly 1.0.
-
-Hack flags act per `RewardConfig.hack_action`: `zero` zeroes the total, `penalty` also subtracts
-`hack_penalty`, `drop` zeroes it and marks the trajectory for removal from the batch.
 """
 
 from __future__ import annotations
@@ -27,7 +22,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from trialground.verify.base import Action, Reward, RewardComponent, Verdict
+from trialground.verify.base import Action
 from trialground.verify.config import RewardConfig
 
 
@@ -87,33 +82,22 @@ def process_stats(actions: Sequence[Action], config: RewardConfig) -> ProcessSta
     )
 
 
-def compute_reward(
-    verdict: Verdict,
-    actions: Sequence[Action],
-    config: RewardConfig,
-    *,
-    judge_score: float | None = None,
-) -> Reward:
-    """The reward of one graded episode. Pure: same inputs, same Reward."""
-    stats = process_stats(actions, config)
-    components = [
-        RewardComponent(name="process", value=stats.process_score, weight=config.process_weight),
-        RewardComponent(
-            name="redundant_actions", value=-float(stats.redundant), weight=config.redundancy_weight
-        ),
-        RewardComponent(name="tool_errors", value=float(stats.tool_errors), weight=0.0),
-        RewardComponent(name="tests_before_submit", value=stats.tests_score, weight=0.0),
-        RewardComponent(name="test_pass_fraction", value=verdict.score, weight=0.0),
-    ]
-    if judge_score is not None:
-        components.append(RewardComponent(name="judge", value=judge_score, weight=config.judge_weight))
-    hack = any(f.severity == "hack" for f in verdict.flags)
-    outcome = 1.0 if verdict.passed and verdict.error is None and not hack else 0.0
-    return Reward(
-        outcome=outcome,
-        components=tuple(components),
-        flags=verdict.flags,
-        zeroed=hack,
-        penalty=config.hack_penalty if hack and config.hack_action == "penalty" else 0.0,
-        dropped=hack and config.hack_action == "drop",
-    )
+def overlong_penalty(length: int, max_length: int, *, buffer: int = 0, penalty: float = 1.0) -> float:
+    """DAPO's soft overlong punishment, in [-penalty, 0].
+
+    0 while `length <= max_length - buffer`; then falls linearly to `-penalty` at `max_length`; stays
+    `-penalty` beyond. `buffer=0` gives the hard version: `-penalty` exactly when the response used the
+    whole budget (it was cut).
+    """
+    if max_length <= 0:
+        raise ValueError(f"max_length must be positive, got {max_length}")
+    if buffer < 0 or buffer > max_length:
+        raise ValueError(f"buffer must be in [0, max_length], got {buffer}")
+    if penalty == 0.0:
+        return 0.0
+    if length >= max_length:
+        return -penalty
+    threshold = max_length - buffer
+    if buffer == 0 or length <= threshold:
+        return 0.0
+    return -penalty * (length - threshold) / buffer

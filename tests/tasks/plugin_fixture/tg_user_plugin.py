@@ -1,0 +1,41 @@
+"""A user's own task source and verifier kind, outside the package (imported by dotted path)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from trialground.tasks.model import Task, VerifierSpec
+from trialground.tasks.sources import SourceRequest, TaskSource
+from trialground.verify.base import Verdict
+from trialground.verify.kinds import Params, VerifierKind, VerifyRequest
+
+
+class LengthParams(Params):
+    length: int = Field(ge=0, description="The answer must have exactly this many characters")
+
+
+async def _verify_length(grader: object, req: VerifyRequest) -> Verdict:
+    assert isinstance(req.params, LengthParams)
+    got = len(req.submission.strip())
+    return Verdict(
+        passed=got == req.params.length, score=float(got == req.params.length), detail=f"{got} chars"
+    )
+
+
+LENGTH = VerifierKind("answer_length", LengthParams, _verify_length, "the answer's length")
+
+
+def _words(r: SourceRequest) -> list[Task]:
+    assert r.n is not None and r.split is not None
+    return [
+        Task(
+            domain="words",
+            prompt=f"Write a word of {3 + (r.seed + i) % 5} letters{' in ' + r.arg if r.arg else ''}.",
+            split=r.split,
+            verifier=VerifierSpec(kind="tg_user_plugin:LENGTH", params={"length": 3 + (r.seed + i) % 5}),
+        )
+        for i in range(r.n)
+    ]
+
+
+WORDS = TaskSource("words", _words, "words of a given length", generator=True, default_n=4, arg="optional")
