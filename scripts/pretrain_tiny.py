@@ -116,9 +116,9 @@ def evaluate(model_dir: str, n: int, samples: int, seed: int) -> None:
     """Pass rates of a saved model on the eval split, graded by the real sandboxed grader."""
     import asyncio
 
+    from trialground.monitor.quality import measure_pass_rates
     from trialground.policy.config import PolicyConfig
     from trialground.policy.hf import HFPolicy
-    from trialground.policy.quality import measure_pass_rates
     from trialground.sandbox.base import SandboxConfig
     from trialground.tasks.codegen import generate_codegen_tasks
     from trialground.verify.grader import Grader

@@ -35,6 +35,8 @@ COMMANDS = [
     ["sandbox"],
     ["sandbox", "run"],
     ["sandbox", "serve"],
+    ["env"],
+    ["env", "serve"],
     ["verify"],
     ["report"],
     ["dashboard"],

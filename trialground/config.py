@@ -134,6 +134,12 @@ def require_extras(config: RunConfig) -> None:
         ),
         (config.policy.backend == "vllm", "vllm", "vllm", "policy.backend=vllm"),
         (config.trainer.lora_rank > 0, "peft", "train", "trainer.lora_rank > 0"),
+        (
+            config.reward.judge is not None and config.reward.judge.kind == "hf_classifier",
+            "transformers",
+            "train",
+            "reward.judge.kind=hf_classifier",
+        ),
     ]
     for wanted, module, extra, why in wants:
         if wanted and importlib.util.find_spec(module) is None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -15,12 +14,11 @@ from trialground.monitor.config import CostConfig
 from trialground.monitor.cost import CostMeter, useful_tokens
 from trialground.monitor.eval_stats import (
     EvalOutcome,
-    check_overlap,
     outcomes_from_samples,
     pass_at_k,
     summarise,
 )
-from trialground.monitor.regressions import FlaggedTask, RegressionLog, read_events, select_regressions
+from trialground.monitor.regressions import RegressionLog, read_events
 
 
 def test_cusum_finds_shift_and_change_point() -> None:
@@ -92,30 +90,6 @@ def test_summary_per_domain() -> None:
     assert "eval/pass@2/math" not in m and m["eval/n_tasks"] == 3
 
 
-@dataclass(frozen=True)
-class T:
-    id: str
-    prompt: str
-
-
-def test_overlap_by_id_and_ngrams() -> None:
-    base = "Write a function merge_intervals that merges overlapping closed intervals and returns them sorted"
-    train = [
-        T("t1", base),
-        T("t2", "Compute the nth Fibonacci number modulo a large prime using fast doubling"),
-    ]
-    evals = [
-        T("t1", base),
-        T("e2", base.upper() + " please."),
-        T("e3", "Reverse a linked list in place iteratively"),
-    ]
-    rep = check_overlap(evals, train, n=5, threshold=0.8)
-    assert rep.same_id == ("t1",)
-    assert [(e, t) for e, t, _ in rep.near_duplicates] == [("e2", "t1")]
-    assert not rep.clean
-    assert check_overlap(evals[2:], train).clean
-
-
 def test_cost_accounting() -> None:
     meter = CostMeter(
         CostConfig(sandbox_usd_per_hour=3.6, trainer_usd_per_hour=36.0, usd_per_million_tokens=1.0)
@@ -140,17 +114,7 @@ def test_cost_accounting() -> None:
     assert useful_tokens([0.5, 0.0, None, -1.0], [10, 20, 30, 40]) == 50
 
 
-def test_select_regressions_and_log(tmp_path: Path) -> None:
-    evals = [
-        EvalOutcome("a", "code", 4, 0),
-        EvalOutcome("b", "code", 4, 2),
-        EvalOutcome("held", "code", 4, 0),
-    ]
-    flagged = [FlaggedTask("f", ("test_tampering",)), FlaggedTask("g", ("x", "y")), FlaggedTask("a", ("z",))]
-    ids = select_regressions(evals, flagged, held_out={"held"})
-    assert ids == ["g", "f", "a"]
-    assert select_regressions(evals, (), max_pass_rate=0.5) == ["a", "held", "b"]
-    assert select_regressions(evals, flagged, held_out={"held"}, limit=1) == ["g"]
+def test_regression_log_round_trip(tmp_path: Path) -> None:
     log = RegressionLog(tmp_path / "regressions.jsonl")
     log.queued(3, "a", "eval_failure", "pass@1=0")
     log.attempt(5, "a", True, 1.0)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from trialground.monitor.quality import measure_pass_rates
 from trialground.policy.hf import HFPolicy
-from trialground.policy.quality import measure_pass_rates
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.codegen import generate_codegen_tasks
 from trialground.verify.grader import Grader

@@ -204,3 +204,21 @@ def test_load_task_sets_from_config() -> None:
     assert not {t.id for t in pool.tasks} & {t.id for t in evals}
     batch = pool.sample(10)
     assert sum(t.domain == "math" for t in batch) in range(3, 8)
+
+
+def test_a_forgotten_task_is_requeued_until_it_passes_again() -> None:
+    tasks = _tasks(3)
+    pool = TaskPool(tasks, TaskPoolConfig(seed=0, requeue_pass_rate=0.5, regression_passes=1))
+    a, b = tasks[0].id, tasks[1].id
+    assert not pool.record_group(a, [False, False])  # never passed: hard, not forgotten
+    assert not pool.record_group(b, [True, True, False])
+    assert not pool.record_group(b, [True, False])  # a pass in the group: still known
+    assert pool.regressions == []
+    assert pool.record_group(b, [False, False, False])  # passed before, a whole group fails now
+    assert pool.regressions == [b]
+    assert not pool.record_group(b, [False])  # already queued: once
+    pool.record_group(b, [True])
+    assert pool.regressions == []
+    off = TaskPool(tasks, TaskPoolConfig(seed=0, requeue_pass_rate=None))
+    off.record_group(a, [True])
+    assert not off.record_group(a, [False]) and off.regressions == []

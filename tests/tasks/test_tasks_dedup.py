@@ -7,6 +7,7 @@ import pytest
 
 from trialground.tasks.dedup import (
     MinHasher,
+    eval_contamination,
     eval_overlap,
     exact_duplicates,
     find_duplicates,
@@ -79,3 +80,18 @@ def test_find_duplicates_combines() -> None:
     base = load_source("math")
     found = find_duplicates([*base, base[0]], eval_tasks=[base[1]], eval_name="m")
     assert {f.kind for f in found} == {"same_task", "eval_overlap"}
+
+
+def test_eval_contamination_tells_template_instances_from_leaks() -> None:
+    """Agent families share one prompt template: held-out instances (another key, table, broken line) are
+    not contamination; an eval instance copied into training under a reworded prompt is."""
+    train = load_source("agent", n=300, split="train")
+    evals = load_source("agent", n=24, split="eval")
+    clean = eval_contamination(train, evals)
+    assert clean.same_id == () and clean.near_dup_frac <= 0.1, clean
+    leak = evals[5].model_copy(update={"id": "", "prompt": "Please: " + evals[5].prompt, "split": "train"})
+    leak = type(leak).model_validate(leak.model_dump(exclude={"id"}))
+    dirty = eval_contamination([*train, leak, evals[7]], evals)
+    assert dirty.same_id == (evals[7].id,)
+    assert evals[5].id in dirty.covered
+    assert dirty.near_dup_frac > clean.near_dup_frac

@@ -113,10 +113,10 @@ def test_score_groups_marks_why_records_are_left_out() -> None:
     ]
     flat = [traj([1], [("policy", [2], [0.0])], reward=1.0, group="b", index=i) for i in range(2)]
     broken = traj([1], [("policy", [2], [0.0])], reward=1.0, group="a", index=2, error=True)
-    scored, stats = score_groups(
-        [[*good, broken], flat], TrainerConfig(algorithm="dr_grpo"), dynamic_sampling=True
-    )
+    groups = [[*good, broken], flat]
+    kept, stats = filter_groups(groups)
+    scored = score_groups(groups, TrainerConfig(algorithm="dr_grpo"), kept=kept)
     assert [r.excluded for r in scored] == [None, None, "error", "filtered", "filtered"]
     assert [r.advantage for r in scored] == [0.5, -0.5, None, 0.0, 0.0]
     assert [r.trainable for r in scored] == [True, True, False, False, False]
-    assert stats is not None and stats.zero_variance == 1
+    assert stats.zero_variance == 1

@@ -53,8 +53,8 @@ def _step(records: list, seed: int = 0) -> torch.Tensor:  # type: ignore[type-ar
 def test_drop_removes_the_hacked_trajectory_from_baseline_and_loss() -> None:
     model = tiny_llama(0)
     cfg = TrainerConfig(algorithm="dr_grpo")
-    dropped, _ = score_groups([_group(model, "drop")], cfg)
-    zeroed, _ = score_groups([_group(model, "zero")], cfg)
+    dropped = score_groups([_group(model, "drop")], cfg)
+    zeroed = score_groups([_group(model, "zero")], cfg)
     # drop: baseline over the three others (1, 0, 0): mean 1/3; the hacked one has no advantage
     assert [r.excluded for r in dropped] == [None, None, "dropped", None]
     assert [r.advantage for r in dropped][:2] == pytest.approx([2 / 3, -1 / 3]) and dropped[
@@ -95,7 +95,7 @@ def test_finish_pays_truncation_and_overlong_through_the_seam() -> None:
     assert cut.reward.total == -0.25 - 0.5  # the truncation penalty and the (ungated) overlong penalty
     # without a budget (evaluation) only the truncation part applies
     assert rubric.finish(t(0, 4, PASS)).reward == rubric.grade(PASS)
-    scored, _ = score_groups([[long_pass, short_pass, cut]], TrainerConfig(algorithm="dr_grpo"))
+    scored = score_groups([[long_pass, short_pass, cut]], TrainerConfig(algorithm="dr_grpo"))
     assert [r.reward for r in scored] == [0.5, 1.0, -0.75]
     assert all(r.trainable for r in scored)
 

@@ -84,13 +84,12 @@ async def test_canary_recheck_and_disagreement(server: tuple[str, list[dict]]) -
         Canary(task=TASK, submission="Paris!", label=False),  # mislabelled on purpose: judge says yes
         Canary(task=TASK, submission="GARBAGE", label=True),  # unanswerable counts as wrong
     ]
-    check = CanaryCheck(canaries, interval=10, min_accuracy=0.75)
+    check = CanaryCheck(canaries, min_accuracy=0.75)
     try:
-        assert await check.maybe_run(judge, step=3) is None
-        report = await check.maybe_run(judge, step=20)
+        report = await check.run(judge, step=20)
     finally:
         await judge.close()
-    assert report is not None and report.accuracy == 0.5 and report.errors == 1 and report.failed
+    assert report.step == 20 and report.accuracy == 0.5 and report.errors == 1 and report.failed
     assert disagreement_rate([True, False, True, False], [0.9, 0.1, 0.2, 0.6]) == 0.5
     assert disagreement_rate([], []) == 0.0
 

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
+from trialground.batching import Batcher
 from trialground.errors import VerifierError
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task, VerifierSpec
-from trialground.verify.batching import Batcher
 from trialground.verify.config import GradingConfig, RewardConfig
 from trialground.verify.grader import Grader
 

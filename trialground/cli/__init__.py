@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from trialground.cli import config_cmd, report_cmd, run_cmd, sandbox_cmd, tasks_cmd, verify_cmd
+from trialground.cli import config_cmd, env_cmd, report_cmd, run_cmd, sandbox_cmd, tasks_cmd, verify_cmd
 
 app = typer.Typer(
     name="trialground",
@@ -16,6 +16,7 @@ app = typer.Typer(
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(tasks_cmd.app, name="tasks")
 app.add_typer(sandbox_cmd.app, name="sandbox")
+app.add_typer(env_cmd.app, name="env")
 app.command("train")(run_cmd.train)
 app.command("eval")(run_cmd.evaluate)
 app.command("verify")(verify_cmd.verify)

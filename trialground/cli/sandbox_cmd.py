@@ -90,7 +90,7 @@ async def _run_once(config: SandboxConfig, files: dict[str, bytes] | None, cmd: 
 @app.command("serve")
 def serve(
     host: Annotated[str, typer.Option(help="Address to listen on")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on")] = 8765,
+    port: Annotated[int, typer.Option(help="Port to listen on (0: any free port, printed at start)")] = 8765,
     token_file: Annotated[Path | None, typer.Option(help="File holding the bearer token (required)")] = None,
     max_sessions: Annotated[int, typer.Option(help="Concurrent sandboxes at most")] = 32,
     idle_s: Annotated[float, typer.Option(help="Seconds before an idle session is reaped")] = 300.0,
@@ -102,21 +102,23 @@ def serve(
         float, typer.Option(help="Seconds a client has to send a request's body after its headers (408)")
     ] = 60.0,
 ) -> None:
-    """Serve the sandbox interface over HTTP (token authentication, per-session sandboxes)."""
+    """Serve the sandbox interface over HTTP (token authentication, per-session sandboxes), and
+    SandboxFusion's `/run_code` (also at `/sf/TOKEN/run_code` for clients that send no credentials)."""
     if token_file is None or not token_file.is_file():
         fail("--token-file must name an existing file holding the token", EXIT_USAGE)
     token = token_file.read_text().strip()
     if len(token) < 16:
         fail("the token must be at least 16 characters", EXIT_USAGE)
-    if not 0 < port < 65536 or max_sessions < 1 or idle_s <= 0:
-        fail("--port must be 1..65535, --max-sessions >= 1, --idle-s > 0", EXIT_USAGE)
+    if not 0 <= port < 65536 or max_sessions < 1 or idle_s <= 0:
+        fail("--port must be 0..65535, --max-sessions >= 1, --idle-s > 0", EXIT_USAGE)
     if max_body_mb <= 0 or header_timeout_s <= 0 or body_timeout_s <= 0:
         fail("--max-body-mb, --header-timeout-s and --body-timeout-s must be > 0", EXIT_USAGE)
+    from trialground.integrations import sandbox_fusion
     from trialground.sandbox.service import serve_forever
 
     os.environ.setdefault("TRIALGROUND_SANDBOX_SERVICE", "1")
     serve_forever(
         host=host, port=port, token=token, max_sessions=max_sessions, idle_s=idle_s,
         max_body_bytes=int(max_body_mb * (1 << 20)), header_timeout_s=header_timeout_s,
-        body_timeout_s=body_timeout_s,
+        body_timeout_s=body_timeout_s, extend=sandbox_fusion.install,
     )  # fmt: skip

@@ -1,4 +1,5 @@
-"""Evaluation statistics: unbiased pass@k, per-domain breakdown, and the train/eval overlap check.
+"""Evaluation statistics: unbiased pass@k and the per-domain breakdown (train/eval contamination is
+`trialground.tasks.dedup.eval_contamination`).
 
 pass@k is the unbiased estimator of Chen et al. (2021): with n samples of which c are correct,
 pass@k = 1 - C(n-c, k) / C(n, k), computed as a stable product. Tasks with n < k are left out of pass@k.
@@ -6,11 +7,9 @@ pass@k = 1 - C(n-c, k) / C(n, k), computed as a stable product. Tasks with n < k
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -70,72 +69,3 @@ def summarise(
             if vals:
                 out[f"{prefix}/pass@{k}/{d}"] = sum(vals) / len(vals)
     return out
-
-
-class _HasPrompt(Protocol):
-    @property
-    def id(self) -> str: ...
-
-    @property
-    def prompt(self) -> str: ...
-
-
-@dataclass(frozen=True)
-class OverlapReport:
-    """Eval tasks that also appear in training: by id, or by n-gram containment of their prompts."""
-
-    same_id: tuple[str, ...] = ()
-    near_duplicates: tuple[tuple[str, str, float], ...] = field(default=())  # (eval id, train id, score)
-    n: int = 8
-    threshold: float = 0.8
-
-    @property
-    def clean(self) -> bool:
-        return not self.same_id and not self.near_duplicates
-
-
-_WORD = re.compile(r"\w+")
-
-
-def _ngrams(text: str, n: int) -> set[tuple[str, ...]]:
-    words = _WORD.findall(text.lower())
-    if len(words) < n:
-        return {tuple(words)} if words else set()
-    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
-
-
-def check_overlap(
-    eval_tasks: Iterable[_HasPrompt], train_tasks: Iterable[_HasPrompt], *, n: int = 8, threshold: float = 0.8
-) -> OverlapReport:
-    """Find eval tasks leaking into training.
-
-    `same_id`: ids in both sets (ids are content hashes, so equal id = identical task). `near_duplicates`:
-    pairs whose eval prompt has at least `threshold` of its word n-grams in one training prompt
-    (containment, so a training prompt that embeds the eval prompt counts). Templated task families share
-    boilerplate: raise `n` or `threshold` when their prompts differ only in a few words.
-    """
-    train = list(train_tasks)
-    train_ids = {t.id for t in train}
-    index: dict[tuple[str, ...], list[int]] = defaultdict(list)
-    for i, t in enumerate(train):
-        for g in _ngrams(t.prompt, n):
-            index[g].append(i)
-    same: list[str] = []
-    near: list[tuple[str, str, float]] = []
-    for e in eval_tasks:
-        if e.id in train_ids:
-            same.append(e.id)
-            continue
-        grams = _ngrams(e.prompt, n)
-        if not grams:
-            continue
-        hits: dict[int, int] = defaultdict(int)
-        for g in grams:
-            for i in index.get(g, ()):
-                hits[i] += 1
-        if hits:
-            best = max(hits, key=lambda i: hits[i])
-            score = hits[best] / len(grams)
-            if score >= threshold:
-                near.append((e.id, train[best].id, score))
-    return OverlapReport(tuple(same), tuple(near), n, threshold)

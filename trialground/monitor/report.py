@@ -128,13 +128,32 @@ def _pool(d: RunData) -> str:
     if not keys:
         return _empty("no pool metrics yet")
     queue = [k for k in keys if "queue" in k or "wait" in k]
-    usage = [k for k in keys if k not in queue]
-    parts = []
+    scaling: list[str] = [k for k in ("pool/max_active", "pool/autoscale_target") if k in keys]
+    usage = [k for k in keys if k not in queue and not k.startswith("pool/autoscale_")]
+    parts, decisions = [], ""
+    if d.series("pool/autoscale_resizes"):  # the autoscaler ran: its decisions over time
+        parts.append(line_chart(_series(d, scaling, "pool/"), title="Autoscaler: max_active", ylabel="envs"))
+        decisions = _resize_table(d)
     if usage:
         parts.append(line_chart(_series(d, usage, "pool/"), title="Pool utilisation", ylabel="environments"))
     if queue:
         parts.append(line_chart(_series(d, queue, "pool/"), title="Queue depth and wait", ylabel="tasks / s"))
-    return _charts(*parts)
+    return _charts(*parts) + decisions
+
+
+def _resize_table(d: RunData) -> str:
+    """The autoscaler's decisions: the first step's `pool/max_active`, then each step where it or the
+    count of resizes changed."""
+    sizes = dict(d.series("pool/max_active"))
+    rows, last = [], None
+    for step, resizes in d.series("pool/autoscale_resizes"):
+        now = (sizes.get(step), resizes)
+        if now != last:
+            size = "" if now[0] is None else f"{now[0]:g}"
+            rows.append(f"<tr><td>{step:g}</td><td>{size}</td><td>{resizes:g}</td></tr>")
+        last = now
+    head = "<tr><th>step</th><th>max_active</th><th>autoscaler resizes so far</th></tr>"
+    return f"<table>{head}{''.join(rows[-50:])}</table>"
 
 
 def _hacking(d: RunData) -> str:

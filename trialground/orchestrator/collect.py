@@ -39,7 +39,9 @@ async def collect(
     concurrency = min(len(tasks), c.config.loop.rollout_concurrency)
     limit = asyncio.Semaphore(concurrency)
     # One generate call for every episode waiting on the policy, across groups (not just within one).
-    batcher = GroupBatcher(c.policy, live=concurrency * k, window_s=0.02)
+    # Its call timings feed the environment pool's autoscaler (generation vs environment time).
+    on_generation = c.env_pool.observe_generation if c.env_pool is not None else None
+    batcher = GroupBatcher(c.policy, live=concurrency * k, window_s=0.02, on_generation=on_generation)
     size = branch_k or k
     if branch != "off" and k % size != 0:
         raise ValueError(f"branch_k={size} must divide k={k}")

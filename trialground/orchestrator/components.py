@@ -12,13 +12,14 @@ import numpy as np
 
 from trialground.config import RunConfig, require_extras
 from trialground.envs.base import Environment
-from trialground.monitor.eval_stats import check_overlap
 from trialground.monitor.monitor import Monitor
 from trialground.orchestrator.rundir import RunDir
 from trialground.policy.base import Policy
+from trialground.tasks.dedup import eval_contamination
 from trialground.tasks.model import Task
 from trialground.tasks.pool import TaskPool, load_task_sets
 from trialground.train.advantages import Scored
+from trialground.verify.build import make_grader
 from trialground.verify.grader import Grader
 
 if TYPE_CHECKING:  # torch and the pool's backends are imported only when a run needs them
@@ -90,12 +91,6 @@ class Components:
             out |= dict(self.env_pool.metrics())
         return out
 
-    def record_eval(self, step: int, failed_task_ids: Sequence[str]) -> None:
-        """Evaluation failures feed training only when asked (`loop.eval_feedback`): doing so lets the
-        held-out metric see tasks that training also saw, so it is off by default."""
-        if self.config.loop.eval_feedback and failed_task_ids:
-            self.tasks.add_regressions(list(failed_task_ids), tasks=self.eval_tasks)
-
     def policy_state(self) -> dict[str, object]:
         rng = self.policy.sampling_rng_state()
         return {} if rng is None else {"rng": rng}
@@ -144,7 +139,12 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Compo
         from trialground.train.distributed import join_data_parallel
 
         join_data_parallel(trainer)  # under torchrun / Ray: the other ranks train shares of each step
-    grader = Grader(config.sandbox, config.reward)
+    backend = None
+    if config.cluster == "ray":  # episodes' sandboxes and grading sandboxes both on Ray actors
+        from trialground.pool.ray_backend import RayBackend
+
+        backend = RayBackend(config.sandbox, config.pool)
+    grader = make_grader(config.sandbox, config.reward, opener=backend.opener() if backend else None)
     monitor = Monitor(run.path, config.monitor) if run is not None else None
     env_pool = None
     if config.env.kind == "tool" or config.cluster == "ray":
@@ -153,12 +153,14 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Compo
         pool_config = config.pool
         if config.cluster == "ray":
             pool_config = pool_config.model_copy(update={"backend": "ray"})
-        env_pool = EnvPool(pool_config, env_config=config.env, sandbox_config=config.sandbox, grader=grader)
+        env_pool = EnvPool(
+            pool_config, env_config=config.env, sandbox_config=config.sandbox, grader=grader, backend=backend
+        )
     domains = {t.id: t.domain for t in [*pool.tasks, *evals]}
-    overlap = check_overlap(evals, pool.tasks)
+    overlap = eval_contamination(pool.tasks, evals)
     startup = {
         "eval/overlap_same_id": float(len(overlap.same_id)),
-        "eval/overlap_near_dup_frac": len(overlap.near_duplicates) / max(1, len(evals)),
+        "eval/overlap_near_dup_frac": overlap.near_dup_frac,
         "tasks/train": float(len(pool.tasks)),
         "tasks/eval": float(len(evals)),
     }

@@ -15,7 +15,18 @@ class LoopConfig(BaseModel):
     samples_per_task: int = Field(4, ge=1, le=1024, description="k: trajectories per task (group size)")
     mode: Literal["sync", "async"] = Field("sync", description="async overlaps rollouts and training")
     max_staleness: int = Field(1, ge=0, description="Policy versions a trained-on sample may lag (async)")
-    dynamic_sampling: bool = Field(False, description="Drop zero-variance groups and refill")
+    dynamic_sampling: bool = Field(
+        False,
+        description="Drop groups without a learning signal (all rewards equal, or under two valid samples) "
+        "and refill the batch with newly sampled tasks, up to dynamic_sampling_max_batches",
+    )
+    dynamic_sampling_max_batches: int = Field(
+        4,
+        ge=1,
+        le=64,
+        description="With dynamic_sampling: most generation batches per step (the first plus refills); a "
+        "step still short of batch_tasks groups after them trains on the groups it kept",
+    )
     eval_interval: int = Field(0, ge=0, description="Evaluate every N steps (0: start and end only)")
     eval_samples: int = Field(1, ge=1, description="Samples per eval task (pass@k)")
     checkpoint_interval: int = Field(0, ge=0, description="Checkpoint every N steps (0: end only)")

@@ -10,12 +10,16 @@ from dataclasses import dataclass
 from trialground.config import RunConfig
 from trialground.monitor.alerts import worst_action
 from trialground.orchestrator.batches import AsyncBatches, SyncBatches
+from trialground.orchestrator.canaries import canary_metrics
 from trialground.orchestrator.components import Components, build
+from trialground.orchestrator.dynamic import refill
 from trialground.orchestrator.evaluate import evaluate
 from trialground.orchestrator.metrics import rollout_metrics, useful_token_metrics
+from trialground.orchestrator.outcomes import record_eval, record_outcomes
 from trialground.orchestrator.rundir import RunDir
 from trialground.orchestrator.state import restore, save
 from trialground.rollout.branching import branch_metrics
+from trialground.rollout.trajectory import Trajectory
 from trialground.train.advantages import score_groups
 
 Progress = Callable[[int, dict[str, float]], None]
@@ -47,9 +51,11 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
     try:
         while step < loop.steps:
             batch = await batches.next(step)  # k trajectories per task, stamped with policy versions
-            scored, fstats = score_groups(
-                batch.groups, config.trainer, dynamic_sampling=loop.dynamic_sampling
-            )
+            kept: list[list[Trajectory]] | None = None
+            fmetrics: dict[str, float] = {}
+            if loop.dynamic_sampling:  # drop groups without a learning signal, refill from new tasks
+                batch, kept, fmetrics = await refill(c, batch)
+            scored = score_groups(batch.groups, config.trainer, kept=kept)
             version, t0 = trainer.version, time.perf_counter()
             metrics = await asyncio.to_thread(trainer.step, scored)
             metrics["train/step_s"] = time.perf_counter() - t0
@@ -62,9 +68,9 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
             if isinstance(batches, AsyncBatches):
                 await batches.advance(step)
                 metrics["async/trainer_wait_s"] = batches.wait_s
-            c.tasks.observe(batch.tasks, batch.groups)  # pass rates; flagged tasks -> regressions
+            record_outcomes(c, step, batch.tasks, batch.groups)  # pass rates; flagged.jsonl; regressions
             metrics |= rollout_metrics(batch.groups, c.domains, version) | useful_token_metrics(scored)
-            metrics |= (fstats.as_metrics() if fstats else {}) | c.component_metrics()
+            metrics |= fmetrics | c.component_metrics()
             metrics["rollout/batch_s"] = batch.rollout_s
             metrics |= branch_metrics(batch.groups, branching=loop.branch != "off")
             await asyncio.to_thread(run_dir.write_step, step, scored, c.texts(scored), c.domains)
@@ -94,9 +100,10 @@ async def _eval_and_log(c: Components, step: int, metrics: dict[str, float] | No
     """Evaluate the held-out split; failures reach training only with `loop.eval_feedback`."""
     loop = c.config.loop
     result = await evaluate(c, c.eval_tasks, params=c.config.policy.eval_sampling, samples=loop.eval_samples)
-    c.record_eval(step, result.failed_task_ids)
+    record_eval(c, step, result.failed_task_ids)
+    scores = result.metrics | await canary_metrics(c, step)  # canary/*: input of the reward_drift rule
     if metrics is not None:
-        metrics |= result.metrics
+        metrics |= scores
     elif c.monitor is not None:
-        c.monitor.observe(step, {**c.startup_metrics, **result.metrics})
+        c.monitor.observe(step, {**c.startup_metrics, **scores})
     return result.metrics.get("eval/pass@1")

@@ -110,6 +110,7 @@ class EnvPool:
         self._maint: asyncio.Task[None] | None = None
         self._closed = False
         self._next_autoscale = 0.0
+        self._resizes = 0  # autoscaler decisions that changed max_active
         self._waits, self._create, self._restore_s = Window(), Window(), Window()
         self._reseed_s = Window()
         self._exec, self._hold = Window(), Window()
@@ -271,6 +272,12 @@ class EnvPool:
         }
         m.update({f"pool/{k}": float(v) for k, v in self._counts.items()})
         m.update({f"pool/failures/{k}": float(v) for k, v in self._failures.items()})
+        if self.autoscaler is not None:
+            a = self.autoscaler
+            m["pool/autoscale_resizes"] = float(self._resizes)
+            m["pool/autoscale_target"] = float(a.current or self._gate.limit)
+            m["pool/autoscale_gen_s"] = a.gen_s or 0.0
+            m["pool/autoscale_env_s"] = a.env_s or 0.0
         m.update(self.backend.metrics())
         return m
 
@@ -465,7 +472,8 @@ class EnvPool:
         if self.autoscaler is not None and now >= self._next_autoscale:
             self._next_autoscale = now + self.config.autoscale_interval_s
             target = self.autoscaler.decide(now, queue_depth=self._gate.waiting, active=self._gate.active)
-            if target is not None:
+            if target is not None and target != self._gate.limit:
+                self._resizes += 1
                 self.set_max_active(target)
 
     async def _maintenance(self) -> None:

@@ -21,7 +21,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,7 +156,7 @@ class RaySandbox(Sandbox):
         worker.load += 1
 
     async def _call(self, op: str, *args: Any, extra_s: float = 0.0) -> Any:
-        if self._closed:
+        if self._closed or self.backend.closed:
             raise SandboxError("sandbox is closed", kind="closed")
         return await self.backend.call(
             self.worker, self.worker.handle.call.remote(self.sid, op, args), extra_s
@@ -220,6 +220,8 @@ class RayBackend(SandboxBackend):
         self._spawning: set[asyncio.Task[None]] = set()
         self._cleanups: list[Any] = []  # ObjectRefs of reap tasks, awaited on close
         self.spawn_failures = 0
+        self.closed = False
+        self.opened = 0  # sandboxes opened on the workers: episodes' and grading's
 
     async def start(self) -> None:
         """Start Ray (unless connected already) and the workers. Concurrent callers (every first acquire
@@ -304,17 +306,37 @@ class RayBackend(SandboxBackend):
         task.add_done_callback(self._spawning.discard)
 
     async def create(self, task: Task) -> Sandbox:
+        return await self.open(workspace_files(task))
+
+    async def open(self, files: Mapping[str, str | bytes]) -> Sandbox:
+        """A sandbox holding `files` on the least loaded worker (starting the backend on first use)."""
+        if self.closed:
+            raise SandboxError("the Ray backend is closed", kind="closed")
+        await self.start()
         if not self.workers:
             await asyncio.gather(*list(self._spawning), return_exceptions=True)
         if not self.workers:
             raise SandboxError("no sandbox workers", kind="worker_lost")
         worker = min(self.workers, key=lambda w: w.load)
-        sid = await self.call(worker, worker.handle.open.remote(workspace_files(task)), 60.0)
+        sid = await self.call(worker, worker.handle.open.remote(dict(files)), 60.0)
+        self.opened += 1
         return RaySandbox(self, worker, sid)
+
+    def opener(self) -> Callable[[SandboxConfig, Mapping[str, str | bytes]], Awaitable[Sandbox]]:
+        """An `Opener` for the grader (`trialground.verify.code_tests.Opener`): grading sandboxes on this
+        backend's workers. They are made with the workers' sandbox configuration, the run's."""
+
+        async def open_on_ray(_config: SandboxConfig, files: Mapping[str, str | bytes]) -> Sandbox:
+            return await self.open(files)
+
+        return open_on_ray
 
     async def close(self) -> None:
         import ray
 
+        if self.closed:
+            return
+        self.closed = True  # sandboxes still held (the grader's kept ones) close as no-ops from now on
         await asyncio.gather(*list(self._spawning), return_exceptions=True)
         workers, self.workers = self.workers, []
         for w in workers:
@@ -332,4 +354,5 @@ class RayBackend(SandboxBackend):
             "pool/ray/workers": float(len(self.workers)),
             "pool/ray/workers_lost": float(self.lost),
             "pool/ray/spawn_failures": float(self.spawn_failures),
+            "pool/ray/sandboxes_opened": float(self.opened),
         }

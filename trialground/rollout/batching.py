@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from trialground.batching import Batcher
 from trialground.policy.base import Generation, SamplingParams
+
+Request = tuple[list[int], SamplingParams]
 
 
 class GroupBatcher:
@@ -15,17 +18,33 @@ class GroupBatcher:
     Requests are held until every live episode is waiting on the policy -- then they go out as one
     `generate` call per distinct `SamplingParams` -- or until `window_s` after the first held request, so
     an episode busy in a slow environment does not stall the others. `episode_done()` lowers `live`.
-    A failed call fails exactly the requests that were in it.
+    A failed call fails exactly the requests that were in it. The queueing is `trialground.batching`'s
+    (a batch is full when it holds `live` requests). `on_generation(seconds, sequences)` is told every
+    call's duration and size (the environment pool's autoscaler sizes itself from it).
     """
 
-    def __init__(self, policy: Any, *, live: int, window_s: float = 0.01) -> None:
+    def __init__(
+        self,
+        policy: Any,
+        *,
+        live: int,
+        window_s: float = 0.01,
+        on_generation: Callable[[float, int], None] | None = None,
+    ) -> None:
         self.policy = policy
+        self._batcher: Batcher[Request, Generation] = Batcher(
+            self._generate,
+            max_batch=max(1, live),
+            window_s=window_s,
+            key=lambda r: r[1].model_dump_json(),
+            on_batch=on_generation,
+        )
         self.live = live
-        self.window_s = window_s
-        self.calls = 0  # generate calls made, for tests and metrics
-        self._pending: list[tuple[list[int], SamplingParams, asyncio.Future[Generation]]] = []
-        self._timer: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def calls(self) -> int:
+        """generate calls made, for tests and metrics."""
+        return self._batcher.calls
 
     @property
     def tokenizer(self) -> Any:
@@ -36,53 +55,15 @@ class GroupBatcher:
         return int(self.policy.version)
 
     async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
-        loop = asyncio.get_running_loop()
-        futures = []
-        for prompt in prompts:
-            fut: asyncio.Future[Generation] = loop.create_future()
-            self._pending.append((list(prompt), params, fut))
-            futures.append(fut)
-        self._maybe_flush()
-        if self._pending and self._timer is None:
-            self._timer = loop.call_later(self.window_s, self._flush)
+        futures = [self._batcher.enqueue((list(p), params)) for p in prompts]
         return list(await asyncio.gather(*futures))
 
     def episode_done(self) -> None:
         self.live -= 1
-        self._maybe_flush()
+        self._batcher.resize(max(1, self.live))
 
-    def _maybe_flush(self) -> None:
-        if self._pending and len(self._pending) >= self.live:
-            self._flush()
-
-    def _flush(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if not self._pending:
-            return
-        batch, self._pending = self._pending, []
-        by_params: dict[str, list[tuple[list[int], SamplingParams, asyncio.Future[Generation]]]] = {}
-        for item in batch:
-            by_params.setdefault(item[1].model_dump_json(), []).append(item)
-        for items in by_params.values():
-            task = asyncio.get_running_loop().create_task(self._call(items))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _call(self, items: list[tuple[list[int], SamplingParams, asyncio.Future[Generation]]]) -> None:
-        self.calls += 1
-        try:
-            gens = await self.policy.generate([p for p, _, _ in items], items[0][1])
-            if len(gens) != len(items):
-                raise RuntimeError(f"policy returned {len(gens)} generations for {len(items)} prompts")
-        except BaseException as exc:  # handed to each waiting episode, which records it
-            for _, _, fut in items:
-                if not fut.done():
-                    fut.set_exception(exc)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            return
-        for (_, _, fut), gen in zip(items, gens, strict=True):
-            if not fut.done():
-                fut.set_result(gen)
+    async def _generate(self, items: Sequence[Request]) -> list[Generation]:
+        gens = await self.policy.generate([p for p, _ in items], items[0][1])
+        if len(gens) != len(items):
+            raise RuntimeError(f"policy returned {len(gens)} generations for {len(items)} prompts")
+        return list(gens)

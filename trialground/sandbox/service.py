@@ -19,9 +19,10 @@ import base64
 import binascii
 import contextlib
 import os
+import socket
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -220,6 +221,7 @@ def create_app(
 
     app = FastAPI(title="trialground sandbox service", lifespan=lifespan)
     app.state.table = table
+    app.state.execs = execs  # shared with routes added to the app later (integrations.sandbox_fusion)
     # The token check, body cap and body deadline run before FastAPI reads a byte of the body.
     guard = GuardSettings(token, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
     app.add_middleware(GuardMiddleware, settings=guard)
@@ -348,13 +350,36 @@ def uvicorn_config(app: FastAPI, *, header_timeout_s: float = DEFAULT_HEADER_TIM
 def serve_forever(
     *, host: str, port: int, token: str, max_sessions: int, idle_s: float,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
-    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S, extend: Callable[[FastAPI], None] | None = None,
 ) -> None:  # fmt: skip
+    """Serve the app until interrupted; `extend(app)` adds further routes first (the CLI's SandboxFusion
+    API)."""
     import uvicorn
 
     app = create_app(
         token, max_sessions=max_sessions, idle_s=idle_s, max_body_bytes=max_body_bytes,
         body_timeout_s=body_timeout_s,
     )  # fmt: skip
-    config = uvicorn_config(app, header_timeout_s=header_timeout_s, host=host, port=port, log_level="info")
-    uvicorn.Server(config).run()
+    if extend is not None:
+        extend(app)
+    sock = listen(host, port)
+    print(
+        f"trialground sandbox service: listening on http://{_url_host(host)}:{sock.getsockname()[1]}",
+        flush=True,
+    )
+    config = uvicorn_config(app, header_timeout_s=header_timeout_s, log_level="info")
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on (host, port); port 0 takes any free port (read it from the socket)."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(address)
+    sock.listen(2048)
+    return sock
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

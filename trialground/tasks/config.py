@@ -43,6 +43,13 @@ class TaskPoolConfig(BaseModel):
     regression_passes: int = Field(
         1, ge=1, le=1000, description="Passes in training after which a task leaves the regression queue"
     )
+    requeue_pass_rate: float | None = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="A training task whose pass rate was at least this and whose whole group then fails "
+        "(the policy forgot it) goes to the regression queue; null: only flagged tasks are queued",
+    )
     general_ratio: float = Field(
         0.0, ge=0.0, le=1.0, description="Expected fraction of each batch drawn from sources marked general"
     )

@@ -315,3 +315,43 @@ def find_duplicates(
     if eval_tasks:
         found += eval_overlap(tasks, eval_tasks, eval_name=eval_name)
     return found
+
+
+class EvalContamination(BaseModel):
+    """How much of an evaluation set its training set already holds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    same_id: tuple[str, ...] = Field(description="Evaluation task ids also in training (identical tasks)")
+    covered: tuple[str, ...] = Field(description="Evaluation task ids a training task covers (eval_overlap)")
+    n_eval: int = Field(ge=0)
+
+    @property
+    def near_dup_frac(self) -> float:
+        return len(self.covered) / max(1, self.n_eval)
+
+
+def eval_contamination(
+    train_tasks: Sequence[Task], eval_tasks: Sequence[Task], *, threshold: float = 0.9
+) -> EvalContamination:
+    """The run's start-up contamination check (`eval/overlap_same_id`, `eval/overlap_near_dup_frac`).
+
+    Each task is compared by its instance: prompt, own workspace files (a file whose exact content several
+    tasks share is left out, see `content_texts`) and reference, both sides alike, with the template
+    n-grams of the two sets removed (`eval_overlap`). Two instances of one template (the same prompt, a
+    different key, table or broken line) are therefore distinct; a training task that holds an eval task's
+    question, files or answer is not."""
+    train_ids = {t.id for t in train_tasks}
+    same = tuple(sorted({t.id for t in eval_tasks if t.id in train_ids}))
+    rest = [t for t in eval_tasks if t.id not in train_ids]
+    both = [*train_tasks, *rest]
+    instance = dict(zip((t.id for t in both), content_texts(both), strict=True))
+    found = eval_overlap(
+        train_tasks,
+        rest,
+        threshold=threshold,
+        text=lambda t: instance[t.id],
+        eval_text=lambda t: instance[t.id],
+    )
+    covered = tuple(sorted({e for f in found for e in f.eval_ids}))
+    return EvalContamination(same_id=same, covered=covered, n_eval=len(eval_tasks))

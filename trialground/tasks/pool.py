@@ -11,7 +11,8 @@ Sampling probability of a training task::
 - general tasks (sources marked `general`) fill on average `general_ratio` of each batch;
 - the regression queue: `add_regressions(ids)` puts tasks (training tasks, or evaluation tasks given with
   `tasks=`) back with `regression_weight` × their normal weight (no band factor) until they have passed
-  `regression_passes` times.
+  `regression_passes` times; `record_group` queues a task by itself when the policy forgot it (its pass
+  rate was at least `requeue_pass_rate` and a whole group of attempts then failed).
 
 Within a batch tasks are drawn without replacement while enough candidates have weight; a larger batch
 draws the rest with replacement. All randomness comes from one numpy Generator seeded by `config.seed`;
@@ -21,6 +22,7 @@ draws the rest with replacement. All randomness comes from one numpy Generator s
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,6 +33,17 @@ from trialground.tasks.model import Task
 
 if TYPE_CHECKING:
     from trialground.rollout.trajectory import Trajectory
+    from trialground.verify.base import Flag
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What `TaskPool.observe` queued: tasks with hack-flagged attempts (and those flags), and tasks the
+    policy forgot (a whole group failed after a pass rate of at least `requeue_pass_rate`)."""
+
+    flagged: dict[str, list[Flag]]
+    forgotten: list[str]
+
 
 STATE_VERSION = 1
 
@@ -140,20 +153,36 @@ class TaskPool:
                 del self._regressions[task_id]
                 self._extra.pop(task_id, None)
 
-    def observe(self, tasks: Sequence[Task], groups: Sequence[Sequence[Trajectory]]) -> list[str]:
-        """A step's graded groups (`groups[i]` are attempts of `tasks[i]`): each graded attempt is
-        recorded, and tasks with a flagged attempt are queued as regressions. Infrastructure failures are
-        not attempts. Returns the flagged task ids (sorted, once each)."""
-        flagged: set[str] = set()
+    def observe(self, tasks: Sequence[Task], groups: Sequence[Sequence[Trajectory]]) -> Observed:
+        """A step's graded groups (`groups[i]` are attempts of `tasks[i]`; infrastructure failures are not
+        attempts): each group is recorded (`record_group`, which re-queues a forgotten task), and tasks with
+        an attempt flagged as a `hack` are queued as regressions."""
+        flagged: dict[str, list[Flag]] = {}
+        forgotten: list[str] = []
         for task, group in zip(tasks, groups, strict=True):
-            for t in group:
-                if t.ok and t.reward is not None:
-                    self.record(task.id, t.reward.outcome > 0)
-                    if t.reward.flags:
-                        flagged.add(task.id)
+            graded = [t.reward for t in group if t.ok and t.reward is not None]
+            if graded and self.record_group(task.id, [r.outcome > 0 for r in graded if r is not None]):
+                forgotten.append(task.id)
+            hacks = [f for r in graded if r is not None for f in r.flags if f.severity == "hack"]
+            if hacks:
+                flagged.setdefault(task.id, []).extend(hacks)
         if flagged:
             self.add_regressions(sorted(flagged))
-        return sorted(flagged)
+        return Observed(flagged=flagged, forgotten=forgotten)
+
+    def record_group(self, task_id: str, passed: Sequence[bool]) -> bool:
+        """One group of graded attempts of a task; True when it queued the task as a regression: its pass
+        rate before the group was at least `requeue_pass_rate` and no attempt of the group passed."""
+        before = self._ema.get(task_id)
+        for p in passed:
+            self.record(task_id, p)
+        threshold = self.config.requeue_pass_rate
+        if threshold is None or before is None or before < threshold or not passed or any(passed):
+            return False
+        if task_id in self._regressions:
+            return False
+        self.add_regressions([task_id])
+        return True
 
     # -- regressions ------------------------------------------------------------------------------
     def add_regressions(self, task_ids: Iterable[str], *, tasks: Iterable[Task] = ()) -> None:

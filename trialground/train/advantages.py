@@ -155,17 +155,20 @@ def _exclusion_of_tokens(traj: Trajectory, advantage: float | None) -> Exclusion
 
 
 def score_groups(
-    groups: Sequence[Sequence[Trajectory]], config: TrainerConfig, *, dynamic_sampling: bool = False
-) -> tuple[list[Scored], GroupFilterStats | None]:
-    """The trainer's batch: every trajectory of `groups` scored with `config`'s estimator; with
-    `dynamic_sampling`, groups without a learning signal are marked `filtered` (see `filter_groups`)."""
+    groups: Sequence[Sequence[Trajectory]],
+    config: TrainerConfig,
+    *,
+    kept: Sequence[Sequence[Trajectory]] | None = None,
+) -> list[Scored]:
+    """The trainer's batch: every trajectory of `groups` scored with `config`'s estimator. With `kept`
+    (dynamic sampling: the groups, or parts of groups, chosen to train on), every other trajectory is
+    marked `filtered`."""
     flat = [t for g in groups for t in g]
-    filtered, stats = None, None
-    if dynamic_sampling:
-        kept, stats = filter_groups(groups)
+    filtered = None
+    if kept is not None:
         keep = {id(t) for g in kept for t in g}
         filtered = [id(t) not in keep for t in flat]
-    return score_trajectories(flat, config.algorithm, eps=config.adv_eps, filtered=filtered), stats
+    return score_trajectories(flat, config.algorithm, eps=config.adv_eps, filtered=filtered)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trialground.verify.judge_config import JudgeConfig
+
 
 class GradingConfig(BaseModel):
     """How verifiers run: timeouts, the sandbox's Python, strictness."""
@@ -65,6 +67,16 @@ class RewardConfig(BaseModel):
         ge=0.0,
         le=1.0,
         description="Fraction of rule-graded submissions also scored by the judge (cross-check)",
+    )
+    judge: JudgeConfig | None = Field(
+        None, description="The judge (reward model) for judge_sample_rate cross-checks and `judge` tasks"
+    )
+    canaries: int = Field(
+        8,
+        ge=0,
+        le=10_000,
+        description="Evaluation tasks with a reference re-scored at every evaluation (canary/* metrics): "
+        "the reference must pass, another task's reference must fail; 0: off",
     )
     hack_action: Literal["zero", "penalty", "drop"] = Field(
         "zero", description="What a hack flag does to the trajectory"

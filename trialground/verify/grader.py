@@ -23,11 +23,12 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
+from trialground.batching import Batcher
 from trialground.errors import TrialgroundError, VerifierError
 from trialground.sandbox.base import Sandbox, SandboxConfig
 from trialground.tasks.model import Task
+from trialground.tasks.pool import default_group
 from trialground.verify.base import Action, Reward, Verdict
-from trialground.verify.batching import Batcher
 from trialground.verify.check_program import CheckProgramVerifier
 from trialground.verify.code_tests import CodeTestsVerifier, Opener
 from trialground.verify.config import RewardConfig
@@ -100,6 +101,9 @@ class Grader:
         judge_score = await self._cross_check(task, submission, verdict)
         reward = self.rubric.grade(verdict, actions, judge_score=judge_score)
         self._count(verdict, time.perf_counter() - start)
+        source = default_group(task)  # per-source infrastructure error rate: verify/error_rate/<source>
+        self._counts[f"source:{source}"] += 1
+        self._counts[f"source_errors:{source}"] += verdict.error is not None
         return verdict, reward
 
     def _count(self, verdict: Verdict, seconds: float) -> None:
@@ -138,6 +142,13 @@ class Grader:
             "hack/flag_rate": c["flagged"] / n,
         }
         out.update({f"hack/{k[5:]}": float(v) for k, v in c.items() if k.startswith("flag:")})
+        out.update(
+            {
+                f"verify/error_rate/{k[7:]}": c[f"source_errors:{k[7:]}"] / v
+                for k, v in c.items()
+                if k.startswith("source:")
+            }
+        )
         out.update(self.cross_check.metrics())
         if reset:
             self._counts, self._seconds = Counter(), 0.0

@@ -2,12 +2,13 @@
 
 - `Judge.score(task, submission) -> float in [0, 1]`.
 - `OpenAIJudge`: any OpenAI-compatible `/chat/completions` endpoint (httpx). The reply must contain
-  `SCORE: <number in [0, 1]>` (last one wins); anything else is a `VerifierError` (never a silent 0).
+  `SCORE: <number in [0, 1]>` (last one wins); anything else is a `VerifierError` (never a silent 0). A
+  request whose connection failed is sent once more.
 - `HFClassifierJudge`: a local Hugging Face sequence-classification model; the score is the softmax
   probability of label `positive_label` for the text `prompt [SEP] submission`. Needs the `train` extra.
 - `disagreement_rate`: on a sample, how often the judge (score >= threshold) disagrees with rule verdicts.
-- `CanaryCheck`: every `interval` steps, re-scores a labelled canary set; reports accuracy and whether it
-  is below `min_accuracy` (the caller raises an alert / stops trusting the judge).
+- `CanaryCheck`: re-scores a labelled canary set with a judge; reports accuracy and whether it is below
+  `min_accuracy` (run at every evaluation with the rule verifier's canaries, `canary.py`).
 """
 
 from __future__ import annotations
@@ -66,7 +67,10 @@ class OpenAIJudge(Judge):
             "max_tokens": self.max_tokens,
         }
         try:
-            resp = await self._client.post("/chat/completions", json=body)
+            try:
+                resp = await self._client.post("/chat/completions", json=body)
+            except httpx.TransportError:  # a dropped or refused connection: once more, on a new one
+                resp = await self._client.post("/chat/completions", json=body)
             resp.raise_for_status()
             text = resp.json()["choices"][0]["message"]["content"] or ""
         except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as e:
@@ -160,10 +164,13 @@ class CrossCheck:
         self.pairs.append((rule_passed, score))
 
     def metrics(self) -> dict[str, float]:
-        """`verify/judge_disagreement` (rate on the sample), `verify/judge_samples`, `verify/judge_errors`."""
+        """Over the run so far: `verify/judge_disagreement` (rate on the scored sample),
+        `verify/judge_calls` (judge requests made), `verify/judge_samples` (answered),
+        `verify/judge_errors` (unanswered)."""
         rate = disagreement_rate([r for r, _ in self.pairs], [s for _, s in self.pairs], self.threshold)
         return {
             "verify/judge_disagreement": rate,
+            "verify/judge_calls": float(len(self.pairs) + self.errors),
             "verify/judge_samples": float(len(self.pairs)),
             "verify/judge_errors": float(self.errors),
         }
@@ -188,23 +195,14 @@ class CanaryReport(BaseModel):
 
 
 class CanaryCheck:
-    """Re-checks a judge against labelled canaries every `interval` steps."""
+    """Re-checks a judge against labelled canaries (the loop runs it at every evaluation,
+    `trialground.verify.canary`). `failed`: accuracy below `min_accuracy`."""
 
     def __init__(
-        self,
-        canaries: Sequence[Canary],
-        *,
-        interval: int = 50,
-        min_accuracy: float = 0.8,
-        threshold: float = 0.5,
+        self, canaries: Sequence[Canary], *, min_accuracy: float = 0.8, threshold: float = 0.5
     ) -> None:
-        if interval < 1:
-            raise ValueError("interval must be >= 1")
-        self.canaries, self.interval = list(canaries), interval
+        self.canaries = list(canaries)
         self.min_accuracy, self.threshold = min_accuracy, threshold
-
-    def due(self, step: int) -> bool:
-        return step % self.interval == 0
 
     async def run(self, judge: Judge, step: int) -> CanaryReport:
         right = errors = 0
@@ -216,6 +214,3 @@ class CanaryCheck:
         n = len(self.canaries)
         acc = right / n if n else 1.0
         return CanaryReport(step=step, accuracy=acc, n=n, failed=acc < self.min_accuracy, errors=errors)
-
-    async def maybe_run(self, judge: Judge, step: int) -> CanaryReport | None:
-        return await self.run(judge, step) if self.due(step) else None

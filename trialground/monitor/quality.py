@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from trialground.errors import VerifierError
+from trialground.monitor.eval_stats import outcomes_from_samples, summarise
 from trialground.policy.base import Policy, SamplingParams
 from trialground.tasks.model import Task
 from trialground.verify.grader import Grader
@@ -70,7 +71,7 @@ async def measure_pass_rates(
     concurrency: int = 4,
 ) -> PassRates:
     """Greedy pass@1 over `tasks`; with `samples` > 0 also `samples` draws at temperature 1 per task:
-    sampled pass@1 (mean over all draws) and pass@k (k = samples: at least one draw passes)."""
+    sampled pass@1 and pass@k (k = samples), the unbiased estimates of `monitor.eval_stats`."""
     prompts = [prompt_ids(policy, t) for t in tasks]
 
     async def texts_for(ps: list[list[int]], params: SamplingParams) -> list[str]:
@@ -86,7 +87,9 @@ async def measure_pass_rates(
         params = SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens, seed=seed)
         reps = [p for p in prompts for _ in range(samples)]
         sampled = await texts_for(reps, params)
-        ok = await _passes(grader, [t for t in tasks for _ in range(samples)], sampled, concurrency)
-        sampled_p1 = sum(ok) / len(ok)
-        pass_k = sum(any(ok[i * samples : (i + 1) * samples]) for i in range(len(tasks))) / len(tasks)
+        reps_tasks = [t for t in tasks for _ in range(samples)]
+        ok = await _passes(grader, reps_tasks, sampled, concurrency)
+        outcomes = outcomes_from_samples((t.id, t.domain, p) for t, p in zip(reps_tasks, ok, strict=True))
+        scores = summarise(outcomes, ks=sorted({1, samples}))
+        sampled_p1, pass_k = scores["eval/pass@1"], scores[f"eval/pass@{samples}"]
     return PassRates(len(tasks), sum(greedy_ok) / len(tasks), sampled_p1, pass_k, samples)
