@@ -136,6 +136,9 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Compo
             pad_id=policy.tokenizer.pad_token_id,
             temperature=max(config.policy.sampling.temperature, 1e-3),
         )
+        from trialground.train.distributed import join_data_parallel
+
+        join_data_parallel(trainer)  # under torchrun / Ray: the other ranks train shares of each step
     backend = None
     if config.cluster == "ray":  # episodes' sandboxes and grading sandboxes both on Ray actors
         from trialground.pool.ray_backend import RayBackend
