@@ -12,7 +12,12 @@ from trialground.policy.base import SamplingParams
 class PolicyConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    backend: Literal["hf", "vllm", "openai", "scripted"] = Field("hf", description="Generation backend")
+    backend: Literal["hf", "vllm", "openai", "remote", "scripted"] = Field(
+        "hf",
+        description="Generation backend: hf (in process), vllm (in-process engine), remote (running "
+        "vLLM-compatible servers, trainable), openai (any OpenAI-compatible endpoint, evaluation only), "
+        "scripted (tests)",
+    )
     model: str = Field("tiny", description="'tiny' (bundled), a local HF model directory, or a model name")
     device: str = Field("cpu", description="torch device for the hf backend")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights dtype")
@@ -63,4 +68,18 @@ class PolicyConfig(BaseModel):
     )
     gpu_memory_utilization: float = Field(
         0.5, gt=0.0, le=1.0, description="vllm backend: fraction of GPU memory the engine may take"
+    )
+    servers: tuple[str, ...] = Field(
+        (),
+        description="remote backend: base URLs of the running inference servers (vLLM's OpenAI-compatible "
+        "server or `trialground policy serve`), e.g. http://10.0.0.5:8000; requests go to the least loaded",
+    )
+    served_model: str | None = Field(
+        None, description="remote backend: the servers' model name (None: the first one /v1/models lists)"
+    )
+    weight_dir: str | None = Field(
+        None,
+        description="remote backend: directory, visible to the trainer and every server at this same path, "
+        "where each step's weights are written for the servers to load (None: a private temporary "
+        "directory, which only works when the servers run on this machine)",
     )
