@@ -24,8 +24,10 @@ serve`, or `trialground policy serve` on a machine without a GPU) with token ids
   server applies a load between engine steps, so a request in flight during a push may finish under the
   new weights; its logprobs are still those it was sampled with, and its stamp is the older version.
 
-The trainer's copy of the model comes from `policy.model` (a local directory, or 'tiny'), which must hold
-the weights the servers started from; the tokenizer is read from there too.
+The trainer's copy of the model comes from `policy.model` (a local directory, or 'tiny'); the tokenizer
+is read from there too, and must be the servers' tokenizer. A training run pushes the trainer's starting
+weights to every server before its first generation (`push_at_start`), so servers left with another
+run's weights are corrected; an evaluation without `--checkpoint` samples whatever the servers hold.
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ class RemotePolicy(Policy):
     """See the module docstring. `requests[i]` counts the completion requests sent to `servers[i]`."""
 
     trainable = True
+    # A training run pushes the trainer's starting weights first: a server may still hold another run's.
+    push_at_start = True
 
     def __init__(self, config: PolicyConfig, *, tokenizer: Any = None) -> None:
         if not config.servers:
