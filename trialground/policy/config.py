@@ -49,18 +49,20 @@ class PolicyConfig(BaseModel):
     max_context_tokens: int = Field(2048, ge=16, description="Context budget of one episode")
     api: Literal["completions", "chat"] = Field(
         "completions",
-        description="openai backend: POST /v1/completions (token-faithful) or /v1/chat/completions",
+        description="openai backend: POST /v1/completions (the prompt as text) or /v1/chat/completions",
     )
     api_key_env: str = Field(
-        "OPENAI_API_KEY", description="openai backend: environment variable with the key"
+        "OPENAI_API_KEY", description="openai and remote backends: environment variable with the key"
     )
     tokenizer: str = Field(
         "tiny",
         description="openai/scripted backends: local tokenizer ('tiny' or an HF directory) for token ids",
     )
-    request_timeout_s: float = Field(60.0, gt=0, le=3600, description="openai backend: seconds per request")
+    request_timeout_s: float = Field(
+        60.0, gt=0, le=3600, description="openai and remote backends: seconds per request"
+    )
     max_retries: int = Field(
-        2, ge=0, le=10, description="openai backend: retries on connection errors and 5xx"
+        2, ge=0, le=10, description="openai and remote backends: retries on connection errors and 5xx"
     )
     max_concurrency: int = Field(16, ge=1, le=1024, description="openai backend: requests in flight at once")
     responses: tuple[str, ...] = Field(
