@@ -138,7 +138,7 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Compo
             pad_id=policy.tokenizer.pad_token_id,
             temperature=max(config.policy.sampling.temperature, 1e-3),
         )
-        if getattr(policy, "push_at_start", False):  # servers may hold another run's weights
+        if policy.push_at_start:  # servers may hold another run's weights
             policy.load_weights(trainer.state_dict(), trainer.version)
     backend = None
     if config.cluster == "ray":  # episodes' sandboxes and grading sandboxes both on Ray actors
