@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import typer
 
-from trialground.cli import config_cmd, env_cmd, report_cmd, run_cmd, sandbox_cmd, tasks_cmd, verify_cmd
+from trialground.cli import (
+    config_cmd,
+    env_cmd,
+    policy_cmd,
+    report_cmd,
+    run_cmd,
+    sandbox_cmd,
+    tasks_cmd,
+    verify_cmd,
+)
 
 app = typer.Typer(
     name="trialground",
@@ -17,6 +26,7 @@ app.add_typer(config_cmd.app, name="config")
 app.add_typer(tasks_cmd.app, name="tasks")
 app.add_typer(sandbox_cmd.app, name="sandbox")
 app.add_typer(env_cmd.app, name="env")
+app.add_typer(policy_cmd.app, name="policy")
 app.command("train")(run_cmd.train)
 app.command("eval")(run_cmd.evaluate)
 app.command("verify")(verify_cmd.verify)
