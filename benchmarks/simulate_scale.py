@@ -58,7 +58,10 @@ async def simulate(size: int, episodes: int, tasks_per_slot: float, seed: int) -
     # A task set smaller than the stream, visited in shuffled epochs, each task as a group of GROUP samples:
     # groups run concurrently (one sandbox each) and the task recurs later (its sandboxes are warm).
     n_tasks = max(1, int(size * tasks_per_slot))
-    tasks = [Task(domain="sim", prompt=str(i), verifier=VerifierSpec(kind="exact", params={"answer": "-"})) for i in range(n_tasks)]
+    tasks = [
+        Task(domain="sim", prompt=str(i), verifier=VerifierSpec(kind="exact", params={"answer": "-"}))
+        for i in range(n_tasks)
+    ]
 
     def episode_stream() -> Iterator[Task]:
         made = 0

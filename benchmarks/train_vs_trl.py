@@ -3,10 +3,10 @@
 Same: the bundled tiny model (both start from its weights), the codegen task family (the same tasks in the
 same order: step s uses tasks[s*T:(s+1)*T]), batch shape (T tasks x k samples), max completion length,
 temperature, learning rate, clip range (0.2 / 0.28), token-level loss, no KL, and the same sandboxed
-reward: our `Grader` grading every completion in a fresh bubblewrap sandbox (passed to TRL as its reward
-function, grading the batch concurrently just as our rollouts do). TRL gets its best CPU settings:
-bf16=False, use_cpu=True, gradient_checkpointing=False (TRL's default is on), no reference model
-(beta=0), one generation per optimiser step.
+reward: our `Grader` grading every completion in a fresh bubblewrap sandbox (passed to TRL through
+`trialground.integrations.trl.reward_function`, which grades the batch concurrently just as our rollouts
+do). TRL gets its best CPU settings: bf16=False, use_cpu=True, gradient_checkpointing=False (TRL's
+default is on), no reference model (beta=0), one generation per optimiser step.
 
 Reported: samples/s over the N training steps (generation + grading + update), the mean training reward
 over the last third of the steps, and held-out greedy pass@1 of both final models (same evaluator).
@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import threading
 import time
 from typing import Any
 
@@ -35,6 +34,7 @@ import torch
 
 from trialground.envs.single_turn import SingleTurnEnv
 from trialground.envs.text import extract_code
+from trialground.integrations.trl import reward_function
 from trialground.policy.base import SamplingParams
 from trialground.policy.config import PolicyConfig
 from trialground.policy.hf import HFPolicy
@@ -58,30 +58,6 @@ async def grade_all(grader: Grader, tasks: list[Task], completions: list[str]) -
         *(grader.grade(t, extract_code(c)) for t, c in zip(tasks, completions, strict=True))
     )
     return [reward.total if verdict.error is None else 0.0 for verdict, reward in results]
-
-
-class GradingLoop:
-    """One persistent event loop (in a thread) and one `Grader` for synchronous callers such as TRL's
-    reward function, so TRL's reward costs what ours does (no per-call set-up)."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.grader = self.run(self._make())
-
-    async def _make(self) -> Grader:
-        return Grader(SANDBOX)
-
-    def run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-    def close(self) -> None:
-        self.run(self.grader.close())
-        self.run(self.loop.shutdown_asyncgens())  # what asyncio.run does: closes the loop's spare sandboxes
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join()
-        self.loop.close()
 
 
 async def ours(args: argparse.Namespace, tasks: list[Task]) -> tuple[HFPolicy, dict[str, Any]]:
@@ -143,23 +119,23 @@ def trl(args: argparse.Namespace, tasks: list[Task]) -> tuple[Any, dict[str, Any
     model_dir = resolve_model_dir(args.model)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    rows = [{"prompt": [{"role": "user", "content": t.prompt}], "task_index": i} for i, t in enumerate(tasks)]
+    # the tasks in their order (step s uses tasks[s*T:(s+1)*T], as ours does)
+    rows = [{"prompt": [{"role": "user", "content": t.prompt}], "task_id": t.id} for t in tasks]
     rewards: list[float] = []
     reward_s = [0.0]
     marks: list[float] = []  # one per reward call = one per step (same phase of the step as ours)
-    grading = GradingLoop()
+    # trialground's TRL reward function: one grader on a persistent loop, the batch graded concurrently
+    grading = reward_function(tasks, sandbox=SANDBOX)
 
-    def sandboxed_reward(
-        prompts: list[Any], completions: list[Any], task_index: list[int], **_: Any
-    ) -> list[float | None]:
-        texts = [c[0]["content"] if isinstance(c, list) else str(c) for c in completions]
+    def sandboxed_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
         t0 = time.perf_counter()
-        values = grading.run(grade_all(grading.grader, [tasks[i] for i in task_index], texts))
+        values = grading(prompts, completions, **kwargs)
         reward_s[0] += time.perf_counter() - t0
         marks.append(time.perf_counter())
-        rewards.append(sum(values) / len(values))
+        graded = [v for v in values if v is not None]  # None: left out (infrastructure failure)
+        rewards.append(sum(graded) / max(len(graded), 1))
         print(f"  trl  step {len(rewards)}: reward {rewards[-1]:.3f}", flush=True)
-        return list(values)
+        return values
 
     config = GRPOConfig(
         output_dir="/tmp/trl_bench",

@@ -37,6 +37,8 @@ COMMANDS = [
     ["sandbox", "serve"],
     ["env"],
     ["env", "serve"],
+    ["policy"],
+    ["policy", "serve"],
     ["verify"],
     ["report"],
     ["dashboard"],

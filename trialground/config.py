@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trialground.envs.config import EnvConfig
 from trialground.errors import ConfigError
@@ -46,6 +46,15 @@ class RunConfig(BaseModel):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="The trainer")
     loop: LoopConfig = Field(default_factory=LoopConfig, description="The training loop")
     monitor: MonitorConfig = Field(default_factory=MonitorConfig, description="Metrics and alerts")
+
+    @model_validator(mode="after")
+    def _ray_ranks_need_ray(self) -> RunConfig:
+        if self.trainer.data_parallel > 1 and self.cluster != "ray":
+            raise ValueError(
+                f"trainer.data_parallel={self.trainer.data_parallel} starts its ranks through Ray: set "
+                "cluster: ray, or launch with torchrun --nproc_per_node N (and data_parallel: 1)"
+            )
+        return self
 
     @property
     def run_dir(self) -> Path:

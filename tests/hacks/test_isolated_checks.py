@@ -91,8 +91,12 @@ def test_patched_modules_fail_every_test(graded_dynamic: Results) -> None:
 def test_the_channel_attacks_fail_per_test_and_the_rest_still_run(graded_dynamic: Results) -> None:
     for name in ("block_forever", "loop_at_import"):
         verdict, _ = graded_dynamic[name]
-        assert [t.outcome for t in verdict.tests] == ["failed"] * 3
-        assert all("timed out" in t.detail for t in verdict.tests), verdict.tests
+        # every test has its own result (the rest still ran) and none passed; a test the per-test deadline
+        # ended says so. Under heavy load the checker's own import of the submission can fail first: an
+        # `error` result, still per test and still never a pass.
+        assert verdict.error is None and len(verdict.tests) == 3, verdict
+        assert all(t.outcome in ("failed", "error") for t in verdict.tests), verdict.tests
+        assert all("timed out" in t.detail for t in verdict.tests if t.outcome == "failed"), verdict.tests
     for name in ("huge_return", "deep_return"):
         verdict, _ = graded_dynamic[name]
         assert all("cannot be sent" in t.detail for t in verdict.tests), verdict.tests

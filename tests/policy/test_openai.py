@@ -51,6 +51,9 @@ class Endpoint(BaseHTTPRequestHandler):
         if self.path == "/v1/chat/completions":
             content = "chat:" + body["messages"][-1]["content"][-10:]
             choice = {"message": {"role": "assistant", "content": content}, "finish_reason": "length"}
+            if body.get("logprobs") is True:  # OpenAI's chat API: one entry per token it sampled
+                n = len(Endpoint.tokenizer.encode(content, add_special_tokens=False))
+                choice["logprobs"] = {"content": [{"token": "?", "logprob": -0.5}] * n}
             return self._send(200, {"choices": [choice]})
         return self._send(404, {"error": "no such path"})
 
@@ -111,8 +114,11 @@ async def test_stop_reason_keeps_the_stop_string(endpoint: str) -> None:
 
 async def test_chat_api(endpoint: str) -> None:
     policy = OpenAIPolicy(PolicyConfig(backend="openai", base_url=endpoint + "/v1", api="chat"))
+    Endpoint.requests.clear()
     (g,) = await policy.generate([_prompt(policy, "abc")], SamplingParams())
     assert g.text.startswith("chat:") and g.finish_reason == "length"
+    assert Endpoint.requests[0][1]["logprobs"] is True  # the chat API is asked for logprobs
+    assert set(g.logprobs) == {-0.5} and len(g.logprobs) == len(g.token_ids)
     g2 = await policy.chat([{"role": "user", "content": "0123456789xyz"}], SamplingParams())
     assert g2.text == "chat:3456789xyz"
 

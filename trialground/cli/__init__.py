@@ -8,6 +8,7 @@ from trialground.cli import (
     config_cmd,
     env_cmd,
     export_cmd,
+    policy_cmd,
     report_cmd,
     run_cmd,
     sandbox_cmd,
@@ -26,6 +27,7 @@ app.add_typer(config_cmd.app, name="config")
 app.add_typer(tasks_cmd.app, name="tasks")
 app.add_typer(sandbox_cmd.app, name="sandbox")
 app.add_typer(env_cmd.app, name="env")
+app.add_typer(policy_cmd.app, name="policy")
 app.command("train")(run_cmd.train)
 app.command("eval")(run_cmd.evaluate)
 app.command("verify")(verify_cmd.verify)

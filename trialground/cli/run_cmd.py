@@ -49,6 +49,17 @@ def train(
 ) -> None:
     """Train a policy: rollouts in sandboxes, rewards, group advantages, policy updates."""
     cfg = _config(config, overrides, resume)
+    from trialground.train.distributed import ranks
+
+    # Under torchrun or Ray (docs/distributed.md) rank 0 is the run; the other ranks only train.
+    with ranks(cfg) as (cfg, rank):
+        if rank is not None and rank.rank > 0:
+            rank.serve(cfg)
+        else:
+            _train(cfg, resume)
+
+
+def _train(cfg: RunConfig, resume: Path | None) -> None:
     from trialground.orchestrator.loop import run
 
     columns = (

@@ -28,7 +28,10 @@ app = typer.Typer(help="Task sources: list, show, export and validate tasks.", n
 
 SourceArg = Annotated[
     str,
-    typer.Argument(help="codegen, humaneval, reasoning_gym:<name>, math[:FILE], data, ops, FILE.jsonl, DIR"),
+    typer.Argument(
+        help="codegen, humaneval, reasoning_gym:<name>, math[:FILE], hf:PATH[?MAPPING], data, ops, agent, "
+        "longctx, swe:<repo>, FILE.jsonl, DIR, or a plugin package.module:NAME[:ARG]"
+    ),
 ]
 SeedOpt = Annotated[int, typer.Option(help="Seed of generated sources")]
 NOpt = Annotated[int | None, typer.Option("--n", "-n", help="Number of tasks (generators: how many to make)")]
@@ -118,13 +121,28 @@ def export(
     seed: SeedOpt = 0,
     n: NOpt = None,
     split: SplitOpt = None,
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format", help="hf: a Hugging Face dataset (save_to_disk DIR, or OUT.parquet) that hf:OUT reads"
+        ),
+    ] = None,
 ) -> None:
-    """Write the source's tasks as JSONL (or in the directory form when OUT does not end in .jsonl)."""
+    """Write the source's tasks as JSONL (or in the directory form when OUT does not end in .jsonl), or
+    with --format hf as a Hugging Face dataset."""
     from trialground.tasks.io import write_jsonl, write_task_dirs
 
+    if fmt not in (None, "hf"):
+        fail(f"--format must be hf (or left out: JSONL / task directories), got {fmt!r}", EXIT_USAGE)
     tasks = _load(source, seed, n, split)
     try:
-        if out.suffix == ".jsonl":
+        if fmt == "hf":
+            from trialground.tasks.hf_source import write_hf
+
+            if out.exists() and (not out.is_dir() or any(out.iterdir())):
+                fail(f"{out}: exists (and is not an empty directory)", EXIT_USAGE)
+            write_hf(tasks, out)
+        elif out.suffix == ".jsonl":
             write_jsonl(tasks, out)
         else:
             if out.exists() and any(out.iterdir()):

@@ -260,6 +260,20 @@ class ToolEnv(Environment, Forkable):
             text=text, info={"turn": st.turn, "counters": self.counters, "exec_failed": exec_failed}
         )
 
+    async def finish(self, reason: str = "ended") -> Observation:
+        """End the episode now, as at a limit: with `grade_on_limit` the workspace is graded as it is (for
+        trainers whose episodes end when the model stops calling tools), else it ends without a reward. On
+        an episode that is already over this changes nothing and returns "the episode is over"."""
+        if self._revoked is not None:
+            return self._final(self._revoked.kind, error=self._revoked)
+        if self.task is None or self._toolbox is None:
+            return self._final(
+                "not_started", error=EnvError("finish() before reset()", kind="not_reset").info()
+            )
+        if self.state.done:
+            return Observation(text="the episode is over", done=True, info=self._info(None))
+        return await self._limit(reason, f"episode ended: {reason}")
+
     async def _limit(self, reason: str, text: str) -> Observation:
         if self.config.grade_on_limit:
             return await self._grade(reason, None, text)

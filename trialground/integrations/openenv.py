@@ -53,6 +53,7 @@ from trialground.envs.toolcalls import format_tool_call
 from trialground.integrations.path_token import BearerWebSocketGuard, PathTokenMiddleware
 from trialground.sandbox.base import SandboxConfig
 from trialground.sandbox.http_guard import GuardMiddleware, GuardSettings
+from trialground.sandbox.service import reaping_lifespan
 from trialground.tasks.model import Task
 
 PREFIX = "/oe"
@@ -297,23 +298,9 @@ def create_app(
     def new_session() -> Session:
         return Session(ToolEnv(grader, config, box), picker)
 
-    @contextlib.asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        async def reaper() -> None:
-            while True:
-                await asyncio.sleep(min(idle_s / 4, 5.0))
-                await table.reap()
-
-        task = asyncio.create_task(reaper())
-        try:
-            yield
-        finally:
-            task.cancel()
-            await table.close_all()
-            if close_grader is not None:
-                await close_grader()
-
-    app = FastAPI(title="trialground OpenEnv environment server", lifespan=lifespan)
+    app = FastAPI(
+        title="trialground OpenEnv environment server", lifespan=reaping_lifespan(table, idle_s, close_grader)
+    )
     app.state.table = table
     app.add_middleware(GuardMiddleware, settings=GuardSettings(token, max_body_bytes=max_body_bytes))
     app.add_middleware(BearerWebSocketGuard, token=token)

@@ -123,6 +123,22 @@ def _env(d: RunData) -> str:
     return _charts(*parts) if parts else _empty("no environment metrics yet")
 
 
+def _context(d: RunData) -> str:
+    """Tokens per episode and how often the context and observation budgets cut (`context/*`)."""
+    size = [k for k in ("context/tokens_mean", "context/tokens_p90", "context/tokens_max") if d.series(k)]
+    rates = [k for k in d.keys("context/") if "_rate" in k]
+    if not size and not rates:
+        return _empty("no context metrics yet")
+    parts = []
+    if size:
+        parts.append(line_chart(_series(d, size, "context/"), title="Tokens per episode", ylabel="tokens"))
+    if rates:
+        parts.append(line_chart(_series(d, rates, "context/"), title="Truncation rates", ylabel="rate"))
+    latest = {k.removeprefix("context/"): s[-1][1] for k in [*size, *rates] if (s := d.series(k))}
+    table = "".join(f"<tr><td>{escape(k)}</td><td>{_fmt(v)}</td></tr>" for k, v in latest.items())
+    return _charts(*parts) + f"<table><tr><th>metric</th><th>latest</th></tr>{table}</table>"
+
+
 def _pool(d: RunData) -> str:
     keys = d.keys("pool/")
     if not keys:
@@ -286,6 +302,7 @@ SECTIONS = (
     ("Pass rates", "pass", _pass_rates),
     ("Environment", "env", _env),
     ("Pool", "pool", _pool),
+    ("Context", "context", _context),
     ("Reward-hacking signals", "hacking", _hacking),
     ("Training", "training", _training),
     ("Alerts", "alerts", _alerts),

@@ -119,8 +119,10 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Compo
     policy.seed_sampling(config.seed)  # the run's seed decides what the policy samples, not just global RNGs
     trainer = None
     if train:
+        from trialground.policy.factory import require_trainable
         from trialground.train.trainer import Trainer
 
+        require_trainable(config.policy, policy)
         model = policy.shared_module()
         if model is None:  # the policy generates elsewhere (a child process): the trainer loads its own
             from trialground.policy.hf import load_model
@@ -136,6 +138,11 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Compo
             pad_id=policy.tokenizer.pad_token_id,
             temperature=max(config.policy.sampling.temperature, 1e-3),
         )
+        from trialground.train.distributed import join_data_parallel
+
+        join_data_parallel(trainer)  # under torchrun / Ray: the other ranks train shares of each step
+        if policy.push_at_start:  # servers may hold another run's weights
+            policy.load_weights(trainer.state_dict(), trainer.version)
     backend = None
     if config.cluster == "ray":  # episodes' sandboxes and grading sandboxes both on Ray actors
         from trialground.pool.ray_backend import RayBackend

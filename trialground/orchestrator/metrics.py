@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from trialground.monitor.cost import useful_tokens
+from trialground.rollout.context_stats import context_metrics
 from trialground.rollout.trajectory import Trajectory
 from trialground.train.advantages import Scored
 
@@ -37,6 +38,7 @@ def rollout_metrics(
     for domain, values in by_domain.items():
         out[f"reward/mean/{domain}"] = float(np.mean(values))
     out |= _episode_metrics(trajs, ok)
+    out |= context_metrics(trajs, domains)
     errors = [t for t in trajs if t.error is not None]
     out["env/error_rate"] = len(errors) / len(trajs)
     out["env/timeout_rate"] = sum("timeout" in (t.error.kind if t.error else "") for t in trajs) / len(trajs)

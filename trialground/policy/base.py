@@ -32,9 +32,15 @@ class Generation(BaseModel):
 
 
 class Policy(abc.ABC):
-    """A generator of tokens. Implementations: hf (transformers), vllm, openai (eval only), scripted."""
+    """A generator of tokens. Implementations: hf (transformers), vllm, remote (inference servers), openai
+    (eval only), scripted."""
 
     version: int = 0
+    # False: `trialground train` refuses the policy before its first step (evaluation only).
+    trainable: bool = True
+    # True: a training run pushes the trainer's starting weights before its first generation (the
+    # policy samples with weights held elsewhere, e.g. servers that may still hold another run's).
+    push_at_start: bool = False
 
     @property
     @abc.abstractmethod

@@ -12,7 +12,12 @@ from trialground.policy.base import SamplingParams
 class PolicyConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    backend: Literal["hf", "vllm", "openai", "scripted"] = Field("hf", description="Generation backend")
+    backend: Literal["hf", "vllm", "openai", "remote", "scripted"] = Field(
+        "hf",
+        description="Generation backend: hf (in process), vllm (in-process engine), remote (running "
+        "vLLM-compatible servers, trainable), openai (any OpenAI-compatible endpoint, evaluation only), "
+        "scripted (tests)",
+    )
     model: str = Field("tiny", description="'tiny' (bundled), a local HF model directory, or a model name")
     device: str = Field("cpu", description="torch device for the hf backend")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights dtype")
@@ -50,18 +55,20 @@ class PolicyConfig(BaseModel):
     max_context_tokens: int = Field(2048, ge=16, description="Context budget of one episode")
     api: Literal["completions", "chat"] = Field(
         "completions",
-        description="openai backend: POST /v1/completions (token-faithful) or /v1/chat/completions",
+        description="openai backend: POST /v1/completions (the prompt as text) or /v1/chat/completions",
     )
     api_key_env: str = Field(
-        "OPENAI_API_KEY", description="openai backend: environment variable with the key"
+        "OPENAI_API_KEY", description="openai and remote backends: environment variable with the key"
     )
     tokenizer: str = Field(
         "tiny",
         description="openai/scripted backends: local tokenizer ('tiny' or an HF directory) for token ids",
     )
-    request_timeout_s: float = Field(60.0, gt=0, le=3600, description="openai backend: seconds per request")
+    request_timeout_s: float = Field(
+        60.0, gt=0, le=3600, description="openai and remote backends: seconds per request"
+    )
     max_retries: int = Field(
-        2, ge=0, le=10, description="openai backend: retries on connection errors and 5xx"
+        2, ge=0, le=10, description="openai and remote backends: retries on connection errors and 5xx"
     )
     max_concurrency: int = Field(16, ge=1, le=1024, description="openai backend: requests in flight at once")
     responses: tuple[str, ...] = Field(
@@ -69,4 +76,18 @@ class PolicyConfig(BaseModel):
     )
     gpu_memory_utilization: float = Field(
         0.5, gt=0.0, le=1.0, description="vllm backend: fraction of GPU memory the engine may take"
+    )
+    servers: tuple[str, ...] = Field(
+        (),
+        description="remote backend: base URLs of the running inference servers (vLLM's OpenAI-compatible "
+        "server or `trialground policy serve`), e.g. http://10.0.0.5:8000; requests go to the least loaded",
+    )
+    served_model: str | None = Field(
+        None, description="remote backend: the servers' model name (None: the first one /v1/models lists)"
+    )
+    weight_dir: str | None = Field(
+        None,
+        description="remote backend: directory, visible to the trainer and every server at this same path, "
+        "where each step's weights are written for the servers to load (None: a private temporary "
+        "directory, which only works when the servers run on this machine)",
     )

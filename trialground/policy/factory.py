@@ -27,6 +27,10 @@ def make_policy(config: PolicyConfig) -> Policy:
         from trialground.policy.openai import OpenAIPolicy
 
         return OpenAIPolicy(config)
+    if config.backend == "remote":
+        from trialground.policy.remote import RemotePolicy
+
+        return RemotePolicy(config)
     if config.backend == "scripted":
         from trialground.policy.scripted import ScriptedPolicy, load_tokenizer
 
@@ -34,3 +38,16 @@ def make_policy(config: PolicyConfig) -> Policy:
             raise ConfigError("policy.backend=scripted needs policy.responses (at least one)")
         return ScriptedPolicy(list(config.responses), tokenizer=load_tokenizer(config.tokenizer))
     raise ConfigError(f"unknown policy backend {config.backend!r}")
+
+
+def require_trainable(config: PolicyConfig, policy: Policy) -> None:
+    """Refuse, before a run starts, a policy that training cannot use (`Policy.trainable` False), naming
+    the backend that can."""
+    if policy.trainable:
+        return
+    raise ConfigError(
+        f"policy.backend={config.backend} cannot train: it is for evaluation only (it cannot take new "
+        "weights, and it re-tokenises the endpoint's text). To train with separate inference servers use "
+        "policy.backend=remote with policy.servers (vLLM or `trialground policy serve`); see "
+        "docs/serving.md"
+    )

@@ -1,19 +1,28 @@
-"""Any OpenAI-compatible endpoint as a policy, for evaluation only (it cannot take new weights).
+"""Any OpenAI-compatible endpoint as a policy, for evaluation only.
+
+What it can and cannot do:
+- It can evaluate (and sample for) any endpoint that speaks the OpenAI API: OpenAI itself, a hosted
+  model, a vLLM or other server, with text in and text out.
+- It cannot train: it has no way to give an endpoint new weights, and its tokens are a local
+  re-encoding of the endpoint's text, not the tokens the endpoint sampled. `trialground train` refuses
+  it before it starts. To train with decoupled inference servers use `policy.backend: remote`
+  (token ids in and out, sampling logprobs, a weight push after every step; docs/serving.md).
 
 The policy interface speaks token ids; an HTTP endpoint speaks text. A local tokenizer
 (`PolicyConfig.tokenizer`) bridges them: prompt ids are decoded to text (special tokens kept, so a
 chat-templated prompt arrives as rendered) and the returned text is encoded back.
 
-- api "completions" (default): POST {base_url}/v1/completions with the rendered prompt. Faithful: the
-  endpoint continues exactly the text the agent loop built.
-- api "chat": POST {base_url}/v1/chat/completions. `generate` sends each decoded prompt as one user message
-  (the endpoint applies its own template); `chat(messages, params)` sends real messages.
+- api "completions" (default): POST {base_url}/v1/completions with the rendered prompt and `logprobs: 1`.
+  Faithful: the endpoint continues exactly the text the agent loop built.
+- api "chat": POST {base_url}/v1/chat/completions with `logprobs: true`. `generate` sends each decoded
+  prompt as one user message (the endpoint applies its own template); `chat(messages, params)` sends
+  real messages.
 
-`Generation.logprobs` holds the endpoint's per-token logprobs when it returns them for exactly as many
-tokens as the local encoding of the text, and NaN otherwise (eval needs none); the appended eos
-token's logprob is NaN. Requests run concurrently
-(at most `max_concurrency`), with `max_retries` retries on connection errors and 5xx answers; anything
-else raises `PolicyError`.
+`Generation.logprobs` holds the endpoint's per-token logprobs only when it returned one for each token of
+the local re-encoding of its text (the endpoint's tokenizer split the text the same way); otherwise,
+and for the appended end-of-turn token, NaN. They are informative only: nothing trains on them. Requests
+run concurrently (at most `max_concurrency`), with `max_retries` retries on connection errors and 5xx
+answers; anything else raises `PolicyError`.
 """
 
 from __future__ import annotations
@@ -34,6 +43,8 @@ _FINISH = {"stop": "stop", "length": "length", "eos": "eos"}
 
 
 class OpenAIPolicy(Policy):
+    trainable = False  # see the module docstring: no weight push, re-tokenised text
+
     def __init__(self, config: PolicyConfig, *, tokenizer: Any = None) -> None:
         if not config.base_url:
             raise PolicyError("the openai backend needs policy.base_url (e.g. http://localhost:8000)")
@@ -92,7 +103,8 @@ class OpenAIPolicy(Policy):
     async def _chat(
         self, client: httpx.AsyncClient, messages: list[dict[str, str]], params: SamplingParams
     ) -> Generation:
-        choice = await self._post(client, "/chat/completions", {**self._body(params), "messages": messages})
+        body = {**self._body(params), "messages": messages, "logprobs": True}
+        choice = await self._post(client, "/chat/completions", body)
         content = (choice.get("message") or {}).get("content") or ""
         logprobs = [c.get("logprob") for c in ((choice.get("logprobs") or {}).get("content") or [])]
         return self._generation(str(content), choice, logprobs or None, params)
@@ -144,5 +156,7 @@ class OpenAIPolicy(Policy):
 
     def load_weights(self, state_dict: Mapping[str, Any], version: int) -> None:
         raise PolicyError(
-            "the openai backend is for evaluation only: it cannot load weights", kind="unsupported"
+            "the openai backend is for evaluation only: it cannot give an endpoint new weights (train "
+            "with policy.backend=remote against vLLM servers or `trialground policy serve`)",
+            kind="unsupported",
         )

@@ -5,20 +5,71 @@ Generation goes through `LLM.generate` with token-id prompts; each sampled token
 (`logprobs=0` returns the sampled token's own). vLLM versions that support `logprobs_mode` are asked for
 "processed_logprobs" (after temperature and top-p), matching the hf policy's contract; older versions
 return raw logprobs, which equal the processed ones only at temperature 1 with top_p 1.
-`load_weights` pushes the trainer's tensors into the engine's model in place.
+
+Weight push: `load_weights` writes the trainer's tensors to a directory (`weight_files.write_weights`,
+on /dev/shm when the machine has it) and asks every engine worker to load it with
+`LLM.collective_rpc("trialground_load_weights", args=(directory,))`, a method of the worker extension
+`trialground.policy.vllm_worker.WeightReload` that the engine is built with. Only the method name and a
+path cross into the engine processes, so this works with vLLM's default serialization; the earlier
+`apply_model(closure)` needed `VLLM_ALLOW_INSECURE_SERIALIZATION=1` on current (V1) engines. It needs a
+vLLM with `worker_extension_cls` and `LLM.collective_rpc`. Not yet run on a GPU by this project.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from trialground.errors import PolicyError
 from trialground.policy.base import Generation, Policy, SamplingParams
 from trialground.policy.config import PolicyConfig
 from trialground.policy.tiny import BUNDLED, resolve_model_dir
+from trialground.policy.weight_files import RELOAD_METHOD, write_weights
+
+WORKER_EXTENSION = "trialground.policy.vllm_worker.WeightReload"
+
+
+def engine_kwargs(config: PolicyConfig) -> dict[str, Any]:
+    """`vllm.LLM` arguments for `config` (without `logprobs_mode`, which older versions lack)."""
+    model = str(resolve_model_dir(config.model)) if config.model in BUNDLED else config.model
+    return {
+        "model": model,
+        "dtype": config.dtype,
+        "gpu_memory_utilization": config.gpu_memory_utilization,
+        "max_model_len": config.max_context_tokens,
+        "enable_prefix_caching": True,
+        "worker_extension_cls": WORKER_EXTENSION,
+    }
+
+
+def weight_scratch_dir() -> Path:
+    """A fresh private directory for pushed weights: in shared memory (/dev/shm) when there is one,
+    so a push costs no disk I/O."""
+    shm = Path("/dev/shm")
+    base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+    return Path(tempfile.mkdtemp(prefix="trialground-vllm-weights-", dir=base))
+
+
+def push_weights(llm: Any, state_dict: Mapping[str, Any], scratch: Path) -> int:
+    """Write `state_dict` under `scratch`, have every worker of `llm` load it, drop the prefix cache
+    (its KV was computed with the old weights) and delete the files. Returns the tensors each worker
+    loaded."""
+    directory = write_weights(state_dict, scratch, 0)
+    try:
+        loaded = llm.collective_rpc(RELOAD_METHOD, args=(str(directory),))
+        llm.reset_prefix_cache()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    counts = {int(n) for n in loaded}
+    if len(counts) != 1:
+        raise PolicyError(f"vLLM workers loaded different numbers of tensors: {sorted(counts)}")
+    return counts.pop()
 
 
 class VLLMPolicy(Policy):
@@ -29,18 +80,18 @@ class VLLMPolicy(Policy):
             raise PolicyError("the vllm backend needs vLLM: pip install 'trialground[vllm]'") from exc
         self._vllm = vllm
         self.config = config
-        model = str(resolve_model_dir(config.model)) if config.model in BUNDLED else config.model
-        kwargs: dict[str, Any] = {
-            "model": model,
-            "dtype": config.dtype,
-            "gpu_memory_utilization": config.gpu_memory_utilization,
-            "max_model_len": config.max_context_tokens,
-            "enable_prefix_caching": True,
-        }
+        kwargs = engine_kwargs(config)
         try:
             self.llm = vllm.LLM(**kwargs, logprobs_mode="processed_logprobs")
         except TypeError:  # an older vLLM without logprobs_mode
-            self.llm = vllm.LLM(**kwargs)
+            try:
+                self.llm = vllm.LLM(**kwargs)
+            except TypeError as exc:
+                raise PolicyError(
+                    f"this vLLM ({getattr(vllm, '__version__', '?')}) cannot take pushed weights: it has "
+                    f"no worker_extension_cls ({exc}); upgrade vLLM"
+                ) from exc
+        self._scratch = weight_scratch_dir()
         self._tokenizer = self.llm.get_tokenizer()
         self.version = 0
         self._lock = threading.Lock()
@@ -95,19 +146,15 @@ class VLLMPolicy(Policy):
         return gens
 
     def load_weights(self, state_dict: Mapping[str, Any], version: int) -> None:
-        """Push trainer tensors (HF parameter names) into the engine's model in place."""
-        items = [(name, tensor.detach()) for name, tensor in state_dict.items()]
-
-        def push(model: Any) -> None:
-            model.load_weights(weights=iter(items))
-
+        """Push trainer tensors (HF parameter names) into every engine worker (see the module doc)."""
         with self._lock:
             try:
-                if hasattr(self.llm, "apply_model"):
-                    self.llm.apply_model(push)
-                else:  # older vLLM: the single-process driver worker holds the model
-                    push(self.llm.llm_engine.model_executor.driver_worker.model_runner.model)
-                self.llm.reset_prefix_cache()  # cached KV of the old weights is stale
-            except Exception as exc:
+                push_weights(self.llm, state_dict, self._scratch)
+            except PolicyError:
+                raise
+            except Exception as exc:  # the engine raises many types; all are a failed update
                 raise PolicyError(f"vLLM weight update failed: {exc}") from exc
             self.version = version
+
+    def close(self) -> None:
+        shutil.rmtree(self._scratch, ignore_errors=True)

@@ -22,9 +22,9 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -192,18 +192,16 @@ def _validation_message(exc: RequestValidationError) -> str:
     return "; ".join(parts) or "invalid request"
 
 
-def create_app(
-    token: str, *, max_sessions: int = 32, idle_s: float = 300.0, max_concurrent_execs: int | None = None,
-    allow_network: bool = False, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
-) -> FastAPI:  # fmt: skip
-    """The service as an ASGI app. `token` is the shared secret clients must present.
+class Reapable(Protocol):
+    async def reap(self) -> object: ...
+    async def close_all(self) -> object: ...
 
-    Header timeouts belong to the HTTP protocol, not the app: serve it with `uvicorn_config` (or give
-    uvicorn `http=timed_protocol(...)` yourself).
-    """
-    table = SessionTable(max_sessions, idle_s, allow_network)
-    execs = asyncio.Semaphore(max_concurrent_execs or max(2, (os.cpu_count() or 2) * 2))
+
+def reaping_lifespan(
+    table: Reapable, idle_s: float, on_close: Callable[[], Awaitable[object]] | None = None
+) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
+    """An app lifespan that reaps the table's idle sessions every `idle_s / 4` (at most 5 s) while the app
+    runs, then closes every session (and calls `on_close`) when it stops."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -218,8 +216,26 @@ def create_app(
         finally:
             task.cancel()
             await table.close_all()
+            if on_close is not None:
+                await on_close()
 
-    app = FastAPI(title="trialground sandbox service", lifespan=lifespan)
+    return lifespan
+
+
+def create_app(
+    token: str, *, max_sessions: int = 32, idle_s: float = 300.0, max_concurrent_execs: int | None = None,
+    allow_network: bool = False, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+) -> FastAPI:  # fmt: skip
+    """The service as an ASGI app. `token` is the shared secret clients must present.
+
+    Header timeouts belong to the HTTP protocol, not the app: serve it with `uvicorn_config` (or give
+    uvicorn `http=timed_protocol(...)` yourself).
+    """
+    table = SessionTable(max_sessions, idle_s, allow_network)
+    execs = asyncio.Semaphore(max_concurrent_execs or max(2, (os.cpu_count() or 2) * 2))
+
+    app = FastAPI(title="trialground sandbox service", lifespan=reaping_lifespan(table, idle_s))
     app.state.table = table
     app.state.execs = execs  # shared with routes added to the app later (integrations.sandbox_fusion)
     # The token check, body cap and body deadline run before FastAPI reads a byte of the body.

@@ -63,6 +63,9 @@ def content_texts(tasks: Sequence[Task]) -> list[str]:
             seen[item] += 1
     out = []
     for t in tasks:
+        if t.verifier.kind == "swe_tests":  # one repository, bugs a line apart: the patch is what differs
+            out.append(f"{t.prompt}\n{t.reference or ''}")
+            continue
         own = "\n".join(text for path, text in sorted(t.files.items()) if seen[(path, text)] == 1)
         out.append(f"{t.prompt}\n{own}\n{t.reference or ''}")
     return out

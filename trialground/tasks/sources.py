@@ -7,10 +7,14 @@ Specs (`NAME[:ARG]`)::
     reasoning_gym:<dataset>  generated offline by reasoning-gym, scored exactly
     math                     the bundled math set (trialground/assets/math/basic.jsonl)
     math:FILE                a JSONL of {"problem": ..., "answer": ...} lines
+    hf:PATH[?MAPPING]        a local Hugging Face dataset (save_to_disk dir or Parquet), task rows or a
+                             column mapping (trialground.tasks.hf_source)
     data                     generated data-analysis tasks (a CSV and a question)
     ops                      generated operations-troubleshooting tasks (repair a broken setup)
     agent[:FAMILIES]         generated multi-turn tool tasks (trialground.tasks.agentic): repair, lookup,
                              config, or a comma-separated subset, e.g. agent:repair,config
+    longctx[:FAMILIES]       long-context tool tasks (trialground.tasks.longctx): find, log, doc
+    swe:<repo>[:<candidates>] repository tasks: a real library with an injected bug (trialground.tasks.swe)
     path/to/file.jsonl       tasks in JSONL form
     path/to/dir              a task directory or a collection of them
     package.module:NAME[:ARG]  a plugin: NAME is a `TaskSource` (imported, then registered under its name)
@@ -220,6 +224,25 @@ def _humaneval(r: SourceRequest) -> list[Task]:
     return humaneval_tasks()
 
 
+def _longctx(r: SourceRequest) -> list[Task]:
+    from trialground.tasks.longctx import longctx_tasks
+
+    assert r.n is not None and r.split is not None
+    return longctx_tasks(r.n, r.seed, r.split, r.arg)
+
+
+def _swe(r: SourceRequest) -> list[Task]:
+    from trialground.tasks.swe import swe_tasks
+
+    return swe_tasks(r.arg, seed=r.seed, n=r.n, split=r.split)
+
+
+def _hf(r: SourceRequest) -> list[Task]:
+    from trialground.tasks.hf_source import hf_tasks
+
+    return hf_tasks(r.arg)
+
+
 def _math(r: SourceRequest) -> list[Task]:
     from trialground.tasks.math_source import bundled_math_path, math_tasks
 
@@ -241,7 +264,12 @@ for _source in (
         default_n=100,
         arg="required",
     ),
+    TaskSource(
+        "longctx", _longctx, "long-context tool tasks: find, log, doc", True, default_n=120, arg="optional"
+    ),
+    TaskSource("swe", _swe, "bugs injected into a real library, swe:<repo>[:<candidates>]", arg="required"),
     TaskSource("humaneval", _humaneval, "the 164 HumanEval problems"),
     TaskSource("math", _math, "the bundled math set, or math:FILE (JSONL)", arg="optional"),
+    TaskSource("hf", _hf, "a local Hugging Face dataset, hf:PATH[?column mapping]", arg="required"),
 ):
     register(_source)

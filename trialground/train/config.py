@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class TrainerConfig(BaseModel):
@@ -52,6 +52,32 @@ class TrainerConfig(BaseModel):
         "all-linear", min_length=1, description="'all-linear' or comma-separated module names for LoRA"
     )
     seed: int = Field(0, description="Seed of the trainer's own random initialisation (LoRA adapters)")
+    gradient_checkpointing: bool = Field(
+        False,
+        description="Recompute each decoder layer's activations in the backward pass instead of keeping "
+        "them (less memory, ~1 extra forward); needs share_prompt: false",
+    )
+    mixed_precision: Literal["off", "bf16"] = Field(
+        "off",
+        description="bf16: forward passes under torch.autocast(bfloat16); weights, gradients and the "
+        "optimiser stay in the model's dtype",
+    )
+    data_parallel: int = Field(
+        1,
+        ge=1,
+        le=4096,
+        description="Training ranks started through Ray when cluster: ray (rank 0 is this process); "
+        "under torchrun the launcher's WORLD_SIZE decides instead (docs/distributed.md)",
+    )
+    dist_backend: Literal["auto", "gloo", "nccl"] = Field(
+        "auto", description="torch.distributed backend of the gradient all-reduce (auto: nccl on CUDA)"
+    )
+    dist_timeout_s: float = Field(
+        6 * 3600.0,
+        gt=0.0,
+        description="How long a rank waits in a collective; other ranks wait through rank 0's rollouts "
+        "and evaluations, so this bounds the longest of those",
+    )
 
     @field_validator("adam_betas")
     @classmethod
@@ -59,3 +85,12 @@ class TrainerConfig(BaseModel):
         if not all(0.0 <= b < 1.0 for b in v):
             raise ValueError(f"each AdamW beta must be in [0, 1), got {v}")
         return v
+
+    @model_validator(mode="after")
+    def _checkpointing_without_shared_prompt(self) -> TrainerConfig:
+        if self.gradient_checkpointing and self.share_prompt:
+            raise ValueError(
+                "trainer.gradient_checkpointing needs trainer.share_prompt: false (the shared prompt's KV "
+                "cache would be written again when a checkpointed layer is recomputed)"
+            )
+        return self

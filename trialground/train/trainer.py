@@ -37,6 +37,7 @@ from trialground.policy.hf import cache_keyword, distinct_rows, left_pad
 from trialground.train.advantages import Scored
 from trialground.train.config import TrainerConfig
 from trialground.train.losses import finalize_metrics, ppo_clip_loss
+from trialground.train.memory import autocast, enable_checkpointing
 
 
 @dataclass
@@ -116,6 +117,10 @@ class Trainer:
         else:
             self.model = model
         self.model.eval()
+        if config.gradient_checkpointing:
+            enable_checkpointing(self.model)
+        # Data-parallel training sets this (trialground.train.distributed.DataParallel); one process: None.
+        self.parallel: Any = None
         params = [p for p in self.model.parameters() if p.requires_grad]
         if not params:
             raise ValueError("the model has no trainable parameters")
@@ -167,12 +172,13 @@ class Trainer:
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Per-target logprobs [b, T] (and optionally entropies) of a micro-batch. With `share_prompt`
         the layout is the completion's targets only (T = longest completion), else every target."""
-        if self.config.share_prompt:
-            logits, targets = self._shared_prompt_logits(model, chunk)
-        else:
-            ids, attn = self._pad(chunk)
-            logits, targets = model(input_ids=ids, attention_mask=attn).logits[:, :-1], ids[:, 1:]
-        return self._token_logprobs(logits, targets, entropy)
+        with autocast(self.config, self.device):
+            if self.config.share_prompt:
+                logits, targets = self._shared_prompt_logits(model, chunk)
+            else:
+                ids, attn = self._pad(chunk)
+                logits, targets = model(input_ids=ids, attention_mask=attn).logits[:, :-1], ids[:, 1:]
+            return self._token_logprobs(logits, targets, entropy)
 
     def _shared_prompt_logits(
         self, model: nn.Module, chunk: Sequence[Sample]
@@ -265,11 +271,15 @@ class Trainer:
         """
         t0 = time.perf_counter()
         cfg = self.config
+        if self.parallel is not None:  # data parallel: rank 0 splits the batch, each rank gets its share
+            batch = self.parallel.shard(batch)
         samples = build_samples(batch)
-        total_tokens = sum(sum(s.mask) for s in samples)
-        if not samples:
+        total_tokens, n_samples = sum(sum(s.mask) for s in samples), len(samples)
+        if self.parallel is not None:  # the normaliser (and whether to skip) counts every rank's share
+            total_tokens, n_samples = self.parallel.sum_counts(total_tokens, n_samples)
+        if not n_samples:
             return {"train/skipped": 1.0, "train/tokens": 0.0, "train/sequences": 0.0}
-        normalizer = float(total_tokens) if cfg.loss_agg == "token" else float(len(samples))
+        normalizer = float(total_tokens) if cfg.loss_agg == "token" else float(n_samples)
         if cfg.skip_zero_advantage and cfg.kl_coef == 0.0:
             # Their gradient is exactly zero; they still count in `normalizer`, so the loss is unchanged.
             active = [s for s in samples if s.advantage != 0.0]
@@ -290,8 +300,12 @@ class Trainer:
         for _epoch in range(cfg.epochs):
             self.optimizer.zero_grad(set_to_none=True)
             loss_total = 0.0
-            for j, chunk in enumerate(_chunks(active, cfg.micro_batch_size)):
-                logp, ent = self._chunk_logprobs(self.model, chunk, entropy=cfg.compute_entropy)
+            chunks = list(_chunks(active, cfg.micro_batch_size))
+            for j, chunk in enumerate(chunks):
+                if self.parallel is None:
+                    logp, ent = self._chunk_logprobs(self.model, chunk, entropy=cfg.compute_entropy)
+                else:  # through DDP, which all-reduces the gradients in the epoch's last backward
+                    logp, ent = self.parallel.logprobs(chunk, cfg.compute_entropy, sync=j == len(chunks) - 1)
                 out = ppo_clip_loss(
                     logp,
                     self._targets(chunk, logp.shape[1], "old_logprobs"),
@@ -310,31 +324,44 @@ class Trainer:
                 tokens += out.tokens
                 for k, v in out.sums.items():
                     sums[k] = sums.get(k, 0.0) + v
+            if self.parallel is not None and not chunks:
+                self.parallel.idle_backward()  # nothing to train here: take part in the all-reduce
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self._trainable(), cfg.max_grad_norm).item())
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.version += 1
 
-        metrics.update(finalize_metrics(sums, tokens))
-        if sampler:
-            diffs = [
-                abs(a - b)
-                for s in recompute
-                if id(s) in sampler
-                for a, b, m in zip(sampler[id(s)], s.old_logprobs or [], s.mask, strict=False)
-                if m
-            ]
-            metrics["train/sampler_logprob_diff"] = sum(diffs) / max(len(diffs), 1)
-        advs = [s.advantage for s in samples]
+        diffs = [
+            abs(a - b)
+            for s in recompute
+            if id(s) in sampler
+            for a, b, m in zip(sampler[id(s)], s.old_logprobs or [], s.mask, strict=False)
+            if m
+        ]
+        totals = {
+            "loss": loss_total,
+            "tokens": float(tokens),
+            "active": float(len(active)),
+            "adv_abs": sum(abs(s.advantage) for s in samples),
+            "diff": sum(diffs),
+            "diff_n": float(len(diffs)),
+            **{f"sum/{k}": v for k, v in sums.items()},
+        }
+        if self.parallel is not None:  # metrics of the whole batch, not of this rank's share
+            totals = self.parallel.sum_floats(totals)
+        sums = {k[4:]: v for k, v in totals.items() if k.startswith("sum/")}
+        metrics.update(finalize_metrics(sums, int(totals["tokens"])))
+        if totals["diff_n"]:
+            metrics["train/sampler_logprob_diff"] = totals["diff"] / totals["diff_n"]
         seconds = time.perf_counter() - t0
         metrics.update(
             {
-                "train/loss": loss_total,
+                "train/loss": totals["loss"],
                 "train/grad_norm": grad_norm,
                 "train/tokens": float(total_tokens),
-                "train/sequences": float(len(samples)),
-                "train/active_sequences": float(len(active)),
-                "train/adv_abs_mean": sum(abs(a) for a in advs) / len(advs),
+                "train/sequences": float(n_samples),
+                "train/active_sequences": totals["active"],
+                "train/adv_abs_mean": totals["adv_abs"] / n_samples,
                 "train/lr": float(self.optimizer.param_groups[0]["lr"]),
                 "train/version": float(self.version),
                 "train/step_s": seconds,

@@ -76,6 +76,10 @@ async def judge(grader: Grader, req: VerifyRequest) -> Verdict:
     return Verdict(passed=score >= req.params.threshold, score=score, detail=f"judge score {score:.3f}")
 
 
+async def swe_tests(grader: Grader, req: VerifyRequest) -> Verdict:
+    return await grader.swe.verify(req.task, req.submission, workspace=req.workspace)
+
+
 def merge_flags(verdict: Verdict, extra: list[Flag]) -> Verdict:
     """Adds flags (deduplicated); a `hack` flag fails the verdict."""
     flags = list(verdict.flags)

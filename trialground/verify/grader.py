@@ -10,6 +10,7 @@ built-ins in `builtin.py`, plugins by dotted path) and computes the reward with 
 - `math`: math-verify in a worker process (`math_verifier.py`);
 - `exact` / `regex` / `numeric`: `answers.py`;
 - `check_program`: the task's check programs against the episode's files (`check_program.py`);
+- `swe_tests`: a repository task's FAIL_TO_PASS and PASS_TO_PASS tests on a pristine copy (`swe_tests.py`);
 - `judge`: the configured `Judge` (`judge.py`), score >= params["threshold"] (default 0.5) passes.
 
 The reward is the rubric's (`rubric.py`): any flag of severity `hack` fails the outcome (a hack never earns
@@ -36,6 +37,7 @@ from trialground.verify.judge import CrossCheck, Judge
 from trialground.verify.kinds import VerifyRequest, lookup
 from trialground.verify.math_verifier import MathWorker
 from trialground.verify.rubric import Rubric
+from trialground.verify.swe_tests import SweTestsVerifier
 
 
 class Grader:
@@ -65,12 +67,19 @@ class Grader:
         )
         self.checks = CheckProgramVerifier(sandbox_config, grading, opener)
         self._math: MathWorker | None = None
+        self._swe: SweTestsVerifier | None = None
 
     @property
     def math(self) -> MathWorker:
         if self._math is None:
             self._math = MathWorker(self.reward_config.grading.math_timeout_s)
         return self._math
+
+    @property
+    def swe(self) -> SweTestsVerifier:
+        if self._swe is None:
+            self._swe = SweTestsVerifier(self.sandbox_config, self.reward_config.grading)
+        return self._swe
 
     async def verdict(
         self, task: Task, submission: str, *, workspace: Sandbox | None = None, actions: Sequence[Action] = ()
@@ -157,6 +166,8 @@ class Grader:
     async def close(self) -> None:
         await self._batcher.close()
         await self.code.close()
+        if self._swe is not None:
+            await self._swe.close()
         if self._math is not None:
             self._math.close()
             self._math = None

@@ -79,6 +79,13 @@ class CheckProgramParams(Params):
     check_timeout_s: float | None = Field(None, gt=0, description="Override of grading.check_timeout_s")
 
 
+class SweTestsParams(Params):
+    repo: str = Field(min_length=1, description="The pinned repository (trialground.tasks.swe.repos)")
+    version: str = Field(min_length=1, description="Its pinned version")
+    fail_to_pass: tuple[str, ...] = Field(min_length=1, description="Test ids the fix must make pass")
+    pass_to_pass: tuple[str, ...] = Field(min_length=1, description="Test ids that must keep passing")
+
+
 class JudgeParams(Params):
     threshold: float = Field(0.5, ge=0.0, le=1.0, description="Judge score needed to pass")
 
@@ -185,5 +192,8 @@ for _kind in (
     VerifierKind("regex", RegexParams, f"{_G}:regex", "full regex match of the extracted answer"),
     VerifierKind("numeric", NumericParams, f"{_G}:numeric", "number within rel_tol / abs_tol"),
     VerifierKind("judge", JudgeParams, f"{_G}:judge", "the configured judge's score >= threshold"),
+    VerifierKind(
+        "swe_tests", SweTestsParams, f"{_G}:swe_tests", "FAIL_TO_PASS and PASS_TO_PASS on a pristine copy"
+    ),
 ):
     register(_kind)

@@ -136,6 +136,9 @@ class Validator:
                 problems.append(f"expected_tests={expected} but the checks define {n_tests}")
         elif kind == "check_program":
             n_tests = len(task.hidden_checks)
+        elif kind == "swe_tests":
+            params = task.verifier.params
+            n_tests = len(params.get("fail_to_pass", [])) + len(params.get("pass_to_pass", []))
         flaky: list[str] = []
         if task.reference is None:
             problems.append("no reference solution")
@@ -183,6 +186,10 @@ class Validator:
             if entry and entry not in functions:
                 functions.append(str(entry))
             return hack_submissions(functions or ["solve"])
+        if kind == "swe_tests":
+            from trialground.tasks.swe.hostile import hostile_patches
+
+            return hostile_patches(task)
         if kind == "check_program":
             path = task.verifier.params.get("solution_path")
             untouched = task.files.get(str(path), "") if path else ""
@@ -206,7 +213,9 @@ class Validator:
             ok, detail = self.grader.math.call(str(params["answer"]), f"${params['answer']}$")
             if not ok:
                 return [f"gold answer does not verify against itself: {detail}"]
-        if kind in ("code_tests", "check_program") and not task.hidden_checks:
+        if kind == "swe_tests" and not (params.get("fail_to_pass") and params.get("pass_to_pass")):
+            return ["needs at least one FAIL_TO_PASS and one PASS_TO_PASS test"]
+        if kind in ("code_tests", "check_program", "swe_tests") and not task.hidden_checks:
             return ["no hidden checks"]
         return []
 

@@ -1,0 +1,58 @@
+"""Restore time of a SWE task's workspace image as the number of files grows.
+
+For each size: one sandbox holding N files (a package tree of ~4 KiB modules) is snapshotted; each
+iteration changes a file and adds one (what a graded run leaves), then restores the snapshot; the
+restore's wall time is recorded. Prints the median and p90 per size.
+
+    .venv/bin/python benchmarks/swe_restore.py --sizes 200 2000 8000 --iterations 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+
+from trialground.sandbox.base import Limits, SandboxConfig
+from trialground.sandbox.factory import open_sandbox
+
+MODULE = "def f(x):\n    return x + 1\n" * 140  # ~4 KiB
+
+
+async def measure(n: int, iterations: int) -> tuple[float, float, float]:
+    files = {f"pkg/sub{i // 100}/mod{i}.py": MODULE for i in range(n)}
+    config = SandboxConfig(limits=Limits(disk_mb=max(256, n * 8 // 1000 + 64)))
+    t0 = time.perf_counter()
+    sandbox = await open_sandbox(config, files)
+    sid = await sandbox.snapshot()
+    build = time.perf_counter() - t0
+    times = []
+    try:
+        for i in range(iterations):
+            res = await sandbox.exec(f"echo changed >> pkg/sub0/mod0.py && echo new > scratch{i}.py")
+            assert res.ok, res.stderr
+            t = time.perf_counter()
+            await sandbox.restore(sid)
+            times.append(time.perf_counter() - t)
+        check = await sandbox.exec("test ! -e scratch0.py && ! grep -q changed pkg/sub0/mod0.py")
+        assert check.ok, "restore did not bring back the snapshot"
+    finally:
+        await sandbox.close()
+    times.sort()
+    return build, statistics.median(times), times[int(0.9 * (len(times) - 1))]
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", type=int, nargs="+", default=[200, 2000, 8000])
+    ap.add_argument("--iterations", type=int, default=30)
+    args = ap.parse_args()
+    print(f"{'files':>7} {'image build s':>14} {'restore median ms':>18} {'restore p90 ms':>15}")
+    for n in args.sizes:
+        build, med, p90 = await measure(n, args.iterations)
+        print(f"{n:>7} {build:>14.2f} {med * 1000:>18.2f} {p90 * 1000:>15.2f}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

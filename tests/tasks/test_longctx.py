@@ -1,0 +1,105 @@
+"""Long-context tasks: the needed facts are scattered and far beyond an observation; real episodes over
+them are cut by the observation and context budgets, and the run report's Context section shows it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from trialground.tasks.model import Task
+from trialground.tasks.sources import load_source
+
+
+def test_tasks_are_deterministic_split_and_their_facts_scattered() -> None:
+    train = load_source("longctx", n=9, seed=3)
+    assert [t.id for t in train] == [t.id for t in load_source("longctx", n=9, seed=3)]
+    assert not {t.id for t in train} & {t.id for t in load_source("longctx", n=6, seed=3, split="eval")}
+    by_family: dict[str, list[Task]] = {}
+    for t in train:
+        by_family.setdefault(str(t.metadata["family"]), []).append(t)
+        assert sum(len(text) for text in t.files.values()) > 50_000  # far beyond any observation
+        assert t.reference is not None and t.reference not in t.prompt
+    assert set(by_family) == {"longctx:find", "longctx:log", "longctx:doc"}
+    for t in by_family["longctx:find"]:
+        setting, service = re.search(r"what is (\w+) of the (\w+) service", t.prompt).groups()  # type: ignore[union-attr]
+        defined = {
+            p: m.group(1)
+            for p, text in t.files.items()
+            if (m := re.search(rf"^{setting} = (\d+)$", text, re.M))
+        }
+        assert len(defined) == 12 and len({p.split("/")[1] for p in defined}) == 12  # one per service
+        assert [v for p, v in defined.items() if p.startswith(f"services/{service}/")] == [t.reference]
+    for t in by_family["longctx:log"]:
+        endpoint, status = re.search(r"request to (\S+) failed with status (\d+)", t.prompt).groups()  # type: ignore[union-attr]
+        log = t.files["logs/app.log"].splitlines()
+        hits = [ln for ln in log if f" {endpoint} status={status} " in ln]
+        assert len(hits) == 1 and hits[0].split()[1] == t.reference
+        assert sum(f"status={status} " in ln for ln in log) > 1  # decoys: the same status elsewhere
+    for t in by_family["longctx:doc"]:
+        text = t.files["docs/contract.md"]
+        at = [
+            int(re.search(rf"Clause (\d+)\. {word}", text).group(1))
+            for word in ("Each licence costs", "A discount of", "The customer orders")
+        ]  # type: ignore[union-attr]
+        assert at == sorted(at) and at[1] - at[0] > 50 and at[2] - at[1] > 50
+
+
+@pytest.mark.slow
+def test_episodes_over_them_hit_the_budgets_and_the_report_shows_it(tmp_path: Path) -> None:
+    pytest.importorskip("torch", reason="uses the tiny tokenizer ([train] extra)")
+    from trialground.envs.config import EnvConfig
+    from trialground.envs.tool_env import ToolEnv
+    from trialground.envs.toolcalls import format_tool_call
+    from trialground.monitor.report import write_report
+    from trialground.policy.base import SamplingParams
+    from trialground.policy.scripted import ScriptedPolicy
+    from trialground.policy.tiny import tiny_model_dir
+    from trialground.rollout.agent import rollout
+    from trialground.rollout.context_stats import context_metrics
+    from trialground.sandbox.base import SandboxConfig
+    from trialground.verify.grader import Grader
+    from trialground.verify.rubric import Rubric
+
+    if not (tiny_model_dir() / "config.json").is_file():
+        pytest.skip("the bundled tiny model is not built")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir()))
+    task = next(t for t in load_source("longctx:log", n=3, seed=1))
+    endpoint, status = re.search(r"request to (\S+) failed with status (\d+)", task.prompt).groups()  # type: ignore[union-attr]
+    script = [
+        format_tool_call("bash", {"command": "cat logs/app.log"}),
+        format_tool_call("bash", {"command": f"grep ' {endpoint} status={status} ' logs/app.log"}),
+        format_tool_call("submit", {"answer": str(task.reference)}),
+    ]
+
+    async def episode(budget: int):  # type: ignore[no-untyped-def]
+        grader = Grader(SandboxConfig())
+        env = ToolEnv(grader, EnvConfig(kind="tool", observation_budget_chars=1000), SandboxConfig())
+        try:
+            return await rollout(ScriptedPolicy(script, tokenizer=tokenizer), env, task,
+                                 params=SamplingParams(max_new_tokens=200), group_id="g", sample_index=0,
+                                 max_context_tokens=budget)  # fmt: skip
+        finally:
+            await env.close()
+            await grader.close()
+
+    rubric = Rubric()  # the loop's collection finishes every trajectory (the context-budget end gets 0)
+    roomy, tight = (rubric.finish(asyncio.run(episode(b))) for b in (8192, 1000))
+    assert roomy.error is None and roomy.reward is not None and roomy.reward.outcome == 1.0
+    assert (
+        not roomy.truncated and tight.truncated and tight.reward is not None and tight.reward.outcome == 0.0
+    )
+    metrics = context_metrics([roomy, tight], {task.id: task.domain})
+    assert metrics["context/truncation_rate"] == 0.5 == metrics["context/truncation_rate/longctx"]
+    assert metrics["context/observation_cut_rate"] > 0  # the whole-log cat was cut to the budget
+    assert metrics["context/tokens_max"] > metrics["context/tokens_mean"] > 0
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, **metrics}) + "\n")
+    html = write_report(run).read_text()
+    assert 'id="context"' in html and "Tokens per episode" in html and "truncation_rate" in html

@@ -1,0 +1,172 @@
+"""Decoupled sampling and training end to end: the quickstart trains with its policy served over HTTP by
+two `trialground policy serve` processes (real processes, loopback HTTP, port 0)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import queue
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from trialground.config import load_config
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "examples" / "quickstart.yaml"
+SMALL = [
+    "loop.steps=2",
+    "loop.eval_interval=0",
+    "loop.batch_tasks=2",
+    "loop.samples_per_task=4",
+    "loop.checkpoint_interval=1",
+    "tasks.num_train=50",
+    "tasks.num_eval=4",
+    "policy.sampling.max_new_tokens=24",
+    "policy.eval_sampling.max_new_tokens=24",
+    "sandbox.limits.wall_s=60",
+    "reward.grading.test_timeout_s=60",
+    "reward.grading.total_timeout_s=300",
+    # the trainer recomputes every old logprob and reports how far the servers' were from it
+    "trainer.old_logprobs=recompute",
+    "trainer.skip_zero_advantage=false",
+]
+
+
+def _start() -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "trialground", "policy", "serve", "--model", "tiny", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def _url(proc: subprocess.Popen[str]) -> str:
+    lines: queue.Queue[str] = queue.Queue()
+    assert proc.stdout is not None
+    out = proc.stdout
+    threading.Thread(target=lambda: lines.put(out.readline()), daemon=True).start()
+    try:
+        first = lines.get(timeout=180)  # loads torch and the model; generous on a busy machine
+    except queue.Empty:
+        proc.kill()
+        raise AssertionError("policy serve printed nothing within 180 s") from None
+    assert first.startswith("serving http://127.0.0.1:"), first
+    return first.split()[1]
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[list[str]]:
+    procs = [_start() for _ in range(2)]  # both load at once
+    try:
+        yield [_url(p) for p in procs]
+    finally:
+        for proc in procs:
+            proc.terminate()
+        assert [p.wait(60) for p in procs] == [0, 0]  # SIGTERM is a clean stop
+
+
+def _checkpoint_weights(step_dir: Path) -> dict[str, Any]:
+    if (step_dir / "model.pt").is_file():
+        state: dict[str, Any] = torch.load(step_dir / "model.pt", map_location="cpu", weights_only=True)
+        return state
+    from trialground.policy.weight_files import read_weights
+
+    return read_weights(step_dir / "hf")
+
+
+def test_quickstart_trains_through_two_policy_servers(
+    servers: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trialground.orchestrator.loop import run
+    from trialground.policy.remote import RemotePolicy
+    from trialground.policy.weight_files import tensor_digest
+
+    seen: list[Any] = []
+    real_generate = RemotePolicy.generate
+
+    async def spy(self: RemotePolicy, prompts: Any, params: Any) -> Any:  # records, changes nothing
+        gens = await real_generate(self, prompts, params)
+        seen.extend(gens)
+        return gens
+
+    monkeypatch.setattr(RemotePolicy, "generate", spy)
+    cfg = load_config(
+        QUICKSTART,
+        [
+            *SMALL,
+            "policy.backend=remote",
+            f"policy.servers=[{servers[0]}, {servers[1]}]",
+            f"policy.weight_dir={tmp_path / 'weights'}",
+            f"output_dir={tmp_path}",
+            "name=served",
+        ],
+    )
+    summary = asyncio.run(run(cfg))
+    assert summary.steps == 2
+    run_dir = Path(summary.run_dir)
+    # every sampled token (training and evaluation) came with a finite sampling logprob
+    assert len(seen) >= 2 * 2 * 4
+    assert all(len(g.logprobs) == len(g.token_ids) > 0 for g in seen)
+    assert all(math.isfinite(x) for g in seen for x in g.logprobs)
+    assert {g.version for g in seen} == {0, 1, 2}  # eval before (0), step 2 (1), eval after (2)
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
+    trained = [m for m in metrics if "train/loss" in m]
+    assert len(trained) == 2
+    for m in trained:
+        assert math.isfinite(m["train/loss"])
+        # the servers' logprobs are the trainer's own up to float error
+        assert 0.0 <= m["train/sampler_logprob_diff"] < 1e-3, m
+    info = [httpx.get(url + "/trialground/info").json() for url in servers]
+    assert [i["weight_loads"] for i in info] == [3, 3]  # the starting weights, then one push per step
+    assert all(i["requests"] > 0 for i in info)  # both servers sampled
+    # what the servers hold now is exactly the trainer's weights after the last step
+    final = {k: tensor_digest(v) for k, v in _checkpoint_weights(run_dir / "checkpoints" / "step_2").items()}
+    for url in servers:
+        served = httpx.post(url + "/weight_checker", json={"action": "checksum"}).json()["checksums"]
+        assert served == final
+    assert sorted(p.name for p in (tmp_path / "weights").iterdir()) == ["v00000001", "v00000002"]
+
+
+def test_async_mode_trains_through_the_servers(servers: list[str], tmp_path: Path) -> None:
+    """Pushes arrive while the other batch is generating: nothing hangs, every step trains."""
+    from trialground.orchestrator.loop import run
+
+    before = [httpx.get(url + "/trialground/info").json()["weight_loads"] for url in servers]
+    cfg = load_config(
+        QUICKSTART,
+        [
+            *SMALL,
+            "loop.mode=async",
+            "loop.max_staleness=1",
+            "policy.backend=remote",
+            f"policy.servers=[{servers[0]}, {servers[1]}]",
+            f"output_dir={tmp_path}",
+            "name=served_async",
+        ],
+    )
+    summary = asyncio.run(run(cfg))
+    assert summary.steps == 2
+    metrics = [
+        json.loads(line) for line in (Path(summary.run_dir) / "metrics.jsonl").read_text().splitlines()
+    ]
+    trained = [m for m in metrics if "train/loss" in m]
+    assert len(trained) == 2 and all(math.isfinite(m["train/loss"]) for m in trained)
+    # the first step trains on samples of the weights it starts from; later ones may be a version stale
+    assert trained[0]["train/sampler_logprob_diff"] < 1e-3, trained[0]
+    assert all(math.isfinite(m["train/sampler_logprob_diff"]) for m in trained)
+    assert max(m["async/staleness_max"] for m in metrics if "async/staleness_max" in m) <= 1
+    after = [httpx.get(url + "/trialground/info").json()["weight_loads"] for url in servers]
+    # the starting weights (the servers held the previous run's), then one push per step
+    assert [a - b for a, b in zip(after, before, strict=True)] == [3, 3]

@@ -1,0 +1,334 @@
+"""Running inference servers as a trainable policy: sampling and training deployed separately.
+
+`policy.backend: remote` drives one or more servers that speak vLLM's OpenAI-compatible API (`vllm
+serve`, or `trialground policy serve` on a machine without a GPU) with token ids in and out:
+
+- Generation: each distinct prompt of a `generate` call is one `POST /v1/completions` with the prompt as
+  token ids, `n` = how many times it appears, a seed, `logprobs: 0`, `return_token_ids` (the sampled
+  ids; vLLM 0.10.2 and later) and `return_tokens_as_token_ids` (ids in `logprobs.tokens`, the fallback
+  for older versions), `include_stop_str_in_output`. Nothing is re-tokenised: `Generation.token_ids`
+  are the ids the server sampled and `logprobs[i]` the server's sampling logprob of `token_ids[i]`; an
+  answer without ids, with a different number of logprobs, or with a logprob that is not a finite number
+  raises `PolicyError` naming the server. For logprobs after temperature and top-p (the trainer's
+  contract) start vLLM with `--logprobs-mode processed_logprobs`.
+- Routing: a request goes to the server with the fewest sequences in flight from this policy (ties: the
+  first listed). Connection errors and 5xx answers are retried, on another server where there is one,
+  `max_retries` times.
+- Weight push (`load_weights`, after every trainer step): the weights are written as safetensors into a
+  new version directory under `policy.weight_dir` (a path every server can read), then each server is
+  told to load it with `POST /collective_rpc {"method": "trialground_load_weights", "args": [DIR]}`
+  followed by `POST /reset_prefix_cache`. On vLLM both routes need `VLLM_SERVER_DEV_MODE=1` and the
+  worker extension `--worker-extension-cls trialground.policy.vllm_worker.WeightReload`. The two newest
+  version directories are kept.
+- Version stamps: a generation is stamped with the version pushed when its request was sent. A vLLM
+  server applies a load between engine steps, so a request in flight during a push may finish under the
+  new weights; its logprobs are still those it was sampled with, and its stamp is the older version.
+
+The trainer's copy of the model comes from `policy.model` (a local directory, or 'tiny'); the tokenizer
+is read from there too, and must be the servers' tokenizer. A training run pushes the trainer's starting
+weights to every server before its first generation (`push_at_start`), so servers left with another
+run's weights are corrected; an evaluation without `--checkpoint` samples whatever the servers hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from trialground.errors import PolicyError
+from trialground.policy.base import Generation, Policy, SamplingParams
+from trialground.policy.config import PolicyConfig
+from trialground.policy.weight_files import RELOAD_METHOD, prune, write_weights
+
+_PUSH_TIMEOUT_S = 900.0  # a multi-GB load from a network file system takes minutes
+_VLLM_HINT = (
+    "a vLLM server takes pushed weights only when started with VLLM_SERVER_DEV_MODE=1 and "
+    "--worker-extension-cls trialground.policy.vllm_worker.WeightReload"
+)
+
+
+def base_url(url: str) -> str:
+    """`http://host:8000`, `http://host:8000/` and `http://host:8000/v1` all name the same server."""
+    url = url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+class RemotePolicy(Policy):
+    """See the module docstring. `requests[i]` counts the completion requests sent to `servers[i]`."""
+
+    trainable = True
+    # A training run pushes the trainer's starting weights first: a server may still hold another run's.
+    push_at_start = True
+
+    def __init__(self, config: PolicyConfig, *, tokenizer: Any = None) -> None:
+        if not config.servers:
+            raise PolicyError(
+                "the remote backend needs policy.servers: the base URLs of running vLLM servers or "
+                "`trialground policy serve` processes, e.g. [http://127.0.0.1:8000]",
+                kind="config",
+            )
+        self.config = config
+        if tokenizer is None:
+            from trialground.policy.hf import load_tokenizer
+
+            tokenizer = load_tokenizer(config)
+        self._tokenizer = tokenizer
+        self.servers = [base_url(u) for u in config.servers]
+        self.requests = [0] * len(self.servers)
+        self._inflight = [0] * len(self.servers)
+        self.eos_ids = _eos_ids(config, tokenizer)
+        self.model_name = config.served_model or self._discover_model()
+        self._seeds = random.Random(0)
+        self.version = 0
+        self._own_weight_dir = config.weight_dir is None
+        self.weight_root = (
+            Path(tempfile.mkdtemp(prefix="trialground-weights-"))
+            if config.weight_dir is None
+            else Path(config.weight_dir).expanduser().resolve()
+        )
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    def encode_chat(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+        from trialground.policy.hf import encode_chat
+
+        return encode_chat(self._tokenizer, messages)
+
+    # ------------------------------------------------------------------ generation
+
+    async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        if not prompts:
+            return []
+        rows: dict[tuple[int, ...], list[int]] = {}
+        for i, p in enumerate(prompts):
+            if not p:
+                raise PolicyError("empty prompt: at least one token is needed")
+            rows.setdefault(tuple(int(t) for t in p), []).append(i)
+        # seeds drawn in prompt order before anything is sent: the same run asks for the same samples
+        seeds = [params.seed if params.seed is not None else self._seeds.randrange(2**31) for _ in rows]
+        version = self.version
+        limit = self.config.request_timeout_s
+        timeout = httpx.Timeout(limit, connect=min(10.0, limit))
+        async with httpx.AsyncClient(timeout=timeout, headers=self._headers()) as client:
+            answers = await asyncio.gather(
+                *(
+                    self._complete(client, list(prompt), len(idx), seed, params)
+                    for (prompt, idx), seed in zip(rows.items(), seeds, strict=True)
+                )
+            )
+        out: list[Generation | None] = [None] * len(prompts)
+        for (_prompt, idx), (server, choices) in zip(rows.items(), answers, strict=True):
+            for row, choice in zip(idx, choices, strict=True):
+                out[row] = self._generation(server, choice, version)
+        return [g for g in out if g is not None]
+
+    def _pick(self, avoid: set[int]) -> int:
+        candidates = [i for i in range(len(self.servers)) if i not in avoid] or list(range(len(self.servers)))
+        return min(candidates, key=lambda i: self._inflight[i])
+
+    async def _complete(
+        self, client: httpx.AsyncClient, prompt: list[int], n: int, seed: int, params: SamplingParams
+    ) -> tuple[str, list[dict[str, Any]]]:
+        body: dict[str, Any] = {
+            "model": self.model_name,
+            "prompt": prompt,
+            "n": n,
+            "max_tokens": params.max_new_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "seed": seed,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+            "include_stop_str_in_output": True,
+            "skip_special_tokens": True,
+        }
+        if params.stop:
+            body["stop"] = list(params.stop)
+        failed: set[int] = set()
+        last = ""
+        for _attempt in range(self.config.max_retries + 1):
+            index = self._pick(failed)  # chosen and counted with no await between: no two pick blind
+            server = self.servers[index]
+            self._inflight[index] += n
+            self.requests[index] += 1
+            try:
+                resp = await client.post(server + "/v1/completions", json=body)
+            except httpx.HTTPError as exc:
+                last = f"{server}: {type(exc).__name__}: {exc}"
+                failed.add(index)
+                continue
+            finally:
+                self._inflight[index] -= n
+            if resp.status_code >= 500:
+                last = f"{server}: HTTP {resp.status_code}: {resp.text[:300]}"
+                failed.add(index)
+                continue
+            if resp.status_code != 200:
+                raise PolicyError(
+                    f"POST {server}/v1/completions: HTTP {resp.status_code}: {resp.text[:300]}", kind="http"
+                )
+            return server, _choices(server, resp, n)
+        raise PolicyError(f"completion failed after {self.config.max_retries + 1} tries: {last}", kind="http")
+
+    def _generation(self, server: str, choice: Mapping[str, Any], version: int) -> Generation:
+        ids = _token_ids(server, choice)
+        raw = (choice.get("logprobs") or {}).get("token_logprobs")
+        if not isinstance(raw, list) or len(raw) != len(ids):
+            got = len(raw) if isinstance(raw, list) else "no"
+            raise PolicyError(f"{server}: {got} logprobs for {len(ids)} sampled tokens", kind="protocol")
+        lps = []
+        for x in raw:
+            if not isinstance(x, int | float) or isinstance(x, bool) or not math.isfinite(x):
+                why = f"{server}: sampled-token logprob {x!r} is not a finite number"
+                raise PolicyError(why, kind="protocol")
+            lps.append(float(x))
+        finish = choice.get("finish_reason")
+        if finish == "length":
+            reason = "length"
+        elif finish == "stop":
+            matched = choice.get("stop_reason")
+            reason = "stop" if isinstance(matched, str) or not (ids and ids[-1] in self.eos_ids) else "eos"
+        else:
+            raise PolicyError(f"{server}: unexpected finish_reason {finish!r}", kind="protocol")
+        return Generation(
+            token_ids=tuple(ids),
+            logprobs=tuple(lps),
+            text=self._tokenizer.decode(ids, skip_special_tokens=True),
+            finish_reason=reason,  # type: ignore[arg-type]
+            version=version,
+        )
+
+    # ------------------------------------------------------------------ weights
+
+    def load_weights(self, state_dict: Mapping[str, Any], version: int) -> None:
+        """Write the weights under `weight_dir` and have every server load them (module docstring).
+        Returns when every server has loaded them; raises `PolicyError` naming each server that did
+        not."""
+        directory = write_weights(state_dict, self.weight_root, version)
+        with ThreadPoolExecutor(max_workers=len(self.servers)) as pool:
+            errors = [e for e in pool.map(lambda s: self._push(s, directory), self.servers) if e]
+        if errors:
+            raise PolicyError("weight push failed: " + "; ".join(errors), kind="weights")
+        prune(self.weight_root, keep=2)
+        self.version = version
+
+    def _push(self, server: str, directory: Path) -> str | None:
+        rpc = {"method": RELOAD_METHOD, "args": [str(directory)], "timeout": _PUSH_TIMEOUT_S}
+        try:
+            with httpx.Client(timeout=_PUSH_TIMEOUT_S, headers=self._headers()) as client:
+                resp = client.post(server + "/collective_rpc", json=rpc)
+                if resp.status_code == 200:
+                    resp = client.post(server + "/reset_prefix_cache")
+        except httpx.HTTPError as exc:
+            return f"{server}: {type(exc).__name__}: {exc}"
+        if resp.status_code == 404:
+            return f"{server}: {resp.request.url.path} not found ({_VLLM_HINT})"
+        if resp.status_code != 200:
+            return f"{server}{resp.request.url.path}: HTTP {resp.status_code}: {resp.text[:300]}"
+        return None
+
+    # ------------------------------------------------------------------ run plumbing
+
+    def seed_sampling(self, seed: int) -> None:
+        """Restart the stream of per-request seeds (the run's `seed` lands here)."""
+        self._seeds = random.Random(seed)
+
+    def sampling_rng_state(self) -> Any:
+        return self._seeds.getstate()
+
+    def set_sampling_rng_state(self, state: Any) -> None:
+        self._seeds.setstate(state)
+
+    def close(self) -> None:
+        """Delete the weight directory when this policy made it (a configured one is left as it is)."""
+        if self._own_weight_dir:
+            shutil.rmtree(self.weight_root, ignore_errors=True)
+
+    def _headers(self) -> dict[str, str]:
+        import os
+
+        key = os.environ.get(self.config.api_key_env)
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def _discover_model(self) -> str:
+        """The first model the first server lists; every server must list it."""
+        names: list[list[str]] = []
+        for server in self.servers:
+            try:
+                resp = httpx.get(
+                    server + "/v1/models",
+                    timeout=min(30.0, self.config.request_timeout_s),
+                    headers=self._headers(),
+                )
+                resp.raise_for_status()
+                names.append([str(m["id"]) for m in resp.json()["data"]])
+            except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+                raise PolicyError(
+                    f"policy.servers: {server}/v1/models did not answer with a model list: {exc}", kind="http"
+                ) from exc
+        if not names[0]:
+            raise PolicyError(f"policy.servers: {self.servers[0]} serves no model", kind="http")
+        name = names[0][0]
+        missing = [s for s, listed in zip(self.servers, names, strict=True) if name not in listed]
+        if missing:
+            raise PolicyError(f"policy.servers: {missing} do not serve model {name!r}", kind="config")
+        return name
+
+
+def _choices(server: str, resp: httpx.Response, n: int) -> list[dict[str, Any]]:
+    try:
+        choices = [dict(c) for c in resp.json()["choices"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        why = f"{server}: malformed completion answer: {resp.text[:300]}"
+        raise PolicyError(why, kind="protocol") from exc
+    if len(choices) != n:
+        raise PolicyError(f"{server}: {len(choices)} choices for n={n}", kind="protocol")
+    return sorted(choices, key=lambda c: int(c.get("index", 0)))
+
+
+def _token_ids(server: str, choice: Mapping[str, Any]) -> list[int]:
+    """The sampled ids: `token_ids` (vLLM >= 0.10.2), else parsed from `logprobs.tokens` entries
+    'token_id:N' (`return_tokens_as_token_ids`)."""
+    ids = choice.get("token_ids")
+    if isinstance(ids, list) and all(isinstance(t, int) for t in ids):
+        return [int(t) for t in ids]
+    tokens = (choice.get("logprobs") or {}).get("tokens")
+    if isinstance(tokens, list) and all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
+        try:
+            return [int(t[len("token_id:") :]) for t in tokens]
+        except ValueError:
+            pass
+    raise PolicyError(
+        f"{server}: the answer has no sampled token ids (neither `token_ids` nor 'token_id:N' tokens); "
+        "the remote backend needs a server that returns them (vLLM with return_token_ids or "
+        "return_tokens_as_token_ids, or `trialground policy serve`)",
+        kind="protocol",
+    )
+
+
+def _eos_ids(config: PolicyConfig, tokenizer: Any) -> frozenset[int]:
+    """The tokenizer's eos plus the model's generation config's (chat models end turns with either)."""
+    ids = {int(tokenizer.eos_token_id)} if tokenizer.eos_token_id is not None else set()
+    try:
+        from transformers import GenerationConfig
+
+        from trialground.policy.tiny import resolve_model_dir
+
+        eos = GenerationConfig.from_pretrained(resolve_model_dir(config.model)).eos_token_id
+    except (OSError, ValueError):
+        eos = None
+    if eos is not None:
+        ids |= {eos} if isinstance(eos, int) else set(eos)
+    return frozenset(ids)

@@ -1,0 +1,97 @@
+"""SWE-style repository tasks: a real library with an injected bug, graded by its own test suite.
+
+Source spec: `swe:<repo>` or `swe:<repo>:<candidates>` (how many candidate bugs to try; default 40), for
+a repository of `repos.REPOS`. The first use downloads the pinned sdist and builds the task set
+(`build.py`, minutes for the larger suites); later uses read both from the cache.
+
+Each task (verifier kind `swe_tests`):
+- `files`: the whole repository with the bug, plus the bundled pytest (`.tg/`); the agent may run the
+  tests with `python3 -I -S .tg/pytest.py`;
+- `hidden_checks`: the suite's test files (and conftest files) at their pristine content;
+- `reference`: the gold patch, a unified diff that removes the bug;
+- `verifier.params`: `repo`, `version`, `fail_to_pass`, `pass_to_pass` (pytest node ids);
+- `split`: fixed per bug by a hash of it (about one in five is `eval`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from trialground.errors import TaskError
+from trialground.sandbox.base import Limits
+from trialground.tasks.model import Task, VerifierSpec
+from trialground.tasks.swe.build import BugRecord, build_records, record_id, workspace_image_files
+from trialground.tasks.swe.patch import make_patch
+from trialground.tasks.swe.paths import is_test_path
+from trialground.tasks.swe.repos import RepoSpec, repo_files, repo_spec
+
+DEFAULT_CANDIDATES = 40
+TASK_LIMITS = Limits(wall_s=120.0, cpu_s=120.0, memory_mb=1024, pids=64, disk_mb=512, output_bytes=2_000_000)
+
+
+def parse_spec(arg: str) -> tuple[RepoSpec, int]:
+    """`<repo>[:<candidates>]` -> (spec, candidates)."""
+    name, _, count = arg.partition(":")
+    if not name:
+        raise TaskError("swe: name a repository, e.g. swe:inflection", kind="bad_spec")
+    spec = repo_spec(name)
+    if not count:
+        return spec, DEFAULT_CANDIDATES
+    if not count.isdigit() or not 1 <= int(count) <= 10_000:
+        raise TaskError(
+            f"swe:{arg}: candidates must be an integer in 1..10000, got {count!r}", kind="bad_spec"
+        )
+    return spec, int(count)
+
+
+def task_from_record(spec: RepoSpec, record: BugRecord) -> Task:
+    pristine = repo_files(spec)
+    files = dict(workspace_image_files(spec))
+    files[record.path] = record.text
+    hidden = {p: t for p, t in pristine.items() if is_test_path(p) and p.endswith(".py")}
+    rid = record_id(record)
+    split = "eval" if int(hashlib.sha256(rid.encode()).hexdigest()[:8], 16) % 5 == 0 else "train"
+    return Task(
+        domain="swe",
+        prompt=record.statement,
+        files=files,
+        hidden_checks=hidden,
+        reference=make_patch({record.path: record.text}, {record.path: pristine[record.path]}),
+        verifier=VerifierSpec(
+            kind="swe_tests",
+            params={
+                "repo": spec.name,
+                "version": spec.version,
+                "fail_to_pass": list(record.fail_to_pass),
+                "pass_to_pass": list(record.pass_to_pass),
+            },
+        ),
+        limits=TASK_LIMITS,
+        split=split,
+        metadata={
+            "name": f"{spec.name}-{rid}",
+            "repo": spec.name,
+            "bug": record.description,
+            "bug_kind": record.kind,
+            "bug_path": record.path,
+            "fail_to_pass": len(record.fail_to_pass),
+            "pass_to_pass": len(record.pass_to_pass),
+        },
+    )
+
+
+def swe_tasks(arg: str, *, seed: int = 0, n: int | None = None, split: str | None = None) -> list[Task]:
+    """The task set of `swe:<arg>` (see the module docstring), filtered to `split` when given."""
+    spec, count = parse_spec(arg)
+    records = build_records(spec, seed=seed, n_candidates=count)
+    if not records:
+        raise TaskError(
+            f"swe:{arg}: no bug of {count} candidates was kept; try more candidates "
+            "(swe:<repo>:<candidates>)",
+            kind="generator",
+        )
+    # A fixed set: a split may hold none of them (as for any stored set); the caller says if that is wrong.
+    tasks = [task_from_record(spec, r) for r in records]
+    if split is not None:
+        tasks = [t for t in tasks if t.split == split]
+    return tasks[:n] if n is not None else tasks
