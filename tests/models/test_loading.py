@@ -96,3 +96,18 @@ async def test_policy_tokens_equal_the_transformers_path(arch: str, tmp_path: Pa
         assert [g.token_ids for g in a] == [g.token_ids for g in b]
         for ga, gb in zip(a, b, strict=True):
             assert ga.logprobs == pytest.approx(gb.logprobs, abs=1e-4)
+
+
+def test_a_tokenizer_larger_than_the_embeddings_is_refused(tmp_path: Path) -> None:
+    from modelkit import bundled_tokenizer
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = bundled_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tok) - 10, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2,
+    )  # fmt: skip
+    LlamaForCausalLM(config).save_pretrained(tmp_path / "small_vocab")
+    tok.save_pretrained(tmp_path / "small_vocab")
+    with pytest.raises(PolicyError, match=rf"tokenizer has {len(tok)} tokens but the model embeds only"):
+        HFPolicy(PolicyConfig(model=str(tmp_path / "small_vocab")))

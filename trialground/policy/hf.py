@@ -31,7 +31,7 @@ from trialground.errors import PolicyError
 from trialground.policy.base import Generation, Policy, SamplingParams
 from trialground.policy.config import PolicyConfig
 from trialground.policy.llama_decode import LlamaDecoder, unsupported_reason
-from trialground.policy.loading import load_model, load_tokenizer
+from trialground.policy.loading import check_vocabulary, load_model, load_tokenizer
 
 __all__ = ["HFPolicy", "load_model", "load_tokenizer", "sample_batch"]
 
@@ -262,6 +262,7 @@ class HFPolicy(Policy):
         self.config = config
         self._tokenizer: Any = load_tokenizer(config)
         self.model: PreTrainedModel = load_model(config).eval()
+        check_vocabulary(config, self.model, self._tokenizer)
         self.device = torch.device(config.device)
         self.eos_ids = sorted({self._tokenizer.eos_token_id, *self._eos_from_generation_config()})
         self.version = 0

@@ -73,18 +73,21 @@ def load_pretrained(path: str | Path, dtype: torch.dtype = torch.float32) -> Pre
 def load_model(config: PolicyConfig) -> PreTrainedModel:
     """The causal LM of `config.model` on `config.device`; on CPU, sets torch's threads process-wide."""
     model: Any = load_pretrained(model_dir(config), DTYPES[config.dtype])
-    embeddings = model.get_input_embeddings().weight.shape[0]
-    tokens = len(load_tokenizer(config))
-    if tokens > embeddings:
-        raise PolicyError(
-            f"model {config.model!r}: its tokenizer has {tokens} tokens but the model embeds only "
-            f"{embeddings}; they do not belong together"
-        )
     device = torch.device(config.device)
     if device.type == "cpu" and config.cpu_threads is not None:
         # process-wide: with more threads than idle cores, every op waits on its slowest thread
         torch.set_num_threads(config.cpu_threads)
     return model.to(device)  # type: ignore[no-any-return]
+
+
+def check_vocabulary(config: PolicyConfig, model: Any, tokenizer: Any) -> None:
+    """PolicyError when the tokenizer has ids the model cannot embed (they do not belong together)."""
+    embeddings = model.get_input_embeddings().weight.shape[0]
+    if len(tokenizer) > embeddings:
+        raise PolicyError(
+            f"model {config.model!r}: its tokenizer has {len(tokenizer)} tokens but the model embeds only "
+            f"{embeddings}; they do not belong together"
+        )
 
 
 def base_model_dir(config: PolicyConfig) -> str | None:
