@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -38,6 +38,9 @@ from trialground.train.advantages import Scored
 from trialground.train.config import TrainerConfig
 from trialground.train.losses import finalize_metrics, ppo_clip_loss
 from trialground.train.memory import autocast, enable_checkpointing
+
+if TYPE_CHECKING:
+    from trialground.train.distributed import DataParallel
 
 
 @dataclass
@@ -120,7 +123,7 @@ class Trainer:
         if config.gradient_checkpointing:
             enable_checkpointing(self.model)
         # Data-parallel training sets this (trialground.train.distributed.DataParallel); one process: None.
-        self.parallel: Any = None
+        self.parallel: DataParallel | None = None
         params = [p for p in self.model.parameters() if p.requires_grad]
         if not params:
             raise ValueError("the model has no trainable parameters")
