@@ -88,9 +88,10 @@ def _held() -> tuple[set[int], list[str], list[Path], set[int]]:
 
 
 async def _settle(before: tuple[set[int], list[str], list[Path], set[int]]) -> None:
-    """Wait (a little) for background teardowns, then check that nothing more is held than `before`."""
+    """Wait for background teardowns (up to 30 s: a loaded machine runs them late), then check that nothing
+    more is held than `before`."""
     await teardown.drain()
-    for _ in range(100):
+    for _ in range(600):
         fds, ws, groups, procs = _held()
         if (
             fds <= before[0]
