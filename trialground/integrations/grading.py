@@ -28,6 +28,7 @@ from trialground.integrations.background import BackgroundLoop
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task
 from trialground.verify.base import Reward, Verdict
+from trialground.verify.build import make_grader
 from trialground.verify.config import RewardConfig
 from trialground.verify.grader import Grader
 from trialground.verify.judge import Judge
@@ -135,7 +136,9 @@ class TaskGrading:
         self.grader = self.loop.run(self._make_grader())
 
     async def _make_grader(self) -> Grader:  # made on the loop it will live on
-        return Grader(self.sandbox, self.reward_config, judge=self._judge)
+        if self._judge is not None:  # a judge object given here wins over `reward.judge`
+            return Grader(self.sandbox, self.reward_config, judge=self._judge)
+        return make_grader(self.sandbox, self.reward_config)
 
     def task(self, task_id: str) -> Task:
         try:
