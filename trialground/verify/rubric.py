@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from trialground.rollout.trajectory import CONTEXT_BUDGET, Trajectory
 from trialground.verify.base import Action, Reward, RewardComponent, Verdict
@@ -62,6 +63,7 @@ class Contribution:
 
 
 Scorer = Callable[[Facts, RewardConfig], Contribution]
+Stage = Literal["grade", "finish"]
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,7 @@ class Part:
     trajectory is over (they see its length and how it ended)."""
 
     name: str
-    stage: str
+    stage: Stage
     score: Scorer
 
 
@@ -171,7 +173,7 @@ class Rubric:
     def names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.parts)
 
-    def _run(self, stage: str, facts: Facts) -> list[Contribution]:
+    def _run(self, stage: Stage, facts: Facts) -> list[Contribution]:
         return [p.score(facts, self.config) for p in self.parts if p.stage == stage]
 
     def grade(
