@@ -11,7 +11,7 @@ and exits then take a slightly slower shared path). It is a property of any cgro
 machine-wide, so the first sandbox of a process mounts our own empty, controller-less v1 hierarchy with it
 (`favor_dynamic_moves`) rather than touching the system's mounts; the mount is kept, like the runtime view.
 `TRIALGROUND_SANDBOX_FAVORDYNMODS=0` leaves the kernel as it is; on a kernel without the option nothing
-changes but the cost. """
+changes but the cost."""
 
 from __future__ import annotations
 
