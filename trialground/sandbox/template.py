@@ -191,8 +191,10 @@ def _build_dev(dev: str, shm_bytes: int) -> None:
             _bind(f"/dev/{name}", f"{dev}/{name}", devices=True)
     for name, target in DEV_LINKS:
         os.symlink(target, f"{dev}/{name}")
-    for name in ("shm", "pts"):
+    for name in ("shm", "pts", "mqueue"):
         os.mkdir(f"{dev}/{name}", 0o755)
+    # The POSIX message queues of the sandbox's IPC namespace, listed there so a reset can remove them all.
+    _mount("mqueue", f"{dev}/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     _mount("tmpfs", f"{dev}/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0755,size={shm_bytes}")
     _mount("devpts", f"{dev}/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
 
