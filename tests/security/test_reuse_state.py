@@ -17,8 +17,8 @@ from trialground.sandbox.base import Limits, Sandbox, SandboxConfig
 from trialground.sandbox.bwrap import bwrap_available
 from trialground.sandbox.factory import open_sandbox
 from trialground.tasks.model import Task, VerifierSpec
-from trialground.verify.kinds.code_tests import CodeTestsVerifier
 from trialground.verify.config import GradingConfig
+from trialground.verify.kinds.code_tests import CodeTestsVerifier
 
 LAUNCHERS = pytest.mark.parametrize("launcher", ["forkserver", "bwrap"])
 
