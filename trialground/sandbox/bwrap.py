@@ -9,7 +9,8 @@ process a command started is killed when it ends.
 
 The sandbox sees: a read-only /usr (+ /lib*, /bin, /sbin links), a few files of /etc, the configured Python
 runtime (read-only, at its host path), a private /proc and /dev (read-only), private size-limited /tmp and
-/dev/shm (emptied on `restore`), and the workspace at /workspace. Only the workspace, /tmp and /dev/shm are
+/dev/shm, the IPC namespace's POSIX queues at /dev/mqueue (all emptied, with every SysV IPC object, on
+`restore`), and the workspace at /workspace. Only the workspace, /tmp, /dev/shm and the queues are
 writable. Always a network namespace of its own: only loopback, or with `config.network` an outbound-only
 uplink (`netns.py`). With `config.rootfs`, that directory's entries replace /usr, /etc and the runtime
 (it needs `python3` on its PATH).
@@ -219,7 +220,8 @@ class BwrapSandbox(Sandbox):
                 "Fedora: dnf install bubblewrap) or choose backend='process' (no isolation)",
                 kind="missing_bwrap",
             )
-        sandbox = await prewarm.take(config, cls._spare) or await cls._fresh(config)
+        spare = await prewarm.take(config, cls._spare)
+        sandbox = spare if isinstance(spare, BwrapSandbox) else await cls._fresh(config)
         try:
             for path, data in (files or {}).items():
                 await sandbox.write(path, data)

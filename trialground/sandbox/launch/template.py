@@ -15,8 +15,9 @@ sandbox's PID 1; it sends the host a pidfd of PID 1 on the info socket and then 
 end. PID 1 builds the sandbox's root file system exactly as bubblewrap does for the
 `bwrap` launcher (`bwrap.bwrap_argv`): a tmpfs root, read-only /usr (+ /lib*, /bin, /sbin), the prepared
 /etc view and the runtime view, /proc (its sys, sysrq-trigger, irq and bus read-only), a small /dev of its
-own, private size-limited /tmp and /dev/shm, the workspace at /workspace; everything but those three
-read-only; the host's root detached. It sets the hostname, brings the loopback device up, waits for the
+own (with the IPC namespace's mqueue file system at /dev/mqueue), private size-limited /tmp and /dev/shm,
+the workspace at /workspace; everything but those three and the queues read-only; the host's root
+detached. It sets the hostname, brings the loopback device up, waits for the
 host's go (sent once PID 1 is in its cgroup and, for a networked sandbox, its uplink is attached), enters
 a new cgroup namespace, drops every capability (bounding, ambient, permitted, effective, inheritable),
 sets no_new_privs, loads the seccomp filter, closes every descriptor but its three pipes, and becomes the
