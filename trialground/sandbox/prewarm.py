@@ -21,14 +21,13 @@ from trialground.sandbox.launch import teardown
 
 
 class Spare(Protocol):
-    """What the pool needs of a sandbox it keeps. The `bwrap` backend passes its own factory in, so this
-    module imports no backend."""
+    """What the pool keeps of a sandbox started ahead (a `BwrapSandbox`)."""
 
     def alive(self) -> bool: ...
 
-    async def close(self) -> None: ...
-
     def close_now(self) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 Factory = Callable[[SandboxConfig], Awaitable[Spare]]
