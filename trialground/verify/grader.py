@@ -133,7 +133,7 @@ class Grader:
             return None
         try:
             score = await self.judge.score(task, submission)
-        except TrialgroundError:
+        except Exception:  # any judge failure is counted; it never changes the rule verdict
             self.cross_check.errors += 1
             return None
         self.cross_check.record(verdict.passed, score)
