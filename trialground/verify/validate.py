@@ -30,7 +30,7 @@ from rich.table import Table
 
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task
-from trialground.verify.answers import parse_number
+from trialground.verify.answers import compile_pattern, parse_number
 from trialground.verify.code_tests import test_names
 from trialground.verify.config import RewardConfig
 from trialground.verify.grader import Grader
@@ -203,12 +203,10 @@ class Validator:
         if kind == "numeric" and parse_number(str(params["answer"])) is None:
             return [f"gold answer {params['answer']!r} is not a number"]
         if kind == "regex":
-            import re
-
             try:
-                re.compile(str(params.get("pattern", "")))
-            except re.error as e:
-                return [f"regex does not compile: {e}"]
+                compile_pattern(str(params.get("pattern", "")), str(params.get("flags", "")))
+            except ValueError as e:
+                return [f"regex does not compile (RE2 syntax): {e}"]
         if kind == "math":  # the gold answer must parse and verify against itself
             ok, detail = self.grader.math.call(str(params["answer"]), f"${params['answer']}$")
             if not ok:
