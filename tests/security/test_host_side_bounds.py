@@ -33,7 +33,7 @@ def _task(kind: str, **params: object) -> Task:
 def test_catastrophic_regex_is_linear() -> None:
     # In a child process, so that a backtracking engine can be killed when it never finishes.
     script = (
-        "from trialground.verify.answers import verify_regex\n"
+        "from trialground.verify.kinds.answers import verify_regex\n"
         "from trialground.tasks.model import Task, VerifierSpec\n"
         "spec = VerifierSpec(kind='regex', params={'pattern': '(a+)+b'})\n"
         "t = Task(domain='qa', prompt='?', verifier=spec)\n"

@@ -23,7 +23,7 @@ from fastapi.responses import StreamingResponse
 
 from trialground.errors import VerifierError
 from trialground.tasks.model import Task, VerifierSpec
-from trialground.verify.judge import OpenAIJudge
+from trialground.verify.judges.judge import OpenAIJudge
 
 TASK = Task(domain="qa", prompt="Name the capital of France.", verifier=VerifierSpec(kind="judge"))
 
