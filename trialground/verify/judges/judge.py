@@ -148,8 +148,8 @@ class HFClassifierJudge(Judge):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         if isinstance(model, str):
-            tokenizer = tokenizer or AutoTokenizer.from_pretrained(model)
-            model = AutoModelForSequenceClassification.from_pretrained(model)
+            tokenizer = tokenizer or AutoTokenizer.from_pretrained(model, trust_remote_code=False)
+            model = AutoModelForSequenceClassification.from_pretrained(model, trust_remote_code=False)
         if tokenizer is None:
             raise VerifierError("HFClassifierJudge needs a tokenizer", kind="judge_config")
         self._torch = torch
