@@ -109,13 +109,27 @@ async def test_read_file_never_reads_a_huge_file_onto_the_host(sandbox: Sandbox)
     res = await sandbox.exec(["python3", "-c", make], cwd="/workspace")
     assert res.ok, res.stderr
     box = Toolbox(sandbox, _task("exact", answer="x"), Limits())
+    reads: list[int] = []  # what reached the host through the sandbox's own read
+    real_read = sandbox.read
+
+    async def counted(path: str) -> bytes:
+        data = await real_read(path)
+        reads.append(len(data))
+        return data
+
+    sandbox.read = counted  # type: ignore[method-assign]
     out = await box.run("read_file", {"path": "big.log"}, wall_s=10.0)
     assert out.ok, out.text
     assert len(out.text) <= READ_FILE_MAX_BYTES + 200
     assert out.text.startswith("HEAD") and out.text.endswith("TAIL") and "bytes not shown" in out.text
+    edit = await box.run("edit_file", {"path": "big.log", "old": "HEAD", "new": "BODY"}, wall_s=10.0)
+    assert not edit.ok and "edits files up to" in edit.text
+    over = await box.run("write_file", {"path": "big.log", "content": "short\n"}, wall_s=10.0)
+    assert over.ok and over.changed_workspace
     small = await box.run("write_file", {"path": "small.txt", "content": "hello\n"}, wall_s=10.0)
     assert small.ok
     assert (await box.run("read_file", {"path": "small.txt"}, wall_s=10.0)).text == "hello\n"
+    assert max(reads) <= READ_FILE_MAX_BYTES, reads  # read_file, edit_file and write_file alike
     # Outside the workspace and through a symlink: still refused, as for a small file.
     assert (await sandbox.exec(["ln", "-s", "big.log", "link.log"], cwd="/workspace")).ok
     for path in ("link.log", "/etc/passwd", "../../etc/passwd"):
