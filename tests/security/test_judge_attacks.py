@@ -189,3 +189,31 @@ async def test_judge_failure_never_changes_a_rule_verdict(server: tuple[str, lis
     assert verdict.passed and verdict.error is None and reward.total == 1.0
     assert reward.component("judge") is None
     assert grader.metrics()["verify/judge_errors"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("case", "passed", "error"),
+    [
+        ("fraction", False, None),
+        ("cut", False, None),
+        ("good", True, None),
+        ("trickle", False, "judge_timeout"),
+    ],
+)
+async def test_judge_kind_refused_reply_is_a_failed_verdict(
+    server: tuple[str, list[dict]], case: str, passed: bool, error: str | None
+) -> None:
+    """For a `judge` task, a reply out of format is content the submission can provoke: a failed verdict,
+    not an infrastructure error that would leave the sample out of the baseline. A timeout stays one."""
+    from trialground.sandbox.base import SandboxConfig
+    from trialground.verify.config import RewardConfig
+    from trialground.verify.grader import Grader
+
+    url, _ = server
+    grader = Grader(SandboxConfig(), RewardConfig(), judge=OpenAIJudge(url, "m", timeout_s=1.0))
+    try:
+        verdict, _ = await grader.grade(TASK, f"CASE={case}\nParis")
+    finally:
+        await grader.close()
+    assert verdict.passed is passed
+    assert (verdict.error.kind if verdict.error else None) == error
