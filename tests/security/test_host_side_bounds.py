@@ -17,11 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
+from reward_helpers import grade_and_score
 
 from trialground.sandbox.base import Limits, Sandbox, SandboxConfig
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.verify.config import RewardConfig
-from trialground.verify.grader import Grader
+from trialground.verify.grader import make_grader
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,7 +62,7 @@ def test_catastrophic_regex_is_linear() -> None:
     ids=["regex_m", "regex_m_lines", "exact", "numeric"],
 )
 async def test_many_newlines_never_block_the_event_loop(task: Task) -> None:
-    grader = Grader(SandboxConfig(), RewardConfig())
+    grader = make_grader(SandboxConfig(), RewardConfig())
     gaps: list[float] = []
 
     async def ticker(stop: asyncio.Event) -> None:
@@ -76,7 +77,7 @@ async def test_many_newlines_never_block_the_event_loop(task: Task) -> None:
     tick = asyncio.create_task(ticker(stop))
     try:
         await asyncio.sleep(0.05)
-        verdict, _ = await grader.grade(task, "\n" * 20_000 + "answer: 7\n" + "\n" * 20_000)
+        verdict = (await grader.grade(task, "\n" * 20_000 + "answer: 7\n" + "\n" * 20_000)).verdict
     finally:
         stop.set()
         await tick
@@ -91,9 +92,9 @@ async def test_many_newlines_never_block_the_event_loop(task: Task) -> None:
     ids=["huge_numerator", "huge_denominator", "overflowing_quotient", "huge_integer", "huge_exponent"],
 )
 async def test_unrepresentable_numbers_are_wrong_answers(answer: str) -> None:
-    grader = Grader(SandboxConfig(), RewardConfig())
+    grader = make_grader(SandboxConfig(), RewardConfig())
     try:
-        verdict, reward = await grader.grade(_task("numeric", answer=0.75), f"Answer: {answer}")
+        verdict, reward = await grade_and_score(grader, _task("numeric", answer=0.75), f"Answer: {answer}")
     finally:
         await grader.close()
     assert verdict.error is None, verdict.error

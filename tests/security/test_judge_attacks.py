@@ -20,6 +20,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
+from reward_helpers import grade_scored, step_metrics
 
 from trialground.errors import VerifierError
 from trialground.tasks.model import Task, VerifierSpec
@@ -173,22 +174,22 @@ async def test_a_boundary_in_the_submission_is_never_the_real_one(server: tuple[
 async def test_judge_failure_never_changes_a_rule_verdict(server: tuple[str, list[dict]], case: str) -> None:
     from trialground.sandbox.base import SandboxConfig
     from trialground.verify.config import RewardConfig
-    from trialground.verify.grader import Grader
+    from trialground.verify.grader import make_grader
 
     url, _ = server
-    grader = Grader(
+    grader = make_grader(
         SandboxConfig(), RewardConfig(judge_sample_rate=1.0), judge=OpenAIJudge(url, "m", timeout_s=1.0)
     )
     task = Task(
         domain="qa", prompt="Capital?", verifier=VerifierSpec(kind="exact", params={"answer": "Paris"})
     )
     try:
-        verdict, reward = await grader.grade(task, f"CASE={case}\nAnswer: Paris")
+        graded, reward = await grade_scored(grader, task, f"CASE={case}\nAnswer: Paris")
     finally:
         await grader.close()
-    assert verdict.passed and verdict.error is None and reward.total == 1.0
-    assert reward.component("judge") is None
-    assert grader.metrics()["verify/judge_errors"] == 1.0
+    assert graded.verdict.passed and graded.verdict.error is None and reward.total == 1.0
+    assert graded.judge_failed and graded.judge_score is None and reward.component("judge") is None
+    assert step_metrics([graded])["verify/judge_errors"] == 1.0
 
 
 @pytest.mark.parametrize(
@@ -207,12 +208,12 @@ async def test_judge_kind_refused_reply_is_a_failed_verdict(
     not an infrastructure error that would leave the sample out of the baseline. A timeout stays one."""
     from trialground.sandbox.base import SandboxConfig
     from trialground.verify.config import RewardConfig
-    from trialground.verify.grader import Grader
+    from trialground.verify.grader import make_grader
 
     url, _ = server
-    grader = Grader(SandboxConfig(), RewardConfig(), judge=OpenAIJudge(url, "m", timeout_s=1.0))
+    grader = make_grader(SandboxConfig(), RewardConfig(), judge=OpenAIJudge(url, "m", timeout_s=1.0))
     try:
-        verdict, _ = await grader.grade(TASK, f"CASE={case}\nParis")
+        verdict = (await grader.grade(TASK, f"CASE={case}\nParis")).verdict
     finally:
         await grader.close()
     assert verdict.passed is passed
