@@ -42,6 +42,16 @@ def check_file_name(name: str) -> str:
 
 Split = Literal["train", "eval"]
 
+EVAL_PER_MILLE = 200  # the share of every generated family's instance space that is held out, per mille
+
+
+def split_of(key: str, *, namespace: str = "") -> Split:
+    """The one train/eval rule of every task generator: a hash of the instance's key (what it asks, never
+    its wording or incidental data), so an instance and its rewordings share a split and the two splits
+    never meet. `namespace` keeps families' key spaces apart."""
+    digest = int.from_bytes(hashlib.sha256((namespace + key).encode()).digest()[:8], "big")
+    return "eval" if digest % 1000 < EVAL_PER_MILLE else "train"
+
 
 class VerifierSpec(BaseModel):
     """Which verifier grades a task, and its parameters (e.g. the gold answer, a tolerance). `kind` is a
