@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from trialground.config import RunConfig
 from trialground.monitor.alerts import worst_action
 from trialground.orchestrator.batches import AsyncBatches, SyncBatches
-from trialground.orchestrator.canaries import canary_metrics
+from trialground.orchestrator.canaries import canary_metrics, training_canary_metrics
 from trialground.orchestrator.components import Components, build
 from trialground.orchestrator.dynamic import refill
 from trialground.orchestrator.evaluate import evaluate
@@ -44,7 +44,12 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
     step = restore(c, run_dir) if resume else 0
     first_eval = None
     if step == 0:
-        first_eval = await _eval_and_log(c, 0)
+        start = dict(c.startup_metrics)
+        first_eval = await _eval_and_log(c, 0, start)
+        if loop.probe_interval:
+            start |= await _probe(c, start)
+        if c.monitor is not None:
+            c.monitor.observe(0, start)
     trainer = c.require_trainer()
     batches = AsyncBatches(c, step) if loop.mode == "async" else SyncBatches(c)
     alerts, last_eval, stopped_by = 0, first_eval, None
@@ -70,12 +75,15 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
                 metrics["async/trainer_wait_s"] = batches.wait_s
             record_outcomes(c, step, batch.tasks, batch.groups)  # pass rates; flagged.jsonl; regressions
             metrics |= rollout_metrics(batch.groups, c.domains, version) | useful_token_metrics(scored)
+            metrics |= training_canary_metrics(batch.tasks, batch.groups)  # hack/canary_cheat_rate
             metrics |= fmetrics | c.component_metrics()
             metrics["rollout/batch_s"] = batch.rollout_s
             metrics |= branch_metrics(batch.groups, branching=loop.branch != "off")
             await asyncio.to_thread(run_dir.write_step, step, scored, c.texts(scored), c.domains)
             if (loop.eval_interval and step % loop.eval_interval == 0) or step in evals_at:
                 last_eval = await _eval_and_log(c, step, metrics)
+            if loop.probe_interval and step % loop.probe_interval == 0:
+                metrics |= await _probe(c, metrics)
             raised = c.monitor.observe(step, metrics) if c.monitor else []
             alerts, halt = alerts + len(raised), worst_action(raised) in ("pause", "stop")
             if (
@@ -94,6 +102,15 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
         await c.close()
     seconds = time.perf_counter() - t_start
     return RunSummary(str(run_dir.path), step, first_eval, last_eval, seconds, alerts, stopped_by)
+
+
+async def _probe(c: Components, metrics: dict[str, float]) -> dict[str, float]:
+    """`probe/*`: greedy pass@1 on a fixed small subset of the held-out split (the correlation's points);
+    taken from this step's full evaluation when that covered the same tasks."""
+    tasks = c.eval_tasks[: c.config.loop.probe_tasks]
+    if len(tasks) == len(c.eval_tasks) and "eval/pass@1" in metrics and c.config.loop.eval_samples == 1:
+        return {"probe/" + k[5:]: v for k, v in metrics.items() if k.startswith("eval/pass@")}
+    return (await evaluate(c, tasks, params=c.config.policy.eval_sampling, prefix="probe")).metrics
 
 
 async def _eval_and_log(c: Components, step: int, metrics: dict[str, float] | None = None) -> float | None:

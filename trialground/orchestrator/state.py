@@ -1,4 +1,4 @@
-"""Checkpoint and resume of a whole run: trainer, task pool, policy sampling RNG, step."""
+"""Checkpoint and resume of a whole run: trainer, task pool, policy sampling RNG, step, monitor state."""
 
 from __future__ import annotations
 
@@ -30,4 +30,6 @@ def restore(c: Components, run: RunDir) -> int:
     c.load_policy_state(loaded.extra.get("policy", {}))
     c.sync_weights()
     run.truncate_after(loaded.step + 1)
+    if c.monitor is not None:  # rule history, cooldowns, cost: as they were at the checkpoint
+        c.monitor.resume(loaded.step)
     return loaded.step
