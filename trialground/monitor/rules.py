@@ -5,7 +5,7 @@ Metric keys the default rules read (missing keys simply keep a rule silent):
 | key | meaning | rule |
 |---|---|---|
 | `env/error_rate`, `env/timeout_rate` | share of sandbox executions erroring / timing out | env_anomaly |
-| `pool/queue_depth`, `pool/wait_p99_s` | tasks waiting for an environment (time-weighted over the last minute, recorded by the pool's queue); p99 wait (s) | backlog |
+| `pool/queue_depth`, `pool/wait_p99_s` | tasks waiting (time-weighted, last minute); p99 wait (s) | backlog |
 | `canary/<name>` | canary submissions re-scored (e.g. `canary/good_pass_rate`) | reward_drift |
 | `verify/error_rate/<source>` | verifier infrastructure error rate per task source | reward_drift |
 | `reward/mean/<domain>` | mean training reward per domain | domain_reward_shift |

@@ -15,7 +15,12 @@ from trialground.orchestrator.components import Components, build
 from trialground.orchestrator.dynamic import refill
 from trialground.orchestrator.evaluate import evaluate
 from trialground.orchestrator.metrics import rollout_metrics, useful_token_metrics
-from trialground.orchestrator.outcomes import record_eval, record_outcomes
+from trialground.orchestrator.outcomes import (
+    online_failure_metrics,
+    queue_online_failures,
+    record_eval,
+    record_outcomes,
+)
 from trialground.orchestrator.rundir import RunDir
 from trialground.orchestrator.state import restore, save
 from trialground.rollout.branching import branch_metrics
@@ -44,6 +49,7 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
     step = restore(c, run_dir) if resume else 0
     first_eval = None
     if step == 0:
+        queue_online_failures(c)  # recorded failures into the regression queue (tasks.regression_files)
         start = dict(c.startup_metrics)
         first_eval = await _eval_and_log(c, 0, start)
         if loop.probe_interval:
@@ -76,6 +82,7 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
             record_outcomes(c, step, batch.tasks, batch.groups)  # pass rates; flagged.jsonl; regressions
             metrics |= rollout_metrics(batch.groups, c.domains, version) | useful_token_metrics(scored)
             metrics |= training_canary_metrics(batch.tasks, batch.groups)  # hack/canary_cheat_rate
+            metrics |= online_failure_metrics(batch.tasks, batch.groups)  # regressions/online_*
             metrics |= fmetrics | c.component_metrics()
             metrics["rollout/batch_s"] = batch.rollout_s
             metrics |= branch_metrics(batch.groups, branching=loop.branch != "off")
