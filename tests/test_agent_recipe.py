@@ -36,8 +36,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_few_agent_steps_learn_from_multi_turn_episodes(tmp_path: Path) -> None:
-    from trialground.orchestrator.wiring import build
     from trialground.orchestrator.loop import run
+    from trialground.orchestrator.wiring import build
 
     cfg = load_config(AGENT, [*SMALL, f"output_dir={tmp_path}", "name=agent"])
     before = {k: v.clone() for k, v in build(cfg, None, train=False).policy.model.state_dict().items()}

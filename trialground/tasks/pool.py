@@ -157,8 +157,9 @@ class TaskPool:
         if passed and task_id in self._regressions:
             self._regressions[task_id] -= 1
             if self._regressions[task_id] <= 0:
+                # no longer sampled; it stays known, so the rest of its group (and a later re-queue,
+                # e.g. when it is forgotten) can still be recorded
                 del self._regressions[task_id]
-                self._extra.pop(task_id, None)
 
     def observe(self, tasks: Sequence[Task], groups: Sequence[Sequence[Attempt]]) -> Observed:
         """A step's graded attempts (`groups[i]` are attempts of `tasks[i]`; infrastructure failures are
