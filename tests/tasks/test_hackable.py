@@ -60,9 +60,9 @@ async def test_the_exploit_pays_only_under_the_naive_grader() -> None:
         i = next(i for i, t in enumerate(tasks) if is_impossible_canary(t))
         original = hackable_tasks(16, 3, "train", "naive,canary=0")[i]
         assert original.reference is not None and original.prompt == tasks[i].prompt
-        verdict, _ = await grader.grade(original, original.reference)
+        verdict, _ = await grade_and_score(grader, original, original.reference or "")
         assert verdict.passed
-        verdict, _ = await grader.grade(tasks[i], original.reference)
+        verdict, _ = await grade_and_score(grader, tasks[i], original.reference or "")
         assert not verdict.passed, "the reference of the task it was made from fails the canary"
     finally:
         await grader.close()

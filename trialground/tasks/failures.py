@@ -29,6 +29,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trialground.errors import TaskError
+from trialground.tasks.checks import test_function_names
 from trialground.tasks.model import Task, VerifierSpec
 
 ORIGIN_KEY = "origin"
@@ -59,12 +60,10 @@ class FailureRecord(BaseModel):
 
 
 def _task(record: FailureRecord, line_no: int, sha: str) -> Task:
-    from trialground.verify.code_tests import test_names  # a parse error is a TaskError-like failure
-
     meta = {ORIGIN_KEY: record.origin, RECORD_KEY: line_no, "failure_sha": sha}
     if record.check is not None:
         try:
-            names = test_names(record.check)
+            names = test_function_names(record.check)
         except Exception as e:
             raise ValueError(f"check does not parse: {e}") from None
         if not names:

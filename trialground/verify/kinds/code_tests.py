@@ -55,6 +55,7 @@ from typing import Any
 from trialground.errors import SandboxError, TrialgroundError, VerifierError
 from trialground.sandbox.base import WORKSPACE, ExecResult, Limits, Sandbox, SandboxConfig
 from trialground.sandbox.launch import reset
+from trialground.tasks.checks import test_function_names
 from trialground.tasks.model import Task
 from trialground.verify.config import GradingConfig
 from trialground.verify.kinds.submitted import UnreadableSubmission, read_submitted
@@ -104,14 +105,9 @@ def _module_name(path: str) -> str:
 def test_names(source: str) -> list[str]:
     """Top-level `def test_*` names in definition order, read from the AST (never by running the file)."""
     try:
-        tree = ast.parse(source)
+        return test_function_names(source)
     except SyntaxError as e:
         raise VerifierError(f"check file does not parse: {e}", kind="bad_task") from e
-    return [
-        n.name
-        for n in tree.body
-        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name.startswith("test")
-    ]
 
 
 @functools.lru_cache(maxsize=4096)
