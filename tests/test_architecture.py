@@ -138,11 +138,7 @@ def test_every_import_of_the_package_names_a_module_that_exists() -> None:
     missing = []
     for name, path in mods.items():
         for node in ast.walk(ast.parse(path.read_text())):
-            if (
-                isinstance(node, ast.ImportFrom)
-                and node.level == 0
-                and (node.module or "").startswith("trialground")
-            ):
-                if node.module not in mods:
-                    missing.append(f"{name}: {node.module}")
+            module = node.module if isinstance(node, ast.ImportFrom) and node.level == 0 else None
+            if module is not None and module.startswith("trialground") and module not in mods:
+                missing.append(f"{name}: {module}")
     assert missing == []
