@@ -1,0 +1,202 @@
+"""The `swe_tests` verifier: a repository task's FAIL_TO_PASS and PASS_TO_PASS tests, on a pristine copy.
+
+The verdict is never decided inside the process the submission controls. How a grading goes:
+1. the submission's changes are read relative to the task's starting workspace: with an agent sandbox,
+   every file of the workspace is compared host-side (`Sandbox.read`: regular files only, never through
+   a symlink) with the task's files; without one, the submission text is a unified diff (`patch.py`)
+   applied to them (a patch that does not apply fails, it is not an error);
+2. each changed path is classified (`trialground.tasks.swe.paths`): changes to library code are kept;
+   changes to protected paths (tests, conftest, configuration, the bundled runner, sitecustomize, `.pth`)
+   are never applied and each raises a `test_tampering` or `harness_tampering` flag (severity hack: such a
+   submission earns nothing, whatever its other changes); anything else is ignored;
+3. the kept library changes pass the static policy (`trialground.tasks.swe.policy`), host-side: added
+   code that uses introspection, dynamic attribute access, code objects, process control, files or the
+   modules that give them is refused (`diff_policy`, severity hack) and no test runs;
+4. the tests run as `harness.test_runs(task)`: each FAIL_TO_PASS test alone, the PASS_TO_PASS tests per
+   test file, each in its own process, in a sandbox of the repository's image (`image.py`) restored to
+   its snapshot just before (tests, conftest and the bundled harness at their pristine bytes, no process
+   left from an earlier run), with the task's bug and the kept changes written on top. The command and
+   environment are the ones the agent's `run_tests` tool uses;
+5. a run passes only when its exit status, as the sandbox's supervisor saw it, is 0 (the pristine
+   launcher exits 0 only when every named test ran and passed); the verdict passes only when every run
+   passed. Nothing the process prints is trusted: its output is shown as detail only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+from trialground.errors import SandboxError, VerifierError
+from trialground.sandbox.base import WORKSPACE, ExecResult, ExecStatus, Limits, Sandbox, SandboxConfig
+from trialground.tasks.model import Task
+from trialground.tasks.swe.harness import TEST_ENV, TestRun, test_runs
+from trialground.verify.config import GradingConfig
+from trialground.verify.verdict import Flag, TestResult, Verdict
+
+_LISTING_LIMITS = Limits(wall_s=30.0, cpu_s=20.0, output_bytes=8_000_000)
+_MAX_FILES = 20_000
+MAX_PARALLEL = 4
+
+
+class SweTestsVerifier:
+    def __init__(self, sandbox_config: SandboxConfig, grading: GradingConfig) -> None:
+        self.sandbox_config = sandbox_config
+        self.grading = grading
+        self._images: dict[str, object] = {}
+        self._slots: asyncio.Semaphore | None = None  # test runs at once (each is a whole suite)
+
+    def _image(self, repo: str):  # type: ignore[no-untyped-def]
+        from trialground.tasks.swe.build import workspace_image_files
+        from trialground.tasks.swe.image import RepoImage
+        from trialground.tasks.swe.repos import repo_spec
+
+        if repo not in self._images:
+            self._images[repo] = RepoImage(self.sandbox_config, workspace_image_files(repo_spec(repo)))
+        return self._images[repo]
+
+    async def verify(self, task: Task, submission: str, *, workspace: Sandbox | None = None) -> Verdict:
+        from trialground.tasks.swe.patch import PatchError, apply_patch
+        from trialground.tasks.swe.paths import classify, is_test_path
+        from trialground.tasks.swe.repos import repo_files, repo_spec
+
+        params = task.verifier.params
+        f2p = [str(t) for t in params.get("fail_to_pass", [])]
+        p2p = [str(t) for t in params.get("pass_to_pass", [])]
+        if not f2p or not p2p or "repo" not in params:
+            raise VerifierError(
+                f"task {task.id}: swe_tests needs repo, fail_to_pass, pass_to_pass", kind="bad_task"
+            )
+        spec = repo_spec(str(params["repo"]))
+        if workspace is not None:
+            changes = await workspace_changes(task.files, workspace)
+        else:
+            try:
+                changes = apply_patch(task.files, submission)
+            except PatchError as e:
+                return Verdict(passed=False, detail=f"the patch does not apply: {e}"[:500])
+        flags: list[Flag] = []
+        kept: dict[str, str | None] = {}
+        for path, text in sorted(changes.items()):
+            cls = classify(spec, path)
+            if cls == "protected":
+                name = "test_tampering" if is_test_path(path) else "harness_tampering"
+                what = "deleted" if text is None else "changed" if path in task.files else "added"
+                flags.append(Flag(name=name, evidence=f"{what} {path} (not applied)"))
+            elif cls == "library":
+                kept[path] = text
+        refused = await asyncio.to_thread(_policy_violations, task, kept)
+        for path, found in refused.items():
+            flags.append(Flag(name="diff_policy", evidence=f"{path}: {'; '.join(found[:5])}"[:400]))
+        runs = test_runs(task)
+        if refused:
+            return _verdict(
+                runs, {}, flags, "the library changes use what no fix needs (diff_policy); not run"
+            )
+        pristine = repo_files(spec)
+        # The library as graded: the task's start (its bug) with the kept changes on top, written over the
+        # pristine image wherever it differs from it.
+        final: dict[str, str | None] = {p: t for p, t in task.files.items() if classify(spec, p) == "library"}
+        final.update(kept)
+        writes = {p: t for p, t in final.items() if t is not None and pristine.get(p) != t}
+        deletes = sorted(p for p, t in final.items() if t is None and p in pristine)
+        limits = task.limits or self.sandbox_config.limits
+        image = self._image(spec.name)
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(MAX_PARALLEL)
+        slots = self._slots
+
+        async def one(run: TestRun) -> ExecResult:
+            async with slots, image.lease() as sandbox:  # restored: pristine tests and harness
+                for path, text in writes.items():
+                    await sandbox.write(path, text)
+                if deletes:
+                    rm = ["rm", "-f", "--", *deletes]
+                    res = await sandbox.exec(rm, cwd=WORKSPACE, limits=_LISTING_LIMITS)
+                    if not res.ok:
+                        raise VerifierError(
+                            f"could not delete {deletes[:3]}: {res.stderr[-200:]}", kind="sandbox"
+                        )
+                res = await sandbox.exec(run.argv, env=TEST_ENV, cwd=WORKSPACE, limits=limits)
+                if res.status is ExecStatus.SANDBOX_ERROR:
+                    raise SandboxError(f"swe test run: sandbox failed: {res.stderr[-300:]}", kind="sandbox")
+                return res
+
+        done = await asyncio.gather(*(one(run) for run in runs))
+        results = dict(zip(runs, done, strict=True))
+        return _verdict(runs, results, flags, None)
+
+    async def close(self) -> None:
+        images, self._images = self._images, {}
+        for image in images.values():
+            await image.close()  # type: ignore[attr-defined]
+
+
+async def workspace_changes(start: Mapping[str, str], workspace: Sandbox) -> dict[str, str | None]:
+    """{path: new text, or None when gone} for every file of the agent's workspace that differs from the
+    task's start. The listing comes from the trusted `find` (names only); contents are read host-side."""
+    from trialground.tasks.swe.paths import valid_path
+
+    res = await workspace.exec(["find", ".", "-type", "f"], cwd=WORKSPACE, limits=_LISTING_LIMITS)
+    if res.status.value == "sandbox_error":
+        raise SandboxError(f"listing the workspace failed: {res.stderr[-200:]}", kind="sandbox")
+    listed = {line[2:] for line in res.stdout.splitlines() if line.startswith("./")}
+    paths = sorted({p for p in listed if valid_path(p)} | set(start))[:_MAX_FILES]
+    changes: dict[str, str | None] = {}
+    for path in paths:
+        try:
+            data: str | None = (await workspace.read(path)).decode("utf-8", "replace")
+        except FileNotFoundError:
+            data = None
+        except SandboxError as e:
+            if e.kind not in ("bad_path", "not_a_file", "too_large"):
+                raise
+            data = (
+                None  # a symlink, a directory or a huge file where a file was: gone, as far as grading goes
+            )
+        if data != start.get(path):
+            if data is None and path not in start:
+                continue
+            changes[path] = data
+    return changes
+
+
+def _policy_violations(task: Task, kept: Mapping[str, str | None]) -> dict[str, list[str]]:
+    """{path: refused uses} of the kept library changes, against the task's start (host-side, bounded)."""
+    from trialground.tasks.swe.policy import added_violations
+
+    found = {path: added_violations(task.files.get(path), text) for path, text in sorted(kept.items())}
+    return {p: v for p, v in found.items() if v}
+
+
+def _verdict(
+    runs: list[TestRun], results: Mapping[TestRun, ExecResult], flags: list[Flag], error: str | None
+) -> Verdict:
+    tests: list[TestResult] = []
+    failed: list[str] = []
+    for run in runs:
+        res = results.get(run)
+        ok = res is not None and res.status is ExecStatus.OK and res.exit_code == 0
+        if res is None:
+            outcome, detail = "missing", run.group
+        elif ok:
+            outcome, detail = "passed", run.group
+        else:
+            outcome = "error" if res.status is not ExecStatus.NONZERO_EXIT else "failed"
+            tail = (res.stdout[-600:] + res.stderr[-300:]).strip()
+            detail = f"{run.group} [{res.status.value} exit {res.exit_code}]: {tail}"[-700:]
+            failed.append(run.label)
+        tests += [TestResult(name=t, outcome=outcome, detail=detail) for t in run.tests]  # type: ignore[arg-type]
+    passed_n = sum(t.outcome == "passed" for t in tests)
+    hack = any(f.severity == "hack" for f in flags)
+    ok = error is None and bool(tests) and passed_n == len(tests) and not hack
+    f2p = [t for t in tests if t.detail.startswith("fail_to_pass")]
+    f2p_n = sum(t.outcome == "passed" for t in f2p)
+    detail = error or (
+        f"FAIL_TO_PASS {f2p_n}/{len(f2p)}, PASS_TO_PASS {passed_n - f2p_n}/{len(tests) - len(f2p)} passed"
+        + (f"; failed runs: {', '.join(failed[:3])}" if failed else "")
+    )
+    return Verdict(
+        passed=ok, score=passed_n / len(tests) if tests else 0.0, tests=tuple(tests), flags=tuple(flags),
+        detail=detail[:500],
+    )  # fmt: skip
