@@ -22,8 +22,8 @@ and `before` has not:
   `pytest`, `_pytest`, `pluggy`, `threading`, `subprocess`, `signal`, `types`, `marshal`, `pickle`,
   `pathlib`, `shutil`, `io`, `traceback`, `atexit`, ... (importing them, from them, or a submodule).
 
-A use is identified by its rule, what it names and the function or class around it, so code the file
-already had (in the same function) is not counted against a fix; the same use moved elsewhere is. Names
+A use is identified by its rule and what it names: a kind of use the file already had (a function-
+introspection module that reads `__code__`) is not counted against a fix, a new kind is. Names
 built at run time do not help: every place a built name could be used (dynamic `getattr`, `__dict__`,
 `importlib.import_module`, `eval`) is itself refused. The check is bounded: a file over `MAX_FILE_CHARS`
 or one that does not parse is refused, parsing is linear in the file, and walking the tree is iterative.
@@ -35,7 +35,6 @@ Measured to accept every gold patch of the validated task sets and every real up
 from __future__ import annotations
 
 import ast
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -54,17 +53,31 @@ DENIED_MODULES = frozenset(
         "os", "sys",
     }
 )  # fmt: skip
-# `os` and `sys` themselves may be imported; only these of their attributes may be used.
+# `sys` may be imported; only these of its attributes may be used.
 ALLOWED_ATTRS = {
-    "os": frozenset({"path", "sep", "altsep", "extsep", "pathsep", "linesep", "curdir", "pardir", "devnull",
-                     "fspath", "fsencode", "fsdecode", "PathLike", "name"}),
     "sys": frozenset({"version_info", "version", "hexversion", "maxsize", "maxunicode", "byteorder",
-                      "float_info", "int_info", "hash_info", "getrecursionlimit", "getdefaultencoding",
-                      "getfilesystemencoding", "intern", "float_repr_style", "implementation"}),
+                      "float_info", "int_info", "hash_info", "exc_info", "getrecursionlimit",
+                      "getdefaultencoding", "getfilesystemencoding", "intern", "float_repr_style",
+                      "implementation"}),
 }  # fmt: skip
-_IMPORTABLE = frozenset({*ALLOWED_ATTRS, "os.path"})
+# These may be imported; only their attributes named here are refused (locks and constants are fine).
+DENIED_ATTRS_OF = {
+    "threading": frozenset({"Thread", "Timer", "settrace", "setprofile", "settrace_all_threads",
+                            "setprofile_all_threads", "enumerate", "excepthook", "main_thread", "_active"}),
+    "types": frozenset({"CodeType", "FunctionType", "LambdaType", "FrameType", "TracebackType",
+                        "ModuleType", "MethodType", "CellType", "new_class", "BuiltinFunctionType"}),
+    "os": frozenset({"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv", "_exit", "abort",
+                     "kill", "killpg", "fork", "forkpty", "execv", "execve", "execl", "execle", "execlp",
+                     "execlpe",
+                     "execvp", "execvpe", "spawnl", "spawnle", "spawnlp", "spawnlpe", "spawnv", "spawnve",
+                     "spawnvp", "spawnvpe", "posix_spawn", "posix_spawnp", "system", "popen", "wait",
+                     "waitpid", "wait3", "wait4", "waitid", "dup", "dup2", "getpid", "getppid",
+                     "pidfd_open",
+                     "register_at_fork", "setsid", "setpgrp", "nice", "write", "read", "pipe", "openpty"}),
+}  # fmt: skip
+_IMPORTABLE = frozenset({*ALLOWED_ATTRS, *DENIED_ATTRS_OF, "os.path"})
 DENIED_NAMES = frozenset(
-    {"eval", "exec", "compile", "__import__", "breakpoint", "vars", "globals", "locals", "dir", "open",
+    {"eval", "exec", "compile", "__import__", "breakpoint", "vars", "globals", "dir", "open",
      "exit", "quit", "SystemExit", "KeyboardInterrupt", "__builtins__", "__loader__", "__spec__",
      "memoryview", "help", "input"}
 )  # fmt: skip
@@ -83,7 +96,8 @@ ALLOWED_DUNDERS = frozenset(
      "__ge__", "__hash__", "__repr__", "__str__", "__bool__", "__contains__", "__getitem__", "__setitem__",
      "__delitem__", "__add__", "__sub__", "__mul__", "__truediv__", "__floordiv__", "__mod__", "__neg__",
      "__pos__", "__abs__", "__index__", "__int__", "__float__", "__format__", "__reversed__", "__missing__",
-     "__version__", "__all__", "__slots__", "__class_getitem__", "__init_subclass__", "__post_init__"}
+     "__version__", "__all__", "__slots__", "__class_getitem__", "__init_subclass__", "__post_init__",
+     "__class__", "__getstate__", "__setstate__", "__reduce__", "__copy__", "__deepcopy__", "__sizeof__"}
 )  # fmt: skip
 
 
@@ -98,8 +112,8 @@ class Use:
     line: int = 0
 
     @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.rule, self.name, self.scope)
+    def key(self) -> tuple[str, str]:
+        return (self.rule, self.name)
 
     def __str__(self) -> str:
         return f"line {self.line}: {self.rule} {self.name}" + (f" (in {self.scope})" if self.scope else "")
@@ -148,7 +162,9 @@ def uses(source: str) -> list[Use]:
         found.append(Use(rule, name, scope, getattr(node, "lineno", 0)))
 
     def attr(name: str, scope: str, node: ast.AST, owner: str | None) -> None:
-        if owner in ALLOWED_ATTRS and name not in ALLOWED_ATTRS[owner]:
+        if (owner in ALLOWED_ATTRS and name not in ALLOWED_ATTRS[owner]) or (
+            owner in DENIED_ATTRS_OF and name in DENIED_ATTRS_OF[owner]
+        ):
             add("process", f"{owner}.{name}", scope, node)
         elif name in DENIED_ATTRS or _refused_dunder(name):
             add("introspection", name, scope, node)
@@ -161,9 +177,11 @@ def uses(source: str) -> list[Use]:
         elif isinstance(node, ast.ImportFrom):
             mod = node.module or ""
             if node.level == 0 and _module_root(mod) in DENIED_MODULES and mod != "os.path":
-                if mod in ALLOWED_ATTRS:
+                if mod in ALLOWED_ATTRS or mod in DENIED_ATTRS_OF:
                     for a in node.names:
-                        if a.name not in ALLOWED_ATTRS[mod]:
+                        if (mod in ALLOWED_ATTRS and a.name not in ALLOWED_ATTRS[mod]) or (
+                            a.name in DENIED_ATTRS_OF.get(mod, ())
+                        ):
                             add("process", f"{mod}.{a.name}", scope, node)
                 else:
                     add("module", mod, scope, node)
@@ -182,14 +200,14 @@ def uses(source: str) -> list[Use]:
                 if isinstance(node.args[0], ast.Name):
                     owner = aliases.get(node.args[0].id)
                 attr(name_arg.value, scope, node, owner)
-            else:
+            elif not (node.func.id in ("getattr", "hasattr") and isinstance(name_arg, ast.Name)):
                 add("dynamic_attribute", node.func.id, scope, node)
     return found
 
 
 def added_violations(before: str | None, after: str | None) -> list[str]:
-    """The refused uses `after` has that `before` has not (by rule, name and enclosing scope), as text; a
-    deleted file (`after` None) adds nothing. A file that cannot be checked is one violation."""
+    """The refused uses in `after` of a kind (rule and name) that `before` never uses, as text; a deleted
+    file (`after` None) adds nothing. A file that cannot be checked is one violation."""
     if after is None:
         return []
     try:
@@ -197,13 +215,7 @@ def added_violations(before: str | None, after: str | None) -> list[str]:
     except PolicyError as e:
         return [f"cannot be checked: {e}"]
     try:
-        old = Counter(u.key for u in uses(before)) if before is not None else Counter()
+        old = {u.key for u in uses(before)} if before is not None else set()
     except PolicyError:
-        old = Counter()
-    out: list[str] = []
-    for u in sorted(new, key=lambda u: u.line):
-        if old[u.key] > 0:
-            old[u.key] -= 1
-        else:
-            out.append(str(u))
-    return out
+        old = set()
+    return [str(u) for u in sorted(new, key=lambda u: u.line) if u.key not in old]

@@ -25,6 +25,7 @@ The verdict is never decided inside the process the submission controls. How a g
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping
 
 from trialground.errors import SandboxError, VerifierError
@@ -169,6 +170,17 @@ def _policy_violations(task: Task, kept: Mapping[str, str | None]) -> dict[str, 
     return {p: v for p, v in found.items() if v}
 
 
+_SUMMARY = re.compile(r"^(?:=+ )?(\d+) passed\b")
+
+
+def _summary_passed(stdout: str) -> int:
+    for line in reversed(stdout.strip().splitlines()[-5:]):
+        m = _SUMMARY.match(line.strip())
+        if m:
+            return int(m.group(1))
+    return -1
+
+
 def _verdict(
     runs: list[TestRun], results: Mapping[TestRun, ExecResult], flags: list[Flag], error: str | None
 ) -> Verdict:
@@ -176,7 +188,14 @@ def _verdict(
     failed: list[str] = []
     for run in runs:
         res = results.get(run)
-        ok = res is not None and res.status is ExecStatus.OK and res.exit_code == 0
+        # Exit status 0 is what decides; pytest's own summary naming every test as passed is required
+        # too (it can only make a run fail, never pass).
+        ok = (
+            res is not None
+            and res.status is ExecStatus.OK
+            and res.exit_code == 0
+            and _summary_passed(res.stdout) == len(run.tests)
+        )
         if res is None:
             outcome, detail = "missing", run.group
         elif ok:
