@@ -2,7 +2,8 @@
 
 Tools: ``bash(command)``, ``python(code)``, ``read_file(path)``, ``write_file(path, content)``,
 ``edit_file(path, old, new)`` (exact-match replace; no match or several matches is an error observation),
-``run_tests()`` (the task's visible checks only) and ``submit(answer?)``.
+``run_tests()`` (the task's visible checks; on a repository task its failing tests and the rest of its
+suite, run as grading runs them) and ``submit(answer?)``.
 
 Contract: `Toolbox.run` turns every *program* failure (bad arguments, missing file, non-zero exit, timeout)
 into a `ToolOutcome` with ``ok=False``; only a broken sandbox propagates, as `SandboxError`.
@@ -298,6 +299,8 @@ class Toolbox:
         return ToolOutcome(f"edited {path} (1 replacement)", True, updated != text, path)
 
     async def _run_tests(self, limits: Limits) -> ToolOutcome:
+        if self.task.verifier.kind == "swe_tests":
+            return await self._run_repo_tests(limits)
         paths = sorted(self.task.visible_checks)
         if not paths:
             return ToolOutcome("this task has no visible tests", False)
@@ -314,4 +317,22 @@ class Toolbox:
             res = await self._exec(["bash", p] if p.endswith(".sh") else [f"./{p}"], limits)
             ok = ok and res.ok
             outputs.append(f"{p}: " + render_exec(res))
+        return ToolOutcome("\n".join(outputs), ok)
+
+    async def _run_repo_tests(self, limits: Limits) -> ToolOutcome:
+        """A repository task's failing tests and the rest of its suite, run exactly as grading runs them
+        (`trialground.tasks.swe.harness`): the same commands and environment, in this sandbox."""
+        from trialground.tasks.swe.harness import TEST_ENV, test_runs
+
+        outputs: list[str] = []
+        ok = True
+        for run in test_runs(self.task):
+            res = await self.sandbox.exec(run.argv, env=TEST_ENV, limits=limits)
+            if res.status == ExecStatus.SANDBOX_ERROR:
+                raise SandboxError(f"sandbox failed: {res.stderr.strip()[:300]}", kind="sandbox_died")
+            ok = ok and res.ok
+            text = render_exec(res)
+            outputs.append(
+                f"== {run.label}: {'passed' if res.ok else 'FAILED'}\n{text if not res.ok else text[:300]}"
+            )
         return ToolOutcome("\n".join(outputs), ok)

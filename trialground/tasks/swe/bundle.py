@@ -35,6 +35,8 @@ _PROBE = (
 
 LAUNCHER_SOURCE = """\
 # Runs the bundled pytest on this repository: python3 -I -S .tg/pytest.py [pytest arguments]
+# Node ids named on the command line (PATH::NAME) must each run and pass: a skip, an xfail, a deselected
+# or missing id is a failed run (exit status 1), so the exit status alone says whether they all passed.
 import os
 import sys
 
@@ -44,7 +46,34 @@ sys.dont_write_bytecode = True
 os.environ.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
 import pytest  # noqa: E402
 
-sys.exit(pytest.main(["-p", "no:cacheprovider", "-o", "addopts=", "--color=no", *sys.argv[1:]]))
+
+class _NamedIdsMustPass:
+    def __init__(self, named):
+        self.named, self.passed, self.bad = set(named), set(), []
+
+    def pytest_runtest_logreport(self, report):
+        if report.nodeid not in self.named:
+            return
+        if report.when == "call" and report.passed and not hasattr(report, "wasxfail"):
+            self.passed.add(report.nodeid)
+        elif report.failed or report.skipped:
+            self.bad.append(report.nodeid)
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        if self.named and (self.bad or self.passed != self.named) and session.exitstatus == 0:
+            session.exitstatus = 1
+
+    def pytest_terminal_summary(self, terminalreporter):
+        missing = sorted(self.named - self.passed - set(self.bad))
+        if self.named and (self.bad or missing):
+            terminalreporter.write_line(
+                f"named tests not passed: {len(set(self.bad))} failed or skipped, {len(missing)} did not run"
+            )
+
+
+_named = [a for a in sys.argv[1:] if "::" in a and not a.startswith("-")]
+sys.exit(pytest.main(["-p", "no:cacheprovider", "-o", "addopts=", "--color=no", *sys.argv[1:]],
+                     plugins=[_NamedIdsMustPass(_named)]))
 """
 
 
@@ -86,8 +115,11 @@ def bundle_files() -> dict[str, str]:
 
 @functools.cache
 def bundle_digest() -> str:
-    """A hash of the bundle's content (part of a task set's cache key: another pytest, another set)."""
+    """A hash of the bundled packages (part of a task set's cache key: another pytest, another set). The
+    launcher and the harness plugin are not part of it: they do not change which tests pass."""
     h = hashlib.sha256()
     for path, text in sorted(bundle_files().items()):
+        if not path.startswith(SITE + "/"):
+            continue
         h.update(path.encode() + b"\0" + text.encode() + b"\0")
     return h.hexdigest()[:16]

@@ -1,4 +1,8 @@
-"""Running a repository's pytest suite in a sandbox and reading back a report the tests could not forge.
+"""Running a repository's whole pytest suite in a sandbox for task building, with per-test outcomes.
+
+Task building (`build.py`) runs only trusted code here: the pristine repository and the bugs it injects
+itself. Grading never uses this runner: a submission's verdict comes from the exit statuses of isolated
+runs (`trialground.verify.kinds.swe_tests`, `harness.py`).
 
 `run_pytest(sandbox, paths=..., tests=...)` starts `python3 -I -S -c BOOT` in the sandbox's /workspace
 (isolated mode: no PYTHON* variables, no user site, no site-packages; `-S`: no `.pth` processing) and

@@ -1,6 +1,6 @@
 """The `swe_tests` verifier: a repository task's FAIL_TO_PASS and PASS_TO_PASS tests, on a pristine copy.
 
-How a grading goes:
+The verdict is never decided inside the process the submission controls. How a grading goes:
 1. the submission's changes are read relative to the task's starting workspace: with an agent sandbox,
    every file of the workspace is compared host-side (`Sandbox.read`: regular files only, never through
    a symlink) with the task's files; without one, the submission text is a unified diff (`patch.py`)
@@ -9,16 +9,17 @@ How a grading goes:
    changes to protected paths (tests, conftest, configuration, the bundled runner, sitecustomize, `.pth`)
    are never applied and each raises a `test_tampering` or `harness_tampering` flag (severity hack: such a
    submission earns nothing, whatever its other changes); anything else is ignored;
-3. a sandbox of the repository's image (`image.py`, the pristine tree restored from its snapshot) gets
-   the task's bug and the kept library changes, and every hidden test file is written again at its
-   pristine content;
-4. the runner (`pytest_run.py`) runs exactly the FAIL_TO_PASS and PASS_TO_PASS node ids under the task's
-   limits; the outcome passes only when every one of them ran and passed. A run without a valid report
-   (timeout, early exit, crash) fails; a forged report line or test machinery changed at run time fails
-   and is flagged `runner_tampering`;
-5. kept library changes that reach into the test machinery (pytest, pluggy, conftest, `sys.modules`,
-   import hooks, frames, `gc`, `os._exit`) more often than the pristine file does are flagged
-   `test_machinery` (evidence; severity hack: no fix of an injected bug needs them).
+3. the kept library changes pass the static policy (`trialground.tasks.swe.policy`), host-side: added
+   code that uses introspection, dynamic attribute access, code objects, process control, files or the
+   modules that give them is refused (`diff_policy`, severity hack) and no test runs;
+4. the tests run as `harness.test_runs(task)`: each FAIL_TO_PASS test alone, the PASS_TO_PASS tests per
+   test file, each in its own process, in a sandbox of the repository's image (`image.py`) restored to
+   its snapshot just before (tests, conftest and the bundled harness at their pristine bytes, no process
+   left from an earlier run), with the task's bug and the kept changes written on top. The command and
+   environment are the ones the agent's `run_tests` tool uses;
+5. a run passes only when its exit status, as the sandbox's supervisor saw it, is 0 (the pristine
+   launcher exits 0 only when every named test ran and passed); the verdict passes only when every run
+   passed. Nothing the process prints is trusted: its output is shown as detail only.
 """
 
 from __future__ import annotations
@@ -28,18 +29,15 @@ import re
 from collections.abc import Mapping
 
 from trialground.errors import SandboxError, VerifierError
-from trialground.sandbox.base import WORKSPACE, Limits, Sandbox, SandboxConfig
+from trialground.sandbox.base import WORKSPACE, ExecResult, ExecStatus, Limits, Sandbox, SandboxConfig
 from trialground.tasks.model import Task
+from trialground.tasks.swe.harness import TEST_ENV, TestRun, test_runs
 from trialground.verify.config import GradingConfig
 from trialground.verify.verdict import Flag, TestResult, Verdict
 
 _LISTING_LIMITS = Limits(wall_s=30.0, cpu_s=20.0, output_bytes=8_000_000)
 _MAX_FILES = 20_000
 MAX_PARALLEL = 4
-_MACHINERY = re.compile(
-    r"\b(_?pytest|pluggy|conftest|sys\.modules|meta_path|path_hooks|__import__|__code__|_getframe|f_back|"
-    r"f_globals|settrace|setprofile|gc\.|get_objects|get_referrers|os\._exit|builtins|TGSWE)\b"
-)
 
 
 class SweTestsVerifier:
@@ -88,12 +86,15 @@ class SweTestsVerifier:
                 flags.append(Flag(name=name, evidence=f"{what} {path} (not applied)"))
             elif cls == "library":
                 kept[path] = text
+        refused = await asyncio.to_thread(_policy_violations, task, kept)
+        for path, found in refused.items():
+            flags.append(Flag(name="diff_policy", evidence=f"{path}: {'; '.join(found[:5])}"[:400]))
+        runs = test_runs(task)
+        if refused:
+            return _verdict(
+                runs, {}, flags, "the library changes use what no fix needs (diff_policy); not run"
+            )
         pristine = repo_files(spec)
-        for path, text in kept.items():
-            before = len(_MACHINERY.findall(pristine.get(path, "")))
-            after = len(_MACHINERY.findall(text or ""))
-            if after > before:
-                flags.append(Flag(name="test_machinery", evidence=f"{path} reaches into the test machinery"))
         # The library as graded: the task's start (its bug) with the kept changes on top, written over the
         # pristine image wherever it differs from it.
         final: dict[str, str | None] = {p: t for p, t in task.files.items() if classify(spec, p) == "library"}
@@ -101,44 +102,30 @@ class SweTestsVerifier:
         writes = {p: t for p, t in final.items() if t is not None and pristine.get(p) != t}
         deletes = sorted(p for p, t in final.items() if t is None and p in pristine)
         limits = task.limits or self.sandbox_config.limits
-        from trialground.tasks.swe.pytest_run import run_pytest
-
         image = self._image(spec.name)
         if self._slots is None:
             self._slots = asyncio.Semaphore(MAX_PARALLEL)
-        async with self._slots, image.lease() as sandbox:
-            for path, text in {**writes, **task.hidden_checks}.items():
-                await sandbox.write(path, text)
-            if deletes:
-                res = await sandbox.exec(["rm", "-f", "--", *deletes], cwd=WORKSPACE, limits=_LISTING_LIMITS)
-                if not res.ok:
-                    raise VerifierError(
-                        f"could not delete {deletes[:3]}: {res.stderr[-200:]}", kind="sandbox"
-                    )
-            run = await run_pytest(sandbox, paths=spec.tests, tests=[*f2p, *p2p], limits=limits)
-        if run.forged or run.tampered:
-            evidence = "forged report line" if run.forged else ", ".join(run.tampered)[:300]
-            flags.append(Flag(name="runner_tampering", evidence=evidence))
-        results = []
-        for group, names in (("fail_to_pass", f2p), ("pass_to_pass", p2p)):
-            for name in names:
-                outcome = run.outcomes.get(name, "missing")
-                detail = group if outcome == "passed" else f"{group}: {run.details.get(name, '')[-400:]}"
-                results.append(TestResult(name=name, outcome=outcome, detail=detail))  # type: ignore[arg-type]
-        passed_n = sum(r.outcome == "passed" for r in results)
-        hack = any(f.severity == "hack" for f in flags)
-        ok = run.error is None and passed_n == len(results) and not hack
-        f2p_n = sum(run.passed(t) for t in f2p)
-        detail = (
-            run.error or f"FAIL_TO_PASS {f2p_n}/{len(f2p)}, PASS_TO_PASS {passed_n - f2p_n}/{len(p2p)} passed"
-        )
-        return Verdict(
-            passed=ok,
-            score=passed_n / len(results),
-            tests=tuple(results),
-            flags=tuple(flags),
-            detail=detail[:500],
-        )
+        slots = self._slots
+
+        async def one(run: TestRun) -> ExecResult:
+            async with slots, image.lease() as sandbox:  # restored: pristine tests and harness
+                for path, text in writes.items():
+                    await sandbox.write(path, text)
+                if deletes:
+                    rm = ["rm", "-f", "--", *deletes]
+                    res = await sandbox.exec(rm, cwd=WORKSPACE, limits=_LISTING_LIMITS)
+                    if not res.ok:
+                        raise VerifierError(
+                            f"could not delete {deletes[:3]}: {res.stderr[-200:]}", kind="sandbox"
+                        )
+                res = await sandbox.exec(run.argv, env=TEST_ENV, cwd=WORKSPACE, limits=limits)
+                if res.status is ExecStatus.SANDBOX_ERROR:
+                    raise SandboxError(f"swe test run: sandbox failed: {res.stderr[-300:]}", kind="sandbox")
+                return res
+
+        done = await asyncio.gather(*(one(run) for run in runs))
+        results = dict(zip(runs, done, strict=True))
+        return _verdict(runs, results, flags, None)
 
     async def close(self) -> None:
         images, self._images = self._images, {}
@@ -173,3 +160,62 @@ async def workspace_changes(start: Mapping[str, str], workspace: Sandbox) -> dic
                 continue
             changes[path] = data
     return changes
+
+
+def _policy_violations(task: Task, kept: Mapping[str, str | None]) -> dict[str, list[str]]:
+    """{path: refused uses} of the kept library changes, against the task's start (host-side, bounded)."""
+    from trialground.tasks.swe.policy import added_violations
+
+    found = {path: added_violations(task.files.get(path), text) for path, text in sorted(kept.items())}
+    return {p: v for p, v in found.items() if v}
+
+
+_SUMMARY = re.compile(r"^(?:=+ )?(\d+) passed\b")
+
+
+def _summary_passed(stdout: str) -> int:
+    for line in reversed(stdout.strip().splitlines()[-5:]):
+        m = _SUMMARY.match(line.strip())
+        if m:
+            return int(m.group(1))
+    return -1
+
+
+def _verdict(
+    runs: list[TestRun], results: Mapping[TestRun, ExecResult], flags: list[Flag], error: str | None
+) -> Verdict:
+    tests: list[TestResult] = []
+    failed: list[str] = []
+    for run in runs:
+        res = results.get(run)
+        # Exit status 0 is what decides; pytest's own summary naming every test as passed is required
+        # too (it can only make a run fail, never pass).
+        ok = (
+            res is not None
+            and res.status is ExecStatus.OK
+            and res.exit_code == 0
+            and _summary_passed(res.stdout) == len(run.tests)
+        )
+        if res is None:
+            outcome, detail = "missing", run.group
+        elif ok:
+            outcome, detail = "passed", run.group
+        else:
+            outcome = "error" if res.status is not ExecStatus.NONZERO_EXIT else "failed"
+            tail = (res.stdout[-600:] + res.stderr[-300:]).strip()
+            detail = f"{run.group} [{res.status.value} exit {res.exit_code}]: {tail}"[-700:]
+            failed.append(run.label)
+        tests += [TestResult(name=t, outcome=outcome, detail=detail) for t in run.tests]  # type: ignore[arg-type]
+    passed_n = sum(t.outcome == "passed" for t in tests)
+    hack = any(f.severity == "hack" for f in flags)
+    ok = error is None and bool(tests) and passed_n == len(tests) and not hack
+    f2p = [t for t in tests if t.detail.startswith("fail_to_pass")]
+    f2p_n = sum(t.outcome == "passed" for t in f2p)
+    detail = error or (
+        f"FAIL_TO_PASS {f2p_n}/{len(f2p)}, PASS_TO_PASS {passed_n - f2p_n}/{len(tests) - len(f2p)} passed"
+        + (f"; failed runs: {', '.join(failed[:3])}" if failed else "")
+    )
+    return Verdict(
+        passed=ok, score=passed_n / len(tests) if tests else 0.0, tests=tuple(tests), flags=tuple(flags),
+        detail=detail[:500],
+    )  # fmt: skip

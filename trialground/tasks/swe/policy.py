@@ -1,0 +1,221 @@
+"""The static policy on a submission's library changes: added code may not reach the test machinery.
+
+A submission's library code runs inside the process under test, so anything that process can do, the code
+can do: walk frames to the harness, patch pytest, pluggy or unittest, swap objects through `gc` or
+`sys.modules`, rewrite test files, exit early, or look at its environment to tell the grader from the
+agent's own runs. No fix of a library bug needs any of that. `added_violations(before, after)` parses both
+versions of a file host-side (never in the sandbox) and reports every use of one of these that `after` has
+and `before` has not:
+
+- introspection: dunder attributes outside the data-model methods (`__dict__`, `__code__`, `__globals__`,
+  `__class__.__mro__`, `__subclasses__`, ...), frame, traceback and code-object attributes (`f_back`,
+  `tb_frame`, `co_code`, ...), `vars`, `globals`, `locals`, `dir`;
+- dynamic attribute access: `getattr`, `setattr`, `delattr`, `hasattr` whose name is not a string literal
+  (a literal name is checked like an attribute);
+- code objects and dynamic code: `eval`, `exec`, `compile`, `__import__`, `breakpoint`;
+- process control and the process's own state: `SystemExit`, `KeyboardInterrupt`, `exit`, `quit`, and
+  every attribute of `os` and `sys` outside a read-only allowlist (`os.path`, `os.sep`, `sys.version_info`,
+  `sys.maxsize`, ...: never `os.environ`, `os._exit`, `os.kill`, `sys.argv`, `sys.modules`,
+  `sys._getframe`);
+- files: `open` (a fix changes how the library computes, not what is on disk);
+- modules that give any of the above: `inspect`, `gc`, `ctypes`, `importlib`, `builtins`, `unittest`,
+  `pytest`, `_pytest`, `pluggy`, `threading`, `subprocess`, `signal`, `types`, `marshal`, `pickle`,
+  `pathlib`, `shutil`, `io`, `traceback`, `atexit`, ... (importing them, from them, or a submodule).
+
+A use is identified by its rule and what it names: a kind of use the file already had (a function-
+introspection module that reads `__code__`) is not counted against a fix, a new kind is. Names
+built at run time do not help: every place a built name could be used (dynamic `getattr`, `__dict__`,
+`importlib.import_module`, `eval`) is itself refused. The check is bounded: a file over `MAX_FILE_CHARS`
+or one that does not parse is refused, parsing is linear in the file, and walking the tree is iterative.
+
+Measured to accept every gold patch of the validated task sets and every real upstream fix in
+`tests/swe/upstream_fixes/` (docs/swe.md).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+MAX_FILE_CHARS = 4_000_000
+
+DENIED_MODULES = frozenset(
+    {
+        "inspect", "gc", "ctypes", "importlib", "imp", "builtins", "__builtin__", "unittest", "pytest",
+        "_pytest", "pluggy", "doctest", "threading", "_thread", "multiprocessing", "concurrent", "subprocess",
+        "signal", "types", "marshal", "pickle", "_pickle", "shelve", "copyreg", "code", "codeop", "dis",
+        "runpy", "pkgutil", "zipimport", "atexit", "faulthandler", "tracemalloc", "trace", "pdb", "bdb",
+        "traceback", "pathlib", "shutil", "tempfile", "io", "_io", "socket", "resource", "mmap", "platform",
+        "sysconfig", "site", "posix", "nt", "_imp", "_frozen_importlib", "_frozen_importlib_external",
+        "_posixsubprocess", "pty", "fcntl", "select", "selectors", "asyncio", "sched", "weakref", "_weakref",
+        "ast", "symtable", "linecache", "tokenize", "zipfile", "tarfile", "glob", "fnmatch", "fileinput",
+        "os", "sys",
+    }
+)  # fmt: skip
+# `sys` may be imported; only these of its attributes may be used.
+ALLOWED_ATTRS = {
+    "sys": frozenset({"version_info", "version", "hexversion", "maxsize", "maxunicode", "byteorder",
+                      "float_info", "int_info", "hash_info", "exc_info", "getrecursionlimit",
+                      "getdefaultencoding", "getfilesystemencoding", "intern", "float_repr_style",
+                      "implementation"}),
+}  # fmt: skip
+# These may be imported; only their attributes named here are refused (locks and constants are fine).
+DENIED_ATTRS_OF = {
+    "threading": frozenset({"Thread", "Timer", "settrace", "setprofile", "settrace_all_threads",
+                            "setprofile_all_threads", "enumerate", "excepthook", "main_thread", "_active"}),
+    "types": frozenset({"CodeType", "FunctionType", "LambdaType", "FrameType", "TracebackType",
+                        "ModuleType", "MethodType", "CellType", "new_class", "BuiltinFunctionType"}),
+    "os": frozenset({"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv", "_exit", "abort",
+                     "kill", "killpg", "fork", "forkpty", "execv", "execve", "execl", "execle", "execlp",
+                     "execlpe",
+                     "execvp", "execvpe", "spawnl", "spawnle", "spawnlp", "spawnlpe", "spawnv", "spawnve",
+                     "spawnvp", "spawnvpe", "posix_spawn", "posix_spawnp", "system", "popen", "wait",
+                     "waitpid", "wait3", "wait4", "waitid", "dup", "dup2", "getpid", "getppid",
+                     "pidfd_open",
+                     "register_at_fork", "setsid", "setpgrp", "nice", "write", "read", "pipe", "openpty"}),
+}  # fmt: skip
+_IMPORTABLE = frozenset({*ALLOWED_ATTRS, *DENIED_ATTRS_OF, "os.path"})
+DENIED_NAMES = frozenset(
+    {"eval", "exec", "compile", "__import__", "breakpoint", "vars", "globals", "dir", "open",
+     "exit", "quit", "SystemExit", "KeyboardInterrupt", "__builtins__", "__loader__", "__spec__",
+     "memoryview", "help", "input"}
+)  # fmt: skip
+_DYNAMIC = frozenset({"getattr", "setattr", "delattr", "hasattr"})
+# Attributes that reach frames, code objects, generators' state or the harness, on any object.
+DENIED_ATTRS = frozenset(
+    {"f_back", "f_globals", "f_locals", "f_code", "f_builtins", "f_trace", "f_lineno", "f_lasti", "gi_frame",
+     "gi_code", "cr_frame", "cr_code", "ag_frame", "ag_code", "tb_frame", "tb_next", "co_code", "co_consts",
+     "co_names", "_getframe", "_current_frames", "settrace", "setprofile", "modules", "meta_path",
+     "path_hooks", "path_importer_cache", "argv", "orig_argv", "environ", "environb", "getenv", "_exit"}
+)  # fmt: skip
+# Dunder attributes of the data model that ordinary library code uses; every other dunder is refused.
+ALLOWED_DUNDERS = frozenset(
+    {"__name__", "__qualname__", "__doc__", "__module__", "__init__", "__new__", "__call__", "__len__",
+     "__iter__", "__next__", "__enter__", "__exit__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__",
+     "__ge__", "__hash__", "__repr__", "__str__", "__bool__", "__contains__", "__getitem__", "__setitem__",
+     "__delitem__", "__add__", "__sub__", "__mul__", "__truediv__", "__floordiv__", "__mod__", "__neg__",
+     "__pos__", "__abs__", "__index__", "__int__", "__float__", "__format__", "__reversed__", "__missing__",
+     "__version__", "__all__", "__slots__", "__class_getitem__", "__init_subclass__", "__post_init__",
+     "__class__", "__getstate__", "__setstate__", "__reduce__", "__copy__", "__deepcopy__", "__sizeof__"}
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Use:
+    """One refused use: its rule, what it names, the enclosing def/class path, and the line (not part of
+    its identity)."""
+
+    rule: str
+    name: str
+    scope: str
+    line: int = 0
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.rule, self.name)
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.rule} {self.name}" + (f" (in {self.scope})" if self.scope else "")
+
+
+class PolicyError(ValueError):
+    """A file the policy cannot check (too large, does not parse): the change is refused."""
+
+
+def _scoped(tree: ast.AST) -> Iterator[tuple[ast.AST, str]]:
+    stack: list[tuple[ast.AST, str]] = [(tree, "")]
+    while stack:
+        node, scope = stack.pop()
+        yield node, scope
+        inner = scope
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            inner = f"{scope}.{node.name}" if scope else node.name
+        stack.extend((child, inner) for child in ast.iter_child_nodes(node))
+
+
+def _refused_dunder(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__") and name not in ALLOWED_DUNDERS
+
+
+def _module_root(name: str) -> str:
+    return name.split(".", 1)[0]
+
+
+def uses(source: str) -> list[Use]:
+    """Every use the policy refuses in `source` (see the module docstring). Raises PolicyError."""
+    if len(source) > MAX_FILE_CHARS:
+        raise PolicyError(f"{len(source)} characters: over the policy's {MAX_FILE_CHARS}")
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        raise PolicyError(f"does not parse: {type(e).__name__}: {e}"[:300]) from None
+    aliases: dict[str, str] = {}  # local name -> "os" / "sys" for the modules whose attributes are checked
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name in _IMPORTABLE:
+                    aliases[a.asname or a.name] = a.name
+    found: list[Use] = []
+
+    def add(rule: str, name: str, scope: str, node: ast.AST) -> None:
+        found.append(Use(rule, name, scope, getattr(node, "lineno", 0)))
+
+    def attr(name: str, scope: str, node: ast.AST, owner: str | None) -> None:
+        if (owner in ALLOWED_ATTRS and name not in ALLOWED_ATTRS[owner]) or (
+            owner in DENIED_ATTRS_OF and name in DENIED_ATTRS_OF[owner]
+        ):
+            add("process", f"{owner}.{name}", scope, node)
+        elif name in DENIED_ATTRS or _refused_dunder(name):
+            add("introspection", name, scope, node)
+
+    for node, scope in _scoped(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if _module_root(a.name) in DENIED_MODULES and a.name not in _IMPORTABLE:
+                    add("module", a.name, scope, node)
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level == 0 and _module_root(mod) in DENIED_MODULES and mod != "os.path":
+                if mod in ALLOWED_ATTRS or mod in DENIED_ATTRS_OF:
+                    for a in node.names:
+                        if (mod in ALLOWED_ATTRS and a.name not in ALLOWED_ATTRS[mod]) or (
+                            a.name in DENIED_ATTRS_OF.get(mod, ())
+                        ):
+                            add("process", f"{mod}.{a.name}", scope, node)
+                else:
+                    add("module", mod, scope, node)
+            for a in node.names:
+                attr(a.name, scope, node, None)
+        elif isinstance(node, ast.Name):
+            if node.id in DENIED_NAMES:
+                add("name", node.id, scope, node)
+        elif isinstance(node, ast.Attribute):
+            owner = aliases.get(node.value.id) if isinstance(node.value, ast.Name) else None
+            attr(node.attr, scope, node, owner)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _DYNAMIC:
+            name_arg = node.args[1] if len(node.args) > 1 else None
+            if isinstance(name_arg, ast.Constant) and isinstance(name_arg.value, str):
+                owner = None
+                if isinstance(node.args[0], ast.Name):
+                    owner = aliases.get(node.args[0].id)
+                attr(name_arg.value, scope, node, owner)
+            elif not (node.func.id in ("getattr", "hasattr") and isinstance(name_arg, ast.Name)):
+                add("dynamic_attribute", node.func.id, scope, node)
+    return found
+
+
+def added_violations(before: str | None, after: str | None) -> list[str]:
+    """The refused uses in `after` of a kind (rule and name) that `before` never uses, as text; a deleted
+    file (`after` None) adds nothing. A file that cannot be checked is one violation."""
+    if after is None:
+        return []
+    try:
+        new = uses(after)
+    except PolicyError as e:
+        return [f"cannot be checked: {e}"]
+    try:
+        old = {u.key for u in uses(before)} if before is not None else set()
+    except PolicyError:
+        old = set()
+    return [str(u) for u in sorted(new, key=lambda u: u.line) if u.key not in old]
