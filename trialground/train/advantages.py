@@ -98,12 +98,15 @@ Exclusion = Literal["error", "dropped", "filtered", "no_policy_tokens"]
 @dataclass(frozen=True)
 class Scored:
     """One trajectory as the trainer receives it: its final reward (None: none to train on), its advantage
-    and whether it enters the loss (`excluded` says why not)."""
+    and whether it enters the loss (`excluded` says why not). `turn_advantages` (turn-level estimators,
+    `trainer.advantage: tree`): one advantage per policy turn of `trajectory.completion()`, in order,
+    which the loss uses instead of `advantage`."""
 
     trajectory: Trajectory
     reward: float | None
     advantage: float | None
     excluded: Exclusion | None = None
+    turn_advantages: tuple[float, ...] | None = None
 
     @property
     def trainable(self) -> bool:
@@ -168,6 +171,10 @@ def score_groups(
     if kept is not None:
         keep = {id(t) for g in kept for t in g}
         filtered = [id(t) not in keep for t in flat]
+    if config.advantage == "tree":
+        from trialground.train.tree_advantages import score_tree  # it builds on this module
+
+        return score_tree(flat, config.algorithm, eps=config.adv_eps, filtered=filtered)
     return score_trajectories(flat, config.algorithm, eps=config.adv_eps, filtered=filtered)
 
 
