@@ -19,6 +19,7 @@ from trialground.orchestrator.run_config import RunConfig
 from trialground.orchestrator.rundir import RunDir
 from trialground.orchestrator.state import restore, save
 from trialground.rollout.branching import branch_metrics
+from trialground.rollout.context_stats import WorkspaceTokens
 from trialground.rollout.trajectory import Trajectory
 from trialground.train.advantages import score_groups
 
@@ -48,6 +49,7 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
     trainer = c.require_trainer()
     batches = AsyncBatches(c, step) if loop.mode == "async" else SyncBatches(c)
     alerts, last_eval, stopped_by = 0, first_eval, None
+    workspace = WorkspaceTokens(c.policy.tokenizer, config.policy.max_context_tokens)
     try:
         while step < loop.steps:
             batch = await batches.next(step)  # k trajectories per task, stamped with policy versions
@@ -70,7 +72,7 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
                 metrics["async/trainer_wait_s"] = batches.wait_s
             record_outcomes(c, step, batch.tasks, batch.groups)  # pass rates; flagged.jsonl; regressions
             metrics |= rollout_metrics(batch.groups, c.domains, version) | useful_token_metrics(scored)
-            metrics |= fmetrics | c.component_metrics()
+            metrics |= fmetrics | c.component_metrics() | workspace.metrics(batch.tasks)
             metrics["rollout/batch_s"] = batch.rollout_s
             metrics |= branch_metrics(batch.groups, branching=loop.branch != "off")
             await asyncio.to_thread(run_dir.write_step, step, scored, c.texts(scored), c.domains)
