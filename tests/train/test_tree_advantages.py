@@ -91,3 +91,20 @@ def test_all_zero_turn_advantages_skip_the_step_like_zero_advantages() -> None:
     group = [_ep([[5]], 1.0, 0), _ep([[5]], 1.0, 1)]  # identical: every value equals the root
     tree = score_groups([group], TrainerConfig(advantage="tree"))  # type: ignore[list-item]
     assert all(s.inert for s in build_samples(tree))
+
+
+def test_branched_trunks_of_one_task_are_subtrees_with_their_own_value() -> None:
+    def branch(trunk: int, own: int, reward: float, index: int) -> object:
+        return traj(
+            [1, 2, 3, trunk], [("policy", [own], [-1.0])], reward=reward, group=f"g{trunk}", index=index
+        )
+
+    # trunk 40: rewards 1, 1 (value 1); trunk 41: rewards 0, 1 (value 0.5); root 0.75
+    group = [branch(40, 5, 1.0, 0), branch(40, 6, 1.0, 1), branch(41, 5, 0.0, 0), branch(41, 6, 1.0, 1)]
+    out = group_tree_advantages(group, "dr_grpo")  # type: ignore[arg-type]
+    assert [o[1][0] for o in out if o] == pytest.approx(
+        [(1 - 0.75) + (1 - 1), (1 - 0.75) + 0, (0 - 0.75) + (0 - 0.5), (1 - 0.75) + (1 - 0.5)]
+    )
+    # score_groups sees the two trunks' groups as one tree (same task)
+    scored = score_groups([group[:2], group[2:]], TrainerConfig(advantage="tree", algorithm="dr_grpo"))  # type: ignore[list-item]
+    assert [s.turn_advantages for s in scored] == [o[1] for o in out if o]

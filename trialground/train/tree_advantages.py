@@ -1,12 +1,13 @@
 """Turn-level credit from the tree a group's siblings form (`trainer.advantage: tree`).
 
-The k trajectories of one task form a tree: they share the task prompt (the root), branched siblings
-(`loop.branch`) share their trunk's prefix, and any siblings whose contexts are token-identical through
-some policy turn share that node too (a confident policy often opens the same way). Each node's *value*
+The trajectories of one task in a batch form a tree: they share the task prompt (the root), branched
+siblings (`loop.branch`) share their trunk's prefix (a node below the root; each trunk's group is one
+subtree), and any trajectories whose contexts are token-identical through some policy turn share that
+node too (a confident policy often opens the same way). Each node's *value*
 is the mean reward of the valid trajectories that pass through it: siblings that share a prefix
 estimate what it is worth. A policy turn j of trajectory i, leading from node n(j-1) to node n(j), gets
 
-    A_ij = (V(n_j) - V(root)) + (V(n_j) - V(n_{j-1}))
+    A_ij = (V(n_j) - V(root)) + (V(n_j) - V(n_{j-1}))      (n_0: the trajectory's prompt, i.e. its trunk)
 
 the first term the node's worth against the task's baseline (on a path no sibling shares it is the
 trajectory's own GRPO numerator r_i - mean), the second the turn's own step in value: a turn shared by
@@ -35,38 +36,43 @@ from trialground.train.advantages import Method, Scored, score_trajectories, tra
 TurnAdvantages = tuple[float, ...]
 
 
-def _node_keys(traj: Trajectory) -> list[str]:
-    """One key per policy turn after the prompt: a digest of the whole context through that turn."""
+def _node_keys(traj: Trajectory) -> tuple[str, list[str]]:
+    """The prompt's node (a branch's trunk) and one node per own policy turn: each a digest of the whole
+    context through it."""
     h = hashlib.sha256()
+    prompt = ""
     keys: list[str] = []
     for turn in traj.turns:
-        h.update(turn.role.encode() if turn.role != "prompt" else b"p")
+        if turn.role != "prompt" and not prompt:
+            prompt = h.copy().hexdigest()
+        h.update(turn.role.encode())
         h.update(np.asarray(turn.token_ids, dtype=np.int64).tobytes())
         h.update(b"|")
         if turn.role == "policy":
             keys.append(h.copy().hexdigest())
-    return keys
+    return prompt or h.hexdigest(), keys
 
 
 def group_tree_advantages(
     group: Sequence[Trajectory], method: Method = "grpo", *, eps: float = 1e-6
 ) -> list[tuple[float, TurnAdvantages] | None]:
-    """Per trajectory of one group: (trajectory-level advantage, one advantage per own policy turn), or
-    None for a trajectory without a reward. The trajectory-level number is the root term of its last
+    """Per trajectory of one task's tree: (trajectory-level advantage, one advantage per own policy
+    turn), or None for a trajectory without a reward. The trajectory-level number is the root term of its last
     turn (what `Scored.advantage` reports); the per-turn tuple is what the loss uses."""
     rewards = [trajectory_reward(t) for t in group]
     valid = [i for i, r in enumerate(rewards) if r is not None]
     out: list[tuple[float, TurnAdvantages] | None] = [None] * len(group)
-    keys = {i: _node_keys(group[i]) for i in valid}
+    nodes = {i: _node_keys(group[i]) for i in valid}
     if len(valid) < 2:  # no sibling to compare against: no signal, as in `group_advantages`
         for i in valid:
-            out[i] = (0.0, tuple(0.0 for _ in keys[i]))
+            out[i] = (0.0, tuple(0.0 for _ in nodes[i][1]))
         return out
     values = np.asarray([rewards[i] for i in valid], dtype=np.float64)  # [G]
     scale = float(values.std(ddof=1)) + eps if method == "grpo" else 1.0
     through: dict[str, list[float]] = defaultdict(list)
     for i in valid:
-        for key in set(keys[i]):
+        prompt, keys = nodes[i]
+        for key in {prompt, *keys}:
             through[key].append(float(rewards[i]))  # type: ignore[arg-type]
     value = {key: float(np.mean(rs)) for key, rs in through.items()}
     total, g = float(values.sum()), len(valid)
@@ -74,8 +80,10 @@ def group_tree_advantages(
         r = float(rewards[i])  # type: ignore[arg-type]
         root = (total - r) / (g - 1) if method == "rloo" else total / g
         turn_adv: list[float] = []
-        before = root
-        for key in keys[i]:
+        prompt, keys = nodes[i]
+        # a trunk below the root has a value of its own; the task's bare prompt is the root itself
+        before = value[prompt] if len(through[prompt]) < g else root
+        for key in keys:
             v = value[key]
             turn_adv.append(((v - root) + (v - before)) / scale)
             before = v
@@ -86,10 +94,11 @@ def group_tree_advantages(
 def tree_advantages(
     trajectories: Sequence[Trajectory], method: Method = "grpo", *, eps: float = 1e-6
 ) -> list[tuple[float, TurnAdvantages] | None]:
-    """`group_tree_advantages` within each `group_id`, aligned with `trajectories`."""
+    """`group_tree_advantages` over each task's trajectories (all its groups: one tree), aligned with
+    `trajectories`."""
     by_group: dict[str, list[int]] = defaultdict(list)
     for i, t in enumerate(trajectories):
-        by_group[t.group_id].append(i)
+        by_group[t.task_id].append(i)
     out: list[tuple[float, TurnAdvantages] | None] = [None] * len(trajectories)
     for idx in by_group.values():
         for i, a in zip(
