@@ -226,6 +226,12 @@ def main() -> None:
     )
     ap.add_argument("--fine-every", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--init-from",
+        type=Path,
+        default=None,
+        help="continue this trained policy (its tokenizer and weights) instead of starting from scratch",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -251,21 +257,30 @@ def main() -> None:
         print(f"  {family}: {len(of)}, solved {sum(t['solved'] for t in of) / len(of):.2f}")
 
     texts = (s for t in traces for s in (t["prompt"], *(x for turn in t["turns"] for x in turn)))
-    tok = build_tokenizer(texts, args.vocab)
+    if args.init_from is not None:  # continue a trained policy: its tokenizer and weights
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(args.init_from))
+    else:
+        tok = build_tokenizer(texts, args.vocab)
     data = [e for e in (encode(tok, t, args.max_len) for t in traces) if e is not None]
     lens = [len(i) for i, _ in data]
     print(f"encoded {len(data)}/{len(traces)} episodes, ~{sum(lens) / len(lens):.0f} tokens, max {max(lens)}")
 
-    config_hf = tiny_llama_config(
-        len(tok), hidden=args.hidden, layers=args.layers, max_positions=config.policy.max_context_tokens
-    )
-    config_hf.eos_token_id = tok.eos_token_id
-    config_hf.pad_token_id = tok.pad_token_id
-    model = LlamaForCausalLM(config_hf)
+    if args.init_from is not None:
+        model = LlamaForCausalLM.from_pretrained(str(args.init_from))
+    else:
+        config_hf = tiny_llama_config(
+            len(tok), hidden=args.hidden, layers=args.layers, max_positions=config.policy.max_context_tokens
+        )
+        config_hf.eos_token_id = tok.eos_token_id
+        config_hf.pad_token_id = tok.pad_token_id
+        model = LlamaForCausalLM(config_hf)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params / 1e6:.2f}M parameters", flush=True)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.98))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100))
+    warmup = 100 if args.init_from is None else 10
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
     model.train()
     order: list[int] = []
     stats: dict[str, float] = {}
