@@ -46,7 +46,7 @@ from trialground.rollout.chat import ChatRenderer
 from trialground.tasks.agentic import agent_instances
 from trialground.tasks.longctx import longctx_instances
 from trialground.tasks.model import Task
-from trialground.verify.grader import Grader
+from trialground.verify.grader import make_grader
 
 RECIPE = Path(__file__).resolve().parent.parent / "examples" / "agent.yaml"
 LONGCTX_RECIPE = RECIPE.with_name("longctx_cpu.yaml")
@@ -117,14 +117,15 @@ async def play(inst: Instance, env: ToolEnv, rng: random.Random, args: argparse.
         trace["turns"].append([text, obs.text])
         if obs.done:
             break
-    trace["solved"] = bool(obs.done and obs.reward is not None and obs.reward.outcome > 0)
+    graded = obs.end.graded if obs.done and obs.end is not None else None
+    trace["solved"] = bool(graded is not None and graded.verdict.passed and graded.verdict.error is None)
     return trace
 
 
 async def make_traces(
     config: RunConfig, instances: list[Any], seed: int, args: argparse.Namespace
 ) -> list[Trace]:
-    grader = Grader(config.sandbox, config.reward)
+    grader = make_grader(config.sandbox, config.reward)
     gate = asyncio.Semaphore(8)
     rng = random.Random(seed)
     seeds = [rng.random() for _ in instances]

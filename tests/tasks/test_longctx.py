@@ -58,24 +58,24 @@ def test_the_expert_solves_every_family_with_search_and_paged_reads_only() -> No
     from trialground.envs.tool_env import ToolEnv
     from trialground.envs.toolcalls import format_tool_call
     from trialground.sandbox.base import SandboxConfig
-    from trialground.verify.grader import Grader
+    from trialground.verify.grader import make_grader
 
-    async def solve(inst: Instance) -> float:
-        grader = Grader(SandboxConfig())
+    async def solve(inst: Instance) -> bool:
+        grader = make_grader(SandboxConfig())
         env = ToolEnv(grader, EnvConfig(kind="tool", observation_budget_chars=1000), SandboxConfig())
         try:
             await env.reset(inst.task)
             for name, args in inst.expert:
                 assert name in ("search", "read_lines", "submit")
                 obs = await env.step(format_tool_call(name, args))
-            assert obs.done and obs.reward is not None
-            return obs.reward.outcome
+            assert obs.done and obs.end is not None and obs.end.graded is not None
+            return obs.end.graded.verdict.passed
         finally:
             await env.close()
             await grader.close()
 
     instances = longctx_instances(6, seed=4, split="eval")
-    assert [asyncio.run(solve(i)) for i in instances] == [1.0] * 6
+    assert [asyncio.run(solve(i)) for i in instances] == [True] * 6
 
 
 @pytest.mark.slow
@@ -90,8 +90,10 @@ def test_episodes_over_them_hit_the_budgets_and_the_report_shows_it(tmp_path: Pa
     from trialground.policy.tiny import tiny_model_dir
     from trialground.rollout.agent import rollout
     from trialground.rollout.context_stats import context_metrics
+    from trialground.rollout.scoring import score
     from trialground.sandbox.base import SandboxConfig
-    from trialground.verify.grader import Grader
+    from trialground.verify.config import RewardConfig
+    from trialground.verify.grader import make_grader
     from trialground.verify.reward.rubric import Rubric
 
     if not (tiny_model_dir() / "config.json").is_file():
@@ -108,7 +110,7 @@ def test_episodes_over_them_hit_the_budgets_and_the_report_shows_it(tmp_path: Pa
     ]
 
     async def episode(budget: int):  # type: ignore[no-untyped-def]
-        grader = Grader(SandboxConfig())
+        grader = make_grader(SandboxConfig())
         env = ToolEnv(grader, EnvConfig(kind="tool", observation_budget_chars=1000), SandboxConfig())
         try:
             return await rollout(ScriptedPolicy(script, tokenizer=tokenizer), env, task,
@@ -118,8 +120,8 @@ def test_episodes_over_them_hit_the_budgets_and_the_report_shows_it(tmp_path: Pa
             await env.close()
             await grader.close()
 
-    rubric = Rubric()  # the loop's collection finishes every trajectory (the context-budget end gets 0)
-    roomy, tight = (rubric.finish(asyncio.run(episode(b))) for b in (8192, 1000))
+    rubric = Rubric.from_config(RewardConfig())  # the loop scores every trajectory (a context-budget end: 0)
+    roomy, tight = (score(rubric, asyncio.run(episode(b))) for b in (8192, 1000))
     assert roomy.error is None and roomy.reward is not None and roomy.reward.outcome == 1.0
     assert (
         not roomy.truncated and tight.truncated and tight.reward is not None and tight.reward.outcome == 0.0
