@@ -11,7 +11,7 @@ from trialground.envs.tool_env import ToolEnv
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.verify.grader import Grader
 
-CFG = EnvConfig(kind="tool", max_turns=40, observation_budget_chars=4000)
+CFG = EnvConfig(kind="tool", max_turns=40, observation_budget_chars=4000, navigation_tools=True)
 
 LOG = "".join(f"line {i} status={'500' if i % 50 == 0 else '200'}\n" for i in range(1, 2001))
 

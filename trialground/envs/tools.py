@@ -43,9 +43,22 @@ TOOL_DOCS = """Tools (one or more calls per message):
 - write_file(path, content): create or overwrite a file
 - edit_file(path, old, new): replace the one exact occurrence of `old` with `new`
 - run_tests(): run the visible tests
-- search(pattern, path?): lines containing `pattern` (file:line:text), under `path` or everywhere
-- read_lines(path, start?, count?): `count` lines (default 20) of a file from line `start`
 - submit(answer?): finish; the workspace (or `answer`) is graded"""
+
+# Listed in the prompt only where `env.navigation_tools` is on (they are callable everywhere): a policy
+# trained on the shorter list keeps seeing the prompt it was trained on.
+NAVIGATION_DOCS = (
+    "- search(pattern, path?): lines with `pattern` (file:line:text), under `path` or everywhere\n"
+    "- read_lines(path, start?, count?): `count` lines (default 20) of a file from line `start`"
+)
+
+
+def tool_docs(navigation: bool) -> str:
+    """The prompt's tool list, with `search` and `read_lines` when `navigation`."""
+    if not navigation:
+        return TOOL_DOCS
+    head, _, last = TOOL_DOCS.rpartition("\n")
+    return f"{head}\n{NAVIGATION_DOCS}\n{last}"
 
 
 # Runs the visible `test_*` functions of pytest-style files with the standard library only (the sandbox's
