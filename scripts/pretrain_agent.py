@@ -1,12 +1,14 @@
 """Pre-train the bundled agent policy (`tiny-agent`) on multi-turn tool traces and save it to
 trialground/policy/tiny_agent/.
 
-    .venv/bin/python scripts/pretrain_agent.py            # ~15-25 min on 2 CPU cores
+    .venv/bin/python scripts/pretrain_agent.py            # ~20-40 min on 2 CPU cores
 
 Recipe:
-1. Traces. For train-split instances of the `agent` families (trialground.tasks.agentic), a scripted
-   expert plays real episodes in a real `ToolEnv` with the recipe's environment and sandbox settings
-   (examples/agent.yaml), so every observation is exactly what the environment prints. The expert reacts to
+1. Traces. For train-split instances of the `agent` families (trialground.tasks.agentic) and of the
+   long-context families (trialground.tasks.longctx: search, paged reads, following a reference), a
+   scripted expert plays real episodes in a real `ToolEnv` with each recipe's environment and sandbox
+   settings (examples/agent.yaml, examples/longctx_cpu.yaml), so every observation is exactly what the
+   environment prints. The expert reacts to
    what it reads (after a failing check it fixes and checks again), and some traces are made imperfect on
    purpose: `--revise` of them first make a wrong edit and repair it after reading the failure, `--noise`
    submit a wrong result, `--redundant` repeat an action that changes nothing. So the model has seen
@@ -15,9 +17,10 @@ Recipe:
 3. A small Llama trained on the token-exact episode ids (rendered with `ChatRenderer`, as rollouts are),
    with the loss on the policy's turns only: observations are masked as in RL.
 4. Pre-training stops early: every `--eval-every` steps the greedy solve rate on held-out (eval-split)
-   instances is measured with the real pipeline (`evaluate_run` on the recipe with the candidate model;
-   selection instances from another seed than the recipe's eval tasks), and training stops at the first
-   checkpoint at or above `--target`, where sampling still solves tasks greedy decoding misses.
+   instances is measured with the real pipeline (`evaluate_run` on each recipe with the candidate model;
+   selection instances from another seed than the recipes' eval tasks), and training stops at the first
+   checkpoint at or above `--target` on the agent recipe and `--longctx-target` on the long-context one,
+   where sampling still solves tasks greedy decoding misses.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from transformers import LlamaForCausalLM
@@ -40,11 +43,25 @@ from trialground.envs.toolcalls import format_tool_call
 from trialground.orchestrator.run_config import RunConfig, load_config
 from trialground.policy.tiny import AGENT_NAME, build_tokenizer, tiny_llama_config, tiny_model_dir
 from trialground.rollout.chat import ChatRenderer
-from trialground.tasks.agentic import Instance, agent_instances
+from trialground.tasks.agentic import agent_instances
+from trialground.tasks.longctx import longctx_instances
+from trialground.tasks.model import Task
 from trialground.verify.grader import make_grader
 
 RECIPE = Path(__file__).resolve().parent.parent / "examples" / "agent.yaml"
+LONGCTX_RECIPE = RECIPE.with_name("longctx_cpu.yaml")
 Trace = dict[str, Any]  # {"prompt": str, "turns": [[action, observation], ...], "solved": bool}
+
+
+class Instance(Protocol):
+    """A task and the expert's calls that solve it (`agentic.Instance`, `longctx.Instance`)."""
+
+    @property
+    def family(self) -> str: ...
+    @property
+    def task(self) -> Task: ...
+    @property
+    def expert(self) -> tuple[tuple[str, dict[str, str]], ...]: ...
 
 
 def _bump_digit(text: str, rng: random.Random) -> str:
@@ -105,8 +122,9 @@ async def play(inst: Instance, env: ToolEnv, rng: random.Random, args: argparse.
     return trace
 
 
-async def make_traces(config: RunConfig, n: int, seed: int, args: argparse.Namespace) -> list[Trace]:
-    instances = agent_instances(n, seed=seed, split="train")
+async def make_traces(
+    config: RunConfig, instances: list[Any], seed: int, args: argparse.Namespace
+) -> list[Trace]:
     grader = make_grader(config.sandbox, config.reward)
     gate = asyncio.Semaphore(8)
     rng = random.Random(seed)
@@ -153,7 +171,7 @@ def batch(examples: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[tor
     return ids, labels
 
 
-def solve_rates(model: Any, tok: Any, n: int, samples: int) -> dict[str, float]:
+def solve_rates(model: Any, tok: Any, recipe: Path, n: int, samples: int) -> dict[str, float]:
     """Held-out solve rates of the candidate, measured by the recipe's own evaluation (real episodes)."""
     from trialground.orchestrator.evaluate_run import evaluate_run
 
@@ -161,10 +179,25 @@ def solve_rates(model: Any, tok: Any, n: int, samples: int) -> dict[str, float]:
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
         overrides = [f"policy.model={tmp}", "tasks.seed=777", f"tasks.num_eval={n}", "tasks.num_train=1"]
-        metrics = asyncio.run(evaluate_run(load_config(RECIPE, overrides), samples=samples))
+        metrics = asyncio.run(evaluate_run(load_config(recipe, overrides), samples=samples))
     model.train()
     keep = ("eval/pass@1", "eval_sampled/pass@1", f"eval_sampled/pass@{samples}")
     return {k: round(v, 4) for k, v in metrics.items() if k in keep or k.startswith("eval/pass@1/")}
+
+
+def both_rates(model: Any, tok: Any, args: argparse.Namespace, samples: int) -> dict[str, float]:
+    """The agent recipe's rates as they are, the long-context recipe's under `longctx/`."""
+    agent = solve_rates(model, tok, RECIPE, args.eval_n, samples)
+    if not args.longctx_traces:
+        return agent
+    longctx = solve_rates(model, tok, LONGCTX_RECIPE, args.longctx_eval_n, samples)
+    return {**agent, **{f"longctx/{k}": v for k, v in longctx.items()}}
+
+
+def reached(stats: dict[str, float], args: argparse.Namespace) -> bool:
+    return stats["eval/pass@1"] >= args.target and (
+        not args.longctx_traces or stats["longctx/eval/pass@1"] >= args.longctx_target
+    )
 
 
 def main() -> None:
@@ -186,11 +219,20 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--eval-n", type=int, default=96, help="held-out instances used to decide when to stop")
     ap.add_argument("--target", type=float, default=0.3, help="stop at the first greedy solve rate >= this")
+    ap.add_argument("--longctx-traces", type=int, default=2400, help="long-context traces (0: none)")
+    ap.add_argument("--longctx-eval-n", type=int, default=48)
+    ap.add_argument("--longctx-target", type=float, default=0.25, help="and long-context solve rate >= this")
     ap.add_argument(
         "--fine-from", type=float, default=0.03, help="evaluate every --fine-every steps from here"
     )
     ap.add_argument("--fine-every", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--init-from",
+        type=Path,
+        default=None,
+        help="continue this trained policy (its tokenizer and weights) instead of starting from scratch",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -201,28 +243,45 @@ def main() -> None:
     if args.cache.is_file():
         traces = [json.loads(line) for line in args.cache.read_text().splitlines()]
     else:
-        traces = asyncio.run(make_traces(config, args.traces, 1000 + args.seed, args))
+        seed = 1000 + args.seed
+        agent = agent_instances(args.traces, seed=seed, split="train")
+        traces = asyncio.run(make_traces(config, agent, seed, args))
+        if args.longctx_traces:
+            longctx = longctx_instances(args.longctx_traces, seed=seed, split="train")
+            traces += asyncio.run(make_traces(load_config(LONGCTX_RECIPE), longctx, seed, args))
         args.cache.write_text("".join(json.dumps(t) + "\n" for t in traces))
     solved = sum(t["solved"] for t in traces) / len(traces)
     turns = sum(len(t["turns"]) for t in traces) / len(traces)
     print(f"traces {time.time() - t0:.0f}s: {len(traces)}, solved {solved:.2f}, turns {turns:.1f}")
+    for family in sorted({t["family"] for t in traces}):
+        of = [t for t in traces if t["family"] == family]
+        print(f"  {family}: {len(of)}, solved {sum(t['solved'] for t in of) / len(of):.2f}")
 
     texts = (s for t in traces for s in (t["prompt"], *(x for turn in t["turns"] for x in turn)))
-    tok = build_tokenizer(texts, args.vocab)
+    if args.init_from is not None:  # continue a trained policy: its tokenizer and weights
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(args.init_from))
+    else:
+        tok = build_tokenizer(texts, args.vocab)
     data = [e for e in (encode(tok, t, args.max_len) for t in traces) if e is not None]
     lens = [len(i) for i, _ in data]
     print(f"encoded {len(data)}/{len(traces)} episodes, ~{sum(lens) / len(lens):.0f} tokens, max {max(lens)}")
 
-    config_hf = tiny_llama_config(
-        len(tok), hidden=args.hidden, layers=args.layers, max_positions=config.policy.max_context_tokens
-    )
-    config_hf.eos_token_id = tok.eos_token_id
-    config_hf.pad_token_id = tok.pad_token_id
-    model = LlamaForCausalLM(config_hf)
+    if args.init_from is not None:
+        model = LlamaForCausalLM.from_pretrained(str(args.init_from))
+    else:
+        config_hf = tiny_llama_config(
+            len(tok), hidden=args.hidden, layers=args.layers, max_positions=config.policy.max_context_tokens
+        )
+        config_hf.eos_token_id = tok.eos_token_id
+        config_hf.pad_token_id = tok.pad_token_id
+        model = LlamaForCausalLM(config_hf)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params / 1e6:.2f}M parameters", flush=True)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.98))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100))
+    warmup = 100 if args.init_from is None else 10
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
     model.train()
     order: list[int] = []
     stats: dict[str, float] = {}
@@ -244,19 +303,23 @@ def main() -> None:
         every = args.eval_every if stats.get("eval/pass@1", 0.0) < args.fine_from else args.fine_every
         if step % every == 0:
             model.eval()
-            stats = solve_rates(model, tok, args.eval_n, samples=0)
+            stats = both_rates(model, tok, args, samples=0)
             print(f"step {step} {stats} {time.time() - t0:.0f}s", flush=True)
             score = stats["eval/pass@1"]
-            if score >= args.target:
+            if reached(stats, args):
                 # the climb is steep: keep whichever of this and the previous checkpoint is closer to target
-                if prev is not None and args.target - prev[2] < score - args.target:
+                if (
+                    prev is not None
+                    and not args.longctx_traces
+                    and args.target - prev[2] < score - args.target
+                ):
                     step, state, _ = prev
                     model.load_state_dict(state)
                     print(f"using the step-{step} checkpoint, closer to the target", flush=True)
                 break
             prev = (step, {k: v.clone() for k, v in model.state_dict().items()}, score)
     model.eval()
-    stats = solve_rates(model, tok, args.eval_n, samples=8)
+    stats = both_rates(model, tok, args, samples=8)
     print(f"final step {step}: {stats}", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     model.generation_config.eos_token_id = tok.eos_token_id

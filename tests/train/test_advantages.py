@@ -12,9 +12,9 @@ from trialground.train.advantages import (
     group_advantages,
     grpo,
     rloo,
-    score_groups,
     trajectory_reward,
 )
+from trialground.train.batch import score_groups
 
 
 def test_grpo_hand_values() -> None:

@@ -10,7 +10,7 @@ from train_helpers import PAD, sequence_logprobs, tiny_llama
 from trialground.envs.base import EpisodeEnd
 from trialground.rollout.scoring import score
 from trialground.rollout.trajectory import CONTEXT_BUDGET, Trajectory, Turn
-from trialground.train.advantages import score_groups
+from trialground.train.batch import score_groups
 from trialground.train.config import TrainerConfig
 from trialground.train.trainer import Trainer
 from trialground.verify.config import RewardConfig

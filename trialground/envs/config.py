@@ -20,6 +20,11 @@ class EnvConfig(BaseModel):
     tool_timeout_s: float = Field(
         30.0, gt=0, le=3600, description="Wall seconds of one bash/python/run_tests call (capped by episode)"
     )
+    navigation_tools: bool = Field(
+        False,
+        description="List search and read_lines in the prompt's tool list (they are callable either way); "
+        "on for tasks whose workspace is far larger than the context",
+    )
     max_calls_per_turn: int = Field(
         4, ge=1, le=64, description="Tool calls executed per model turn; further ones are invalid"
     )

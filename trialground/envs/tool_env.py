@@ -37,7 +37,7 @@ from trialground.envs.observations import shown
 from trialground.envs.text import truncate_middle
 from trialground.envs.tool_schemas import tool_schemas
 from trialground.envs.toolcalls import InvalidCall, ToolFormat, format_tool_call, parse_tool_calls
-from trialground.envs.tools import TOOL_DOCS, Toolbox, make_action, validate_call
+from trialground.envs.tools import Toolbox, make_action, tool_docs, validate_call
 from trialground.errors import EnvError, ErrorInfo, SandboxError, TrialgroundError, VerifierError
 from trialground.sandbox.base import Sandbox, SandboxConfig
 from trialground.tasks.model import Task
@@ -176,7 +176,9 @@ class ToolEnv(Environment, Forkable):
         digest = await self._toolbox.workspace_digest() if self.config.workspace_digest else None
         fmt: ToolFormat = "xml" if self.config.tool_format == "xml" else "json_tags"
         example = format_tool_call("bash", {"command": "ls"}, fmt)
-        text = f"{task.prompt}\n\n{TOOL_DOCS}\nCall a tool like this:\n{example}"
+        text = (
+            f"{task.prompt}\n\n{tool_docs(self.config.navigation_tools)}\nCall a tool like this:\n{example}"
+        )
         # the tools as JSON schemas too: a chat template that takes `tools=` renders them its own way
         start = EpisodeStart(tools=tuple(tool_schemas()), workspace_digest=digest)
         return Observation(text=text, start=start)

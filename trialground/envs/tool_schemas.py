@@ -21,6 +21,18 @@ _DESCRIPTIONS = {
         {"path": "file path, relative to /workspace", "old": "text to replace", "new": "replacement"},
     ),
     "run_tests": ("Run the visible tests.", {}),
+    "search": (
+        "Lines containing a fixed string, as file:line:text (bounded; a summary line gives the totals).",
+        {"pattern": "the exact text to find", "path": "a file or folder to search (default: everything)"},
+    ),
+    "read_lines": (
+        "Show a page of a file: `count` numbered lines from line `start`.",
+        {
+            "path": "file path, relative to /workspace",
+            "start": "first line, 1-based (default 1)",
+            "count": "lines to show (default 20, at most 200)",
+        },
+    ),
     "submit": ("Finish; the workspace (or `answer`) is graded.", {"answer": "the answer, if one is asked"}),
 }
 

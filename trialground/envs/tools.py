@@ -3,7 +3,8 @@
 Tools: ``bash(command)``, ``python(code)``, ``read_file(path)``, ``write_file(path, content)``,
 ``edit_file(path, old, new)`` (exact-match replace; no match or several matches is an error observation),
 ``run_tests()`` (the task's visible checks; on a repository task its failing tests and the rest of its
-suite, run as grading runs them) and ``submit(answer?)``.
+suite, run as grading runs them), ``search(pattern, path?)`` and ``read_lines(path, start?, count?)``
+(bounded search and paged reading, run in the sandbox: `trialground.envs.navigate`) and ``submit(answer?)``.
 
 Contract: `Toolbox.run` turns every *program* failure (bad arguments, missing file, non-zero exit, timeout)
 into a `ToolOutcome` with ``ok=False``; only a broken sandbox propagates, as `SandboxError`.
@@ -16,6 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from trialground.envs import navigate
 from trialground.errors import SandboxError
 from trialground.sandbox.base import ExecResult, ExecStatus, Limits, Sandbox
 from trialground.tasks.model import Task
@@ -29,6 +31,8 @@ TOOL_PARAMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "write_file": (("path", "content"), ()),
     "edit_file": (("path", "old", "new"), ()),
     "run_tests": ((), ()),
+    "search": (("pattern",), ("path",)),
+    "read_lines": (("path",), ("start", "count")),
     "submit": ((), ("answer",)),
 }
 
@@ -40,6 +44,21 @@ TOOL_DOCS = """Tools (one or more calls per message):
 - edit_file(path, old, new): replace the one exact occurrence of `old` with `new`
 - run_tests(): run the visible tests
 - submit(answer?): finish; the workspace (or `answer`) is graded"""
+
+# Listed in the prompt only where `env.navigation_tools` is on (they are callable everywhere): a policy
+# trained on the shorter list keeps seeing the prompt it was trained on.
+NAVIGATION_DOCS = (
+    "- search(pattern, path?): lines with `pattern` (file:line:text), under `path` or everywhere\n"
+    "- read_lines(path, start?, count?): `count` lines (default 20) of a file from line `start`"
+)
+
+
+def tool_docs(navigation: bool) -> str:
+    """The prompt's tool list, with `search` and `read_lines` when `navigation`."""
+    if not navigation:
+        return TOOL_DOCS
+    head, _, last = TOOL_DOCS.rpartition("\n")
+    return f"{head}\n{NAVIGATION_DOCS}\n{last}"
 
 
 # Runs the visible `test_*` functions of pytest-style files with the standard library only (the sandbox's
@@ -162,6 +181,10 @@ def render_exec(res: ExecResult) -> str:
     return "\n".join(parts)
 
 
+def _nav_limits(limits: Limits) -> Limits:
+    return limits.model_copy(update={"output_bytes": min(limits.output_bytes, navigate.NAV_OUTPUT_BYTES)})
+
+
 class Toolbox:
     """Runs tool calls in one sandbox for one task."""
 
@@ -222,6 +245,10 @@ class Toolbox:
             return await self._edit(a["path"], a["old"], a["new"], limits)
         if name == "run_tests":
             return await self._run_tests(limits)
+        if name == "search":
+            return await self._search(a["pattern"], a.get("path") or ".", limits)
+        if name == "read_lines":
+            return await self._read_lines(a["path"], a.get("start"), a.get("count"), limits)
         if name == "submit":
             return ToolOutcome("submitted", True, False, submit=True, answer=a.get("answer"))
         raise AssertionError(f"unvalidated tool {name}")  # validate_call rejects unknown names
@@ -297,6 +324,26 @@ class Toolbox:
         except FileError as e:
             return ToolOutcome(f"error: cannot write {path}: {e}", False, False, path)
         return ToolOutcome(f"edited {path} (1 replacement)", True, updated != text, path)
+
+    async def _search(self, pattern: str, path: str, limits: Limits) -> ToolOutcome:
+        if not pattern:
+            return ToolOutcome("error: search needs a non-empty pattern", False, False, path)
+        res = await self._exec(navigate.search_argv(self.python, pattern, path), _nav_limits(limits))
+        if res.status != "ok" and res.exit_code not in (0, 1, 2):  # timed out or killed: say so
+            return ToolOutcome(render_exec(res), False, False, path)
+        return ToolOutcome(res.stdout.rstrip("\n"), res.exit_code == 0, False, path)
+
+    async def _read_lines(
+        self, path: str, start: str | None, count: str | None, limits: Limits
+    ) -> ToolOutcome:
+        bounds = navigate.page_bounds(start, count)
+        if isinstance(bounds, str):
+            return ToolOutcome(f"error: {bounds}", False, False, path)
+        argv = navigate.read_argv(self.python, path, *bounds)
+        res = await self._exec(argv, _nav_limits(limits))
+        if res.status != "ok" and res.exit_code not in (0, 1, 2):
+            return ToolOutcome(render_exec(res), False, False, path)
+        return ToolOutcome(res.stdout.rstrip("\n"), res.exit_code == 0, False, path)
 
     async def _run_tests(self, limits: Limits) -> ToolOutcome:
         if self.task.verifier.kind == "swe_tests":

@@ -134,7 +134,8 @@ def _context(d: RunData) -> str:
         parts.append(line_chart(_series(d, size, "context/"), title="Tokens per episode", ylabel="tokens"))
     if rates:
         parts.append(line_chart(_series(d, rates, "context/"), title="Truncation rates", ylabel="rate"))
-    latest = {k.removeprefix("context/"): s[-1][1] for k in [*size, *rates] if (s := d.series(k))}
+    workspace = [k for k in d.keys("context/workspace_")]
+    latest = {k.removeprefix("context/"): s[-1][1] for k in [*size, *rates, *workspace] if (s := d.series(k))}
     table = "".join(f"<tr><td>{escape(k)}</td><td>{_fmt(v)}</td></tr>" for k, v in latest.items())
     return _charts(*parts) + f"<table><tr><th>metric</th><th>latest</th></tr>{table}</table>"
 

@@ -25,8 +25,9 @@ from trialground.orchestrator.state import restore, save
 from trialground.orchestrator.wiring import Wiring, build, sync_weights
 from trialground.policy.loading import base_model_dir
 from trialground.rollout.branching import branch_metrics
+from trialground.rollout.context_stats import WorkspaceTokens
 from trialground.rollout.trajectory import Trajectory
-from trialground.train.advantages import score_groups
+from trialground.train.batch import score_groups
 
 Progress = Callable[[int, dict[str, float]], None]
 
@@ -66,6 +67,7 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
         else SyncBatches(w.collector, tasks, loop, sampling)
     )
     alerts, last_eval, stopped_by = 0, first_eval, None
+    workspace = WorkspaceTokens(policy.tokenizer, config.policy.max_context_tokens)
     try:
         while step < loop.steps:
             batch = await batches.next(step)  # k scored trajectories per task, stamped with policy versions
@@ -91,6 +93,7 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
             metrics |= grading_metrics(batch.groups, w.sources, config.reward) | fmetrics | tasks.stats()
             metrics |= training_canary_metrics(batch.tasks, batch.groups)  # hack/canary_cheat_rate
             metrics |= online_failure_metrics(batch.tasks, batch.groups)  # regressions/online_*
+            metrics |= workspace.metrics(batch.tasks)
             if w.env_pool is not None:
                 metrics |= w.env_pool.metrics()
             metrics["rollout/batch_s"] = batch.rollout_s

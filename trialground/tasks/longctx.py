@@ -2,18 +2,23 @@
 
 Source spec `longctx[:FAMILIES]` (comma-separated subset of the families below; default all):
 
-- `find`: a repository of `FIND_FILES` modules (services/<service>/<module>.py, each with settings of its
-  own); the question names one service's setting. Every service defines the setting, so the name alone
-  does not find it: the right file must be located (grep, then read). Graded `exact`.
-- `log`: a log of `LOG_LINES` lines; the question asks for the request id of the one request that failed
-  with a given status on a given endpoint (decoys: that status elsewhere, that endpoint with other
-  statuses). Graded `exact`.
-- `doc`: a contract of `DOC_CLAUSES` clauses; the unit price is stated near the start, the discount in
-  the middle and the quantity near the end; the answer combines the three. Graded `numeric`.
+- `find`: a repository of about `FIND_FILES` modules (services/<service>/<module>.py); the question names
+  one service's setting. Every service sets every setting, and the module that does so only *refers* to
+  the value (`RETRY_LIMIT = tuning.K4F2A`), which services/common/tuning.py defines: search the service,
+  follow the reference, submit. Graded `exact`.
+- `log`: a log of `LOG_LINES` requests; a failed request is followed by an indented line naming the
+  upstream that failed. The question asks for the upstream of the one request to an endpoint that failed
+  with a given status (decoys: that status elsewhere, that endpoint with other statuses): search, read
+  the lines at the hit, submit. Graded `exact`.
+- `doc`: a contract of `DOC_CLAUSES` clauses (a heading line `Clause N.`, then its text). The question
+  asks for one term; the clause that names the term says which clause sets it out, and that clause's text
+  states the amount (every term's amount is phrased alike, so only the reference tells which is meant):
+  search, follow the reference to the heading, read the clause, submit. Graded `exact`.
 
-Every workspace is far larger than an observation budget (a whole-file `cat` is cut to its head and tail
-by `truncate_middle`) and than a small model's context, which is what the context budget, the truncation
-records and the observation budget of `trialground.rollout` are exercised by. Deterministic in
+Every workspace holds at least `MIN_WORKSPACE_CHARS` characters (over 100,000 tokens for the bundled
+agent policy's tokenizer, about a hundred of its 1,024-token contexts): a whole-file `cat` is cut to its
+head and tail by `truncate_middle`, so the tasks are solved with `search` and `read_lines`. Each
+`Instance` carries the expert's calls, which use only those tools and `submit`. Deterministic in
 `(n, seed, split)`; a task's split is a hash of its content.
 """
 
@@ -21,13 +26,15 @@ from __future__ import annotations
 
 import hashlib
 import random
+from dataclasses import dataclass
 
 from trialground.tasks.model import Split, Task, VerifierSpec, split_of
 
 FAMILIES = ("find", "log", "doc")
-FIND_FILES = 300
-LOG_LINES = 4000
-DOC_CLAUSES = 240
+FIND_FILES = 960
+LOG_LINES = 6000
+DOC_CLAUSES = 2400
+MIN_WORKSPACE_CHARS = 350_000
 
 _SERVICES = ("billing", "catalog", "search", "ledger", "gateway", "metrics", "mailer", "auth", "orders",
              "payments", "inventory", "shipping", "reviews", "profiles", "reports", "alerts")  # fmt: skip
@@ -36,6 +43,24 @@ _MODULES = ("api", "models", "views", "tasks", "utils", "client", "schema", "cac
 _SETTINGS = ("RETRY_LIMIT", "TIMEOUT_S", "BATCH_SIZE", "MAX_CONNECTIONS", "PAGE_SIZE")
 _ENDPOINTS = ("/checkout", "/cart", "/login", "/search", "/orders", "/profile", "/items", "/pay")
 _STATUSES = (500, 502, 503, 504, 429, 404)
+_UPSTREAMS = ("payments", "inventory", "auth", "db", "cache", "search", "mailer", "ledger")
+_ERRORS = ("timeout", "refused", "reset", "overloaded")
+_TERMS = (("liability cap", "EUR"), ("notice period", "days"), ("warranty period", "months"),
+          ("late payment interest", "percent"), ("service credit", "percent"),
+          ("support fee", "EUR"))  # fmt: skip
+
+Call = tuple[str, dict[str, str]]
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One drawn task and the expert's calls (name, arguments), which solve it with `search`,
+    `read_lines` and `submit` only."""
+
+    key: str
+    family: str
+    task: Task
+    expert: tuple[Call, ...]
 
 
 def _split_of(key: str) -> Split:
@@ -46,68 +71,105 @@ def _short(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def _find(rng: random.Random) -> tuple[str, Task]:
-    services = rng.sample(_SERVICES, 12)
-    setting = rng.choice(_SETTINGS)
-    target = rng.choice(services)
-    files: dict[str, str] = {}
-    value_of: dict[str, int] = {}
-    per_service = FIND_FILES // len(services)
-    for service in services:
-        modules = rng.sample(_MODULES, min(per_service, len(_MODULES)))
-        extra = per_service - len(modules)
-        modules += [f"{rng.choice(_MODULES)}_{i}" for i in range(extra)]
-        home = rng.choice(modules)
-        value_of[service] = rng.randint(2, 999)
-        for module in modules:
-            lines = [f'"""The {service} service: {module.replace("_", " ")}."""', ""]
-            for j in range(rng.randint(3, 8)):
-                lines.append(f"def {module.split('_')[0]}_{j}(x):\n    return x * {rng.randint(2, 9)}\n")
-            if module == home:
-                lines.append(f"{setting} = {value_of[service]}")
-            else:
-                lines.append(f"# {setting} is set once per service")
-            files[f"services/{service}/{module}.py"] = "\n".join(lines) + "\n"
-    answer = str(value_of[target])
-    key = f"find:{setting}:{target}:" + ",".join(f"{s}={value_of[s]}" for s in services)
-    prompt = (
-        f"In this repository, what is {setting} of the {target} service? Every service sets it somewhere "
-        "in its own modules. Submit the number."
-    )
-    task = Task(
+def _task(family: str, key: str, prompt: str, files: dict[str, str], answer: str) -> Task:
+    chars = sum(len(t) for t in files.values())
+    return Task(
         domain="longctx", prompt=prompt, files=files, reference=answer,
         verifier=VerifierSpec(kind="exact", params={"answer": answer}), split=_split_of(key),
-        metadata={"family": "longctx:find", "files": len(files), "key": _short(key)},
+        metadata={"family": f"longctx:{family}", "files": len(files), "chars": chars, "key": _short(key)},
     )  # fmt: skip
-    return key, task
 
 
-def _log(rng: random.Random) -> tuple[str, Task]:
+def _module_text(rng: random.Random, service: str, module: str, extra: list[str]) -> str:
+    stem = module.split("_")[0]
+    lines = [
+        f'"""The {service} service: {module.replace("_", " ")}."""',
+        "",
+        "from services.common import tuning",
+        "",
+    ]
+    for j in range(rng.randint(4, 7)):
+        k = rng.randint(2, 9)
+        lines.append(
+            f"def {stem}_{j}(x, y=None):\n    if y is None:\n        y = {k}\n    return x * y + {j}\n\n"
+        )
+    return "\n".join(lines + extra) + "\n"
+
+
+def _find(rng: random.Random) -> Instance:
+    per_service = FIND_FILES // len(_SERVICES)
+    setting, target = rng.choice(_SETTINGS), rng.choice(_SERVICES)
+    files: dict[str, str] = {}
+    refs: set[str] = set()
+    tuning: list[str] = []
+    answer = ref_of_target = ""
+    for service in _SERVICES:
+        modules = list(_MODULES) + [f"{rng.choice(_MODULES)}_{i}" for i in range(per_service - len(_MODULES))]
+        homes: dict[str, list[str]] = {}
+        for name in _SETTINGS:
+            while (ref := f"K{rng.randrange(16**4):04X}") in refs:
+                pass
+            refs.add(ref)
+            value = str(rng.randint(2, 999))
+            tuning.append(f"{ref} = {value}")
+            homes.setdefault(rng.choice(modules), []).append(f"{name} = tuning.{ref}")
+            if (service, name) == (target, setting):
+                answer, ref_of_target = value, ref
+        for module in modules:
+            files[f"services/{service}/{module}.py"] = _module_text(
+                rng, service, module, homes.get(module, [])
+            )
+    rng.shuffle(tuning)
+    files["services/common/tuning.py"] = (
+        '"""Tuned values, one per service and setting."""\n\n' + "\n".join(tuning) + "\n"
+    )
+    files["services/common/__init__.py"] = ""
+    key = f"find:{setting}:{target}:{ref_of_target}:{answer}"
+    prompt = (
+        f"In this repository, what is {setting} of the {target} service? Every service sets it in one of "
+        "its own modules. Submit the number."
+    )
+    expert: tuple[Call, ...] = (
+        ("search", {"pattern": setting, "path": f"services/{target}"}),
+        ("search", {"pattern": f"{ref_of_target} ="}),
+        ("submit", {"answer": answer}),
+    )
+    return Instance(key, "find", _task("find", key, prompt, files, answer), expert)
+
+
+def _log(rng: random.Random) -> Instance:
     endpoint, status = rng.choice(_ENDPOINTS), rng.choice(_STATUSES)
-    lines = []
+    lines: list[str] = []
     placed = rng.randint(LOG_LINES // 10, LOG_LINES - LOG_LINES // 10)
     answer = ""
+    line_no = 0
     for i in range(LOG_LINES):
         rid = f"req-{rng.randrange(16**8):08x}"
         ep, st = rng.choice(_ENDPOINTS), 200 if rng.random() < 0.9 else rng.choice(_STATUSES)
+        upstream = f"{rng.choice(_UPSTREAMS)}-{rng.randint(1, 9)}"
         if i == placed:
-            ep, st, answer = endpoint, status, rid
+            ep, st, answer = endpoint, status, upstream
         elif ep == endpoint and st == status:
             st = 200
         day, hour, minute, second = 1 + i * 28 // LOG_LINES, (i * 7) % 24, (i * 13) % 60, (i * 31) % 60
         ts = f"2026-11-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}Z"
         lines.append(f"{ts} {rid} {ep} status={st} ms={rng.randint(2, 900)}")
-    key = f"log:{endpoint}:{status}:{answer}"
+        if i == placed:
+            line_no = len(lines)
+        if st != 200:
+            lines.append(f"  upstream={upstream} error={rng.choice(_ERRORS)} attempt={rng.randint(1, 3)}")
+    key = f"log:{endpoint}:{status}:{placed}:{answer}"
     prompt = (
-        f"logs/app.log holds a day of requests. Exactly one request to {endpoint} failed with status "
-        f"{status}. Submit its request id (req-...)."
+        f"logs/app.log holds a month of requests; each failure is followed by a line naming its upstream. "
+        f"Exactly one request to {endpoint} failed with status {status}. Submit its upstream (name-N)."
     )
-    task = Task(
-        domain="longctx", prompt=prompt, files={"logs/app.log": "\n".join(lines) + "\n"}, reference=answer,
-        verifier=VerifierSpec(kind="exact", params={"answer": answer}), split=_split_of(key),
-        metadata={"family": "longctx:log", "lines": LOG_LINES, "key": _short(key)},
-    )  # fmt: skip
-    return key, task
+    expert: tuple[Call, ...] = (
+        ("search", {"pattern": f"{endpoint} status={status}", "path": "logs/app.log"}),
+        ("read_lines", {"path": "logs/app.log", "start": str(line_no), "count": "2"}),
+        ("submit", {"answer": answer}),
+    )
+    files = {"logs/app.log": "\n".join(lines) + "\n"}
+    return Instance(key, "log", _task("log", key, prompt, files, answer), expert)
 
 
 _FILLER = (
@@ -117,39 +179,43 @@ _FILLER = (
     "This clause survives the termination of the agreement.",
     "Headings are for convenience only and do not affect interpretation.",
     "Each party bears its own costs of negotiating this agreement.",
+    "Amendments are valid only when made in writing and signed by both parties.",
 )
 
 
-def _doc(rng: random.Random) -> tuple[str, Task]:
-    price, discount, quantity = rng.randint(11, 250), rng.choice((5, 10, 15, 20, 25)), rng.randint(3, 60)
-    at_price = rng.randint(2, DOC_CLAUSES // 8)
-    at_discount = rng.randint(DOC_CLAUSES * 3 // 8, DOC_CLAUSES * 5 // 8)
-    at_quantity = rng.randint(DOC_CLAUSES * 7 // 8, DOC_CLAUSES - 1)
-    clauses = []
+def _doc(rng: random.Random) -> Instance:
+    term, unit = rng.choice(_TERMS)
+    spots = rng.sample(range(1, DOC_CLAUSES + 1), 2 * len(_TERMS))
+    text_of: dict[int, str] = {}
+    value_clause = answer = ""
+    for j, (name, u) in enumerate(_TERMS):
+        named, stated = spots[2 * j], spots[2 * j + 1]
+        value = str(rng.randint(2, 90) * (1000 if u == "EUR" else 1))
+        text_of[named] = f"The {name} is set out in clause {stated}."
+        text_of[stated] = f"The amount agreed is {value} {u}."
+        if name == term:
+            answer, value_clause = value, str(stated)
+    lines: list[str] = []
+    heading_line = 0
     for i in range(1, DOC_CLAUSES + 1):
-        if i == at_price:
-            text = f"Each licence costs {price} EUR before any discount."
-        elif i == at_discount:
-            text = f"A discount of {discount} percent applies to the total licence fee."
-        elif i == at_quantity:
-            text = f"The customer orders {quantity} licences under this agreement."
-        else:
-            text = " ".join(rng.sample(_FILLER, 3))
-        clauses.append(f"Clause {i}. {text}")
-    total = round(price * quantity * (100 - discount) / 100, 2)
-    answer = f"{total:g}"
-    key = f"doc:{price}:{discount}:{quantity}:{at_price}:{at_discount}:{at_quantity}"
+        lines.append(f"Clause {i}.")
+        if str(i) == value_clause:
+            heading_line = len(lines)
+        lines.append(text_of.get(i) or " ".join(rng.sample(_FILLER, 2)))
+        lines.append("")
+    key = f"doc:{term}:{value_clause}:{answer}:" + ",".join(map(str, spots))
     prompt = (
-        "docs/contract.md is the customer's licence agreement. What is the total licence fee in EUR? "
-        "Submit the number."
+        f"docs/contract.md is the customer's agreement. What is the {term} ({unit})? The clause that "
+        "names it refers to the clause that states it. Submit the number."
     )
-    files = {"docs/contract.md": "\n\n".join(clauses) + "\n"}
-    task = Task(
-        domain="longctx", prompt=prompt, files=files, reference=answer,
-        verifier=VerifierSpec(kind="numeric", params={"answer": total, "rel_tol": 1e-6, "abs_tol": 0.005}),
-        split=_split_of(key), metadata={"family": "longctx:doc", "clauses": DOC_CLAUSES, "key": _short(key)},
-    )  # fmt: skip
-    return key, task
+    expert: tuple[Call, ...] = (
+        ("search", {"pattern": term, "path": "docs/contract.md"}),
+        ("search", {"pattern": f"Clause {value_clause}.", "path": "docs/contract.md"}),
+        ("read_lines", {"path": "docs/contract.md", "start": str(heading_line), "count": "2"}),
+        ("submit", {"answer": answer}),
+    )
+    files = {"docs/contract.md": "\n".join(lines) + "\n"}
+    return Instance(key, "doc", _task("doc", key, prompt, files, answer), expert)
 
 
 _MAKERS = {"find": _find, "log": _log, "doc": _doc}
@@ -165,20 +231,25 @@ def parse_families(arg: str) -> tuple[str, ...]:
     return chosen
 
 
-def longctx_tasks(n: int, seed: int, split: Split, families: str = "") -> list[Task]:
-    """`n` tasks of `split`, families in turn (see the module docstring)."""
+def longctx_instances(n: int, seed: int, split: Split, families: str = "") -> list[Instance]:
+    """`n` instances of `split`, families in turn (see the module docstring)."""
     chosen = parse_families(families)
     rng = random.Random(f"longctx:{seed}")
     seen: set[str] = set()
-    out: list[Task] = []
+    out: list[Instance] = []
     attempts = 0
     while len(out) < n:
         attempts += 1
         if attempts > 100 * n + 100:
             raise ValueError(f"could not make {n} distinct {split} tasks")
-        key, task = _MAKERS[chosen[len(out) % len(chosen)]](rng)
-        if task.split != split or key in seen:
+        inst = _MAKERS[chosen[len(out) % len(chosen)]](rng)
+        if inst.task.split != split or inst.key in seen:
             continue
-        seen.add(key)
-        out.append(task)
+        seen.add(inst.key)
+        out.append(inst)
     return out
+
+
+def longctx_tasks(n: int, seed: int, split: Split, families: str = "") -> list[Task]:
+    """The tasks of `longctx_instances`."""
+    return [i.task for i in longctx_instances(n, seed, split, families)]

@@ -19,7 +19,6 @@ from typing import Literal
 import numpy as np
 
 from trialground.rollout.trajectory import Trajectory
-from trialground.train.config import TrainerConfig
 
 Method = Literal["grpo", "dr_grpo", "rloo"]
 
@@ -99,12 +98,15 @@ Exclusion = Literal["error", "dropped", "filtered", "no_policy_tokens"]
 @dataclass(frozen=True)
 class Scored:
     """One trajectory as the trainer receives it: its final reward (None: none to train on), its advantage
-    and whether it enters the loss (`excluded` says why not)."""
+    and whether it enters the loss (`excluded` says why not). `turn_advantages` (turn-level estimators,
+    `trainer.advantage: tree`): one advantage per policy turn of `trajectory.completion()`, in order,
+    which the loss uses instead of `advantage`."""
 
     trajectory: Trajectory
     reward: float | None
     advantage: float | None
     excluded: Exclusion | None = None
+    turn_advantages: tuple[float, ...] | None = None
 
     @property
     def trainable(self) -> bool:
@@ -153,23 +155,6 @@ def _exclusion_of_tokens(traj: Trajectory, advantage: float | None) -> Exclusion
     if advantage is None or not any(t.role == "policy" and t.token_ids for t in traj.turns):
         return "no_policy_tokens"
     return None
-
-
-def score_groups(
-    groups: Sequence[Sequence[Trajectory]],
-    config: TrainerConfig,
-    *,
-    kept: Sequence[Sequence[Trajectory]] | None = None,
-) -> list[Scored]:
-    """The trainer's batch: every trajectory of `groups` scored with `config`'s estimator. With `kept`
-    (dynamic sampling: the groups, or parts of groups, chosen to train on), every other trajectory is
-    marked `filtered`."""
-    flat = [t for g in groups for t in g]
-    filtered = None
-    if kept is not None:
-        keep = {id(t) for g in kept for t in g}
-        filtered = [id(t) not in keep for t in flat]
-    return score_trajectories(flat, config.algorithm, eps=config.adv_eps, filtered=filtered)
 
 
 @dataclass(frozen=True)

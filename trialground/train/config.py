@@ -11,6 +11,12 @@ class TrainerConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     algorithm: Literal["grpo", "dr_grpo", "rloo"] = Field("grpo", description="Group advantage estimator")
+    advantage: Literal["trajectory", "tree"] = Field(
+        "trajectory",
+        description="trajectory: one advantage per trajectory from `algorithm`; tree: one per policy turn, "
+        "from the values of the prefixes siblings share (train.tree_advantages; most useful with "
+        "loop.branch)",
+    )
     adv_eps: float = Field(1e-6, gt=0.0, le=1.0, description="GRPO: added to the group std before dividing")
     lr: float = Field(1e-4, gt=0.0, le=1.0, description="Learning rate")
     weight_decay: float = Field(0.0, ge=0.0, le=1.0, description="AdamW decoupled weight decay")

@@ -39,7 +39,7 @@ def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
 def ppo_clip_loss(
     logprobs: torch.Tensor,  # [B, T] new policy, with grad
     old_logprobs: torch.Tensor,  # [B, T] behaviour policy (sampling or recomputed), no grad
-    advantages: torch.Tensor,  # [B] one advantage per sequence
+    advantages: torch.Tensor,  # [B] one advantage per sequence, or [B, T] one per target
     mask: torch.Tensor,  # [B, T] 1.0 on policy tokens
     *,
     clip_low: float,
@@ -56,7 +56,8 @@ def ppo_clip_loss(
     Metric sums: pg_loss, kl, entropy, ratio, clipped (either bound active), clipped_low, clipped_high.
     """
     mask = mask.to(logprobs.dtype)
-    adv = advantages.to(logprobs.dtype).unsqueeze(1)  # [B, 1]
+    adv = advantages.to(logprobs.dtype)
+    adv = adv.unsqueeze(1) if adv.dim() == 1 else adv  # [B, 1] or [B, T]
     log_ratio = (logprobs - old_logprobs) * mask  # [B, T]; masked first so padding cannot overflow exp
     ratio = torch.exp(log_ratio)  # [B, T]
     clipped_ratio = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)  # [B, T]

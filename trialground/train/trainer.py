@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from trialground.rollout.trajectory import Trajectory
 from trialground.tensors import cache_keyword, distinct_rows, left_pad
 from trialground.train.advantages import Scored
 from trialground.train.config import TrainerConfig
@@ -65,6 +66,15 @@ class Sample:
     old_logprobs: list[float] | None
     advantage: float
     prompt_len: int = 1  # ids[:prompt_len] is the prompt: targets before prompt_len - 1 are all masked
+    # Per-target advantages aligned with `mask` (turn-level estimators), or None: `advantage` everywhere.
+    token_advantages: list[float] | None = None
+
+    @property
+    def inert(self) -> bool:
+        """Every advantage is 0: the policy-gradient term is exactly zero."""
+        if self.token_advantages is None:
+            return self.advantage == 0.0
+        return not any(a for a, m in zip(self.token_advantages, self.mask, strict=True) if m)
 
     @property
     def first_target(self) -> int:
@@ -86,6 +96,7 @@ def build_samples(batch: Sequence[Scored]) -> list[Sample]:
         have_logps = all(len(t.logprobs) == len(t.token_ids) for t in traj.turns if t.role == "policy")
         # Target t+1 is predicted at position t: prompt targets are masked, completion targets keep theirs.
         pad = [0] * (len(prompt) - 1)
+        token_adv = _token_advantages(traj, rec.turn_advantages) if rec.turn_advantages is not None else None
         samples.append(
             Sample(
                 ids=prompt + ids,
@@ -93,6 +104,7 @@ def build_samples(batch: Sequence[Scored]) -> list[Sample]:
                 old_logprobs=[0.0] * len(pad) + logps if have_logps else None,
                 advantage=float(adv),
                 prompt_len=len(prompt),
+                token_advantages=[0.0] * len(pad) + token_adv if token_adv is not None else None,
             )
         )
     return samples
@@ -118,6 +130,20 @@ def lora_linear_targets(model: nn.Module) -> list[str]:
     if not targets:
         raise ValueError("LoRA all-linear: the model has no linear layer an adapter can go on")
     return targets
+
+
+def _token_advantages(traj: Trajectory, turn_advantages: Sequence[float]) -> list[float]:
+    """Each completion token gets its policy turn's advantage (observation tokens 0: they are masked)."""
+    own = [t for t in traj.turns if t.role != "prompt"]
+    n_policy = sum(t.role == "policy" for t in own)
+    if n_policy != len(turn_advantages):
+        raise ValueError(f"{len(turn_advantages)} turn advantages for {n_policy} policy turns")
+    out: list[float] = []
+    values = iter(turn_advantages)
+    for turn in own:
+        a = float(next(values)) if turn.role == "policy" else 0.0
+        out.extend([a] * len(turn.token_ids))
+    return out
 
 
 class Trainer:
@@ -200,6 +226,17 @@ class Trainer:
         out = torch.zeros((len(samples), width), dtype=torch.float32)
         for i, s in enumerate(samples):
             values = getattr(s, field)[self._first_target(s) :]
+            out[i, : len(values)] = torch.tensor(values, dtype=torch.float32)
+        return out.to(self.device)
+
+    def _advantages(self, chunk: Sequence[Sample], width: int) -> torch.Tensor:
+        """[b] one advantage per sequence, or [b, width] per target when any sample has its own."""
+        if all(s.token_advantages is None for s in chunk):
+            return torch.tensor([s.advantage for s in chunk], device=self.device)
+        out = torch.zeros((len(chunk), width), dtype=torch.float32)
+        for i, s in enumerate(chunk):
+            values = s.token_advantages or [s.advantage] * len(s.mask)
+            values = values[self._first_target(s) :]
             out[i, : len(values)] = torch.tensor(values, dtype=torch.float32)
         return out.to(self.device)
 
@@ -322,7 +359,7 @@ class Trainer:
         normalizer = float(total_tokens) if cfg.loss_agg == "token" else float(n_samples)
         if cfg.skip_zero_advantage and cfg.kl_coef == 0.0:
             # Their gradient is exactly zero; they still count in `normalizer`, so the loss is unchanged.
-            active = [s for s in samples if s.advantage != 0.0]
+            active = [s for s in samples if not s.inert]
         else:
             active = list(samples)
         # Longest first: less padding per micro-batch, and a fixed order keeps runs bit-reproducible.
@@ -349,7 +386,7 @@ class Trainer:
                 out = ppo_clip_loss(
                     logp,
                     self._targets(chunk, logp.shape[1], "old_logprobs"),
-                    torch.tensor([s.advantage for s in chunk], device=self.device),
+                    self._advantages(chunk, logp.shape[1]),
                     self._targets(chunk, logp.shape[1], "mask"),
                     clip_low=cfg.clip_low,
                     clip_high=cfg.clip_high,
