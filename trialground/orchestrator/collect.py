@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Literal
 
+from trialground.gateway.episode import harness_group
 from trialground.orchestrator.components import Components
 from trialground.policy.base import SamplingParams
 from trialground.rollout.agent import rollout_group
@@ -49,8 +50,19 @@ async def collect(
     budget, release = c.config.policy.max_context_tokens, c.env_release
     role = c.config.policy.observation_role
 
+    gateway = c.gateway
+    if gateway is not None:
+        if branch != "off":
+            raise ValueError("loop.branch needs the trainer's own agent loop; env.kind=harness runs yours")
+        await gateway.start()
+
     async def one(task: Task) -> list[Trajectory]:
         async with limit:
+            if gateway is not None:
+                return await harness_group(
+                    gateway, batcher, c.env_factory(task), task, k, params=params, group_id=_group_id(task),
+                    max_context_tokens=budget, release=release, tool_role=role,
+                )  # fmt: skip
             if branch == "off":
                 return await rollout_group(
                     batcher, c.env_factory(task), task, k, params=params, group_id=_group_id(task),

@@ -23,6 +23,7 @@ from trialground.verify.build import make_grader
 from trialground.verify.grader import Grader
 
 if TYPE_CHECKING:  # torch and the pool's backends are imported only when a run needs them
+    from trialground.gateway.server import Gateway
     from trialground.pool.pool import EnvPool
     from trialground.train.trainer import Trainer
 
@@ -49,6 +50,7 @@ class Components:
     grader: Grader
     monitor: Monitor | None
     env_pool: EnvPool | None = None
+    gateway: Gateway | None = None  # env.kind=harness: the programs' OpenAI-compatible endpoint
     domains: dict[str, str] = field(default_factory=dict)
     startup_metrics: dict[str, float] = field(default_factory=dict)
 
@@ -102,6 +104,8 @@ class Components:
     async def close(self) -> None:
         if self.env_pool is not None:
             await self.env_pool.close()
+        if self.gateway is not None:
+            await self.gateway.stop()
         await self.grader.close()
         self.policy.close()
         if self.monitor is not None:
@@ -151,14 +155,23 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Compo
     grader = make_grader(config.sandbox, config.reward, opener=backend.opener() if backend else None)
     monitor = Monitor(run.path, config.monitor) if run is not None else None
     env_pool = None
-    if config.env.kind == "tool" or config.cluster == "ray":
+    gateway = None
+    sandbox_config = config.sandbox
+    if config.env.kind == "harness":
+        from trialground.envs.harness import harness_sandbox_config
+        from trialground.gateway.server import Gateway
+
+        gateway = Gateway()
+        assert gateway.socket_dir is not None
+        sandbox_config = harness_sandbox_config(config.sandbox, config.env, str(gateway.socket_dir))
+    if config.env.kind in ("tool", "harness") or config.cluster == "ray":
         from trialground.pool.pool import EnvPool
 
         pool_config = config.pool
         if config.cluster == "ray":
             pool_config = pool_config.model_copy(update={"backend": "ray"})
         env_pool = EnvPool(
-            pool_config, env_config=config.env, sandbox_config=config.sandbox, grader=grader, backend=backend
+            pool_config, env_config=config.env, sandbox_config=sandbox_config, grader=grader, backend=backend
         )
     domains = {t.id: t.domain for t in [*pool.tasks, *evals]}
     overlap = eval_contamination(pool.tasks, evals)
@@ -170,4 +183,6 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Compo
     }
     if monitor is not None and env_pool is not None:
         monitor.add_live_source(env_pool.metrics)
-    return Components(config, run, pool, evals, policy, trainer, grader, monitor, env_pool, domains, startup)
+    return Components(
+        config, run, pool, evals, policy, trainer, grader, monitor, env_pool, gateway, domains, startup
+    )

@@ -66,22 +66,24 @@ def build_samples(batch: Sequence[Scored]) -> list[Sample]:
         traj, adv = rec.trajectory, rec.advantage
         if not rec.trainable or adv is None or traj.error is not None:
             continue
-        prompt = traj.prompt_ids
-        ids, mask, logps = traj.completion()
-        if not prompt or sum(mask) == 0:
-            continue
         have_logps = all(len(t.logprobs) == len(t.token_ids) for t in traj.turns if t.role == "policy")
-        # Target t+1 is predicted at position t: prompt targets are masked, completion targets keep theirs.
-        pad = [0] * (len(prompt) - 1)
-        samples.append(
-            Sample(
-                ids=prompt + ids,
-                mask=pad + mask,
-                old_logprobs=[0.0] * len(pad) + logps if have_logps else None,
-                advantage=float(adv),
-                prompt_len=len(prompt),
+        # One sample per segment (a gateway episode whose program rewrote its history has several), each
+        # with the episode's advantage.
+        for seg in traj.segments():
+            prompt, ids, mask, logps = seg.prompt, seg.ids, seg.mask, seg.logprobs
+            if not prompt or sum(mask) == 0:
+                continue
+            # Target t+1 is predicted at position t: prompt targets are masked, completion targets keep theirs.
+            pad = [0] * (len(prompt) - 1)
+            samples.append(
+                Sample(
+                    ids=prompt + ids,
+                    mask=pad + mask,
+                    old_logprobs=[0.0] * len(pad) + logps if have_logps else None,
+                    advantage=float(adv),
+                    prompt_len=len(prompt),
+                )
             )
-        )
     return samples
 
 
