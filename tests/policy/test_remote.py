@@ -23,7 +23,7 @@ from trialground.policy.factory import require_trainable
 from trialground.policy.hf import HFPolicy
 from trialground.policy.openai import OpenAIPolicy
 from trialground.policy.remote import RemotePolicy
-from trialground.policy.serve import ReferenceServer
+from trialground.gateway.reference import ReferenceServer
 from trialground.policy.weight_files import tensor_digest
 
 torch = pytest.importorskip("torch")

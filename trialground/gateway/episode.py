@@ -21,7 +21,7 @@ from trialground.gateway.session import Generator, Session
 from trialground.gateway.stitch import stitch
 from trialground.policy.base import SamplingParams
 from trialground.rollout.agent import EnvFactory, make_env, release_env
-from trialground.rollout.batching import GroupBatcher
+from trialground.rollout.generation_batcher import GroupBatcher
 from trialground.rollout.trajectory import CONTEXT_BUDGET, Trajectory
 from trialground.tasks.model import Task
 

@@ -55,6 +55,8 @@ class Session:
     tool_style: str | None = None
     tool_role: str = "tool"
     record: bool = True
+    # True: max_tokens is capped to the room left in the budget; False: a request past it is a 400
+    cap_to_budget: bool = True
     records: list[CallRecord] = field(default_factory=list)
     history: list[Turn] = field(default_factory=list)
     truncated: bool = False
@@ -96,10 +98,16 @@ class Session:
         if self.max_context_tokens is not None:
             room = self.max_context_tokens - prompt_len
             if room < 1:
-                self.truncated = True
+                self.truncated = self.truncated or self.record
                 raise GatewayError(
                     f"messages: the prompt is {prompt_len} tokens; this episode's context budget is "
                     f"{self.max_context_tokens}",
+                    code="context_length_exceeded",
+                )
+            if params.max_new_tokens > room and not self.cap_to_budget:
+                raise GatewayError(
+                    f"prompt: {prompt_len} prompt tokens + max_tokens {params.max_new_tokens} exceed the "
+                    f"model's maximum context length of {self.max_context_tokens} tokens",
                     code="context_length_exceeded",
                 )
             if params.max_new_tokens > room:
