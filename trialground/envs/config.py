@@ -47,8 +47,8 @@ class EnvConfig(BaseModel):
     )
     harness_dir: str | None = Field(
         None,
-        description="harness: a host directory holding the program, shown read-only at its own path and "
-        "put on PATH and PYTHONPATH",
+        description="harness: a host directory holding the program, shown read-only at "
+        "/run/trialground-harness and put on PATH and PYTHONPATH",
     )
     harness_venv: str | None = Field(
         None, description="harness: a host virtualenv shown read-only at its own path; its bin/ leads PATH"

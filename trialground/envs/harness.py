@@ -6,8 +6,8 @@ visible checks; a pooled sandbox restored to its snapshot). ``play(path, key)`` 
 (`harness_launcher.py`), with the workspace as its working directory, the task's prompt on standard input
 and in ``TRIALGROUND_PROMPT``, ``OPENAI_BASE_URL`` (the sandbox's own loopback, relayed to the gateway's
 unix socket) and ``OPENAI_API_KEY`` (this episode's key), ``TRIALGROUND_ANSWER_FILE``, and the program
-from `harness_dir` (on ``PATH`` and ``PYTHONPATH``) and `harness_venv` (its ``bin/`` first on ``PATH``),
-both shown read-only. The sandbox has no network but its loopback, so the gateway is the only thing the
+from `harness_dir` (shown read-only at ``/run/trialground-harness``, on ``PATH`` and ``PYTHONPATH``)
+and `harness_venv` (shown read-only at its own path, its ``bin/`` first on ``PATH``). The sandbox has no network but its loopback, so the gateway is the only thing the
 program reaches.
 
 When the program exits, or the episode's wall time (`max_episode_s`) ends it, the task's grader grades
@@ -32,6 +32,7 @@ from trialground.tasks.model import Task
 
 GATEWAY_MOUNT = "/run/trialground-gateway"  # the gateway socket's directory, as harness sandboxes see it
 GATEWAY_SOCKET = "gateway.sock"
+HARNESS_MOUNT = "/run/trialground-harness"  # where harness sandboxes see `harness_dir`
 ANSWER_FILE = ".trialground_answer"  # relative to the workspace
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
@@ -48,10 +49,14 @@ def harness_sandbox_config(base: SandboxConfig, env: object, socket_dir: str) ->
             kind="config",
         )
     shown = [View(source=socket_dir, target=GATEWAY_MOUNT, kept=False)]
-    for path in (env.harness_dir, env.harness_venv):
-        if path is not None:
-            real = os.path.realpath(path)
+    if env.harness_dir is not None:
+        shown.append(View(source=os.path.realpath(env.harness_dir), target=HARNESS_MOUNT))
+    if env.harness_venv is not None:  # at its own path: its scripts and pyvenv.cfg name it
+        real = os.path.realpath(env.harness_venv)
+        try:
             shown.append(View(source=real, target=real))
+        except ValueError as exc:
+            raise EnvError(f"env.harness_venv: {real} cannot be shown at its own path ({exc})", kind="config") from exc
     return base.model_copy(update={"views": (*base.views, *shown), "network": False})
 
 
@@ -72,7 +77,7 @@ class HarnessEnv(ToolEnv):
         cfg = self.config
         path = f"{self._prefix()}/bin:{DEFAULT_PATH}"
         if cfg.harness_dir is not None:
-            path = f"{os.path.realpath(cfg.harness_dir)}:{path}"
+            path = f"{HARNESS_MOUNT}:{path}"
         if cfg.harness_venv is not None:
             path = f"{os.path.realpath(cfg.harness_venv)}/bin:{path}"
         env = {
@@ -83,7 +88,7 @@ class HarnessEnv(ToolEnv):
             "PYTHONUNBUFFERED": "1",
         }
         if cfg.harness_dir is not None:
-            env["PYTHONPATH"] = os.path.realpath(cfg.harness_dir)
+            env["PYTHONPATH"] = HARNESS_MOUNT
         if cfg.harness_venv is not None:
             env["VIRTUAL_ENV"] = os.path.realpath(cfg.harness_venv)
         return env

@@ -79,7 +79,8 @@ async def harness_episode(
     if error is None and final.verdict is not None:
         error = final.verdict.error
     if error is None and not session.records:
-        error = EnvError("the harness program made no model call", kind="no_calls").info()
+        said = final.text.strip()[-300:]
+        error = EnvError(f"the harness program made no model call; it printed: {said!r}", kind="no_calls").info()
     if error is None and final.reward is None:
         error = EnvError("the episode ended without a reward", kind="no_reward").info()
     finish = str(final.info.get("finish_reason") or "")
