@@ -22,7 +22,9 @@ from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.agentic import agent_tasks
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.verify.config import RewardConfig
+from trialground.rollout.scoring import score
 from trialground.verify.grader import make_grader
+from trialground.verify.reward.rubric import Rubric
 
 pytestmark = pytest.mark.skipif(not Path("/usr/bin/bwrap").exists(), reason="needs bubblewrap")
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,6 +97,7 @@ async def test_the_program_reaches_the_gateway_only_and_is_graded(gateway: Gatew
         await grader.close()
     assert traj.error is None, traj.error
     assert traj.finish_reason == "exited"
+    traj = score(Rubric.from_config(RewardConfig()), traj)
     assert traj.reward is not None and traj.reward.outcome == 1.0  # the exact answer above, every probe as wanted
     assert [t.role for t in traj.turns] == ["prompt", "policy"]
     assert traj.turns[1].token_ids[-1] == policy.tokenizer.eos_token_id
@@ -124,6 +127,7 @@ async def test_the_example_program_drives_the_policy_over_several_calls(gateway:
     finally:
         await grader.close()
     (traj,) = trajs
+    traj = score(Rubric.from_config(RewardConfig()), traj)
     assert traj.error is None and traj.reward is not None and traj.reward.outcome == 1.0
     roles = [t.role for t in traj.turns]
     assert roles == ["prompt", "policy", "env", "policy", "env", "policy"]  # 3 calls, one trajectory

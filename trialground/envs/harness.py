@@ -13,8 +13,9 @@ program reaches.
 When the program exits, or the episode's wall time (`max_episode_s`) ends it, the task's grader grades
 the workspace (the tool environment's grading: `ToolEnv._grade`): the submission is the text the program
 wrote to ``TRIALGROUND_ANSWER_FILE`` when it wrote one (an answer, as `submit(answer)` gives it), else the
-task's solution file. The final observation is `done` with the verdict and reward; `finish_reason` is
-``exited``, ``exited_nonzero`` or ``time_limit``. ``step`` is not used: the program drives the episode.
+task's solution file. The final observation is `done` with the `EpisodeEnd` (the grading, scored by the
+rubric after the episode like any other); `finish_reason` is ``exited``, ``exited_nonzero`` or
+``time_limit``. ``step`` is not used: the program drives the episode.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import json
 import os
 import sys
 
-from trialground.envs.base import Observation
+from trialground.envs.base import EpisodeStart, Observation
 from trialground.envs.harness_launcher import LAUNCHER
 from trialground.envs.tool_env import ToolEnv
 from trialground.errors import EnvError, SandboxError, TrialgroundError
@@ -65,8 +66,8 @@ class HarnessEnv(ToolEnv):
 
     async def reset(self, task: Task) -> Observation:
         obs = await super().reset(task)
-        info = {k: v for k, v in obs.info.items() if k != "tools"}
-        return Observation(text=task.prompt, info=info)
+        digest = obs.start.workspace_digest if obs.start is not None else None
+        return Observation(text=task.prompt, start=EpisodeStart(workspace_digest=digest))
 
     async def step(self, action: str) -> Observation:
         raise EnvError(
@@ -100,7 +101,7 @@ class HarnessEnv(ToolEnv):
                 "not_started", error=EnvError("play() before reset()", kind="not_reset").info()
             )
         if self.state.done:
-            return Observation(text="the episode is over", done=True, info=self._info(None))
+            return self._over()
         assert self.config.harness_command is not None
         task = self.task
         base = task.limits or self.sandbox_config.limits

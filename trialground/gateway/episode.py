@@ -57,7 +57,7 @@ async def harness_episode(
             **base, policy_version=generator.version, error=_error(exc, "env.reset"), finish_reason="error"
         )
     timings["reset_s"] = time.perf_counter() - t0
-    digest = first.info.get("workspace_digest")
+    digest = first.start.workspace_digest if first.start is not None else None
     session = Session(
         generator, params, served_name, max_context_tokens=max_context_tokens, tool_role=tool_role
     )
@@ -75,27 +75,24 @@ async def harness_episode(
     timings["generate_s"] = sum(r.seconds for r in session.records)
     timings["total_s"] = time.perf_counter() - t_start
     joined = stitch(session.records)
-    error = final.info.get("error") if final.info else None
-    if error is None and final.verdict is not None:
-        error = final.verdict.error
+    end = final.end
+    error = end.error if end is not None else EnvError("the episode ended without an EpisodeEnd", kind="no_end").info()
     if error is None and not session.records:
         said = final.text.strip()[-300:]
         error = EnvError(f"the harness program made no model call; it printed: {said!r}", kind="no_calls").info()
-    if error is None and final.reward is None:
-        error = EnvError("the episode ended without a reward", kind="no_reward").info()
-    finish = str(final.info.get("finish_reason") or "")
+    finish = end.finish_reason if end is not None else ""
     if session.truncated and not finish.startswith("exited"):
         finish = CONTEXT_BUDGET
     return Trajectory(
         **base,
         policy_version=min(joined.versions) if joined.versions else generator.version,
         turns=joined.turns,
-        reward=None if error is not None else final.reward,
-        error=error if isinstance(error, ErrorInfo) or error is None else ErrorInfo.model_validate(error),
+        end=end,
+        error=error,
         truncated=session.truncated,
         finish_reason="error" if error is not None else finish,
         timings=timings,
-        workspace_digest=str(digest) if digest else None,
+        workspace_digest=digest,
     )
 
 
