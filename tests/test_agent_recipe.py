@@ -37,6 +37,7 @@ pytestmark = pytest.mark.slow
 
 def test_a_few_agent_steps_learn_from_multi_turn_episodes(tmp_path: Path) -> None:
     from trialground.orchestrator.components import build
+
     from trialground.orchestrator.loop import run
 
     cfg = load_config(AGENT, [*SMALL, f"output_dir={tmp_path}", "name=agent"])
@@ -65,6 +66,7 @@ def test_a_few_agent_steps_learn_from_multi_turn_episodes(tmp_path: Path) -> Non
 def test_the_agent_policy_calls_tools_the_environment_understands() -> None:
     """Greedy first turns of the bundled agent policy on held-out prompts parse as valid tool calls."""
     from trialground.orchestrator.components import build
+
     from trialground.rollout.chat import ChatRenderer
     from trialground.tasks.agentic import agent_tasks
 

@@ -73,16 +73,23 @@ async def test_chat_with_tools_n_logprobs_and_sampling_fields(gateway: Gateway) 
     assert len(record.choices) == 2 and record.prompt_ids == tuple(policy.calls[0])
     # tool_choice="none": the text comes back as text
     reply = await _client(gateway, ep).chat.completions.create(
-        model="tiny-agent", messages=[{"role": "user", "content": "x"}], tools=TOOLS, tool_choice="none"  # type: ignore[list-item]
+        model="tiny-agent",
+        messages=[{"role": "user", "content": "x"}],
+        tools=TOOLS,
+        tool_choice="none",  # type: ignore[list-item]
     )
-    assert reply.choices[0].message.tool_calls is None and "<tool_call>" in (reply.choices[0].message.content or "")
+    assert reply.choices[0].message.tool_calls is None and "<tool_call>" in (
+        reply.choices[0].message.content or ""
+    )
 
 
 async def test_keys_are_per_session_and_bad_requests_are_4xx(gateway: Gateway) -> None:
     a, b = gateway.open(_session(Recording(["x"]))), gateway.open(_session(Recording(["y"])))
     messages = [{"role": "user", "content": "hi"}]
     with pytest.raises(openai.AuthenticationError):
-        await _client(gateway, a, key="tg-wrong").chat.completions.create(model="tiny-agent", messages=messages)  # type: ignore[arg-type]
+        await _client(gateway, a, key="tg-wrong").chat.completions.create(
+            model="tiny-agent", messages=messages
+        )  # type: ignore[arg-type]
     with pytest.raises(openai.AuthenticationError):  # b's key on a's base URL
         await _client(gateway, a, key=b.key).chat.completions.create(model="tiny-agent", messages=messages)  # type: ignore[arg-type]
     client = _client(gateway, a)
@@ -101,7 +108,9 @@ async def test_completions_with_token_ids(gateway: Gateway) -> None:
     policy = Recording(["abc"])
     session = _session(policy)
     ep = gateway.open(session)
-    out = await _client(gateway, ep).completions.create(model="tiny-agent", prompt=[5, 6, 7], max_tokens=8, logprobs=0)
+    out = await _client(gateway, ep).completions.create(
+        model="tiny-agent", prompt=[5, 6, 7], max_tokens=8, logprobs=0
+    )
     assert out.choices[0].logprobs is not None and out.choices[0].logprobs.token_logprobs
     assert policy.calls == [[5, 6, 7]] and session.records[0].prompt_ids == (5, 6, 7)
 

@@ -18,11 +18,11 @@ from trialground.gateway.episode import harness_group
 from trialground.gateway.server import Gateway
 from trialground.policy.base import SamplingParams
 from trialground.policy.scripted import ScriptedPolicy, load_tokenizer
+from trialground.rollout.scoring import score
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.agentic import agent_tasks
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.verify.config import RewardConfig
-from trialground.rollout.scoring import score
 from trialground.verify.grader import make_grader
 from trialground.verify.reward.rubric import Rubric
 
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(not Path("/usr/bin/bwrap").exists(), reason="nee
 ROOT = Path(__file__).resolve().parents[2]
 VENV = str(Path(sys.executable).parent.parent)
 
-PROBE = r'''
+PROBE = r"""
 import os, socket, sys
 from openai import OpenAI
 prompt = sys.stdin.read()
@@ -46,10 +46,11 @@ try:
     out.append("socketdir=writable")
 except OSError:
     out.append("socketdir=readonly")
-reply = OpenAI(max_retries=0).chat.completions.create(model="policy", messages=[{"role": "user", "content": prompt}])
+client = OpenAI(max_retries=0)
+reply = client.chat.completions.create(model="policy", messages=[{"role": "user", "content": prompt}])
 out.append("reply=" + (reply.choices[0].message.content or ""))
 open("solution.txt", "w").write(" ".join(out))
-'''
+"""
 
 
 @pytest.fixture
@@ -79,7 +80,10 @@ async def test_the_program_reaches_the_gateway_only_and_is_graded(gateway: Gatew
     sandbox = harness_sandbox_config(SandboxConfig(), env_config, str(gateway.socket_dir))
     grader = make_grader(sandbox, RewardConfig())
     await gateway.start()
-    want = "stdin=True cwd=/workspace 127.0.0.1=refused 10.0.2.2=refused 1.1.1.1=refused socketdir=readonly reply=pong"
+    want = (
+        "stdin=True cwd=/workspace 127.0.0.1=refused 10.0.2.2=refused 1.1.1.1=refused "
+        "socketdir=readonly reply=pong"
+    )
     task = Task(
         prompt="ping", domain="probe",
         verifier=VerifierSpec(kind="exact", params={"answer": want}),
@@ -98,7 +102,9 @@ async def test_the_program_reaches_the_gateway_only_and_is_graded(gateway: Gatew
     assert traj.error is None, traj.error
     assert traj.finish_reason == "exited"
     traj = score(Rubric.from_config(RewardConfig()), traj)
-    assert traj.reward is not None and traj.reward.outcome == 1.0  # the exact answer above, every probe as wanted
+    assert (
+        traj.reward is not None and traj.reward.outcome == 1.0
+    )  # the exact answer above, every probe as wanted
     assert [t.role for t in traj.turns] == ["prompt", "policy"]
     assert traj.turns[1].token_ids[-1] == policy.tokenizer.eos_token_id
 
@@ -109,7 +115,7 @@ async def test_the_example_program_drives_the_policy_over_several_calls(gateway:
     script = [
         '<tool_call>{"name": "bash", "arguments": {"command": "cat orders.csv"}}</tool_call>',
         '<tool_call>{"name": "read_file", "arguments": {"path": "prices.csv"}}</tool_call>',
-        '<tool_call>{"name": "submit", "arguments": {"answer": "%s"}}</tool_call>' % answer,
+        '<tool_call>{"name": "submit", "arguments": {"answer": "' + str(answer) + '"}}</tool_call>',
     ]
     env_config = EnvConfig(
         kind="harness", harness_command="python -m react_agent --max-turns 6",
@@ -132,7 +138,9 @@ async def test_the_example_program_drives_the_policy_over_several_calls(gateway:
     roles = [t.role for t in traj.turns]
     assert roles == ["prompt", "policy", "env", "policy", "env", "policy"]  # 3 calls, one trajectory
     sampled = [t.token_ids for t in traj.turns if t.role == "policy"]
-    assert [len(s) for s in sampled] == [len(c) for c in sampled] and all(s[-1] == policy.tokenizer.eos_token_id for s in sampled)
+    assert [len(s) for s in sampled] == [len(c) for c in sampled] and all(
+        s[-1] == policy.tokenizer.eos_token_id for s in sampled
+    )
     # the env turn holds the tool's output as the program sent it: `cat orders.csv`'s text
     env_text = policy.tokenizer.decode(list(traj.turns[2].token_ids))
-    assert "[exit 0]" in env_text and "A43" in env_text or "order" in env_text.lower()
+    assert ("[exit 0]" in env_text and "A43" in env_text) or "order" in env_text.lower()

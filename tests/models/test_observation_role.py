@@ -14,8 +14,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize(("role", "marker"), [("user", "<|user|>"), ("tool", "<|tool|>")])
 async def test_observation_role_sets_the_role_of_environment_turns(role: str, marker: str) -> None:
-    from trialground.orchestrator.collect import collect
     from trialground.orchestrator.components import build
+
+    from trialground.orchestrator.collect import collect
 
     overrides = ["tasks.num_train=4", "tasks.num_eval=2", f"policy.observation_role={role}"]
     cfg = load_config(ROOT / "examples" / "agent.yaml", overrides)

@@ -7,8 +7,8 @@ visible checks; a pooled sandbox restored to its snapshot). ``play(path, key)`` 
 and in ``TRIALGROUND_PROMPT``, ``OPENAI_BASE_URL`` (the sandbox's own loopback, relayed to the gateway's
 unix socket) and ``OPENAI_API_KEY`` (this episode's key), ``TRIALGROUND_ANSWER_FILE``, and the program
 from `harness_dir` (shown read-only at ``/run/trialground-harness``, on ``PATH`` and ``PYTHONPATH``)
-and `harness_venv` (shown read-only at its own path, its ``bin/`` first on ``PATH``). The sandbox has no network but its loopback, so the gateway is the only thing the
-program reaches.
+and `harness_venv` (shown read-only at its own path, its ``bin/`` first on ``PATH``). The sandbox has no
+network but its loopback, so the gateway is the only thing the program reaches.
 
 When the program exits, or the episode's wall time (`max_episode_s`) ends it, the task's grader grades
 the workspace (the tool environment's grading: `ToolEnv._grade`): the submission is the text the program
@@ -57,7 +57,9 @@ def harness_sandbox_config(base: SandboxConfig, env: object, socket_dir: str) ->
         try:
             shown.append(View(source=real, target=real))
         except ValueError as exc:
-            raise EnvError(f"env.harness_venv: {real} cannot be shown at its own path ({exc})", kind="config") from exc
+            raise EnvError(
+                f"env.harness_venv: {real} cannot be shown at its own path ({exc})", kind="config"
+            ) from exc
     return base.model_copy(update={"views": (*base.views, *shown), "network": False})
 
 

@@ -114,7 +114,9 @@ def guarded(fn: Handler) -> Callable[[Request], Awaitable[JSONResponse]]:
     return route
 
 
-def make_app(sessions: Sessions, *, title: str = "trialground gateway", default: Session | None = None) -> FastAPI:
+def make_app(
+    sessions: Sessions, *, title: str = "trialground gateway", default: Session | None = None
+) -> FastAPI:
     """The routes over `sessions`; with `default`, every request is answered by that one session and
     authentication is the caller's (a middleware of the reference server)."""
     app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None)

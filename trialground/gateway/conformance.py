@@ -2,9 +2,9 @@
 gateway, checked by playing a scripted multi-turn tool conversation through the gateway itself.
 
 The conversation (a system message, a task, two tool calls each answered by a tool result, a follow-up
-user turn, a final answer; assistant turns open with a short `<think>` block) is answered by a scripted
+user turn, a final answer) is answered by a scripted
 generator whose "sampled" ids are the ids of the text a model of the template's style emits (its tool
-call, then its end-of-turn token). The program side echoes back each returned message, as the `openai`
+call, then its end-of-turn token; in the `tags` style a `<think>` block first). The program side echoes back each returned message, as the `openai`
 SDK does. Per assistant turn the report says:
 
 - `prefix_preserved`: the next call's prompt ids begin with this call's prompt and sampled ids (the
@@ -61,12 +61,15 @@ class TemplateReport(BaseModel):
 
     @property
     def ok(self) -> bool:
-        tool_ok = all(t.emitted_roundtrip is not False and t.template_roundtrip is not False for t in self.turns)
+        tool_ok = all(
+            t.emitted_roundtrip is not False and t.template_roundtrip is not False for t in self.turns
+        )
         return tool_ok and not self.special_tags
 
     def text(self) -> str:
         lines = [f"style {self.style}, tool results as role {self.tool_role!r}"]
         for t in self.turns:
+
             def mark(v: bool | None) -> str:
                 return "-" if v is None else ("ok" if v else "FAIL")
 
@@ -100,7 +103,9 @@ class _Scripted:
     async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
         text = self._texts.pop(0)
         ids = tuple(self.tokenizer.encode(text, add_special_tokens=False)) + tuple(self._eos)
-        return [Generation(token_ids=ids, logprobs=(0.0,) * len(ids), text=text, finish_reason="eos", version=0)]
+        return [
+            Generation(token_ids=ids, logprobs=(0.0,) * len(ids), text=text, finish_reason="eos", version=0)
+        ]
 
 
 def special_tags(tokenizer: Any, style: str) -> tuple[str, ...]:
@@ -115,9 +120,12 @@ def special_tags(tokenizer: Any, style: str) -> tuple[str, ...]:
 
 
 async def check_async(tokenizer: Any, *, style: str | None = None, tool_role: str = "tool") -> TemplateReport:
-    session = Session(_Scripted(tokenizer, []), SamplingParams(), "check", tool_role=tool_role, tool_style=style)
+    session = Session(
+        _Scripted(tokenizer, []), SamplingParams(), "check", tool_role=tool_role, tool_style=style
+    )
     style = session.style
-    emitted = [THINK + toolstyle.EMIT[style](n, a) for n, a in CALLS] + [THINK + FINAL]
+    think = THINK if style == "tags" else ""  # reasoning blocks belong to the tags families (Qwen3)
+    emitted = [think + toolstyle.EMIT[style](n, a) for n, a in CALLS] + [think + FINAL]
     session.generator = _Scripted(tokenizer, emitted)
     tools = [
         {"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {}}}}
@@ -129,10 +137,15 @@ async def check_async(tokenizer: Any, *, style: str | None = None, tool_role: st
     ]
     checks: list[tuple[str | None, bool | None, bool | None, str]] = []
     for i in range(len(emitted)):
-        reply = await session.chat(ChatRequest(messages=[Message.model_validate(m) for m in messages], tools=tools))
+        reply = await session.chat(
+            ChatRequest(messages=[Message.model_validate(m) for m in messages], tools=tools)
+        )
         message = reply["choices"][0]["message"]
         want = CALLS[i] if i < len(CALLS) else None
-        got = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message.get("tool_calls") or []]
+        got = [
+            (c["function"]["name"], json.loads(c["function"]["arguments"]))
+            for c in message.get("tool_calls") or []
+        ]
         emitted_ok = None if want is None else got == [want]
         template_ok, note = None, ""
         messages.append({k: v for k, v in message.items() if v is not None})
@@ -152,8 +165,16 @@ async def check_async(tokenizer: Any, *, style: str | None = None, tool_role: st
             preserved = list(nxt.prompt_ids[: len(before)]) == before
         else:
             preserved = True  # the last turn: nothing follows it
-        turns.append(TurnCheck(turn=i + 1, tool_call=name, prefix_preserved=preserved,
-                               emitted_roundtrip=emitted_ok, template_roundtrip=template_ok, note=note))  # fmt: skip
+        turns.append(
+            TurnCheck(
+                turn=i + 1,
+                tool_call=name,
+                prefix_preserved=preserved,
+                emitted_roundtrip=emitted_ok,
+                template_roundtrip=template_ok,
+                note=note,
+            )
+        )
     joined = stitch(records)
     return TemplateReport(
         style=style,
@@ -182,10 +203,13 @@ def _template_roundtrip(
     part = after[len(before) :]
     if want[0] not in part:
         return False, "the template does not render assistant tool calls"
-    parsed = toolstyle.parse(style, part.strip())
+    parsed = toolstyle.parse(style, toolstyle.strip_end(part, renderer.tokenizer))
     calls = [(n, a) for n, a in parsed.calls]
     if calls != [want]:
-        return False, f"the template writes the call as {part.strip()[:80]!r}, which the parser reads as {calls}"
+        return (
+            False,
+            f"the template writes the call as {part.strip()[:80]!r}, which the parser reads as {calls}",
+        )
     return True, ""
 
 

@@ -76,10 +76,16 @@ async def harness_episode(
     timings["total_s"] = time.perf_counter() - t_start
     joined = stitch(session.records)
     end = final.end
-    error = end.error if end is not None else EnvError("the episode ended without an EpisodeEnd", kind="no_end").info()
+    error = (
+        end.error
+        if end is not None
+        else EnvError("the episode ended without an EpisodeEnd", kind="no_end").info()
+    )
     if error is None and not session.records:
         said = final.text.strip()[-300:]
-        error = EnvError(f"the harness program made no model call; it printed: {said!r}", kind="no_calls").info()
+        error = EnvError(
+            f"the harness program made no model call; it printed: {said!r}", kind="no_calls"
+        ).info()
     finish = end.finish_reason if end is not None else ""
     if session.truncated and not finish.startswith("exited"):
         finish = CONTEXT_BUDGET

@@ -129,9 +129,13 @@ class ReferenceServer:
                         status=403,
                         code="forbidden",
                     )
-                if self.api_key is not None and path != "/health":
-                    if not hmac.compare_digest(bearer(request).encode(), self.api_key.encode()):
-                        raise GatewayError("invalid API key", status=401, code="invalid_api_key")
+                key = self.api_key
+                if (
+                    key is not None
+                    and path != "/health"
+                    and not hmac.compare_digest(bearer(request).encode(), key.encode())
+                ):
+                    raise GatewayError("invalid API key", status=401, code="invalid_api_key")
             except GatewayError as exc:
                 return error_response(exc)
             if path.endswith("/completions"):

@@ -3,9 +3,9 @@ TCP address.
 
 Episodes in sandboxes reach it through the unix socket only: its directory is shown read-only in every
 harness sandbox (`envs.harness.GATEWAY_MOUNT`), and a forwarder inside the sandbox
-(`envs/harness_launcher.py`) listens on the sandbox's own loopback and relays each connection to the socket. The sandbox has no other network: its
-network namespace holds only loopback, so the gateway is all it can reach. Sessions are told apart by
-their base URL (`/s/{id}/v1`) and key; a key opens only its own session.
+(`envs/harness_launcher.py`) listens on the sandbox's own loopback and relays each connection to the
+socket. The sandbox has no other network: its network namespace holds only loopback, so the gateway is
+all it can reach. Sessions are told apart by their base URL (`/s/{id}/v1`) and key; a key opens only its own session.
 """
 
 from __future__ import annotations

@@ -192,6 +192,7 @@ class Session:
         hits = [(raw.find(s), s) for s in params.stop if s in raw] if g.finish_reason == "stop" else []
         if hits:
             raw = raw[: min(hits)[0]]
+        raw = toolstyle.strip_end(raw, tok)
         parsed = toolstyle.parse(self.style, raw) if allow_tools else toolstyle.Parsed(raw)
         content = parsed.content
         for s in specials:

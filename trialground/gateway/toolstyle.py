@@ -107,6 +107,21 @@ def detect(template: str) -> str:
     return "tags"
 
 
+END_OF_TURN = ("<|eom_id|>", "<|eot_id|>", "<|im_end|>", "</s>")
+
+
+def strip_end(text: str, tokenizer: Any) -> str:
+    """`text` without the end-of-turn tokens it ends with (the eos, Llama's <|eom_id|>, ...); tool tags
+    stay, special or not."""
+    specials = [str(tokenizer.eos_token or ""), *END_OF_TURN]
+    text = text.rstrip()
+    while True:
+        end = next((s for s in specials if s and text.endswith(s)), None)
+        if end is None:
+            return text
+        text = text[: -len(end)].rstrip()
+
+
 def parse(style: str, text: str) -> Parsed:
     if style not in STYLES:
         raise ValueError(f"unknown tool-call style {style!r}: expected one of {sorted(STYLES)}")

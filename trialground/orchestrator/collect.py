@@ -99,15 +99,17 @@ class Collector:
         gateway = self.gateway
         if gateway is not None:
             if branch != "off":
-                raise ValueError("loop.branch needs the trainer's own agent loop; env.kind=harness runs yours")
+                raise ValueError(
+                    "loop.branch needs the trainer's own agent loop; env.kind=harness runs yours"
+                )
             await gateway.start()
 
         async def one(task: Task) -> list[Trajectory]:
             async with limit:
                 if gateway is not None:
                     return await harness_group(
-                        gateway, batcher, self._factory(task), task, k, params=params, group_id=_group_id(task),
-                        max_context_tokens=budget, release=release, tool_role=role,
+                        gateway, batcher, self._factory(task), task, k, params=params,
+                        group_id=_group_id(task), max_context_tokens=budget, release=release, tool_role=role,
                     )  # fmt: skip
                 if branch == "off":
                     return await rollout_group(

@@ -34,8 +34,8 @@ from typing import Any
 
 from trialground.envs.base import Environment, Grading
 from trialground.envs.config import EnvConfig
-from trialground.envs.single_turn import SingleTurnEnv
 from trialground.envs.harness import HarnessEnv
+from trialground.envs.single_turn import SingleTurnEnv
 from trialground.envs.tool_env import ToolEnv, workspace_files
 from trialground.errors import EnvError, ErrorInfo, SandboxError, TrialgroundError
 from trialground.pool.autoscale import Autoscaler

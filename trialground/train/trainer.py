@@ -86,7 +86,7 @@ def build_samples(batch: Sequence[Scored]) -> list[Sample]:
             prompt, ids, mask, logps = seg.prompt, seg.ids, seg.mask, seg.logprobs
             if not prompt or sum(mask) == 0:
                 continue
-            # Target t+1 is predicted at position t: prompt targets are masked, completion targets keep theirs.
+            # Target t+1 is predicted at position t: prompt targets masked, completion targets kept.
             pad = [0] * (len(prompt) - 1)
             samples.append(
                 Sample(
