@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the chat templates below are data: one jinja line per rendering rule)
 """`policy check-template` on locally built tokenizers in the styles of four template families: Qwen2.5
 (`<tool_call>` tags, one trajectory), Qwen3 (earlier reasoning stripped: segments), Llama 3.1 (`ipython`
 tool role, `<|python_tag|>` special) and Mistral (`[TOOL_CALLS]` special)."""

@@ -4,7 +4,8 @@ gateway, checked by playing a scripted multi-turn tool conversation through the 
 The conversation (a system message, a task, two tool calls each answered by a tool result, a follow-up
 user turn, a final answer) is answered by a scripted
 generator whose "sampled" ids are the ids of the text a model of the template's style emits (its tool
-call, then its end-of-turn token; in the `tags` style a `<think>` block first). The program side echoes back each returned message, as the `openai`
+call, then its end-of-turn token; in the `tags` style a `<think>` block first). The program side
+echoes back each returned message, as the `openai`
 SDK does. Per assistant turn the report says:
 
 - `prefix_preserved`: the next call's prompt ids begin with this call's prompt and sampled ids (the

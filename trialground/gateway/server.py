@@ -5,7 +5,8 @@ Episodes in sandboxes reach it through the unix socket only: its directory is sh
 harness sandbox (`envs.harness.GATEWAY_MOUNT`), and a forwarder inside the sandbox
 (`envs/harness_launcher.py`) listens on the sandbox's own loopback and relays each connection to the
 socket. The sandbox has no other network: its network namespace holds only loopback, so the gateway is
-all it can reach. Sessions are told apart by their base URL (`/s/{id}/v1`) and key; a key opens only its own session.
+all it can reach. Sessions are told apart by their base URL (`/s/{id}/v1`) and key; a key opens only
+its own session.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
@@ -67,9 +69,9 @@ class Gateway:
         app = make_app(self.sessions)
         configs = []
         if self.unix:
-            configs.append(uvicorn.Config(app, uds=str(self.socket_path), **_QUIET))
+            configs.append(_config(app, uds=str(self.socket_path)))
         if self.host is not None:
-            configs.append(uvicorn.Config(app, host=self.host, port=self.port, **_QUIET))
+            configs.append(_config(app, host=self.host, port=self.port))
         for config in configs:
             server = uvicorn.Server(config)
             task = asyncio.get_running_loop().create_task(server.serve())
@@ -104,4 +106,12 @@ class Gateway:
             self.socket_dir = None
 
 
-_QUIET = {"log_level": "warning", "lifespan": "off", "access_log": False, "timeout_graceful_shutdown": 2}
+def _config(app: Any, **where: Any) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        log_level="warning",
+        lifespan="off",
+        access_log=False,
+        timeout_graceful_shutdown=2,
+        **where,  # type: ignore[arg-type]
+    )
