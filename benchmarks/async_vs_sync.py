@@ -28,10 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trialground.orchestrator.components import Components
-
 from trialground.envs.base import Environment, Observation
 from trialground.orchestrator import loop as loop_module
+from trialground.orchestrator.collect import Collector
 from trialground.orchestrator.run_config import load_config
 from trialground.policy.config import PolicyConfig
 from trialground.policy.hf import HFPolicy
@@ -60,9 +59,9 @@ class SlowEnv(Environment):
 
 
 def install_latency(latency: float) -> None:
-    original = Components.env_factory
+    original = Collector._factory
 
-    def env_factory(self: Components, task: Task) -> Any:
+    def env_factory(self: Collector, task: Task) -> Any:
         make = original(self, task)
 
         async def slow() -> Environment:
@@ -72,7 +71,7 @@ def install_latency(latency: float) -> None:
 
         return slow
 
-    Components.env_factory = env_factory  # type: ignore[method-assign]
+    Collector._factory = env_factory  # type: ignore[method-assign]
 
 
 async def skip_eval(*_: Any, **__: Any) -> None:

@@ -36,9 +36,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_few_agent_steps_learn_from_multi_turn_episodes(tmp_path: Path) -> None:
-    from trialground.orchestrator.components import build
-
     from trialground.orchestrator.loop import run
+    from trialground.orchestrator.wiring import build
 
     cfg = load_config(AGENT, [*SMALL, f"output_dir={tmp_path}", "name=agent"])
     before = {k: v.clone() for k, v in build(cfg, None, train=False).policy.model.state_dict().items()}
@@ -65,8 +64,7 @@ def test_a_few_agent_steps_learn_from_multi_turn_episodes(tmp_path: Path) -> Non
 
 def test_the_agent_policy_calls_tools_the_environment_understands() -> None:
     """Greedy first turns of the bundled agent policy on held-out prompts parse as valid tool calls."""
-    from trialground.orchestrator.components import build
-
+    from trialground.orchestrator.wiring import build
     from trialground.rollout.chat import ChatRenderer
     from trialground.tasks.agentic import agent_tasks
 

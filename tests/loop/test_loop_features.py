@@ -115,7 +115,7 @@ class _JudgeHandler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         assert self.path == "/v1/chat/completions" and body["model"] == "judge"
         self.server.requests += 1
-        reply = {"choices": [{"message": {"content": "Looks right.\nSCORE: 1"}}]}
+        reply = {"choices": [{"finish_reason": "stop", "message": {"content": "Looks right.\nSCORE: 1"}}]}
         data = json.dumps(reply).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

@@ -14,15 +14,13 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize(("role", "marker"), [("user", "<|user|>"), ("tool", "<|tool|>")])
 async def test_observation_role_sets_the_role_of_environment_turns(role: str, marker: str) -> None:
-    from trialground.orchestrator.components import build
-
-    from trialground.orchestrator.collect import collect
+    from trialground.orchestrator.wiring import build
 
     overrides = ["tasks.num_train=4", "tasks.num_eval=2", f"policy.observation_role={role}"]
     cfg = load_config(ROOT / "examples" / "agent.yaml", overrides)
     c = build(cfg, None, train=False)
     try:
-        groups = await collect(c, c.eval_tasks[:2], 1, cfg.policy.eval_sampling)
+        groups = await c.collector.collect(c.eval_tasks[:2], 1, cfg.policy.eval_sampling)
         decode = c.policy.tokenizer.decode
     finally:
         await c.close()

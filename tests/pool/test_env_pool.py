@@ -322,3 +322,24 @@ async def test_fork_of_pooled_env_is_owned_by_caller(task) -> None:
     assert backend.live == 1
     await pool.close()
     assert backend.live == 0
+
+
+async def test_queue_depth_is_measured_where_the_queue_is(task) -> None:
+    """Read after the episodes finished, the instantaneous depth is 0; the metric still shows the queue."""
+    pool, _ = make_pool(max_active=1)
+    first = await pool.acquire(task)
+
+    async def waiter() -> None:
+        env = await pool.acquire(task)
+        await asyncio.sleep(0.01)
+        await pool.release(env)
+
+    tasks = [asyncio.create_task(waiter()) for _ in range(3)]
+    await asyncio.sleep(0.05)
+    await pool.release(first)
+    await asyncio.gather(*tasks)
+    m = pool.metrics()
+    assert m["pool/queue_depth_now"] == 0.0
+    assert m["pool/queue_depth_max"] == 3.0
+    assert 0.0 < m["pool/queue_depth"] < 3.0  # time-weighted over the last minute
+    await pool.close()

@@ -41,7 +41,11 @@ def _app(seen: list[dict]) -> FastAPI:
             reply = "Correct capital.\nSCORE: 0.9"
         else:
             reply = "Wrong.\nSCORE: 0.1"
-        return {"choices": [{"index": 0, "message": {"role": "assistant", "content": reply}}]}
+        return {
+            "choices": [
+                {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": reply}}
+            ]
+        }
 
     return app
 
@@ -72,7 +76,7 @@ async def test_openai_judge_over_http(server: tuple[str, list[dict]]) -> None:
     try:
         assert await judge.score(TASK, "It is Paris.") == 0.9
         assert await judge.score(TASK, "It is Lyon.") == 0.1
-        with pytest.raises(VerifierError, match="no SCORE"):
+        with pytest.raises(VerifierError, match="SCORE line"):
             await judge.score(TASK, "GARBAGE")
         with pytest.raises(VerifierError, match="endpoint failed"):
             await judge.score(TASK, "EXPLODE")

@@ -1,25 +1,16 @@
-"""The runner's wipe (run here on a temporary directory): any depth, no recursion, never through a link,
-directories made unreadable opened up again, and a plain False when it cannot finish."""
+"""The sandbox reset's wipe (`sandbox/launch/reset.py`, which the grading runner and the supervisor run;
+here on a temporary directory): any depth, no recursion, never through a link, directories made unreadable
+opened up again, and a plain False when it cannot finish."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
-import pytest
-
-from trialground.verify.kinds.code_tests import runner_source
+from trialground.sandbox.launch.reset import wipe
 
 
-@pytest.fixture(scope="module")
-def runner() -> dict[str, Any]:
-    namespace: dict[str, Any] = {"__name__": "tg_runner_test"}  # not "tg_runner": main() does not run
-    exec(compile(runner_source(), "runner.py", "exec"), namespace)
-    return namespace
-
-
-def test_deep_locked_trees_are_wiped_and_links_not_followed(runner: dict[str, Any], tmp_path: Path) -> None:
+def test_deep_locked_trees_are_wiped_and_links_not_followed(tmp_path: Path) -> None:
     top, outside = tmp_path / "top", tmp_path / "outside"
     top.mkdir()
     outside.mkdir()
@@ -43,14 +34,14 @@ def test_deep_locked_trees_are_wiped_and_links_not_followed(runner: dict[str, An
     os.chmod(top / "locked" / "inner", 0)
     os.chmod(top / "locked", 0)
     os.symlink(str(outside), top / "top-link")
-    assert runner["_wipe"](str(top)) is True
+    assert wipe(str(top)) is True
     assert os.listdir(top) == []
     assert (outside / "keep.txt").read_text() == "keep"  # reached only through links: untouched
 
 
-def test_a_top_that_is_a_link_is_refused(runner: dict[str, Any], tmp_path: Path) -> None:
+def test_a_top_that_is_a_link_is_refused(tmp_path: Path) -> None:
     (tmp_path / "real").mkdir()
     (tmp_path / "real" / "keep").write_text("k")
     os.symlink(tmp_path / "real", tmp_path / "link")
-    assert runner["_wipe"](str(tmp_path / "link")) is False
+    assert wipe(str(tmp_path / "link")) is False
     assert (tmp_path / "real" / "keep").exists()

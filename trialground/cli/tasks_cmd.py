@@ -153,6 +153,31 @@ def export(
     err_console.print(f"wrote {len(tasks)} tasks to {out}")
 
 
+@app.command("from-failures")
+def from_failures(
+    file: Annotated[Path, typer.Argument(help="JSONL of recorded failed interactions")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="FILE.jsonl to write the tasks to")],
+) -> None:
+    """Turn recorded failed interactions into validated tasks with provenance (trialground.tasks.failures);
+    a run puts them in its regression queue with --set 'tasks.regression_files=[OUT]'."""
+    from trialground.tasks.failures import tasks_from_failures
+    from trialground.tasks.io import write_jsonl
+
+    if out.suffix != ".jsonl":
+        fail(f"--out must end in .jsonl, got {out}", EXIT_USAGE)
+    try:
+        tasks = tasks_from_failures(file)
+    except TaskError as e:
+        fail(str(e), EXIT_USAGE)
+    try:
+        write_jsonl(tasks, out)
+    except (OSError, TaskError) as e:
+        fail(f"cannot write {out}: {e}", EXIT_USAGE)
+    for t in tasks:
+        print(f"{t.id}\t{t.metadata.get('origin')}\tline {t.metadata.get('failure_record')}")
+    err_console.print(f"wrote {len(tasks)} tasks to {out}")
+
+
 @app.command("validate")
 def validate(
     source: SourceArg,

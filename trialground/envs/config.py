@@ -36,6 +36,11 @@ class EnvConfig(BaseModel):
         description="Tool env: hash the workspace at the start of every episode (in the sandbox; logged "
         "per trajectory, so k samples of a task can be shown to start from the same bytes)",
     )
+    observations: Literal["full", "blank", "shuffled"] = Field(
+        "full",
+        description="Tool env feedback ablation: full (real tool outputs), blank (each output replaced by a "
+        "fixed placeholder), shuffled (by a real output from another task); tools and grading unchanged",
+    )
     python: str = Field(
         "python3", min_length=1, description="Python inside the sandbox (python/run_tests tools)"
     )

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from trialground.envs.base import Environment, EpisodeEnd, EpisodeStart, Forkable, Grading, Observation
 from trialground.envs.config import EnvConfig
+from trialground.envs.observations import shown
 from trialground.envs.text import truncate_middle
 from trialground.envs.tool_schemas import tool_schemas
 from trialground.envs.toolcalls import InvalidCall, ToolFormat, format_tool_call, parse_tool_calls
@@ -242,7 +243,8 @@ class ToolEnv(Environment, Forkable):
                 st.counters["tool_errors"] += 1
                 exec_failed = exec_failed or call.name in _EXEC_TOOLS
             st.actions.append(make_action(call.name, call.arguments, outcome))
-            outputs.append(truncate_middle(outcome.text, self.config.observation_budget_chars))
+            seen = shown(self.config.observations, self.task.id, outcome.text, turn=st.turn, call=i)
+            outputs.append(truncate_middle(seen, self.config.observation_budget_chars))
             if outcome.submit:
                 did_submit, submitted = True, outcome.answer
                 break

@@ -85,6 +85,16 @@ _ENV = {"PYTHONDONTWRITEBYTECODE": "1"}
 
 
 # Paths sorted bytewise (LC_ALL=C) so the digest does not depend on a locale.
+# read_file shows files up to this size whole; of a larger regular file it shows only the first and last
+# half of this, read inside the sandbox, so the host never holds more than this for one call. write_file
+# does not read a larger file to compare, and edit_file refuses one.
+READ_FILE_MAX_BYTES = 256 << 10
+# The size of `$1` when it is a regular file (not a symlink) beneath the working directory; else nothing.
+_SIZE_PROBE = (
+    'r=$(realpath -e -- "$1" 2>/dev/null) || exit 0; case "$r" in "$(pwd -P)"/*) ;; *) exit 0;; esac; '
+    '[ -f "$1" ] && [ ! -L "$1" ] && stat -c %s -- "$1"'
+)
+_HEAD_TAIL = 'head -c "$2" -- "$1"; printf "\n[... %s bytes not shown ...]\n" "$3"; tail -c "$2" -- "$1"'
 _DIGEST = "export LC_ALL=C; find . -type f -print0 | sort -z | xargs -0 -r sha256sum | sha256sum"
 
 
@@ -204,20 +214,41 @@ class Toolbox:
             res = await self._exec([self.python, "-B", "-"], limits, stdin=a["code"])
             return ToolOutcome(render_exec(res), res.ok)
         if name == "read_file":
-            try:
-                data = await self._read(a["path"])
-            except FileError as e:
-                return ToolOutcome(f"error: cannot read {a['path']}: {e}", False, False, a["path"])
-            return ToolOutcome(data.decode("utf-8", errors="replace"), True, False, a["path"])
+            return await self._read_file(a["path"], limits)
         if name == "write_file":
-            return await self._write(a["path"], a["content"])
+            return await self._write(a["path"], a["content"], limits)
         if name == "edit_file":
-            return await self._edit(a["path"], a["old"], a["new"])
+            return await self._edit(a["path"], a["old"], a["new"], limits)
         if name == "run_tests":
             return await self._run_tests(limits)
         if name == "submit":
             return ToolOutcome("submitted", True, False, submit=True, answer=a.get("answer"))
         raise AssertionError(f"unvalidated tool {name}")  # validate_call rejects unknown names
+
+    async def _large(self, path: str, limits: Limits) -> int | None:
+        """The size of `path` when it is a regular file in the workspace over `READ_FILE_MAX_BYTES`
+        (measured inside the sandbox), else None: such a file is never read onto the host whole."""
+        probe = await self._exec(["bash", "-c", _SIZE_PROBE, "probe", path], limits)
+        size = probe.stdout.strip()
+        return int(size) if probe.ok and size.isdigit() and int(size) > READ_FILE_MAX_BYTES else None
+
+    async def _read_file(self, path: str, limits: Limits) -> ToolOutcome:
+        size = await self._large(path, limits)
+        if size is not None:
+            half = READ_FILE_MAX_BYTES // 2
+            shown = limits.model_copy(
+                update={"output_bytes": max(limits.output_bytes, READ_FILE_MAX_BYTES + 256)}
+            )
+            cmd = ["bash", "-c", _HEAD_TAIL, "read", path, str(half), str(size - 2 * half)]
+            res = await self._exec(cmd, shown)
+            if not res.ok:
+                return ToolOutcome(f"error: cannot read {path}: {render_exec(res)}", False, False, path)
+            return ToolOutcome(res.stdout, True, False, path)
+        try:
+            data = await self._read(path)
+        except FileError as e:
+            return ToolOutcome(f"error: cannot read {path}: {e}", False, False, path)
+        return ToolOutcome(data.decode("utf-8", errors="replace"), True, False, path)
 
     async def _read_text(self, path: str) -> str | None:
         try:
@@ -225,15 +256,25 @@ class Toolbox:
         except FileError:
             return None
 
-    async def _write(self, path: str, content: str) -> ToolOutcome:
-        before = await self._read_text(path)
+    async def _write(self, path: str, content: str, limits: Limits) -> ToolOutcome:
+        # A large file is taken as changed rather than read onto the host to compare.
+        before = None if await self._large(path, limits) is not None else await self._read_text(path)
         try:
             await self._write_raw(path, content)
         except FileError as e:
             return ToolOutcome(f"error: cannot write {path}: {e}", False, False, path)
         return ToolOutcome(f"wrote {len(content)} chars to {path}", True, before != content, path)
 
-    async def _edit(self, path: str, old: str, new: str) -> ToolOutcome:
+    async def _edit(self, path: str, old: str, new: str, limits: Limits) -> ToolOutcome:
+        size = await self._large(path, limits)
+        if size is not None:
+            return ToolOutcome(
+                f"error: {path} is {size} bytes; edit_file edits files up to {READ_FILE_MAX_BYTES} bytes "
+                "(use bash or python for larger ones)",
+                False,
+                False,
+                path,
+            )
         text = await self._read_text(path)
         if text is None:
             return ToolOutcome(f"error: cannot edit {path}: no such file", False, False, path)

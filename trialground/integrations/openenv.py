@@ -7,7 +7,9 @@ in, `{"type": "observation"|"state"|"error", "data": ...}` out, an observation's
 `{"observation": {...}, "reward": float | null, "done": bool}`.
 
 - reset data: `task_id` (a task's id), else `seed` (task number `seed % len(tasks)`), else the next task
-  in turn; `episode_id` (optional, echoed back). Any other key is an error naming it.
+  in turn; `episode_id` (on a WebSocket: optional, echoed back; over HTTP: see below). Any other key is an
+  error naming it. A reset in the middle of an episode ends that episode (its sandbox is closed) and
+  starts the new one in a fresh environment: nothing of the old episode goes on under the new task's id.
 - step data (the action): `{"message": TEXT}` (the model's text, tool calls in the server's
   `tool_format`, as `ToolEnv.step` takes it) or `{"tool": NAME, "arguments": {...}}` (one call).
 - the observation: `text`, `turn`, `task_id`, `episode_id`, `counters`, and once done `finish_reason`,
@@ -17,9 +19,13 @@ in, `{"type": "observation"|"state"|"error", "data": ...}` out, an observation's
 - `state`: `episode_id`, `step_count`, `task_id`, `turn`, `done`, `finish_reason`, `counters`.
 
 Each WebSocket connection is one session with its own `ToolEnv` (its own sandbox per episode), closed when
-the connection ends. The HTTP routes are the same episodes without a connection: `POST /reset` opens a
-session named by the `episode_id` it returns (or the one given), `POST /step` and `GET /state` name it
-(`episode_id` in the body / the query). `GET /health` (no token), `GET /schema`, `GET /metadata`.
+the connection ends; only that connection reaches it. The HTTP routes are the same episodes without a
+connection, so a session is bound to its client by a secret: `POST /reset` without `episode_id` opens a
+session and returns its `episode_id`, 128 random bits issued by the server (never a name the client
+chose); `POST /step`, `GET /state` and a further `POST /reset` of that session name it (`episode_id` in
+the body / the query). An id the server did not issue is a 404, so under the one shared token a client
+cannot step, reset or read another client's episode without being given its id. `GET /health` (no
+token), `GET /schema`, `GET /metadata`.
 
 Limits: at most `max_sessions` sessions of both kinds at once (a WebSocket beyond it gets an error
 message with code `CAPACITY_REACHED` and is closed, an HTTP reset a 429); a session unused for `idle_s`
@@ -34,6 +40,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import secrets
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -50,6 +57,7 @@ from trialground.envs.base import Grading, Observation
 from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
 from trialground.envs.toolcalls import format_tool_call
+from trialground.errors import TrialgroundError
 from trialground.integrations.path_token import BearerWebSocketGuard, PathTokenMiddleware
 from trialground.rollout.scoring import score_end
 from trialground.sandbox.base import SandboxConfig
@@ -142,6 +150,8 @@ class Session:
     env: ToolEnv
     tasks: TaskPicker
     rubric: Rubric
+    make_env: Callable[[], ToolEnv]
+    kind: str = "ws"  # "ws" (bound to its connection) or "http" (bound to its server-issued id)
     episode_id: str | None = None
     task: Task | None = None
     step_count: int = 0
@@ -155,10 +165,18 @@ class Session:
             req = ResetRequest.model_validate(data)
         except ValidationError as exc:
             raise EpisodeError(f"reset: {_errors(exc)}") from None
-        self.task = self.tasks.pick(req.task_id, req.seed)
-        self.episode_id = req.episode_id or episode_id or uuid.uuid4().hex
-        self.step_count = 0
-        return self._payload(await self.env.reset(self.task))
+        task = self.tasks.pick(req.task_id, req.seed)
+        if self.task is not None:  # an episode ran here (finished or not): end it, start afresh
+            old, self.env = self.env, self.make_env()
+            self.task = None
+            await old.close()
+        try:
+            obs = await self.env.reset(task)
+        except TrialgroundError as exc:
+            raise EpisodeError(f"reset: {exc}", code="EXECUTION_ERROR", status=503) from None
+        self.task, self.step_count = task, 0
+        self.episode_id = episode_id or req.episode_id or uuid.uuid4().hex
+        return self._payload(obs)
 
     async def step(self, data: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -257,9 +275,9 @@ class SessionTable:
         self.sessions[key] = session
 
     @contextlib.asynccontextmanager
-    async def use(self, key: str) -> AsyncIterator[Session]:
+    async def use(self, key: str, kind: str = "ws") -> AsyncIterator[Session]:
         session = self.sessions.get(key)
-        if session is None:
+        if session is None or session.kind != kind:
             raise EpisodeError(f"no episode {key!r} (never reset, or reaped after being idle)", status=404)
         session.busy += 1
         try:
@@ -304,8 +322,11 @@ def create_app(
     table = SessionTable(max_sessions, idle_s)
     box = sandbox_config or SandboxConfig()
 
-    def new_session() -> Session:
-        return Session(ToolEnv(grader, config, box), picker, rubric)
+    def new_env() -> ToolEnv:
+        return ToolEnv(grader, config, box)
+
+    def new_session(kind: str) -> Session:
+        return Session(new_env(), picker, rubric, new_env, kind=kind)
 
     app = FastAPI(
         title="trialground OpenEnv environment server", lifespan=reaping_lifespan(table, idle_s, close_grader)
@@ -350,33 +371,33 @@ def create_app(
     async def reset(body: dict[str, Any] | None = None) -> dict[str, Any]:
         data = body or {}
         given = data.get("episode_id")
-        key = given if isinstance(given, str) and given else uuid.uuid4().hex
-        created = key not in table.sessions
-        if created:
-            table.add(key, new_session())
+        if given is not None:  # a session this client opened (its id is the secret that binds it)
+            async with table.use(str(given), kind="http") as session:
+                return await session.reset(data, episode_id=str(given))
+        key = secrets.token_hex(16)
+        table.add(key, new_session("http"))
         try:
-            async with table.use(key) as session:
+            async with table.use(key, kind="http") as session:
                 return await session.reset(data, episode_id=key)
         except EpisodeError:
-            if created:  # nothing was started: free the slot
-                await table.close(key)
+            await table.close(key)  # nothing was started: free the slot
             raise
 
     @app.post("/step")
     async def step(req: StepRequest) -> dict[str, Any]:
-        async with table.use(req.episode_id) as session:
+        async with table.use(req.episode_id, kind="http") as session:
             return await session.step(req.action.model_dump(exclude_defaults=True))
 
     @app.get("/state")
     async def state(episode_id: str) -> dict[str, Any]:
-        async with table.use(episode_id) as session:
+        async with table.use(episode_id, kind="http") as session:
             return session.state()
 
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:
         await websocket.accept()
         key = f"ws-{uuid.uuid4().hex}"
-        session = new_session()
+        session = new_session("ws")
 
         async def on_reap() -> None:
             await _send_error(websocket, f"session closed after {idle_s:g} s idle", "SESSION_ERROR")

@@ -446,7 +446,7 @@ def bundled_tokenizer(name: str = TINY_NAME) -> Any:
 
     from trialground.policy.tiny import resolve_model_dir
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_dir(name))
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_dir(name), trust_remote_code=False)
     tokenizer.chat_template = TOOL_CHAT_TEMPLATE
     tokenizer.response_template = TOOL_RESPONSE_TEMPLATE
     tokenizer.padding_side = "left"

@@ -52,6 +52,14 @@ class ShiftRuleConfig(_Frozen):
     level_window: int = Field(3, ge=1, le=10_000, description="Observations averaged for the level test")
     min_run: int = Field(1, ge=1, le=10_000, description="Observations after the change point required")
     cooldown: int = Field(25, ge=0, le=1_000_000, description="Steps before the same rule+key fires again")
+    support_key: str = Field(
+        "",
+        description="Metric counting the samples behind each value, '{name}' standing for the watched key's "
+        "last path part (e.g. reward/tasks/{name} for reward/mean/<domain>); '' for none",
+    )
+    min_support: float = Field(
+        0.0, ge=0.0, description="Silent while the mean support over the recent window is below this"
+    )
 
 
 class TrendRuleConfig(_Frozen):
@@ -79,13 +87,19 @@ class DivergenceRuleConfig(_Frozen):
     rises (Kendall tau >= `min_train_tau`, Theil–Sen rise over the span >= `min_train_rise`), the eval
     Theil–Sen change over the span is <= `eval_tolerance`, the gap train - eval grows by at least
     `min_gap_growth` (Theil–Sen, over the span: this keeps eval noise from passing for divergence), and
-    Spearman(train, eval) <= `max_spearman`.
+    Spearman(train, eval) <= `max_spearman`. The evaluation metric is `probe_key` when the run logs it,
+    else `eval_key`; the same pairs give `monitor/reward_eval_spearman` (`trialground.monitor.correlation`).
     """
 
     enabled: bool = Field(True, description="Evaluate this rule")
     action: Action = Field("pause", description="What the training loop should do when it fires")
     train_key: str = Field("reward/mean", description="Training reward metric")
     eval_key: str = Field("eval/pass@1", description="Evaluation metric (higher is better)")
+    probe_key: str = Field(
+        "probe/pass@1",
+        description="Used instead of eval_key when the run logs it (the frequent probe, "
+        "loop.probe_interval); '' to always use eval_key",
+    )
     k_evals: int = Field(5, ge=3, le=1000, description="Evaluations compared")
     min_train_tau: float = Field(0.6, ge=-1.0, le=1.0, description="Kendall tau of train reward vs time")
     min_train_rise: float = Field(0.1, ge=0.0, description="Smallest train-reward rise over the span")
@@ -143,9 +157,16 @@ class RulesConfig(_Frozen):
     )
     domain_reward_shift: ShiftRuleConfig = Field(
         default_factory=lambda: ShiftRuleConfig(
-            keys=("reward/mean/*",), window=5, baseline=20, confirm="ks_or_psi", min_delta=0.25
+            keys=("reward/mean/*",),
+            window=5,
+            baseline=20,
+            confirm="ks_or_psi",
+            min_delta=0.25,
+            support_key="reward/tasks/{name}",
+            min_support=4.0,
         ),
-        description="Per-domain reward jumping against its trailing window (slow learning is not a shift)",
+        description="Per-domain reward jumping against its trailing window (slow learning is not a shift; "
+        "a domain with fewer than 4 tasks per step is too small a sample to call)",
     )
     reward_eval_divergence: DivergenceRuleConfig = Field(
         default_factory=DivergenceRuleConfig, description="Training reward up while evaluation is not"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 
@@ -17,8 +17,10 @@ class MetricHistory:
         self._data: dict[str, deque[tuple[int, float]]] = {}
         self.updated: set[str] = set()  # keys observed in the latest `add`
 
-    def add(self, step: int, metrics: Mapping[str, float]) -> None:
-        self.updated = set()
+    def add(self, step: int, metrics: Mapping[str, float], *, more: bool = False) -> None:
+        """Record one step's metrics; `more=True` adds to the latest step's keys instead of starting anew."""
+        if not more:
+            self.updated = set()
         for key, value in metrics.items():
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 continue
@@ -27,6 +29,12 @@ class MetricHistory:
 
     def keys(self) -> list[str]:
         return list(self._data)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._data))
 
     def series(self, key: str, last: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(steps, values) of `key`, the last `last` observations when given."""

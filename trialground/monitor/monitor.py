@@ -27,14 +27,16 @@ from types import TracebackType
 
 from rich.console import Console
 
-from trialground.monitor.alerts import Alert, AlertLog, Evidence, Webhook, print_alerts
+from trialground.monitor.alerts import Alert, AlertLog, Evidence, Webhook, print_alerts, read_alerts
 from trialground.monitor.config import MonitorConfig
+from trialground.monitor.correlation import correlation_metrics
 from trialground.monitor.cost import CostMeter
 from trialground.monitor.history import MetricHistory
 from trialground.monitor.prometheus import PrometheusExporter
 from trialground.monitor.regressions import RegressionLog
 from trialground.monitor.rules import Rule, build_rules
 from trialground.monitor.sinks import Sink, open_sink
+from trialground.monitor.sinks.jsonl import read_metrics
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +91,10 @@ class Monitor:
         row.update(self.cost.update(row))
         if self.failed_sinks:
             row["monitor/sinks_failed"] = float(len(self.failed_sinks))
+        self.history.add(step, row)
+        derived = correlation_metrics(self.history, self.config.rules.reward_eval_divergence)
+        self.history.add(step, derived, more=True)
+        row.update(derived)
         alerts: list[Alert] = []
         for name, sink in list(self._sinks):
             try:
@@ -97,10 +103,28 @@ class Monitor:
                 alerts.append(self._disable_sink(step, name, sink, exc))
         if self.prometheus is not None:
             self.prometheus.update(row, step=step)
-        self.history.add(step, row)
         alerts += [a for rule in self.rules for a in rule.check(step, self.history)]
         self._dispatch(alerts)
         return alerts
+
+    def resume(self, step: int) -> None:
+        """Continue a run resumed from its checkpoint at `step`: the metric history the rules read, the
+        cumulative cost and each rule's cooldowns come back from `metrics.jsonl` and `alerts.jsonl` as of
+        that step, and alerts raised after it (by the run that was cut off) are forgotten, so a resumed
+        run alarms exactly as the uninterrupted one would. Call before the first `observe`."""
+        metrics_path = self.run_dir / "metrics.jsonl"
+        for row in read_metrics(metrics_path) if metrics_path.is_file() else []:
+            if row.get("step", step + 1) <= step:
+                values = {k: v for k, v in row.items() if k not in ("step", "time")}
+                self.cost.update(values)
+                self.history.add(int(row["step"]), values)
+        kept = [a for a in read_alerts(self.alert_log.path) if a.step <= step]
+        self.alert_log.path.write_text("".join(a.model_dump_json() + "\n" for a in kept))
+        rules = {rule.name: rule for rule in self.rules}
+        for alert in kept:
+            if alert.rule in rules:
+                rules[alert.rule].resume(alert)
+        self.history.updated = set()
 
     def _disable_sink(self, step: int, name: str, sink: Sink, exc: Exception) -> Alert:
         """Drop a sink whose write failed, once, and say so everywhere but in that sink."""

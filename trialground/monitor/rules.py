@@ -5,7 +5,7 @@ Metric keys the default rules read (missing keys simply keep a rule silent):
 | key | meaning | rule |
 |---|---|---|
 | `env/error_rate`, `env/timeout_rate` | share of sandbox executions erroring / timing out | env_anomaly |
-| `pool/queue_depth`, `pool/wait_p99_s` | tasks waiting for an environment; p99 wait (s) | backlog |
+| `pool/queue_depth`, `pool/wait_p99_s` | tasks waiting (time-weighted, last minute); p99 wait (s) | backlog |
 | `canary/<name>` | canary submissions re-scored (e.g. `canary/good_pass_rate`) | reward_drift |
 | `verify/error_rate/<source>` | verifier infrastructure error rate per task source | reward_drift |
 | `reward/mean/<domain>` | mean training reward per domain | domain_reward_shift |
@@ -24,7 +24,6 @@ key stays quiet on that key for its `cooldown` steps.
 from __future__ import annotations
 
 import fnmatch
-import itertools
 import math
 from collections.abc import Iterator
 from typing import Protocol
@@ -41,6 +40,7 @@ from trialground.monitor.config import (
     ShiftRuleConfig,
     TrendRuleConfig,
 )
+from trialground.monitor.correlation import eval_key_of, eval_pairs
 from trialground.monitor.history import MetricHistory
 
 
@@ -48,6 +48,10 @@ class Rule(Protocol):
     name: str
 
     def check(self, step: int, history: MetricHistory) -> list[Alert]: ...
+
+    def resume(self, alert: Alert) -> None:
+        """Take back an alert this rule raised before the run was resumed (its cooldown restarts)."""
+        ...
 
 
 _MATCH_CACHE: dict[tuple[tuple[str, ...], str], bool] = {}
@@ -91,6 +95,9 @@ class ShiftRule:
     def __init__(self, name: str, cfg: ShiftRuleConfig) -> None:
         self.name, self.cfg, self._cool = name, cfg, _Cooldown(cfg.cooldown)
 
+    def resume(self, alert: Alert) -> None:
+        self._cool.fired(alert.evidence.key, alert.step)
+
     def check(self, step: int, history: MetricHistory) -> list[Alert]:
         out: list[Alert] = []
         for key in _matching(self.cfg.keys, history.updated):
@@ -118,7 +125,7 @@ class ShiftRule:
                 return Alert.make(
                     self.name, c.action, step, f"{key} at {level_mean:.3g} (limit {c.level})", ev
                 )
-        if values.size < c.window + c.min_baseline:
+        if values.size < c.window + c.min_baseline or not self._supported(key, steps, history):
             return None
         ref, recent, rsteps = values[: -c.window], values[-c.window :], steps[-c.window :]
         res = detectors.cusum(recent, ref, k=c.cusum_k, sd_floor=c.sd_floor, direction=c.direction)
@@ -157,12 +164,25 @@ class ShiftRule:
         msg = f"{key} shifted {res.direction} by {delta:+.3g} (from {res.ref_mean:.3g} to {post.mean():.3g})"
         return Alert.make(self.name, c.action, step, msg, ev)
 
+    def _supported(self, key: str, steps: np.ndarray, history: MetricHistory) -> bool:
+        """Enough samples behind the recent values (`support_key`, `min_support`) to call a shift."""
+        c = self.cfg
+        if not c.support_key or c.min_support <= 0:
+            return True
+        support_key = c.support_key.replace("{name}", key.rsplit("/", 1)[-1])
+        lo, hi = int(steps[-c.window]) - 1, int(steps[-1])
+        support = history.between(support_key, lo, hi)
+        return bool(support.size) and float(support.mean()) >= c.min_support
+
 
 class TrendRule:
     """Monotone growth: Mann–Kendall p-value, positive Theil–Sen slope, and a growth worth reporting."""
 
     def __init__(self, name: str, cfg: TrendRuleConfig) -> None:
         self.name, self.cfg, self._cool = name, cfg, _Cooldown(cfg.cooldown)
+
+    def resume(self, alert: Alert) -> None:
+        self._cool.fired(alert.evidence.key, alert.step)
 
     def check(self, step: int, history: MetricHistory) -> list[Alert]:
         out: list[Alert] = []
@@ -208,18 +228,15 @@ class DivergenceRule:
     def __init__(self, name: str, cfg: DivergenceRuleConfig) -> None:
         self.name, self.cfg, self._cool = name, cfg, _Cooldown(cfg.cooldown)
 
+    def resume(self, alert: Alert) -> None:
+        self._cool.fired(alert.evidence.key.split(",")[-1], alert.step)
+
     def check(self, step: int, history: MetricHistory) -> list[Alert]:
         c = self.cfg
-        if c.eval_key not in history.updated or not self._cool.ready(c.eval_key, step):
+        eval_key = eval_key_of(c, history)
+        if eval_key not in history.updated or not self._cool.ready(eval_key, step):
             return []
-        esteps, evals = history.series(c.eval_key, last=c.k_evals + 1)
-        if evals.size < c.k_evals:
-            return []
-        # Train reward at each eval: the mean over the steps since the previous eval.
-        bounds = [int(esteps[0]) - int(np.diff(esteps).mean()) if esteps.size > 1 else -1, *map(int, esteps)]
-        train = [history.between(c.train_key, lo, hi) for lo, hi in itertools.pairwise(bounds)]
-        pairs = [(s, float(t.mean()), e) for s, t, e in zip(esteps, train, evals, strict=True) if t.size]
-        pairs = pairs[-c.k_evals :]
+        pairs = eval_pairs(history, c.train_key, eval_key, c.k_evals)
         if len(pairs) < c.k_evals:
             return []
         xs = np.array([p[0] for p in pairs], dtype=float)
@@ -239,8 +256,9 @@ class DivergenceRule:
         gap_growth = detectors.trend(xs, tr_vals - ev_vals).slope * span
         if gap_growth < c.min_gap_growth:
             return []
+        hack_signals, cause = _suspected_cause(history)
         ev = Evidence(
-            key=f"{c.train_key},{c.eval_key}",
+            key=f"{c.train_key},{eval_key}",
             values=_vals(ev_vals),
             window=(int(xs[0]), int(xs[-1])),
             statistic="spearman",
@@ -255,14 +273,29 @@ class DivergenceRule:
                 "eval_theil_sen_slope": e_tr.slope,
                 "gap_growth": gap_growth,
                 "k_evals": float(c.k_evals),
+                **hack_signals,
             },
         )
-        self._cool.fired(c.eval_key, step)
+        self._cool.fired(eval_key, step)
         msg = (
-            f"{c.train_key} rose {train_rise:+.3g} while {c.eval_key} changed {eval_change:+.3g} "
-            f"over the last {c.k_evals} evaluations (Spearman {rho:+.2f})"
+            f"{c.train_key} rose {train_rise:+.3g} while {eval_key} changed {eval_change:+.3g} "
+            f"over the last {c.k_evals} evaluations (Spearman {rho:+.2f}); suspected cause: {cause}"
         )
         return [Alert.make(self.name, c.action, step, msg, ev)]
+
+
+def _suspected_cause(history: MetricHistory) -> tuple[dict[str, float], str]:
+    """The latest `hack/*` rates (canary cheat rate, detector flag rate, ...) and the cause they point to."""
+    signals: dict[str, float] = {}
+    for key in history:
+        if key.startswith("hack/") and key.endswith("_rate"):
+            _, values = history.series(key, last=1)
+            signals[key] = float(values[-1])
+    hot = sorted(((v, k) for k, v in signals.items() if v > 0), reverse=True)
+    if hot:
+        listed = ", ".join(f"{k}={v:.2f}" for v, k in hot[:3])
+        return signals, f"reward hacking: the training reward is being gamed ({listed})"
+    return signals, "the reward may be gamed or the evaluation may have drifted (no hack/* signal is raised)"
 
 
 class LengthRule:
@@ -270,6 +303,9 @@ class LengthRule:
 
     def __init__(self, name: str, cfg: LengthRuleConfig) -> None:
         self.name, self.cfg, self._cool = name, cfg, _Cooldown(cfg.cooldown)
+
+    def resume(self, alert: Alert) -> None:
+        self._cool.fired(self.cfg.length_key, alert.step)
 
     def check(self, step: int, history: MetricHistory) -> list[Alert]:
         c = self.cfg
@@ -309,6 +345,9 @@ class CollapseRule:
 
     def __init__(self, name: str, cfg: CollapseRuleConfig) -> None:
         self.name, self.cfg, self._cool = name, cfg, _Cooldown(cfg.cooldown)
+
+    def resume(self, alert: Alert) -> None:
+        self._cool.fired(self.cfg.key, alert.step)
 
     def check(self, step: int, history: MetricHistory) -> list[Alert]:
         c = self.cfg

@@ -90,6 +90,7 @@ def synthetic_run(
         }
         for i, d in enumerate(DOMAINS):
             m[f"reward/mean/{d}"] = rate(true_r + hack_gain + (0.1 if i == 0 else -0.1), batch // 2)
+            m[f"reward/tasks/{d}"] = float(batch // 2 // 8)  # groups of 8 samples
         if step % canary_interval == 0:
             bad_p = min(0.8, 0.02 * since) if fault == "verifier_drift" else 0.0
             m["canary/good_pass_rate"] = rate(0.998, 20)

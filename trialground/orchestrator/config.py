@@ -29,6 +29,13 @@ class LoopConfig(BaseModel):
     )
     eval_interval: int = Field(0, ge=0, description="Evaluate every N steps (0: start and end only)")
     eval_samples: int = Field(1, ge=1, description="Samples per eval task (pass@k)")
+    probe_interval: int = Field(
+        0,
+        ge=0,
+        description="Every N steps (and at step 0), a cheap greedy probe on the first probe_tasks eval "
+        "tasks, logged as probe/pass@1: the evaluation points of the reward-evaluation check (0: off)",
+    )
+    probe_tasks: int = Field(16, ge=1, description="Eval tasks in each probe (a fixed subset)")
     checkpoint_interval: int = Field(0, ge=0, description="Checkpoint every N steps (0: end only)")
     eval_feedback: bool = Field(
         False, description="Feed failed eval tasks into training's regression queue (contaminates eval)"

@@ -9,11 +9,16 @@ from dataclasses import dataclass
 
 from trialground.monitor.alerts import worst_action
 from trialground.orchestrator.batches import AsyncBatches, SyncBatches
-from trialground.orchestrator.canaries import canary_metrics
+from trialground.orchestrator.canaries import canary_metrics, training_canary_metrics
 from trialground.orchestrator.dynamic import refill
 from trialground.orchestrator.evaluate import evaluate
 from trialground.orchestrator.metrics import grading_metrics, rollout_metrics, useful_token_metrics
-from trialground.orchestrator.outcomes import record_eval, record_outcomes
+from trialground.orchestrator.outcomes import (
+    online_failure_metrics,
+    queue_online_failures,
+    record_eval,
+    record_outcomes,
+)
 from trialground.orchestrator.run_config import RunConfig
 from trialground.orchestrator.rundir import RunDir
 from trialground.orchestrator.state import restore, save
@@ -43,10 +48,17 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
     w = build(config, run_dir)
     loop, evals_at = config.loop, {0, config.loop.steps}
     trainer, policy, tasks, monitor = w.require_trainer(), w.policy, w.tasks, w.monitor
-    step = restore(run_dir, trainer, tasks, policy) if resume else 0
+    step = restore(run_dir, trainer, tasks, policy, monitor) if resume else 0
     first_eval = None
     if step == 0:
-        first_eval = await _eval_and_log(w, 0)
+        # recorded failures into the regression queue (tasks.regression_files)
+        queue_online_failures(tasks, monitor, config.tasks.regression_files, config.tasks.seed)
+        start = dict(w.startup_metrics)
+        first_eval = await _eval_and_log(w, 0, start)
+        if loop.probe_interval:
+            start |= await _probe(w, start)
+        if monitor is not None:
+            monitor.observe(0, start)
     sampling = config.policy.sampling
     batches = (
         AsyncBatches(w.collector, tasks, loop, sampling, step)
@@ -77,6 +89,8 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
             record_outcomes(tasks, monitor, step, batch.tasks, batch.groups)  # pass rates, regressions
             metrics |= rollout_metrics(batch.groups, w.domains, version) | useful_token_metrics(scored)
             metrics |= grading_metrics(batch.groups, w.sources, config.reward) | fmetrics | tasks.stats()
+            metrics |= training_canary_metrics(batch.tasks, batch.groups)  # hack/canary_cheat_rate
+            metrics |= online_failure_metrics(batch.tasks, batch.groups)  # regressions/online_*
             if w.env_pool is not None:
                 metrics |= w.env_pool.metrics()
             metrics["rollout/batch_s"] = batch.rollout_s
@@ -86,6 +100,8 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
             await asyncio.to_thread(run_dir.write_step, step, scored, texts, w.domains)
             if (loop.eval_interval and step % loop.eval_interval == 0) or step in evals_at:
                 last_eval = await _eval_and_log(w, step, metrics)
+            if loop.probe_interval and step % loop.probe_interval == 0:
+                metrics |= await _probe(w, metrics)
             raised = monitor.observe(step, metrics) if monitor else []
             alerts, halt = alerts + len(raised), worst_action(raised) in ("pause", "stop")
             if (
@@ -104,6 +120,16 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
         await w.close()
     seconds = time.perf_counter() - t_start
     return RunSummary(str(run_dir.path), step, first_eval, last_eval, seconds, alerts, stopped_by)
+
+
+async def _probe(w: Wiring, metrics: dict[str, float]) -> dict[str, float]:
+    """`probe/*`: greedy pass@1 on a fixed small subset of the held-out split (the correlation's points);
+    taken from this step's full evaluation when that covered the same tasks."""
+    config = w.config
+    tasks = w.eval_tasks[: config.loop.probe_tasks]
+    if len(tasks) == len(w.eval_tasks) and "eval/pass@1" in metrics and config.loop.eval_samples == 1:
+        return {"probe/" + k[5:]: v for k, v in metrics.items() if k.startswith("eval/pass@")}
+    return (await evaluate(w.collector, tasks, params=config.policy.eval_sampling, prefix="probe")).metrics
 
 
 async def _eval_and_log(w: Wiring, step: int, metrics: dict[str, float] | None = None) -> float | None:

@@ -40,6 +40,11 @@ def rollout_metrics(
             by_domain[domains.get(t.task_id, "unknown")].append(t.reward.total)
     for domain, values in by_domain.items():
         out[f"reward/mean/{domain}"] = float(np.mean(values))
+    tasks_by_domain: dict[str, set[str]] = defaultdict(set)
+    for t in ok:
+        tasks_by_domain[domains.get(t.task_id, "unknown")].add(t.task_id)
+    for domain, ids in tasks_by_domain.items():  # how many tasks stand behind reward/mean/<domain>
+        out[f"reward/tasks/{domain}"] = float(len(ids))
     out |= _episode_metrics(trajs, ok)
     out |= context_metrics(trajs, domains)
     errors = [t for t in trajs if t.error is not None]

@@ -62,3 +62,33 @@ def record_eval(
     pool.add_regressions(list(failed_task_ids), tasks=eval_tasks)
     if monitor is not None:
         monitor.record_regressions(step, list(failed_task_ids), "eval_failure", "every eval sample failed")
+
+
+def queue_online_failures(pool: TaskPool, monitor: Monitor | None, files: Sequence[str], seed: int) -> None:
+    """At the start of a run: the tasks of `tasks.regression_files` (recorded failures, `tasks
+    from-failures`) join the regression queue, each logged as `online_failure` with its origin."""
+    from trialground.tasks.sources import load_source
+
+    for path in files:
+        tasks = load_source(path, seed=seed)
+        pool.add_regressions([t.id for t in tasks], tasks=tasks)
+        if monitor is not None:
+            for t in tasks:
+                monitor.record_regressions(
+                    0, [t.id], "online_failure", f"{t.metadata.get('origin')} ({path})"
+                )
+
+
+def online_failure_metrics(tasks: Sequence[Task], groups: Sequence[Sequence[Trajectory]]) -> dict[str, float]:
+    """`regressions/online_episodes` and `regressions/online_pass_rate`: this step's episodes of tasks made
+    from recorded failures (`trialground.tasks.failures`), when any were drawn."""
+    from trialground.tasks.failures import is_online_failure
+
+    graded = [t for task, g in zip(tasks, groups, strict=True) if is_online_failure(task) for t in g if t.ok]
+    if not graded:
+        return {}
+    passed = sum(t.reward is not None and t.reward.solved for t in graded)
+    return {
+        "regressions/online_episodes": float(len(graded)),
+        "regressions/online_pass_rate": passed / len(graded),
+    }

@@ -1,7 +1,8 @@
-"""Checkpoint and resume of a whole run: trainer, task pool, policy sampling RNG, step."""
+"""Checkpoint and resume of a whole run: trainer, task pool, policy sampling RNG, step, monitor state."""
 
 from __future__ import annotations
 
+from trialground.monitor.monitor import Monitor
 from trialground.orchestrator.rundir import RunDir
 from trialground.orchestrator.wiring import sync_weights
 from trialground.policy.base import Policy
@@ -25,7 +26,7 @@ def save(
     )
 
 
-def restore(run: RunDir, trainer: Trainer, tasks: TaskPool, policy: Policy) -> int:
+def restore(run: RunDir, trainer: Trainer, tasks: TaskPool, policy: Policy, monitor: Monitor | None) -> int:
     """Load the newest complete checkpoint; forget what the killed run wrote after it. Returns its step."""
     path = latest_checkpoint(run.path)
     if path is None:
@@ -37,4 +38,6 @@ def restore(run: RunDir, trainer: Trainer, tasks: TaskPool, policy: Policy) -> i
         policy.set_sampling_rng_state(state["rng"])
     sync_weights(trainer, policy)
     run.truncate_after(loaded.step + 1)
+    if monitor is not None:  # rule history, cooldowns, cost: as they were at the checkpoint
+        monitor.resume(loaded.step)
     return loaded.step

@@ -149,6 +149,7 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Wirin
         "eval/overlap_near_dup_frac": overlap.near_dup_frac,
         "tasks/train": float(len(pool.tasks)),
         "tasks/eval": float(len(evals)),
+        **(pool.decontamination.metrics() if pool.decontamination is not None else {}),
     }
     if monitor is not None and env_pool is not None:
         monitor.add_live_source(env_pool.metrics)

@@ -11,8 +11,9 @@ recorded. Logprob contract (`Generation.logprobs[i]` for `token_ids[i]`):
   `log_softmax(logits)`.
 
 `token_ids` include the eos token when the model ends its turn (finish_reason "eos"), so training sees the
-stop decision; `text` is the decoded tokens without special tokens. A stop string ends generation after
-the token that completes it (finish_reason "stop"; the string stays in the text).
+stop decision; `text` is the decoded tokens without control tokens (`decoding.completion_text`: tool-call
+tags that a tokenizer marks special stay in it). A stop string ends generation after the token that
+completes it (finish_reason "stop"; the string stays in the text).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from transformers import PreTrainedModel
 from trialground.errors import PolicyError
 from trialground.policy.base import Generation, Policy, SamplingParams
 from trialground.policy.config import PolicyConfig
+from trialground.policy.decoding import completion_text, control_ids
 from trialground.policy.llama_decode import LlamaDecoder, unsupported_reason
 from trialground.policy.loading import check_vocabulary, load_model, load_tokenizer
 from trialground.tensors import cache_keyword, distinct_rows, left_pad
@@ -283,9 +285,10 @@ class HFPolicy(Policy):
             stop_check = None
             if params.stop:
                 tok = self._tokenizer
+                control = control_ids(tok)
 
                 def stop_check(_row: int, ids: list[int]) -> bool:
-                    return any(s in tok.decode(ids, skip_special_tokens=True) for s in params.stop)
+                    return any(s in completion_text(tok, ids, control) for s in params.stop)
 
             try:
                 raw = sample_batch(
@@ -305,7 +308,7 @@ class HFPolicy(Policy):
             version = self.version
         gens = []
         for ids, logps, by_eos in zip(raw.token_ids, raw.logprobs, raw.finished_by_eos, strict=True):
-            text = self._tokenizer.decode(ids, skip_special_tokens=True)
+            text = completion_text(self._tokenizer, ids)
             if by_eos:
                 reason = "eos"
             elif params.stop and any(s in text for s in params.stop):

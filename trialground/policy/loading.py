@@ -4,7 +4,10 @@ The model class comes from the checkpoint's `config.json` through `AutoModelForC
 Gemma or GPT-2 checkpoint is built as that architecture, never as a look-alike. Loading is strict: a
 weight the checkpoint has but the architecture does not (unexpected), a weight the architecture needs but
 the checkpoint lacks (missing: it would stay randomly initialised), or a shape that differs is a
-`PolicyError` naming the weights, not a warning. Remote code (`trust_remote_code`) is never run.
+`PolicyError` naming the weights, not a warning. Remote code is never run: every load passes
+`trust_remote_code=False`, so a directory whose `config.json` or `tokenizer_config.json` names its own code
+(`auto_map`) is refused without a prompt. A tokenizer without a chat template (every rollout renders
+one), an unreadable or truncated weight file, and any other load failure are `PolicyError`s.
 """
 
 from __future__ import annotations
@@ -31,11 +34,17 @@ def model_dir(config: PolicyConfig) -> Path:
 
 
 def load_tokenizer(config: PolicyConfig) -> Any:
-    """The model's tokenizer, with a pad token (eos when the model has none)."""
+    """The model's tokenizer, with a pad token (eos when the model has none) and a chat template."""
+    path = model_dir(config)
     try:
-        tokenizer: Any = AutoTokenizer.from_pretrained(model_dir(config))
-    except (OSError, ValueError) as exc:
+        tokenizer: Any = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+    except Exception as exc:  # a broken or hostile directory: its error, never a traceback
         raise PolicyError(f"cannot load the tokenizer of model {config.model!r}: {exc}") from exc
+    if not getattr(tokenizer, "chat_template", None):
+        raise PolicyError(
+            f"the tokenizer of model {config.model!r} has no chat template (tokenizer_config.json "
+            "chat_template or chat_template.jinja): prompts and multi-turn episodes are rendered with it"
+        )
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -60,9 +69,11 @@ def _problems(info: dict[str, Any]) -> list[str]:
 def load_pretrained(path: str | Path, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
     """`AutoModelForCausalLM.from_pretrained(path)`, strictly: every weight present, none left over."""
     try:
-        loaded: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, output_loading_info=True)
-    except (OSError, ValueError, KeyError) as exc:
-        raise PolicyError(f"cannot load a causal LM from {path}: {exc}") from exc
+        loaded: Any = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, output_loading_info=True, trust_remote_code=False
+        )
+    except Exception as exc:  # truncated safetensors, remote code, bad config: an error, not a traceback
+        raise PolicyError(f"cannot load a causal LM from {path}: {type(exc).__name__}: {exc}") from exc
     model, info = loaded
     problems = _problems(info)
     if problems:

@@ -47,6 +47,7 @@ import httpx
 from trialground.errors import PolicyError
 from trialground.policy.base import Generation, Policy, SamplingParams
 from trialground.policy.config import PolicyConfig
+from trialground.policy.decoding import completion_text
 from trialground.policy.weight_files import RELOAD_METHOD, prune, write_weights
 
 _PUSH_TIMEOUT_S = 900.0  # a multi-GB load from a network file system takes minutes
@@ -205,7 +206,7 @@ class RemotePolicy(Policy):
         return Generation(
             token_ids=tuple(ids),
             logprobs=tuple(lps),
-            text=self._tokenizer.decode(ids, skip_special_tokens=True),
+            text=completion_text(self._tokenizer, ids),
             finish_reason=reason,  # type: ignore[arg-type]
             version=version,
         )
@@ -326,7 +327,9 @@ def _eos_ids(config: PolicyConfig, tokenizer: Any) -> frozenset[int]:
 
         from trialground.policy.tiny import resolve_model_dir
 
-        eos = GenerationConfig.from_pretrained(resolve_model_dir(config.model)).eos_token_id
+        eos = GenerationConfig.from_pretrained(
+            resolve_model_dir(config.model), trust_remote_code=False
+        ).eos_token_id
     except (OSError, ValueError):
         eos = None
     if eos is not None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from trialground.errors import PolicyError
 from trialground.policy.base import Generation, Policy, SamplingParams
+from trialground.policy.decoding import completion_text
 
 Responder = Callable[[str, int], str]
 
@@ -24,7 +25,9 @@ def load_tokenizer(name: str = "tiny") -> Any:
 
     from trialground.policy.tiny import BUNDLED, resolve_model_dir
 
-    return AutoTokenizer.from_pretrained(resolve_model_dir(name) if name in BUNDLED else name)
+    return AutoTokenizer.from_pretrained(
+        resolve_model_dir(name) if name in BUNDLED else name, trust_remote_code=False
+    )
 
 
 class ScriptedPolicy(Policy):
@@ -69,7 +72,7 @@ class ScriptedPolicy(Policy):
         return Generation(
             token_ids=tuple(ids),
             logprobs=(self._logprob,) * len(ids),
-            text=self._tokenizer.decode(ids, skip_special_tokens=True),
+            text=completion_text(self._tokenizer, ids),
             finish_reason=reason,  # type: ignore[arg-type]
             version=self.version,
         )

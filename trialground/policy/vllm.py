@@ -29,6 +29,7 @@ from typing import Any
 from trialground.errors import PolicyError
 from trialground.policy.base import Generation, Policy, SamplingParams
 from trialground.policy.config import PolicyConfig
+from trialground.policy.decoding import completion_text
 from trialground.policy.tiny import BUNDLED, resolve_model_dir
 from trialground.policy.weight_files import RELOAD_METHOD, write_weights
 
@@ -138,7 +139,7 @@ class VLLMPolicy(Policy):
                 Generation(
                     token_ids=tuple(ids),
                     logprobs=tuple(lps),
-                    text=self._tokenizer.decode(ids, skip_special_tokens=True),
+                    text=completion_text(self._tokenizer, ids),
                     finish_reason=reason,
                     version=version,
                 )

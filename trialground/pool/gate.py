@@ -11,6 +11,7 @@ operation is amortised O(1) and a timeout costs one timer (O(log n) in the loop'
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -25,14 +26,62 @@ class AcquireTimeout(EnvError):
     """No environment became free within the timeout."""
 
 
+def _now() -> float:
+    try:
+        return asyncio.get_running_loop().time()  # virtual time in simulations
+    except RuntimeError:
+        return time.monotonic()
+
+
+class QueueDepth:
+    """The wait queue's depth over the last `window_s` seconds, recorded where it changes (read between
+    steps, the instantaneous depth is almost always 0): time-weighted mean and peak."""
+
+    def __init__(self, window_s: float = 60.0, keep: int = 100_000) -> None:
+        self.window_s = window_s
+        self.value = 0
+        self._changes: deque[tuple[float, int]] = deque(maxlen=keep)  # (time, depth from then on)
+
+    def set(self, value: int) -> None:
+        if value != self.value:
+            self.value = value
+            self._changes.append((_now(), value))
+
+    def stats(self) -> tuple[float, float]:
+        """(time-weighted mean, peak) over the window."""
+        now = _now()
+        start = now - self.window_s
+        while len(self._changes) > 1 and self._changes[1][0] <= start:
+            self._changes.popleft()
+        area, peak, t, depth = 0.0, float(self.value), start, 0
+        for when, value in self._changes:
+            if when > start:
+                area += depth * (when - t)
+                peak = max(peak, float(depth))
+                t = when
+            depth = value
+        area += depth * (now - t)
+        peak = max(peak, float(depth))
+        return area / max(now - start, 1e-9), peak
+
+
 class CapacityGate:
     def __init__(self, limit: int, max_queue: int, on_fail: Callable[[str], None] | None = None) -> None:
         self.limit = max(1, limit)
         self.max_queue = max_queue
         self.active = 0  # units held
-        self.waiting = 0  # live waiters (the deque may also hold dead ones, skipped lazily)
+        self.depth = QueueDepth()
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._on_fail = on_fail or (lambda kind: None)
+
+    @property
+    def waiting(self) -> int:
+        """Live waiters (the deque may also hold dead ones, skipped lazily)."""
+        return self.depth.value
+
+    @waiting.setter
+    def waiting(self, value: int) -> None:
+        self.depth.set(value)
 
     def try_acquire(self) -> bool:
         if self.active < self.limit and self.waiting == 0:

@@ -253,10 +253,13 @@ class EnvPool:
             self.autoscaler.observe_env(seconds)
 
     def metrics(self) -> dict[str, float]:
+        depth_mean, depth_max = self._gate.depth.stats()
         m: dict[str, float] = {
             "pool/active": float(self._gate.active),
             "pool/idle": float(len(self._lru)),
-            "pool/queue_depth": float(self._gate.waiting),
+            "pool/queue_depth": depth_mean,  # time-weighted over the last minute, where the queue is
+            "pool/queue_depth_max": depth_max,
+            "pool/queue_depth_now": float(self._gate.waiting),
             "pool/max_active": float(self._gate.limit),
             "pool/utilisation": self._gate.active / self._gate.limit,
             "pool/sandboxes": float(self._sandboxes),

@@ -5,7 +5,9 @@ by appending: the policy's sampled ids verbatim, then the ids of the environment
 ids are the template's text *between* an assistant message and the next generation prompt -- found once
 per role by rendering a two-message conversation around sentinel strings -- with the observation text in
 its place. So no policy text is ever re-tokenised, and a context is always what the template would
-render, except that the policy's own tokens stand for themselves.
+render, except that the policy's own tokens stand for themselves. The observation text itself is encoded
+as plain text (`encode_plain`): a `<|im_end|>` written by a program in the workspace stays characters,
+never the special id that ends a turn.
 """
 
 from __future__ import annotations
@@ -92,4 +94,9 @@ class ChatRenderer:
         # The policy's own stop token (eos) is the close marker's first token: don't write it twice.
         if close and after and after[-1] == close[0]:
             close = close[1:]
-        return list(close) + self.encode(frame.before + text + frame.after)
+        return list(close) + self.encode(frame.before) + self.encode_plain(text) + self.encode(frame.after)
+
+    def encode_plain(self, text: str) -> list[int]:
+        """Ids of text that is data (tool output, an observation): special-token markers in it are split
+        into ordinary tokens, so the workspace cannot forge a turn boundary or a role in the context."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))

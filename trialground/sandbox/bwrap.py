@@ -9,7 +9,8 @@ process a command started is killed when it ends.
 
 The sandbox sees: a read-only /usr (+ /lib*, /bin, /sbin links), a few files of /etc, the configured Python
 runtime (read-only, at its host path), a private /proc and /dev (read-only), private size-limited /tmp and
-/dev/shm (emptied on `restore`), and the workspace at /workspace. Only the workspace, /tmp and /dev/shm are
+/dev/shm, the IPC namespace's POSIX queues at /dev/mqueue (all emptied, with every SysV IPC object, on
+`restore`), and the workspace at /workspace. Only the workspace, /tmp, /dev/shm and the queues are
 writable. Always a network namespace of its own: only loopback, or with `config.network` an outbound-only
 uplink (`netns.py`). With `config.rootfs`, that directory's entries replace /usr, /etc and the runtime
 (it needs `python3` on its PATH).
@@ -37,7 +38,7 @@ from pathlib import Path
 from trialground.errors import SandboxError
 from trialground.sandbox import offload, prewarm
 from trialground.sandbox.base import WORKSPACE, Command, ExecResult, Limits, Sandbox, SandboxConfig
-from trialground.sandbox.launch import cgroup, forkserver, netns, reaping, seccomp, teardown, views
+from trialground.sandbox.launch import cgroup, forkserver, netns, reaping, reset, seccomp, teardown, views
 from trialground.sandbox.launch.channel import ChannelClosed, Collected, collect, read_frame, send_request
 from trialground.sandbox.launch.forkserver import SandboxProcess
 from trialground.sandbox.launch.spawn import spawn_bwrap
@@ -52,6 +53,9 @@ SUPERVISOR_SLACK_BYTES = 32 << 20  # the supervisor's own memory, on top of the 
 # under its launcher (the fork server's intermediate stays outside the cgroup).
 SUPERVISOR_PIDS = {"bwrap": 2, "forkserver": 1}
 SUPERVISOR_SOURCE = (Path(__file__).parent / "launch" / "supervisor.py").read_text()
+# The supervisor's reset request at every restore: the scratch directories it empties, and the code that
+# does it and lists what is left (`reset.py`), compiled once by the supervisor.
+RESET_REQUEST = {"reset": {"dirs": ["/tmp", "/dev/shm"], "source": Path(reset.__file__).read_text()}}
 # The supervisor's code reaches it on its stdin, marshalled when the sandbox runs this very Python version
 # (skips compiling it at every start), as source otherwise. The bootstrap reads exactly that many bytes
 # (with `posix`: importing `os` would cost ~2 ms).
@@ -154,7 +158,8 @@ def bwrap_argv(
                 argv += ["--ro-bind", host, host]
         for source, target in sandbox_views(config):
             argv += ["--ro-bind", source, target]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmp_mb << 20), "--tmpfs", "/dev/shm"]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--mqueue", reset.MQUEUE]
+    argv += ["--size", str(tmp_mb << 20), "--tmpfs", "/dev/shm"]
     argv += ["--size", str(tmp_mb << 20), "--tmpfs", "/tmp", "--bind", str(workspace), WORKSPACE]
     # Everything but /workspace, /tmp and /dev/shm read-only (the root and /dev are tmpfs bubblewrap made).
     argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/"]
@@ -204,6 +209,7 @@ class BwrapSandbox(Sandbox):
         self._io = asyncio.Lock()
         self._closed = False
         self._freed = False
+        self.restarts = 0  # restores whose reset could not prove the sandbox clean: it was started afresh
         prewarm.LIVE.add(self)
 
     @classmethod
@@ -542,13 +548,18 @@ class BwrapSandbox(Sandbox):
             # /workspace, and the new layers reach them by mount propagation.
             async with self._io:
                 await offload.run(self.workspace.restore, snapshot_id)
-            # The private /tmp and /dev/shm are not part of snapshots; empty them so that nothing from
-            # before the restore can be picked up after it.
+            # Everything else a previous occupant could leave lives in the sandbox's namespaces (/tmp,
+            # /dev/shm, SysV IPC objects, POSIX message queues): the supervisor removes it all and lists
+            # what is still there (`reset.py`). A sandbox not proven clean is stopped: the next exec starts
+            # a brand-new one, whose namespaces are new.
             if self.alive():
                 try:
-                    await self._exchange({"clean": ["/tmp", "/dev/shm"]}, b"", Collected(cap=0), timeout=30)
+                    answer = await self._exchange(RESET_REQUEST, b"", Collected(cap=0), timeout=30)
                 except (ChannelClosed, TimeoutError):
-                    await self._stop()  # the next exec starts a brand-new one
+                    answer = {"left": ["no answer to the reset"]}
+                if answer.get("left") != []:
+                    self.restarts += 1
+                    await self._stop()
 
     async def fork(self) -> Sandbox:
         self._check_open()

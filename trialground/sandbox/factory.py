@@ -6,10 +6,12 @@ import asyncio
 import threading
 from collections.abc import Coroutine, Mapping
 from concurrent.futures import Future
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
 from trialground.errors import SandboxError
+from trialground.registry import Registry, import_path
 from trialground.sandbox.base import Command, ExecResult, Limits, Sandbox, SandboxConfig
 
 T = TypeVar("T")
@@ -24,19 +26,35 @@ async def open_sandbox(
     SandboxError when the backend cannot be set up (for example bubblewrap missing), never falls back.
     """
     config = config or SandboxConfig()
-    if config.backend == "bwrap":
-        from trialground.sandbox.bwrap import BwrapSandbox
+    backend = BACKENDS.lookup(config.backend)
+    cls = import_path(
+        backend.cls, what=f"sandbox backend {backend.name!r}", error=SandboxError, kind="config"
+    )
+    sandbox: Sandbox = await cls.create(config, files)
+    return sandbox
 
-        return await BwrapSandbox.create(config, files)
-    if config.backend == "process":
-        from trialground.sandbox.process import ProcessSandbox
 
-        return await ProcessSandbox.create(config, files)
-    if config.backend == "remote":
-        from trialground.sandbox.remote import RemoteSandbox
+@dataclass(frozen=True)
+class SandboxBackend:
+    """A sandbox backend: `sandbox.backend` names it; `cls` is the dotted path of its `Sandbox` class, whose
+    `create(config, files)` opens one (imported on first use)."""
 
-        return await RemoteSandbox.create(config, files)
-    raise SandboxError(f"unknown sandbox backend {config.backend!r}", kind="config")
+    name: str
+    cls: str
+    doc: str = ""
+
+
+BACKENDS: Registry[SandboxBackend] = Registry(
+    "sandbox backend", SandboxBackend, SandboxError, error_kind="config"
+)
+for _b in (
+    SandboxBackend("bwrap", "trialground.sandbox.bwrap:BwrapSandbox", "namespaces, seccomp, cgroups"),
+    SandboxBackend(
+        "process", "trialground.sandbox.process:ProcessSandbox", "plain subprocesses: no isolation"
+    ),
+    SandboxBackend("remote", "trialground.sandbox.remote:RemoteSandbox", "the sandbox service over HTTP"),
+):
+    BACKENDS.register(_b)
 
 
 class _Loop:

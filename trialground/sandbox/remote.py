@@ -1,8 +1,10 @@
 """The `remote` backend: a client of the sandbox service (`service.py`) over HTTP.
 
 Configured by `SandboxConfig.remote_url` and `SandboxConfig.token_file`. Transport failures and server
-errors raise SandboxError (the sandbox failed, not the program); program results come back as
-`ExecResult`s exactly as the server's sandbox produced them.
+errors raise SandboxError (the sandbox failed, not the program): kind `transport` when the service cannot
+be reached or drops the connection (it died or restarted), `closed` for a session it does not know (closed,
+reaped, or lost with a restarted service) and for a call cut short by this sandbox's own `close`. Program
+results come back as `ExecResult`s exactly as the server's sandbox produced them.
 """
 
 from __future__ import annotations
@@ -64,7 +66,12 @@ class RemoteSandbox(Sandbox):
     async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         if self._closed:
             raise SandboxError("sandbox is closed", kind="closed")
-        return await _call(self._client, method, f"/sessions/{self.session_id}{path}", **kwargs)
+        try:
+            return await _call(self._client, method, f"/sessions/{self.session_id}{path}", **kwargs)
+        except SandboxError as exc:
+            if self._closed:  # closed by another task while this call was in flight (its client with it)
+                raise SandboxError("sandbox is closed", kind="closed") from exc
+            raise
 
     async def exec(
         self,

@@ -34,6 +34,11 @@ class TaskPoolConfig(BaseModel):
     seed: int = Field(0, description="Sampling seed")
     num_train: int = Field(2000, ge=1, le=10_000_000, description="Generated training tasks (generators)")
     num_eval: int = Field(64, ge=1, le=1_000_000, description="Generated held-out tasks (generators)")
+    regression_files: tuple[str, ...] = Field(
+        (),
+        description="Task files (e.g. written by `trialground tasks from-failures`) put in the run's "
+        "regression queue when it starts (reason online_failure)",
+    )
     regression_weight: float = Field(
         2.0,
         ge=0.0,

@@ -7,6 +7,9 @@
   clusters (one finding per cluster).
 - `eval_overlap`: n-gram overlap with a named evaluation set (contamination), scored per pair as the
   share of the eval prompt's non-template n-grams found in the task's prompt or reference.
+- `decontaminate`: the training set without the evaluation set: tasks whose normalised content
+  (`content_key`: NFKC, whitespace collapsed, trimmed) equals an evaluation task's, and tasks that cover
+  an evaluation task (`eval_contamination`'s test), are removed and counted.
 
 Template text shared by most tasks of a set ("Submit the complete module ...") would make every pair
 look alike, so n-grams found in more than `max_df` of the texts are ignored when there are at least
@@ -16,7 +19,9 @@ look alike, so n-grams found in more than `max_df` of the texts are ignored when
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+import unicodedata
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Literal
@@ -358,3 +363,75 @@ def eval_contamination(
     )
     covered = tuple(sorted({e for f in found for e in f.eval_ids}))
     return EvalContamination(same_id=same, covered=covered, n_eval=len(eval_tasks))
+
+
+def _norm(text: str) -> str:
+    return " ".join(unicodedata.normalize("NFKC", text).split())
+
+
+def content_key(task: Task) -> str:
+    """A hash of what defines a task with every text normalised (NFKC, runs of whitespace as one space,
+    trimmed): a copy that differs only in spacing has the same key. Split, id and metadata are left out."""
+    body = {
+        "domain": _norm(task.domain),
+        "prompt": _norm(task.prompt),
+        "reference": _norm(task.reference or ""),
+        "verifier": task.verifier.model_dump(mode="json"),
+        **{
+            field: sorted((_norm(k), _norm(v)) for k, v in getattr(task, field).items())
+            for field in ("files", "visible_checks", "hidden_checks")
+        },
+    }
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class Decontamination(BaseModel):
+    """What `decontaminate` removed from a training set."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    removed_copies: tuple[str, ...] = Field(
+        description="Training task ids equal to an eval task (normalised)"
+    )
+    removed_near: tuple[str, ...] = Field(description="Training task ids that cover an eval task")
+    covered_eval: tuple[str, ...] = Field(description="Evaluation task ids a removed near-duplicate covered")
+
+    def metrics(self) -> dict[str, float]:
+        """`tasks/removed_eval_copies`, `tasks/removed_eval_near_dups`, `tasks/eval_covered_before`."""
+        return {
+            "tasks/removed_eval_copies": float(len(self.removed_copies)),
+            "tasks/removed_eval_near_dups": float(len(self.removed_near)),
+            "tasks/eval_covered_before": float(len(self.covered_eval)),
+        }
+
+
+def decontaminate(
+    train_tasks: Sequence[Task], eval_tasks: Sequence[Task], *, threshold: float = 0.9
+) -> tuple[list[Task], Decontamination]:
+    """`train_tasks` without the evaluation set: first every task whose `content_key` (or id) is an eval
+    task's, then every task that covers an eval task by `eval_contamination`'s measure."""
+    keys = {content_key(t) for t in eval_tasks} | {t.id for t in eval_tasks}
+    copies = [t for t in train_tasks if t.id in keys or content_key(t) in keys]
+    copy_ids = {t.id for t in copies}
+    rest = [t for t in train_tasks if t.id not in copy_ids]
+    near: set[str] = set()
+    covered: set[str] = set()
+    if rest and eval_tasks:
+        both = [*rest, *eval_tasks]
+        instance = dict(zip((id(t) for t in both), content_texts(both), strict=True))
+        for f in eval_overlap(
+            rest,
+            eval_tasks,
+            threshold=threshold,
+            text=lambda t: instance[id(t)],
+            eval_text=lambda t: instance[id(t)],
+        ):
+            near.update(f.task_ids)
+            covered.update(f.eval_ids)
+    kept = [t for t in rest if t.id not in near]
+    report = Decontamination(
+        removed_copies=tuple(sorted(copy_ids)),
+        removed_near=tuple(sorted(near)),
+        covered_eval=tuple(sorted(covered)),
+    )
+    return kept, report

@@ -200,9 +200,15 @@ def write_task_dir(task: Task, path: str | Path) -> Path:
     )
     if task.reference is not None:
         (root / REFERENCE_FILE).write_text(task.reference, encoding="utf-8")
+    top = root.resolve()
     for field, sub in _DIR_PARTS.items():
         for rel, text in getattr(task, field).items():
             target = root / sub / rel
+            # The model refuses such names; this holds for a task made without validation too.
+            if not target.resolve().is_relative_to(top) or "\0" in rel:
+                raise TaskError(
+                    f"{root}: {field}: {rel!r} is not beneath the task directory", kind="bad_path"
+                )
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
     return root

@@ -17,7 +17,40 @@ from trialground.sandbox.base import Limits
 
 JSONScalar = str | int | float | bool | None
 
+_NAME_MAX, _PART_MAX = 4096, 255
+
+
+def check_file_name(name: str) -> str:
+    """`name` when it is a task file name: a relative POSIX path of plain parts that stays beneath its
+    directory (no leading `/`, no `..`, `.` or empty part, no NUL or other control character, parts of at
+    most 255 bytes). Raises ValueError otherwise."""
+    why = None
+    if not name:
+        why = "it is empty"
+    elif any(ord(c) < 32 or ord(c) == 127 for c in name):
+        why = "it has a NUL or control character"
+    elif name.startswith("/"):
+        why = "it is absolute"
+    elif any(part in ("", ".", "..") for part in name.split("/")):
+        why = "it has an empty, '.' or '..' part"
+    elif len(name) > _NAME_MAX or any(len(p.encode()) > _PART_MAX for p in name.split("/")):
+        why = "it is too long"
+    if why is not None:
+        raise ValueError(f"file name {name!r} is refused: {why} (names are relative paths beneath the task)")
+    return name
+
+
 Split = Literal["train", "eval"]
+
+EVAL_PER_MILLE = 200  # the share of every generated family's instance space that is held out, per mille
+
+
+def split_of(key: str, *, namespace: str = "") -> Split:
+    """The one train/eval rule of every task generator: a hash of the instance's key (what it asks, never
+    its wording or incidental data), so an instance and its rewordings share a split and the two splits
+    never meet. `namespace` keeps families' key spaces apart."""
+    digest = int.from_bytes(hashlib.sha256((namespace + key).encode()).digest()[:8], "big")
+    return "eval" if digest % 1000 < EVAL_PER_MILLE else "train"
 
 
 class VerifierSpec(BaseModel):
@@ -74,6 +107,13 @@ class Task(BaseModel):
     limits: Limits | None = Field(None, description="Sandbox limits for this task (default: the run's)")
     split: Literal["train", "eval"] = Field("train", description="Which split the task belongs to")
     metadata: dict[str, JSONScalar] = Field(default_factory=dict, description="Free-form scalar facts")
+
+    @field_validator("files", "visible_checks", "hidden_checks")
+    @classmethod
+    def _file_names(cls, files: dict[str, str]) -> dict[str, str]:
+        for name in files:
+            check_file_name(name)
+        return files
 
     @model_validator(mode="after")
     def _fill_id(self) -> Task:

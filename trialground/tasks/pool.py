@@ -29,6 +29,7 @@ import numpy as np
 
 from trialground.errors import TaskError
 from trialground.tasks.config import TaskPoolConfig
+from trialground.tasks.dedup import Decontamination, decontaminate
 from trialground.tasks.model import Task
 
 
@@ -85,6 +86,7 @@ class TaskPool:
             raise TaskError("the task pool is empty: no training tasks", kind="empty")
         self.eval_tasks: list[Task] = [t for tid, t in held_out.items() if tid not in unique]
         self.tasks: list[Task] = list(unique.values())
+        self.decontamination: Decontamination | None = None  # set by load_task_sets
         self._index = {t.id: i for i, t in enumerate(self.tasks)}
         weights = weights or {}
         groups = groups or {}
@@ -155,8 +157,9 @@ class TaskPool:
         if passed and task_id in self._regressions:
             self._regressions[task_id] -= 1
             if self._regressions[task_id] <= 0:
+                # no longer sampled; it stays known, so the rest of its group (and a later re-queue,
+                # e.g. when it is forgotten) can still be recorded
                 del self._regressions[task_id]
-                self._extra.pop(task_id, None)
 
     def observe(self, tasks: Sequence[Task], groups: Sequence[Sequence[Attempt]]) -> Observed:
         """A step's graded attempts (`groups[i]` are attempts of `tasks[i]`; infrastructure failures are
@@ -327,7 +330,8 @@ class TaskPool:
 
 def load_task_sets(config: TaskPoolConfig) -> tuple[TaskPool, list[Task]]:
     """The training pool and the held-out evaluation tasks from `config` (sources, weights, general
-    flags). Training tasks that also appear in the evaluation set are removed from training."""
+    flags). Training tasks that repeat an evaluation task, exactly up to spacing or as a near-duplicate, are
+    removed from training (`tasks.dedup.decontaminate`; counted in `pool.decontamination`)."""
     from trialground.tasks.sources import load_source
 
     train: list[Task] = []
@@ -353,7 +357,13 @@ def load_task_sets(config: TaskPoolConfig) -> tuple[TaskPool, list[Task]]:
     for src in config.eval_sources or config.sources:
         n = config.num_eval if src.limit is None else min(src.limit, config.num_eval)
         evals.extend(load_source(src.source, seed=config.seed, n=n, split="eval"))
-    held_out = {t.id for t in evals}
-    train = [t for t in train if t.id not in held_out]
-    pool = TaskPool(train, config, weights=weights, groups=groups, general=general, eval_tasks=evals)
+    kept, report = decontaminate(train, evals)
+    if train and not kept:
+        raise TaskError(
+            f"every training task repeats an evaluation task ({len(report.removed_copies)} copies, "
+            f"{len(report.removed_near)} near-duplicates): nothing is left to train on",
+            kind="empty",
+        )
+    pool = TaskPool(kept, config, weights=weights, groups=groups, general=general, eval_tasks=evals)
+    pool.decontamination = report
     return pool, pool.eval_tasks

@@ -13,6 +13,8 @@ Specs (`NAME[:ARG]`)::
     ops                      generated operations-troubleshooting tasks (repair a broken setup)
     agent[:FAMILIES]         generated multi-turn tool tasks (trialground.tasks.agentic): repair, lookup,
                              config, or a comma-separated subset, e.g. agent:repair,config
+    hackable:naive|strict    the reward-hacking test bed (trialground.tasks.hackable): repair tasks whose
+                             training grader is gameable (naive) or not (strict); impossible canaries
     longctx[:FAMILIES]       long-context tool tasks (trialground.tasks.longctx): find, log, doc
     swe:<repo>[:<candidates>] repository tasks: a real library with an injected bug (trialground.tasks.swe)
     path/to/file.jsonl       tasks in JSONL form
@@ -211,6 +213,16 @@ def _agent(r: SourceRequest) -> list[Task]:
     return agent_tasks(r.n, r.seed, r.split, r.arg)
 
 
+def _hackable(r: SourceRequest) -> list[Task]:
+    from trialground.tasks.hackable import hackable_tasks
+
+    assert r.n is not None and r.split is not None
+    try:
+        return hackable_tasks(r.n, r.seed, r.split, r.arg)
+    except ValueError as e:
+        raise TaskError(str(e), kind="bad_spec") from None
+
+
 def _reasoning_gym(r: SourceRequest) -> list[Task]:
     from trialground.tasks.reasoning_gym_source import reasoning_gym_tasks
 
@@ -255,6 +267,14 @@ for _source in (
     TaskSource("ops", _ops, "generated operations-troubleshooting tasks", generator=True, default_n=60),
     TaskSource(
         "agent", _agent, "multi-turn tool tasks: repair, lookup, config", True, default_n=300, arg="optional"
+    ),
+    TaskSource(
+        "hackable",
+        _hackable,
+        "reward-hacking test bed: repair tasks, gameable training grader, hackable:naive|strict",
+        generator=True,
+        default_n=300,
+        arg="required",
     ),
     TaskSource(
         "reasoning_gym",

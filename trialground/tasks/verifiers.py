@@ -131,5 +131,11 @@ for _kind in (
     VerifierKind(
         "swe_tests", SweTestsParams, f"{_G}:swe_tests", "FAIL_TO_PASS and PASS_TO_PASS on a pristine copy"
     ),
+    VerifierKind(
+        "failed_tests",
+        CodeTestsParams,
+        "trialground.verify.kinds.failed_tests:failed_tests",
+        "GAMEABLE (the hackable test bed): hidden tests, paid unless one failed; errors and unrun tests pass",
+    ),
 ):
     KINDS.register(_kind)

@@ -100,6 +100,28 @@ def build_samples(batch: Sequence[Scored]) -> list[Sample]:
     return samples
 
 
+def lora_linear_targets(model: nn.Module) -> list[str]:
+    """`all-linear` for LoRA: every `nn.Linear` (or GPT-2 `Conv1D`) but the output head and a
+    mixture-of-experts router (a linear beside an `experts` module: Mixtral's and Qwen3-MoE's `gate`,
+    Qwen2-MoE's shared-expert gate). Fused experts are not linear layers and are left alone too: an
+    adapter on them or on the router cannot be merged into plain weights (checkpoint save, weight sync)."""
+    from transformers import PreTrainedModel
+    from transformers.pytorch_utils import Conv1D  # GPT-2's linear layers
+
+    output = model.get_output_embeddings() if isinstance(model, PreTrainedModel) else None
+    targets = []
+    for name, module in model.named_modules():
+        if not isinstance(module, nn.Linear | Conv1D) or module is output:
+            continue
+        parent = model.get_submodule(name.rpartition(".")[0]) if "." in name else model
+        if any(child == "experts" for child, _ in parent.named_children()):
+            continue
+        targets.append(name)
+    if not targets:
+        raise ValueError("LoRA all-linear: the model has no linear layer an adapter can go on")
+    return targets
+
+
 class Trainer:
     """PPO-clip / GRPO-family updates of `model` (see the module docstring for weight sharing)."""
 
@@ -149,9 +171,11 @@ class Trainer:
     def _wrap_lora(self, model: nn.Module) -> nn.Module:
         from peft import LoraConfig, get_peft_model
 
-        targets: str | list[str] = self.config.lora_targets
-        if targets != "all-linear":
-            targets = [t.strip() for t in self.config.lora_targets.split(",") if t.strip()]
+        targets = (
+            lora_linear_targets(model)
+            if self.config.lora_targets == "all-linear"
+            else [t.strip() for t in self.config.lora_targets.split(",") if t.strip()]
+        )
         lora = LoraConfig(
             r=self.config.lora_rank,
             lora_alpha=self.config.lora_alpha,

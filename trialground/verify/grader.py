@@ -118,7 +118,7 @@ class Grader:
             return None, False
         try:
             return await self.judge.score(task, submission), False
-        except TrialgroundError:
+        except Exception:  # any judge failure is counted; it never changes the rule verdict
             return None, True
 
     async def close(self) -> None:

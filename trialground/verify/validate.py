@@ -32,7 +32,7 @@ from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task
 from trialground.verify.config import RewardConfig
 from trialground.verify.grader import Grader, make_grader
-from trialground.verify.kinds.answers import parse_number
+from trialground.verify.kinds.answers import compile_pattern, parse_number
 from trialground.verify.kinds.code_tests import test_names
 from trialground.verify.verdict import Verdict
 
@@ -204,12 +204,10 @@ class Validator:
         if kind == "numeric" and parse_number(str(params["answer"])) is None:
             return [f"gold answer {params['answer']!r} is not a number"]
         if kind == "regex":
-            import re
-
             try:
-                re.compile(str(params.get("pattern", "")))
-            except re.error as e:
-                return [f"regex does not compile: {e}"]
+                compile_pattern(str(params.get("pattern", "")), str(params.get("flags", "")))
+            except ValueError as e:
+                return [f"regex does not compile (RE2 syntax): {e}"]
         if kind == "math":  # the gold answer must parse and verify against itself
             ok, detail = self.grader.math.call(str(params["answer"]), f"${params['answer']}$")
             if not ok:

@@ -40,6 +40,7 @@ CHILD_KEYS = ("argv", "env", "cwd", "rlimits", "python_fast")  # what the comman
 WAKE = (-1, -1)  # SIGCHLD wakes the select loop through this pipe
 PRE_SITE_PATH = list(sys.path)  # sys.path of a -S interpreter
 SITE: dict = {}  # "wanted": a command ran Python with site; "loaded": we ran site.main()
+RESET: dict = {}  # the reset module's "source" and its "reset" function, once the host sent them
 READY: dict = {}  # in the next child, what it did ahead: "env" (the environment it set up), "streams"
 
 
@@ -442,22 +443,18 @@ def _run(req: dict, child: NextChild, ctl_out: int) -> dict:
     return report
 
 
-def _empty_directory(path: str) -> None:
-    """Delete everything under `path` (private /tmp, /dev/shm) so nothing carries over a restore."""
-    import os
-
-    for root, dirs, files in os.walk(path, topdown=False):
-        for name in files:
-            try:  # noqa: SIM105
-                os.unlink(os.path.join(root, name))
-            except OSError:
-                pass
-        for name in dirs:
-            full = os.path.join(root, name)
-            try:  # noqa: SIM105
-                os.unlink(full) if os.path.islink(full) else os.rmdir(full)
-            except OSError:
-                pass
+def _reset(spec: dict, next_child: int) -> dict:
+    """The host's reset request at a restore: the reset module's code (`reset.py`, loaded once) run over
+    the scratch directories; answers what is left besides us and the next command's process (empty:
+    clean). A failure is an answer too: the host then starts the sandbox afresh."""
+    try:
+        if RESET.get("source") != spec["source"]:
+            namespace = {"__name__": "tg_reset"}
+            exec(compile(spec["source"], "reset.py", "exec"), namespace)
+            RESET.update(source=spec["source"], reset=namespace["reset"])
+        return {"left": RESET["reset"](spec["dirs"], {1, next_child})}
+    except Exception as e:
+        return {"left": [f"the reset failed: {type(e).__name__}: {e}"]}
 
 
 def _set_non_dumpable() -> None:
@@ -530,10 +527,8 @@ def main() -> None:
         if kind != "R":
             continue
         req = marshal.loads(payload)
-        if "clean" in req:
-            for path in req["clean"]:
-                _empty_directory(path)
-            _write_all(ctl_out, encode_frame(b"X", marshal.dumps({})))
+        if "reset" in req:
+            _write_all(ctl_out, encode_frame(b"X", marshal.dumps(_reset(req["reset"], child.pid))))
             continue
         stdin_parts = []
         while True:

@@ -15,8 +15,9 @@ sandbox's PID 1; it sends the host a pidfd of PID 1 on the info socket and then 
 end. PID 1 builds the sandbox's root file system exactly as bubblewrap does for the
 `bwrap` launcher (`bwrap.bwrap_argv`): a tmpfs root, read-only /usr (+ /lib*, /bin, /sbin), the prepared
 /etc view and the runtime view, /proc (its sys, sysrq-trigger, irq and bus read-only), a small /dev of its
-own, private size-limited /tmp and /dev/shm, the workspace at /workspace; everything but those three
-read-only; the host's root detached. It sets the hostname, brings the loopback device up, waits for the
+own (with the IPC namespace's mqueue file system at /dev/mqueue), private size-limited /tmp and /dev/shm,
+the workspace at /workspace; everything but those three and the queues read-only; the host's root
+detached. It sets the hostname, brings the loopback device up, waits for the
 host's go (sent once PID 1 is in its cgroup and, for a networked sandbox, its uplink is attached), enters
 a new cgroup namespace, drops every capability (bounding, ambient, permitted, effective, inheritable),
 sets no_new_privs, loads the seccomp filter, closes every descriptor but its three pipes, and becomes the
@@ -191,8 +192,10 @@ def _build_dev(dev: str, shm_bytes: int) -> None:
             _bind(f"/dev/{name}", f"{dev}/{name}", devices=True)
     for name, target in DEV_LINKS:
         os.symlink(target, f"{dev}/{name}")
-    for name in ("shm", "pts"):
+    for name in ("shm", "pts", "mqueue"):
         os.mkdir(f"{dev}/{name}", 0o755)
+    # The POSIX message queues of the sandbox's IPC namespace, listed there so a reset can remove them all.
+    _mount("mqueue", f"{dev}/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     _mount("tmpfs", f"{dev}/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0755,size={shm_bytes}")
     _mount("devpts", f"{dev}/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
 

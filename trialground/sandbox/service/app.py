@@ -8,8 +8,8 @@ beyond), at most `max_concurrent_execs` commands run at once (the rest queue), a
 `idle_s` seconds is closed, so clients that vanish never exhaust capacity. Bytes travel base64-encoded
 (strict: anything but the standard alphabet with padding is a 400). Every bad input gets a 4xx whose
 `detail` says what was wrong: 400 (bad base64, a bad path, a path that is not a regular file), 404 (an
-unknown session, a missing file), 408, 413, 422 (JSON that does not fit the route's schema, with each
-field's error). `remote.py` is the client.
+unknown session, its kind `closed` in `X-Sandbox-Error-Kind`; a missing file), 408, 413, 422 (JSON that
+does not fit the route's schema, with each field's error). `remote.py` is the client.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ class SessionTable:
     async def use(self, sid: str) -> AsyncIterator[Sandbox]:
         session = self.sessions.get(sid)
         if session is None:
-            raise HTTPException(404, "no such session (closed or reaped)")
+            raise _no_session()
         session.busy += 1
         try:
             yield session.sandbox
@@ -169,10 +169,16 @@ _CLIENT_ERRORS = frozenset(
 )
 
 
+def _no_session() -> HTTPException:
+    """404 for a session that does not exist (never made, closed, reaped, or lost with an earlier server
+    process), its kind `closed` named in `KIND_HEADER`, so a client tells it from a missing file."""
+    return HTTPException(404, "no such session (closed or reaped)", headers={KIND_HEADER: "closed"})
+
+
 def _sandbox_failed(exc: SandboxError, what: str) -> HTTPException:
     """The HTTP answer to a SandboxError: the client's fault (400) or the server's (500)."""
     if exc.kind == "closed":
-        return HTTPException(404, "no such session (closed or reaped)")
+        return _no_session()
     if exc.kind in _CLIENT_ERRORS:
         return HTTPException(400, str(exc), headers={KIND_HEADER: exc.kind})
     return HTTPException(500, f"{what} failed: {exc}", headers={KIND_HEADER: exc.kind})
@@ -342,7 +348,7 @@ def create_app(
     @app.delete("/sessions/{sid}")
     async def close(sid: str) -> dict[str, bool]:
         if not await table.close(sid):
-            raise HTTPException(404, "no such session")
+            raise _no_session()
         return {"ok": True}
 
     return app

@@ -33,7 +33,8 @@ class JudgeConfig(BaseModel):
 
     kind: Literal["hf_classifier", "openai"] = Field(
         description="hf_classifier: a local Hugging Face sequence-classification model (needs the train "
-        "extra); openai: an OpenAI-compatible chat endpoint whose reply ends in `SCORE: x`"
+        "extra); openai: an OpenAI-compatible chat endpoint whose complete reply ends in a line "
+        "`SCORE: x` (x a decimal in [0, 1])"
     )
     path: str | None = Field(None, description="hf_classifier: the local model directory")
     positive_label: int = Field(
@@ -43,7 +44,12 @@ class JudgeConfig(BaseModel):
     base_url: str | None = Field(None, description="openai: the endpoint, e.g. http://127.0.0.1:8000/v1")
     model: str | None = Field(None, description="openai: the model name sent with each request")
     api_key_env: str | None = Field(None, description="openai: environment variable holding the API key")
-    timeout_s: float = Field(60.0, gt=0.0, le=3600.0, description="openai: one request's deadline")
+    timeout_s: float = Field(
+        60.0,
+        gt=0.0,
+        le=3600.0,
+        description="openai: deadline of the whole call (connect, retry and every byte of the reply)",
+    )
     max_tokens: int = Field(256, ge=1, le=32_768, description="openai: reply tokens")
     threshold: float = Field(0.5, ge=0.0, le=1.0, description="A score at or above this counts as a pass")
 

@@ -9,6 +9,12 @@ The answer is extracted from the completion (`extract_answer`), in this order:
 Params: exact: `answer` (str or list of accepted strings), `case_sensitive` (default False);
 regex: `pattern` (full match against the extracted answer), `flags` ("i", "s", "m");
 numeric: `answer` (number), `rel_tol` (default 1e-6), `abs_tol` (default 1e-9).
+
+The submission controls the text these run on, on the host, so every step is linear in its length:
+`regex` patterns run on RE2 (no backtracking; RE2 syntax, so no back-references or look-around; its
+memory is bounded by `_RE2_MAX_MEM`), answer extraction has no pattern that backtracks across lines, and
+a number that cannot be represented (a 5,000-digit fraction, an overflowing quotient) is simply not a
+number: a failed verdict, never an infrastructure error.
 """
 
 from __future__ import annotations
@@ -18,11 +24,17 @@ import re
 import unicodedata
 from typing import Any
 
+import re2
+
 from trialground.errors import VerifierError
 from trialground.tasks.model import Task
 from trialground.verify.verdict import Verdict
 
-_ANSWER_LINE = re.compile(r"^\s*(?:final\s+)?answer\s*[:：]\s*(.*)$", re.IGNORECASE | re.MULTILINE)
+# Horizontal whitespace only before `answer`: a `\s*` there spans newlines, and is quadratic in them.
+_ANSWER_LINE = re.compile(
+    r"^[^\S\r\n]*(?:final[^\S\r\n]+)?answer[^\S\r\n]*[:：]\s*(.*)$", re.IGNORECASE | re.MULTILINE
+)
+_RE2_MAX_MEM = 32 << 20
 
 
 def last_boxed(text: str) -> str | None:
@@ -66,12 +78,12 @@ def parse_number(text: str) -> float | None:
     t = normalise(text).replace(",", "").rstrip("%").strip()
     t = t.removeprefix("\\(").removesuffix("\\)")
     m = re.fullmatch(r"([-+]?\d+)\s*/\s*(\d+)", t)
-    if m:
-        den = int(m.group(2))
-        return int(m.group(1)) / den if den else None
     try:
+        if m:
+            den = int(m.group(2))
+            return int(m.group(1)) / den if den else None
         value = float(t)
-    except ValueError:
+    except (ValueError, OverflowError):  # over int's digit limit, or a quotient beyond a float
         return None
     return value if math.isfinite(value) else None
 
@@ -95,14 +107,25 @@ def verify_exact(task: Task, submission: str) -> Verdict:
     return Verdict(passed=ok, score=float(ok), detail=f"answer {got[:80]!r}: {'match' if ok else 'no match'}")
 
 
-def verify_regex(task: Task, submission: str) -> Verdict:
-    flags = 0
-    for ch in str(task.verifier.params.get("flags", "")):
-        flags |= {"i": re.IGNORECASE, "s": re.DOTALL, "m": re.MULTILINE}.get(ch, 0)
+def compile_pattern(pattern: str, flags: str = "") -> Any:
+    """The RE2 program for a task's `pattern` with `flags` (any of i, s, m); `ValueError` when RE2
+    cannot compile it (bad syntax, back-references, look-around, or over the memory bound)."""
+    options = re2.Options()
+    options.log_errors = False
+    options.max_mem = _RE2_MAX_MEM
+    inline = "".join(sorted(set(flags) & set("ism")))
     try:
-        pattern = re.compile(str(_param(task, "pattern")), flags)
-    except re.error as e:
-        raise VerifierError(f"task {task.id}: bad regex: {e}", kind="bad_task") from e
+        return re2.compile(f"(?{inline}){pattern}" if inline else pattern, options)
+    except re2.error as e:
+        detail = e.args[0].decode(errors="replace") if e.args and isinstance(e.args[0], bytes) else str(e)
+        raise ValueError(detail) from e
+
+
+def verify_regex(task: Task, submission: str) -> Verdict:
+    try:
+        pattern = compile_pattern(str(_param(task, "pattern")), str(task.verifier.params.get("flags", "")))
+    except ValueError as e:
+        raise VerifierError(f"task {task.id}: bad regex (RE2 syntax): {e}", kind="bad_task") from e
     got = extract_answer(submission, task.verifier.params.get("extract", "auto"))
     ok = pattern.fullmatch(got) is not None
     return Verdict(

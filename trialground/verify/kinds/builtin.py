@@ -72,7 +72,14 @@ async def numeric(grader: Grader, req: VerifyRequest) -> Verdict:
 async def judge(grader: Grader, req: VerifyRequest) -> Verdict:
     if grader.judge is None:
         raise VerifierError(f"task {req.task.id}: kind judge but no judge configured", kind="no_judge")
-    score = await grader.judge.score(req.task, req.submission)
+    try:
+        score = await grader.judge.score(req.task, req.submission)
+    except VerifierError as e:
+        if e.kind != "judge_parse":  # the endpoint failed or timed out: infrastructure
+            raise
+        # A reply not in the declared format is content the submission can provoke (a prompt injection
+        # that makes the judge ramble): a failed verdict, so it cannot dodge a negative advantage.
+        return Verdict(passed=False, score=0.0, detail=f"judge reply refused: {str(e)[:300]}")
     assert isinstance(req.params, JudgeParams)
     return Verdict(passed=score >= req.params.threshold, score=score, detail=f"judge score {score:.3f}")
 

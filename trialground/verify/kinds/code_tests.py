@@ -48,11 +48,13 @@ import secrets
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from importlib import resources
+from pathlib import Path
 from types import CodeType
 from typing import Any
 
 from trialground.errors import SandboxError, TrialgroundError, VerifierError
 from trialground.sandbox.base import WORKSPACE, ExecResult, Limits, Sandbox, SandboxConfig
+from trialground.sandbox.launch import reset
 from trialground.tasks.model import Task
 from trialground.verify.config import GradingConfig
 from trialground.verify.kinds.submitted import UnreadableSubmission, read_submitted
@@ -78,6 +80,7 @@ _BOOT = (
     "exec(marshal.loads(_r(int(_r(10)))), {'__name__': 'tg_runner'})\n"
 )
 REPORT_PREFIX = "TGREPORT "
+RESET_SOURCE = Path(reset.__file__).read_text()  # what the runner removes between gradings, and how
 VISIBLE_PREFIX = "visible::"
 
 
@@ -289,6 +292,7 @@ def _stdin(header: dict[str, Any], token: str, host_key: bytes, expected: list[A
     header["worker_code"] = compiled_for(runner_source("worker.py"), "worker", token)
     header["checker_code"] = compiled_for(runner_source("checker.py"), "checker", token)
     header["wire_code"] = compiled_for(runner_source("wire.py"), "wire", token)
+    header["reset_code"] = compiled_for(RESET_SOURCE, "reset", token)
     tail = host_key.hex().encode() + _frame(marshal.dumps(expected))
     return _frame(boot) + _frame(marshal.dumps(header)) + tail
 

@@ -17,8 +17,9 @@ host key and the sealed literals. Roles:
   and prints one signed report line. It is non-dumpable (inherited by every fork), so no process here gets
   /proc or ptrace access to another; the children's stdio is /dev/null.
 - in a batch, after each member (and each visible rerun) the supervisor kills every other process of the
-  sandbox except its ancestors and empties /workspace, /tmp and /dev/shm (`_wipe`: iterative, through
-  directory descriptors opened with O_NOFOLLOW, so no depth, lock or link stops it); a member whose
+  sandbox except its ancestors, empties /workspace, /tmp and /dev/shm (`wipe` of `sandbox/launch/reset.py`:
+  iterative, through directory descriptors opened with O_NOFOLLOW, so no depth, lock or link stops it)
+  and removes every SysV IPC object and POSIX message queue of the sandbox; a member whose
   leftovers cannot be removed is failed and flagged, and the remaining members are reported `abandoned`
   for the host to regrade alone. An exception while a member runs fails that member; only writing a
   member's files can be an infrastructure error.
@@ -79,7 +80,13 @@ def _load_wire(code):
     return {k: namespace[k] for k in names}
 
 
-PARTS: dict = {}  # worker, checker, wire: set by main() before any fork
+def _load_reset(code):
+    namespace = {"__name__": "tg_reset"}
+    exec(code, namespace)
+    return {k: namespace[k] for k in ("wipe", "remove_ipc", "ipc_leftovers")}
+
+
+PARTS: dict = {}  # worker, checker, wire, reset: set by main() before any fork
 JOBS: list = []  # the batch's jobs, scrubbed from every submission worker's copy of memory
 SECRETS: dict = {}  # host key (a bytearray) and sealed literals once read: zeroed in every later worker
 
@@ -318,90 +325,17 @@ def kill_strays():
     return False
 
 
-_OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_MAX_OPEN = 64  # directories held open at once; deeper ones are moved up to the top first
-
-
-def _wipe(top):
-    """Empty `top`: iterative (any depth), never following a link (every directory is opened relative to
-    its parent's descriptor with O_NOFOLLOW), opening up directories a submission made unreadable (same
-    uid). Trees deeper than `_MAX_OPEN` are renamed up to `top` and emptied from there, so descriptors
-    stay bounded. True when `top` ends empty."""
-    try:
-        top_fd = os.open(top, _OPEN_DIR)
-    except OSError:
-        return False
-    stack = [(top_fd, "")]  # (descriptor, name in the parent)
-    moved, steps, tag = 0, 0, os.urandom(6).hex()
-    try:
-        while stack:
-            steps += 1
-            if steps > 10_000_000:
-                return False
-            fd = stack[-1][0]
-            child = None
-            try:
-                with os.scandir(fd) as entries:
-                    for entry in entries:
-                        try:
-                            is_dir = entry.is_dir(follow_symlinks=False)
-                        except OSError:
-                            is_dir = False
-                        if is_dir:
-                            child = entry.name
-                            break
-                        try:  # noqa: SIM105 - contextlib would be one more import
-                            os.unlink(entry.name, dir_fd=fd)
-                        except FileNotFoundError:
-                            pass
-            except OSError:
-                return False
-            if child is None:
-                fd, name = stack.pop()
-                if stack:
-                    os.close(fd)
-                    try:
-                        os.rmdir(name, dir_fd=stack[-1][0])
-                    except OSError:
-                        return False
-                continue
-            if len(stack) >= _MAX_OPEN:
-                moved += 1
-                try:
-                    os.rename(child, f".tg-wipe-{tag}-{moved}", src_dir_fd=fd, dst_dir_fd=top_fd)
-                except OSError:
-                    return False
-                continue
-            try:
-                child_fd = os.open(child, _OPEN_DIR, dir_fd=fd)
-            except PermissionError:
-                try:
-                    os.chmod(child, 0o700, dir_fd=fd)
-                    child_fd = os.open(child, _OPEN_DIR, dir_fd=fd)
-                except OSError:
-                    return False
-            except OSError:
-                return False
-            stack.append((child_fd, child))
-    finally:
-        for fd, _ in stack:
-            if fd != top_fd:
-                os.close(fd)
-        os.close(top_fd)
-    try:
-        return not os.listdir(top)
-    except OSError:
-        return False
-
-
 SCRATCH = ("/workspace", "/tmp", "/dev/shm")
 
 
 def clean_sandbox(tops=SCRATCH):
-    """No process of a submission left and `tops` (default: workspace, /tmp, /dev/shm) empty; True when
-    achieved."""
+    """No process of a submission left, `tops` (default: workspace, /tmp, /dev/shm) empty and no IPC
+    object left in the sandbox's IPC namespace (`sandbox/launch/reset.py`); True when achieved."""
     alone = kill_strays()
-    return all([_wipe(top) for top in tops]) and alone
+    reset = PARTS["reset"]
+    wiped = all([reset["wipe"](top) for top in tops])
+    reset["remove_ipc"]()
+    return wiped and alone and not reset["ipc_leftovers"]()
 
 
 def run_job(hdr, job):
@@ -494,6 +428,7 @@ def main():
     PARTS["worker"] = _load(hdr.pop("worker_code"), "worker")
     PARTS["checker"] = _load(hdr.pop("checker_code"), "checker")
     PARTS["wire"] = _load_wire(hdr.pop("wire_code"))
+    PARTS["reset"] = _load_reset(hdr.pop("reset_code"))
     # Inside a bwrap sandbox only (its own PID namespace, /workspace bind, /tmp tmpfs), never on a host.
     try:
         cwd = os.getcwd()

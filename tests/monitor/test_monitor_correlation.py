@@ -1,0 +1,108 @@
+"""The reward–evaluation correlation at every evaluation, the divergence rule on probe points with the
+suspected cause named, and monitor state (history, cooldowns, cost) restored on resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trialground.monitor import Monitor, MonitorConfig
+from trialground.monitor.alerts import read_alerts
+from trialground.monitor.sinks.jsonl import read_metrics
+
+
+def _hacking_step(s: int) -> dict[str, float]:
+    """As a run logs them: a probe at step 0 and every 3 steps, training from step 1 on; train reward
+    climbing while the probe falls, and the canary cheat rate climbing."""
+    m: dict[str, float] = {}
+    if s > 0:
+        m = {"reward/mean": min(1.0, 0.2 + 0.05 * s), "hack/canary_cheat_rate": min(1.0, 0.1 * s)}
+    if s % 3 == 0:
+        m["probe/pass@1"] = max(0.0, 0.3 - 0.02 * s)
+    return m
+
+
+def _run(mon: Monitor, steps: range) -> list:
+    return [a for s in steps for a in mon.observe(s, _hacking_step(s))]
+
+
+def test_correlation_logged_at_every_evaluation(tmp_path: Path) -> None:
+    with Monitor(tmp_path, MonitorConfig(console=False)) as mon:
+        _run(mon, range(0, 16))
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    evals = [r for r in rows if r.get("probe/pass@1") is not None]
+    assert [r["step"] for r in evals] == [0, 3, 6, 9, 12, 15]
+    assert all("monitor/reward_eval_points" in r for r in evals)
+    assert [r["monitor/reward_eval_points"] for r in evals] == [0, 1, 2, 3, 4, 5]
+    with_rho = [r for r in evals if "monitor/reward_eval_spearman" in r]
+    assert [r["step"] for r in with_rho] == [9, 12, 15]  # from the third pair on
+    assert [r["monitor/reward_eval_spearman"] for r in with_rho] == pytest.approx([-1.0] * 3)
+    assert not any("monitor/reward_eval_spearman" in r for r in rows if r.get("probe/pass@1") is None)
+
+
+def test_divergence_on_probes_names_the_cause(tmp_path: Path) -> None:
+    with Monitor(tmp_path, MonitorConfig(console=False)) as mon:
+        alerts = [a for a in _run(mon, range(0, 30)) if a.rule == "reward_eval_divergence"]
+    assert alerts and alerts[0].step == 15  # the fifth pair (steps 3..15)
+    a = alerts[0]
+    assert a.evidence.key == "reward/mean,probe/pass@1" and a.action == "pause"
+    assert "reward hacking" in a.message and "hack/canary_cheat_rate" in a.message
+    assert a.evidence.details["hack/canary_cheat_rate"] == 1.0
+
+
+def test_resume_restores_cooldowns_history_and_forgets_later_alerts(tmp_path: Path) -> None:
+    with Monitor(tmp_path, MonitorConfig(console=False)) as mon:
+        uninterrupted = _run(mon, range(0, 60))
+    fired = [(a.rule, a.step) for a in uninterrupted]
+    assert ("reward_eval_divergence", 15) in fired
+
+    run = tmp_path / "resumed"
+    with Monitor(run, MonitorConfig(console=False)) as mon:
+        _run(mon, range(0, 20))  # ... killed after step 19; its checkpoint is at step 17
+    rows = [r for r in read_metrics(run / "metrics.jsonl") if r["step"] <= 17]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with Monitor(run, MonitorConfig(console=False)) as mon:
+        mon.resume(17)
+        kept = [a.step for a in read_alerts(run / "alerts.jsonl")]
+        assert kept == [a.step for a in uninterrupted if a.step <= 17]
+        later = _run(mon, range(18, 60))
+    # without the restored cooldown, the divergence rule would fire again at step 18
+    assert [(a.rule, a.step) for a in later] == [f for f in fired if f[1] > 17]
+    assert [(a.rule, a.step) for a in read_alerts(run / "alerts.jsonl")] == fired
+
+
+def _domain_steps(tasks_per_step: float, steps: int = 60, jump_at: int = 40) -> list[dict[str, float]]:
+    """A domain's mean reward over `tasks_per_step` groups of 8, rising by 0.5 at `jump_at`."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    out = []
+    for s in range(steps):
+        p = 0.2 + (0.5 if s >= jump_at else 0.0)
+        mean = float(np.mean([rng.binomial(8, p) / 8 for _ in range(int(tasks_per_step))]))
+        out.append({"reward/mean/ops": mean, "reward/tasks/ops": tasks_per_step})
+    return out
+
+
+def test_domain_rule_silent_on_tiny_samples(tmp_path: Path) -> None:
+    def fired(rows: list[dict[str, float]], cfg: MonitorConfig) -> list[int]:
+        with Monitor(tmp_path / str(len(list(tmp_path.iterdir()))), cfg) as mon:
+            return [
+                a.step
+                for s, r in enumerate(rows)
+                for a in mon.observe(s, r)
+                if a.rule == "domain_reward_shift"
+            ]
+
+    cfg = MonitorConfig(console=False)
+    rule = cfg.rules.domain_reward_shift
+    no_support = rule.model_copy(update={"min_support": 0.0})
+    unsupported = cfg.model_copy(
+        update={"rules": cfg.rules.model_copy(update={"domain_reward_shift": no_support})}
+    )
+    tiny = _domain_steps(2)
+    assert fired(tiny, unsupported), "without the support check, 2 tasks' swing is called a domain shift"
+    assert fired(tiny, cfg) == [], "two tasks per step are too few to call a domain's reward shifted"
+    assert fired(_domain_steps(8), cfg), "the same shift of a well-sampled domain still fires"

@@ -1,0 +1,157 @@
+"""Reuse restores everything: a sandbox handed to its next occupant (a restore, a reseed of the
+environment pool, a reused grading sandbox) holds nothing of the previous one: no SysV shared memory,
+message queue or semaphore, no POSIX message queue, no file in /tmp or /dev/shm, no process, no mount,
+no memory charged. Proved with inventories taken before and after, under both launchers."""
+
+from __future__ import annotations
+
+import pytest
+from reusekit import inventory, leftovers, plant, shm_hog, spawned
+from seckit import CONFIG, unenforced
+
+from trialground.envs.config import EnvConfig
+from trialground.envs.tool_env import ToolEnv
+from trialground.envs.toolcalls import format_tool_call
+from trialground.pool import EnvPool, PoolConfig
+from trialground.sandbox.base import Limits, Sandbox, SandboxConfig
+from trialground.sandbox.bwrap import bwrap_available
+from trialground.sandbox.factory import open_sandbox
+from trialground.tasks.model import Task, VerifierSpec
+from trialground.verify.config import GradingConfig
+from trialground.verify.kinds.code_tests import CodeTestsVerifier
+
+LAUNCHERS = pytest.mark.parametrize("launcher", ["forkserver", "bwrap"])
+
+
+@pytest.fixture(autouse=True)
+def _needs_bwrap() -> None:
+    if not bwrap_available():
+        pytest.skip("bubblewrap is not installed")
+
+
+async def test_restore_returns_the_sandbox_to_its_snapshot_in_every_resource(sandbox: Sandbox) -> None:
+    snap = await sandbox.snapshot()
+    before = await inventory(sandbox)
+    assert before["mqueue"] == [] and before["shm"] == [] and before["processes"] == []
+    await plant(sandbox)
+    dirty = await inventory(sandbox)
+    assert dirty["shm"] and dirty["msg"] and dirty["sem"] and dirty["mqueue"] and dirty["processes"] == []
+    await sandbox.restore(snap)
+    assert await inventory(sandbox) == before
+    assert await leftovers(sandbox) == ""
+    # The supervisor's reset removed it all and proved it: the sandbox was not started afresh for it.
+    assert sandbox.restarts == 0  # type: ignore[attr-defined]
+
+
+async def test_every_restore_is_a_clean_one(sandbox: Sandbox) -> None:
+    snap = await sandbox.snapshot()
+    before = await inventory(sandbox)
+    for _ in range(3):
+        await plant(sandbox)
+        await sandbox.restore(snap)
+        assert await leftovers(sandbox) == ""
+    assert await inventory(sandbox) == before
+
+
+TOOL = EnvConfig(kind="tool")
+
+
+def _task(i: int) -> Task:
+    return Task(
+        domain="code",
+        prompt=f"task {i}",
+        files={"a.txt": f"same {i}\n"},
+        verifier=VerifierSpec(kind="code_tests"),
+    )
+
+
+class _NoGrader:
+    async def grade(self, *args: object, **kwargs: object) -> object:
+        raise AssertionError("no grading in these tests")
+
+
+def _bash(command: str) -> str:
+    return format_tool_call("bash", {"command": command})
+
+
+@LAUNCHERS
+async def test_a_reseeded_sandbox_shows_the_next_task_nothing_of_the_last(launcher: str) -> None:
+    config = SandboxConfig(launcher=launcher)  # type: ignore[arg-type]
+    pool = EnvPool(PoolConfig(max_active=1), env_config=TOOL, sandbox_config=config, grader=_NoGrader())
+    try:
+        env = await pool.acquire(_task(1))
+        assert isinstance(env, ToolEnv)
+        await env.reset(_task(1))
+        sandbox = env.sandbox
+        await plant(sandbox)
+        await pool.release(env)
+        env2 = await pool.acquire(_task(2))  # another task: the same sandbox, reseeded
+        assert isinstance(env2, ToolEnv) and env2.sandbox is sandbox
+        await env2.reset(_task(2))
+        assert await leftovers(env2.sandbox) == ""
+        await pool.release(env2)
+        env3 = await pool.acquire(_task(2))  # the same task again: restored
+        assert isinstance(env3, ToolEnv) and env3.sandbox is sandbox
+        await env3.reset(_task(2))
+        await plant(sandbox)
+        await pool.release(env3)
+        env4 = await pool.acquire(_task(2))
+        await env4.reset(_task(2))
+        assert isinstance(env4, ToolEnv) and await leftovers(env4.sandbox) == ""
+        await pool.release(env4)
+        assert pool.metrics()["pool/reseeded"] == 1
+    finally:
+        await pool.close()
+
+
+@LAUNCHERS
+async def test_memory_left_charged_by_one_occupant_is_the_next_ones_again(launcher: str) -> None:
+    limits = Limits(wall_s=30, cpu_s=30, memory_mb=320, pids=32, disk_mb=16)
+    sb = await open_sandbox(SandboxConfig(launcher=launcher, limits=limits))  # type: ignore[arg-type]
+    try:
+        snap = await sb.snapshot()
+        hog = await sb.exec(["python3", "-c", shm_hog(240)])
+        assert hog.ok, hog
+        await sb.restore(snap)
+        # An honest command that needs the memory its limit gives it.
+        honest = await sb.exec(["python3", "-c", "b = bytearray(240 << 20)\nprint(len(b) >> 20)"])
+        assert honest.ok and honest.stdout.strip() == "240", honest
+        idle = await sb.exec(["true"])
+        if not unenforced(sb, "memory"):
+            assert idle.peak_memory_mb < 200, idle  # nothing of the 240 MiB is charged any more
+    finally:
+        await sb.close()
+
+
+CHECK = "import solution\n\ndef test_add():\n    assert solution.add(2, 3) == 5\n"
+ADD = Task(
+    domain="code",
+    prompt="add",
+    hidden_checks={"test_hidden.py": CHECK},
+    verifier=VerifierSpec(kind="code_tests", params={"expected_tests": 1}),
+)
+# Correct, and needs 100 MiB of the 512 its limit gives it.
+GOOD = "def add(a, b):\n    work = bytearray(100 << 20)\n    return a + b + work[0]\n"
+# Wrong, and leaves 460 MiB of shared memory charged to the sandbox behind it (made by a process of its
+# own, out of the worker's audit hook's sight).
+HOG = spawned(shm_hog(460)) + "def add(a, b):\n    return a - b\n"
+
+
+@LAUNCHERS
+@pytest.mark.parametrize("batch", [1, 8], ids=["single", "batched"])
+async def test_a_wrong_submission_cannot_fail_the_correct_ones_after_it(launcher: str, batch: int) -> None:
+    config = CONFIG.model_copy(update={"launcher": launcher, "limits": Limits()})
+    grading = GradingConfig(reuse_sandboxes=1, max_parallel=1, max_batch=batch)
+    verifier = CodeTestsVerifier(config, grading)
+    try:
+        for _ in range(2):
+            if batch == 1:
+                bad = await verifier.verify(ADD, HOG)
+                goods = [await verifier.verify(ADD, GOOD) for _ in range(3)]
+            else:
+                bad, *goods = await verifier.verify_many([(ADD, HOG)] + [(ADD, GOOD)] * 3)
+                goods += [await verifier.verify(ADD, GOOD)]
+            assert not bad.passed and bad.error is None  # type: ignore[union-attr]
+            assert all(v.passed for v in goods), [(v.detail, v.tests) for v in goods]  # type: ignore[union-attr]
+    finally:
+        await verifier.close()

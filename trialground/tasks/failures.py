@@ -1,0 +1,121 @@
+"""Failures observed outside training, turned into tasks: the closed loop "evaluation -> failure
+attribution -> task construction -> retraining" for interactions recorded in deployment or review.
+
+    trialground tasks from-failures failures.jsonl --out online.jsonl
+    trialground train examples/agent.yaml --set 'tasks.regression_files=[online.jsonl]'
+
+One JSON object per line of FILE (`FailureRecord`): the prompt the model saw, the workspace files it had,
+and what a correct answer must satisfy -- either `check` (a pytest-style file of `test_*` functions run
+against `solution_path` as hidden tests, graded by `code_tests`) or `answer` (graded `exact`); plus
+`origin` (where it was observed) and optionally the model's failed `response`. Each record becomes one
+train-split task whose metadata carries its provenance (`origin`, `failure_record`: the line number,
+`failure_sha`: a hash of the line). Validation happens here, before any run: the record's fields are
+typed, file names are checked by the task model, a check must parse and define at least one test, and a
+recorded `response` must not already satisfy an `answer` (it would not be a failure). A bad line is an
+error that names it; nothing is written then.
+
+A run with `tasks.regression_files` puts these tasks in its regression queue at the start (reason
+`online_failure` in `regressions.jsonl`); they are drawn with `tasks.regression_weight` until passed
+`tasks.regression_passes` times, and every step that draws them logs `regressions/online_episodes` and
+`regressions/online_pass_rate`; the report's regression table shows their later attempts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from trialground.errors import TaskError
+from trialground.tasks.model import Task, VerifierSpec
+
+ORIGIN_KEY = "origin"
+RECORD_KEY = "failure_record"
+
+
+class FailureRecord(BaseModel):
+    """One recorded failed interaction."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    prompt: str = Field(min_length=1, description="What the model was asked")
+    files: dict[str, str] = Field(default_factory=dict, description="Workspace files it had")
+    check: str | None = Field(
+        None, description="Hidden tests (pytest-style test_* functions) a fix must pass"
+    )
+    solution_path: str = Field("solution.py", description="The file the check imports")
+    answer: str | None = Field(None, min_length=1, description="The expected answer (graded exact)")
+    domain: str = Field("online", min_length=1, description="Domain of the task")
+    origin: str = Field(min_length=1, description="Where the failure was observed")
+    response: str | None = Field(None, description="What the model answered (kept as provenance)")
+
+    @model_validator(mode="after")
+    def _one_target(self) -> FailureRecord:
+        if (self.check is None) == (self.answer is None):
+            raise ValueError("give exactly one of `check` (hidden tests) or `answer`")
+        return self
+
+
+def _task(record: FailureRecord, line_no: int, sha: str) -> Task:
+    from trialground.verify.code_tests import test_names  # a parse error is a TaskError-like failure
+
+    meta = {ORIGIN_KEY: record.origin, RECORD_KEY: line_no, "failure_sha": sha}
+    if record.check is not None:
+        try:
+            names = test_names(record.check)
+        except Exception as e:
+            raise ValueError(f"check does not parse: {e}") from None
+        if not names:
+            raise ValueError("check defines no test_* function")
+        verifier = VerifierSpec(
+            kind="code_tests", params={"solution_path": record.solution_path, "expected_tests": len(names)}
+        )
+        hidden = {"test_online_failure.py": record.check}
+    else:
+        assert record.answer is not None
+        if record.response is not None and record.response.strip() == record.answer.strip():
+            raise ValueError("the recorded response already equals the answer: not a failure")
+        verifier = VerifierSpec(kind="exact", params={"answer": record.answer})
+        hidden = {}
+    return Task(
+        domain=record.domain,
+        prompt=record.prompt,
+        files=record.files,
+        hidden_checks=hidden,
+        reference=record.answer,
+        verifier=verifier,
+        split="train",
+        metadata=meta,
+    )
+
+
+def tasks_from_failures(path: str | Path) -> list[Task]:
+    """Every record of `path` as a validated task; raises `TaskError` naming the first bad line."""
+    out: list[Task] = []
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise TaskError(f"{path}: cannot read: {e}", kind="bad_file") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = FailureRecord.model_validate(json.loads(line))
+            out.append(_task(record, n, hashlib.sha256(line.encode()).hexdigest()[:16]))
+        except (json.JSONDecodeError, ValidationError, ValueError) as e:
+            reason = str(e).splitlines()[0] if not isinstance(e, ValidationError) else _first(e)
+            raise TaskError(f"{path}:{n}: {reason}", kind="bad_record") from None
+    if not out:
+        raise TaskError(f"{path}: no failure records", kind="bad_file")
+    return out
+
+
+def _first(e: ValidationError) -> str:
+    err = e.errors()[0]
+    return f"{'.'.join(map(str, err['loc'])) or 'record'}: {err['msg']}"
+
+
+def is_online_failure(task: Task) -> bool:
+    return RECORD_KEY in task.metadata
