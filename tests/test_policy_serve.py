@@ -43,9 +43,16 @@ SMALL = [
 ]
 
 
-def _start() -> subprocess.Popen[str]:
+KEY = "policy-serve-test-key"  # weight pushes need the servers' key; the remote backend sends $OPENAI_API_KEY
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+def _start(key_file: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "trialground", "policy", "serve", "--model", "tiny", "--port", "0"],
+        [
+            *(sys.executable, "-m", "trialground", "policy", "serve", "--model", "tiny", "--port", "0"),
+            *("--api-key-file", str(key_file)),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -66,9 +73,16 @@ def _url(proc: subprocess.Popen[str]) -> str:
     return first.split()[1]
 
 
+@pytest.fixture(autouse=True)
+def _key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)  # what the remote backend sends
+
+
 @pytest.fixture(scope="module")
-def servers() -> Iterator[list[str]]:
-    procs = [_start() for _ in range(2)]  # both load at once
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    key_file = tmp_path_factory.mktemp("key") / "key"
+    key_file.write_text(KEY)
+    procs = [_start(key_file) for _ in range(2)]  # both load at once
     try:
         yield [_url(p) for p in procs]
     finally:
@@ -128,13 +142,15 @@ def test_quickstart_trains_through_two_policy_servers(
         assert math.isfinite(m["train/loss"])
         # the servers' logprobs are the trainer's own up to float error
         assert 0.0 <= m["train/sampler_logprob_diff"] < 1e-3, m
-    info = [httpx.get(url + "/trialground/info").json() for url in servers]
+    info = [httpx.get(url + "/trialground/info", headers=AUTH).json() for url in servers]
     assert [i["weight_loads"] for i in info] == [3, 3]  # the starting weights, then one push per step
     assert all(i["requests"] > 0 for i in info)  # both servers sampled
     # what the servers hold now is exactly the trainer's weights after the last step
     final = {k: tensor_digest(v) for k, v in _checkpoint_weights(run_dir / "checkpoints" / "step_2").items()}
     for url in servers:
-        served = httpx.post(url + "/weight_checker", json={"action": "checksum"}).json()["checksums"]
+        served = httpx.post(url + "/weight_checker", json={"action": "checksum"}, headers=AUTH).json()[
+            "checksums"
+        ]
         assert served == final
     assert sorted(p.name for p in (tmp_path / "weights").iterdir()) == ["v00000001", "v00000002"]
 
@@ -143,7 +159,7 @@ def test_async_mode_trains_through_the_servers(servers: list[str], tmp_path: Pat
     """Pushes arrive while the other batch is generating: nothing hangs, every step trains."""
     from trialground.orchestrator.loop import run
 
-    before = [httpx.get(url + "/trialground/info").json()["weight_loads"] for url in servers]
+    before = [httpx.get(url + "/trialground/info", headers=AUTH).json()["weight_loads"] for url in servers]
     cfg = load_config(
         QUICKSTART,
         [
@@ -167,6 +183,6 @@ def test_async_mode_trains_through_the_servers(servers: list[str], tmp_path: Pat
     assert trained[0]["train/sampler_logprob_diff"] < 1e-3, trained[0]
     assert all(math.isfinite(m["train/sampler_logprob_diff"]) for m in trained)
     assert max(m["async/staleness_max"] for m in metrics if "async/staleness_max" in m) <= 1
-    after = [httpx.get(url + "/trialground/info").json()["weight_loads"] for url in servers]
+    after = [httpx.get(url + "/trialground/info", headers=AUTH).json()["weight_loads"] for url in servers]
     # the starting weights (the servers held the previous run's), then one push per step
     assert [a - b for a, b in zip(after, before, strict=True)] == [3, 3]

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from trialground.errors import ConfigError, PolicyError
+from trialground.gateway.reference import ReferenceServer
 from trialground.policy import make_policy
 from trialground.policy.base import SamplingParams
 from trialground.policy.config import PolicyConfig
@@ -23,7 +24,6 @@ from trialground.policy.factory import require_trainable
 from trialground.policy.hf import HFPolicy
 from trialground.policy.openai import OpenAIPolicy
 from trialground.policy.remote import RemotePolicy
-from trialground.policy.serve import ReferenceServer
 from trialground.policy.weight_files import tensor_digest
 
 torch = pytest.importorskip("torch")
@@ -32,15 +32,22 @@ TASK = [{"role": "user", "content": "Write f(x) for an integer x: add 3."}]
 OTHER = [{"role": "user", "content": "Write f(x) for an integer x: double it."}]
 
 
-def _start(policy: HFPolicy) -> ReferenceServer:
-    server = ReferenceServer(policy, served_name="tiny")
+KEY = "test-key"  # the weight routes exist only behind a key; the remote backend sends $OPENAI_API_KEY
+
+
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+def _start(policy: HFPolicy, key: str | None = KEY) -> ReferenceServer:
+    server = ReferenceServer(policy, served_name="tiny", api_key=key)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
 
 @pytest.fixture
-def servers() -> Iterator[list[ReferenceServer]]:
+def servers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[ReferenceServer]]:
     """Two reference servers, each with its own copy of the tiny model (weight pushes change them)."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
     started = [_start(HFPolicy(PolicyConfig(model="tiny"))) for _ in range(2)]
     yield started
     for server in started:
@@ -133,10 +140,12 @@ def test_weights_are_pushed_to_every_server(servers: list[ReferenceServer], tmp_
         assert remote.version == version
         expected = {k: tensor_digest(v) for k, v in state.items()}
         for server in servers:
-            served = httpx.post(server.url + "/weight_checker", json={"action": "checksum"}).json()
+            served = httpx.post(
+                server.url + "/weight_checker", json={"action": "checksum"}, headers=AUTH
+            ).json()
             assert served["checksums"] == expected  # every weight, tied lm_head included, bit for bit
     assert sorted(p.name for p in (tmp_path / "weights").iterdir()) == ["v00000002", "v00000003"]
-    info = [httpx.get(s.url + "/trialground/info").json() for s in servers]
+    info = [httpx.get(s.url + "/trialground/info", headers=AUTH).json() for s in servers]
     assert [i["weight_loads"] for i in info] == [3, 3]
 
 
@@ -221,22 +230,60 @@ def test_reference_server_rejects_bad_requests_by_field(servers: list[ReferenceS
         ({}, "prompt"),
     ]
     for body, message in cases:
-        resp = httpx.post(url + "/v1/completions", json=body)
+        resp = httpx.post(url + "/v1/completions", json=body, headers=AUTH)
         assert resp.status_code == 400 and message in resp.json()["message"], (body, resp.text)
-    resp = httpx.post(url + "/v1/completions", json={"model": "other", "prompt": [1]})
+    resp = httpx.post(url + "/v1/completions", json={"model": "other", "prompt": [1]}, headers=AUTH)
     assert resp.status_code == 404 and "`other` does not exist" in resp.json()["message"]
-    resp = httpx.post(url + "/collective_rpc", json={"method": "reset_weights"})
+    resp = httpx.post(url + "/collective_rpc", json={"method": "reset_weights"}, headers=AUTH)
     assert resp.status_code == 400 and "only 'trialground_load_weights'" in resp.json()["message"]
     resp = httpx.post(
-        url + "/collective_rpc", json={"method": "trialground_load_weights", "args": ["/nonexistent"]}
+        url + "/collective_rpc",
+        json={"method": "trialground_load_weights", "args": ["/nonexistent"]},
+        headers=AUTH,
     )
     assert resp.status_code == 400 and "no *.safetensors weights in '/nonexistent'" in resp.json()["message"]
     resp = httpx.post(
-        url + "/v1/completions", content=b"{not json", headers={"Content-Type": "application/json"}
+        url + "/v1/completions", content=b"{not json", headers={"Content-Type": "application/json", **AUTH}
     )
     assert resp.status_code == 400 and "not JSON" in resp.json()["message"]
-    assert httpx.get(url + "/nowhere").status_code == 404
+    assert httpx.get(url + "/nowhere", headers=AUTH).status_code == 404
+    assert (
+        httpx.post(url + "/v1/completions", json={"prompt": [1], "seed": 10**30}, headers=AUTH).status_code
+        == 400
+    )
+    assert httpx.post(url + "/v1/completions", json={"prompt": [1]}).status_code == 401  # no key
+    rpc = {"method": "trialground_load_weights", "args": ["/"]}
+    assert (
+        httpx.post(url + "/collective_rpc", json=rpc, headers={"Authorization": "Bearer x"}).status_code
+        == 401
+    )
     assert httpx.get(url + "/health").status_code == 200  # still serving
+
+
+def test_reference_server_without_a_key_refuses_weight_routes_and_serves_the_openai_sdk() -> None:
+    import openai
+
+    server = _start(HFPolicy(PolicyConfig(model="tiny-agent")), key=None)
+    try:
+        rpc = {"method": "trialground_load_weights", "args": ["/"]}
+        resp = httpx.post(server.url + "/collective_rpc", json=rpc)
+        assert resp.status_code == 403 and "need a key" in resp.json()["message"]
+        assert httpx.post(server.url + "/weight_checker", json={"action": "checksum"}).status_code == 403
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+        reply = client.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "Fix solution.py."}],
+            max_tokens=8,
+            logprobs=True,
+        )
+        assert reply.choices[0].logprobs is not None and reply.usage is not None
+        assert 1 <= reply.usage.completion_tokens <= 8
+        with pytest.raises(openai.BadRequestError, match="seed"):
+            client.chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": "x"}], seed=2**64
+            )
+    finally:
+        server.shutdown()
 
 
 def test_remote_needs_servers_and_openai_cannot_train() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -18,8 +19,15 @@ app = typer.Typer(help="Policy commands.", no_args_is_help=True)
 @app.command("serve")
 def serve(
     model: Annotated[str, typer.Option(help="'tiny', 'tiny-agent' or a local HF model directory")] = "tiny",
-    host: Annotated[str, typer.Option(help="Address to bind (no authentication)")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port; 0 picks a free one (printed on start)")] = 8000,
+    host: Annotated[str, typer.Option(help="Address to bind")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port; 0 picks a free one (printed on start)")] = 8001,
+    api_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="File holding the API key every route but /health then needs (Bearer); without one, "
+            "inference is open and the weight-loading routes are refused"
+        ),
+    ] = None,
     served_model_name: Annotated[
         str | None, typer.Option(help="Model name in /v1/models and requests (default: --model)")
     ] = None,
@@ -46,18 +54,28 @@ def serve(
         problems = sorted({f"--{str(e['loc'][-1]).replace('_', '-')}: {e['msg']}" for e in exc.errors()})
         fail(f"invalid option: {'; '.join(problems)}", EXIT_USAGE)
     try:
+        from trialground.gateway.reference import ReferenceServer
         from trialground.policy.hf import HFPolicy
-        from trialground.policy.serve import ReferenceServer
     except ImportError as exc:
         fail(f"policy serve needs the [train] extra (torch, transformers): {exc}", EXIT_USAGE)
+    api_key = None
+    if api_key_file is not None:
+        try:
+            api_key = api_key_file.read_text().strip()
+        except OSError as exc:
+            fail(f"--api-key-file: cannot read {api_key_file}: {exc.strerror}", EXIT_USAGE)
+        if not api_key:
+            fail(f"--api-key-file: {api_key_file} is empty", EXIT_USAGE)
     try:
         policy = HFPolicy(config)
     except (PolicyError, FileNotFoundError) as exc:
         fail(str(exc), EXIT_USAGE)
     try:
-        server = ReferenceServer(policy, served_name=served_model_name or model, host=host, port=port)
+        server = ReferenceServer(
+            policy, served_name=served_model_name or model, host=host, port=port, api_key=api_key
+        )
     except OSError as exc:
-        fail(f"cannot listen on {host}:{port}: {exc}", EXIT_INFRA)
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}", EXIT_INFRA)
 
     def stop(_signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt
@@ -69,5 +87,34 @@ def serve(
     except KeyboardInterrupt:
         pass
     finally:
-        server.httpd.server_close()
+        server.close()
+    sys.exit(0)
+
+
+@app.command("check-template")
+def check_template(
+    model_dir: Annotated[str, typer.Argument(help="A model or tokenizer directory, 'tiny' or 'tiny-agent'")],
+    style: Annotated[
+        str | None, typer.Option(help="Tool-call style (tags, llama3, mistral); default: from the template")
+    ] = None,
+    tool_role: Annotated[str, typer.Option(help="The role tool results are rendered in")] = "tool",
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON")] = False,
+) -> None:
+    """Check a chat template for token-exact multi-turn training: per turn, whether the rendered prefix
+    is preserved and tool calls round-trip through the parser; whether a tool tag is a special token that
+    decoding would drop; and which mode (one trajectory, or segments) episodes will train in."""
+    from trialground.gateway.conformance import check, load_tokenizer_dir
+
+    try:
+        tokenizer = load_tokenizer_dir(model_dir)
+    except (OSError, ValueError) as exc:
+        fail(f"{model_dir}: {exc}", EXIT_USAGE)
+    try:
+        report = check(tokenizer, style=style, tool_role=tool_role)
+    except ValueError as exc:
+        fail(f"{model_dir}: {exc}", EXIT_USAGE)
+    if json_out:
+        print(report.model_dump_json(indent=2))
+    else:
+        print(report.text())
     sys.exit(0)

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class EnvConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: Literal["single_turn", "tool"] = Field("single_turn", description="Environment type")
+    kind: Literal["single_turn", "tool", "harness"] = Field(
+        "single_turn",
+        description="Environment type: single_turn, tool (the trainer's agent loop), or harness (your own "
+        "agent program, run in the task's sandbox against the gateway: docs/harness.md)",
+    )
     max_turns: int = Field(8, ge=1, le=1000, description="Turns per episode (tool env)")
     max_episode_s: float = Field(300.0, gt=0, description="Wall seconds per episode")
     tool_format: Literal["json_tags", "xml", "auto"] = Field(
@@ -44,3 +49,37 @@ class EnvConfig(BaseModel):
     python: str = Field(
         "python3", min_length=1, description="Python inside the sandbox (python/run_tests tools)"
     )
+    harness_command: str | None = Field(
+        None,
+        min_length=1,
+        description="harness: the command line (bash) that runs your agent program; it gets the prompt on "
+        "stdin and in TRIALGROUND_PROMPT, the gateway in OPENAI_BASE_URL / OPENAI_API_KEY",
+    )
+    harness_dir: str | None = Field(
+        None,
+        description="harness: a host directory holding the program, shown read-only at "
+        "/run/trialground-harness and put on PATH and PYTHONPATH",
+    )
+    harness_venv: str | None = Field(
+        None, description="harness: a host virtualenv shown read-only at its own path; its bin/ leads PATH"
+    )
+    harness_memory_mb: int = Field(
+        1024, ge=64, le=65536, description="harness: memory ceiling of the program (and its children)"
+    )
+    harness_pids: int = Field(128, ge=8, le=4096, description="harness: processes and threads at most")
+
+    @model_validator(mode="after")
+    def _harness(self) -> EnvConfig:
+        if self.kind == "harness" and not self.harness_command:
+            raise ValueError("env.kind=harness needs env.harness_command (the command that runs your agent)")
+        for name in ("harness_dir", "harness_venv"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if not os.path.isabs(value):
+                raise ValueError(f"env.{name}: {value!r} is not an absolute path")
+            if not os.path.isdir(value):
+                raise ValueError(f"env.{name}: {value!r} is not a directory")
+        if self.harness_venv is not None and not os.path.isdir(os.path.join(self.harness_venv, "bin")):
+            raise ValueError(f"env.harness_venv: {self.harness_venv!r} has no bin/ (not a virtualenv)")
+        return self

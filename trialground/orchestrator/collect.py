@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from trialground.envs.base import Environment, Grading
+from trialground.gateway.episode import harness_group
+from trialground.gateway.server import Gateway
 from trialground.policy.base import SamplingParams
 from trialground.rollout.agent import EnvFactory, Generator, rollout_group
 from trialground.rollout.branching import BranchPoint, rollout_branched
@@ -55,6 +57,7 @@ class Collector:
     settings: RolloutSettings
     grader: Grading
     envs: EnvSource | None = None
+    gateway: Gateway | None = None  # env.kind=harness: the programs' endpoint; episodes run through it
 
     def _factory(self, task: Task) -> EnvFactory:
         if self.envs is not None:
@@ -93,9 +96,21 @@ class Collector:
         if branch != "off" and k % size != 0:
             raise ValueError(f"branch_k={size} must divide k={k}")
         release, budget, role = self._release(), s.max_context_tokens, s.observation_role
+        gateway = self.gateway
+        if gateway is not None:
+            if branch != "off":
+                raise ValueError(
+                    "loop.branch needs the trainer's own agent loop; env.kind=harness runs yours"
+                )
+            await gateway.start()
 
         async def one(task: Task) -> list[Trajectory]:
             async with limit:
+                if gateway is not None:
+                    return await harness_group(
+                        gateway, batcher, self._factory(task), task, k, params=params,
+                        group_id=_group_id(task), max_context_tokens=budget, release=release, tool_role=role,
+                    )  # fmt: skip
                 if branch == "off":
                     return await rollout_group(
                         batcher, self._factory(task), task, k, params=params, group_id=_group_id(task),

@@ -55,6 +55,10 @@ def rollout_metrics(
         assert t.error is not None
         kinds[f"env/errors/{t.error.boundary}/{t.error.kind}"] += 1
     out.update({k: float(v) for k, v in kinds.items()})
+    segments = [len(t.segments()) for t in trajs if t.turns]
+    if segments:  # gateway episodes whose program rewrote its history train as several segments
+        out["rollout/segments_mean"] = float(np.mean(segments))
+        out["rollout/history_rewrites"] = float(sum(n - 1 for n in segments))
     lengths = [len(t.completion()[0]) for t in trajs]
     out["rollout/response_len_mean"] = float(np.mean(lengths))
     out["rollout/generated_tokens"] = float(

@@ -56,6 +56,19 @@ class RunConfig(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _harness_needs(self) -> RunConfig:
+        if self.env.kind != "harness":
+            return self
+        if self.sandbox.backend != "bwrap":
+            raise ValueError(
+                "env.kind=harness runs your program in a bwrap sandbox that shows the gateway's socket: set "
+                f"sandbox.backend: bwrap (not {self.sandbox.backend})"
+            )
+        if self.loop.branch != "off":
+            raise ValueError("loop.branch forks the trainer's own agent loop: env.kind=harness needs it off")
+        return self
+
     @property
     def run_dir(self) -> Path:
         return Path(self.output_dir) / self.name

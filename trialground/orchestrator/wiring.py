@@ -21,6 +21,7 @@ from trialground.verify.grader import Grader, make_grader
 from trialground.verify.reward.rubric import Rubric
 
 if TYPE_CHECKING:  # torch and the pool's backends are imported only when a run needs them
+    from trialground.gateway.server import Gateway
     from trialground.pool.pool import EnvPool
     from trialground.train.trainer import Trainer
 
@@ -52,6 +53,7 @@ class Wiring:
     domains: dict[str, str] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
     startup_metrics: dict[str, float] = field(default_factory=dict)
+    gateway: Gateway | None = None  # env.kind=harness: the programs' OpenAI-compatible endpoint
 
     def require_trainer(self) -> Trainer:
         if self.trainer is None:
@@ -61,6 +63,8 @@ class Wiring:
     async def close(self) -> None:
         if self.env_pool is not None:
             await self.env_pool.close()
+        if self.gateway is not None:
+            await self.gateway.stop()
         await self.grader.close()
         self.policy.close()
         if self.monitor is not None:
@@ -119,14 +123,23 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Wirin
     grader = make_grader(config.sandbox, config.reward, opener=backend.opener() if backend else None)
     monitor = Monitor(run.path, config.monitor) if run is not None else None
     env_pool = None
-    if config.env.kind == "tool" or config.cluster == "ray":
+    gateway = None
+    sandbox_config = config.sandbox
+    if config.env.kind == "harness":
+        from trialground.envs.harness import harness_sandbox_config
+        from trialground.gateway.server import Gateway
+
+        gateway = Gateway()
+        assert gateway.socket_dir is not None
+        sandbox_config = harness_sandbox_config(config.sandbox, config.env, str(gateway.socket_dir))
+    if config.env.kind in ("tool", "harness") or config.cluster == "ray":
         from trialground.pool.pool import EnvPool
 
         pool_config = config.pool
         if config.cluster == "ray":
             pool_config = pool_config.model_copy(update={"backend": "ray"})
         env_pool = EnvPool(
-            pool_config, env_config=config.env, sandbox_config=config.sandbox, grader=grader, backend=backend
+            pool_config, env_config=config.env, sandbox_config=sandbox_config, grader=grader, backend=backend
         )
     domains = {t.id: t.domain for t in [*pool.tasks, *evals]}
     sources = {t.id: default_group(t) for t in pool.tasks}
@@ -145,7 +158,7 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Wirin
         max_context_tokens=config.policy.max_context_tokens,
         observation_role=config.policy.observation_role,
     )
-    collector = Collector(policy, rubric, settings, grader, envs=env_pool)
+    collector = Collector(policy, rubric, settings, grader, envs=env_pool, gateway=gateway)
     return Wiring(
         config,
         run,
@@ -161,4 +174,5 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Wirin
         domains,
         sources,
         startup,
+        gateway,
     )

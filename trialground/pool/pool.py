@@ -34,6 +34,7 @@ from typing import Any
 
 from trialground.envs.base import Environment, Grading
 from trialground.envs.config import EnvConfig
+from trialground.envs.harness import HarnessEnv
 from trialground.envs.single_turn import SingleTurnEnv
 from trialground.envs.tool_env import ToolEnv, workspace_files
 from trialground.errors import EnvError, ErrorInfo, SandboxError, TrialgroundError
@@ -94,7 +95,9 @@ class EnvPool:
             backend = RayBackend(self.sandbox_config, self.config)
         self.backend = backend or LocalBackend(self.sandbox_config)
         self._factory = env_factory
-        self.needs_sandbox = (self.env_config.kind == "tool") if needs_sandbox is None else needs_sandbox
+        if needs_sandbox is None:
+            needs_sandbox = self.env_config.kind in ("tool", "harness")
+        self.needs_sandbox = needs_sandbox
         if autoscaler is None and self.config.autoscale:
             autoscaler = Autoscaler.from_config(self.config)
         self.autoscaler = autoscaler
@@ -412,8 +415,9 @@ class EnvPool:
         if self._factory is not None:
             return self._factory(task, slot.sandbox, slot.snapshot, self.record_exec)
         assert self.grader is not None
-        if self.env_config.kind == "tool":
-            return ToolEnv(
+        if self.env_config.kind in ("tool", "harness"):
+            kind = HarnessEnv if self.env_config.kind == "harness" else ToolEnv
+            return kind(
                 self.grader, self.env_config, self.sandbox_config, sandbox=slot.sandbox, task=task,
                 owns_sandbox=False, initial_snapshot=slot.snapshot, on_exec=self.record_exec,
             )  # fmt: skip

@@ -3,6 +3,7 @@ once scored (`trialground.rollout.scoring`), what it earned."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -76,18 +77,48 @@ class Trajectory(BaseModel):
 
     @property
     def prompt_ids(self) -> list[int]:
-        return [t for turn in self.turns if turn.role == "prompt" for t in turn.token_ids]
+        """The first segment's prompt (for a one-segment trajectory: the prompt)."""
+        return self.segments()[0].prompt if self.turns else []
 
     def completion(self) -> tuple[list[int], list[int], list[float]]:
-        """(token ids after the prompt, loss mask 1=policy token, sampling logprobs 0.0 for env tokens)."""
+        """(token ids after the prompt, loss mask 1=policy token, sampling logprobs 0.0 for env tokens),
+        every segment's completion concatenated: what was generated and observed, for lengths and text.
+        Training uses `segments()`."""
         ids: list[int] = []
         mask: list[int] = []
         logps: list[float] = []
+        for seg in self.segments():
+            ids += seg.ids
+            mask += seg.mask
+            logps += seg.logprobs
+        return ids, mask, logps
+
+    def segments(self) -> list[Segment]:
+        """The trajectory as trainable sequences. A `prompt` turn after a policy or env turn starts a new
+        segment: the program behind a gateway episode rewrote its history (`trialground.gateway.stitch`),
+        so the later calls were sampled from that prompt, not from the concatenation."""
+        out: list[Segment] = []
         for turn in self.turns:
             if turn.role == "prompt":
+                if not out or out[-1].ids:
+                    out.append(Segment([], [], [], []))
+                out[-1].prompt.extend(turn.token_ids)
                 continue
+            if not out:
+                out.append(Segment([], [], [], []))
             is_policy = turn.role == "policy"
-            ids.extend(turn.token_ids)
-            mask.extend([1 if is_policy else 0] * len(turn.token_ids))
-            logps.extend(turn.logprobs if is_policy else [0.0] * len(turn.token_ids))
-        return ids, mask, logps
+            out[-1].ids.extend(turn.token_ids)
+            out[-1].mask.extend([1 if is_policy else 0] * len(turn.token_ids))
+            out[-1].logprobs.extend(turn.logprobs if is_policy else [0.0] * len(turn.token_ids))
+        return out or [Segment([], [], [], [])]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One trainable sequence of a trajectory: its prompt, then the ids after it with the loss mask (1 =
+    sampled by the policy) and the sampling logprobs (0.0 for masked ids)."""
+
+    prompt: list[int]
+    ids: list[int]
+    mask: list[int]
+    logprobs: list[float]

@@ -13,7 +13,7 @@ from enum import StrEnum
 from types import TracebackType
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 WORKSPACE = "/workspace"
 
@@ -74,6 +74,34 @@ class ExecResult(BaseModel):
         return self.status is ExecStatus.OK
 
 
+class View(BaseModel):
+    """A host directory shown read-only in every sandbox of a config (bwrap backend)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str = Field(description="Absolute host directory")
+    target: str = Field(description="Absolute path in the sandbox (not /workspace, /tmp, /proc or /dev)")
+    kept: bool = Field(
+        True,
+        description="Reached through a kept read-only bind (a directory whose ancestors the sandbox uid "
+        "may not traverse, e.g. under /root); False: bound directly (a world-traversable directory)",
+    )
+
+    @field_validator("source", "target")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/") or "\0" in value or ".." in value.split("/"):
+            raise ValueError(f"{value!r} is not an absolute path without '..'")
+        return value.rstrip("/") or "/"
+
+    @field_validator("target")
+    @classmethod
+    def _not_private(cls, value: str) -> str:
+        if value == "/" or value.split("/")[1] in ("workspace", "tmp", "proc", "dev", "etc"):
+            raise ValueError(f"{value!r} would hide a path the sandbox itself mounts")
+        return value
+
+
 class SandboxConfig(BaseModel):
     """How sandboxes are made."""
 
@@ -110,6 +138,9 @@ class SandboxConfig(BaseModel):
     )
     python_fast: bool = Field(
         True, description="Run plain `python3 ...` commands by forking a pre-started interpreter"
+    )
+    views: tuple[View, ...] = Field(
+        (), description="Extra host directories shown read-only (bwrap backend; the harness environment's)"
     )
 
 

@@ -121,6 +121,8 @@ def sandbox_views(config: SandboxConfig) -> list[tuple[str, str]]:
     prefix = _python_prefix(config)
     if not prefix.startswith("/usr/"):
         shown.append((views.runtime_source(prefix), prefix))
+    for view in config.views:
+        shown.append((views.runtime_source(view.source) if view.kept else view.source, view.target))
     return shown
 
 

@@ -89,24 +89,30 @@ def build_samples(batch: Sequence[Scored]) -> list[Sample]:
         traj, adv = rec.trajectory, rec.advantage
         if not rec.trainable or adv is None or traj.error is not None:
             continue
-        prompt = traj.prompt_ids
-        ids, mask, logps = traj.completion()
-        if not prompt or sum(mask) == 0:
-            continue
         have_logps = all(len(t.logprobs) == len(t.token_ids) for t in traj.turns if t.role == "policy")
-        # Target t+1 is predicted at position t: prompt targets are masked, completion targets keep theirs.
-        pad = [0] * (len(prompt) - 1)
-        token_adv = _token_advantages(traj, rec.turn_advantages) if rec.turn_advantages is not None else None
-        samples.append(
-            Sample(
-                ids=prompt + ids,
-                mask=pad + mask,
-                old_logprobs=[0.0] * len(pad) + logps if have_logps else None,
-                advantage=float(adv),
-                prompt_len=len(prompt),
-                token_advantages=[0.0] * len(pad) + token_adv if token_adv is not None else None,
+        segments = traj.segments()
+        # Turn-level advantages (the tree estimator) cover a whole episode: one segment.
+        token_adv = None
+        if rec.turn_advantages is not None and len(segments) == 1:
+            token_adv = _token_advantages(traj, rec.turn_advantages)
+        # One sample per segment (a gateway episode whose program rewrote its history has several), each
+        # with the episode's advantage.
+        for seg in segments:
+            prompt, ids, mask, logps = seg.prompt, seg.ids, seg.mask, seg.logprobs
+            if not prompt or sum(mask) == 0:
+                continue
+            # Target t+1 is predicted at position t: prompt targets masked, completion targets kept.
+            pad = [0] * (len(prompt) - 1)
+            samples.append(
+                Sample(
+                    ids=prompt + ids,
+                    mask=pad + mask,
+                    old_logprobs=[0.0] * len(pad) + logps if have_logps else None,
+                    advantage=float(adv),
+                    prompt_len=len(prompt),
+                    token_advantages=[0.0] * len(pad) + token_adv if token_adv is not None else None,
+                )
             )
-        )
     return samples
 
 

@@ -1,0 +1,158 @@
+"""The harness environment: the user's own agent program is the episode.
+
+``reset(task)`` prepares the task's sandbox exactly as the tool environment does (workspace files and
+visible checks; a pooled sandbox restored to its snapshot). ``play(path, key)`` runs
+`EnvConfig.harness_command` in it, once, for the whole episode: through the launcher
+(`harness_launcher.py`), with the workspace as its working directory, the task's prompt on standard input
+and in ``TRIALGROUND_PROMPT``, ``OPENAI_BASE_URL`` (the sandbox's own loopback, relayed to the gateway's
+unix socket) and ``OPENAI_API_KEY`` (this episode's key), ``TRIALGROUND_ANSWER_FILE``, and the program
+from `harness_dir` (shown read-only at ``/run/trialground-harness``, on ``PATH`` and ``PYTHONPATH``)
+and `harness_venv` (shown read-only at its own path, its ``bin/`` first on ``PATH``). The sandbox has no
+network but its loopback, so the gateway is the only thing the program reaches.
+
+When the program exits, or the episode's wall time (`max_episode_s`) ends it, the task's grader grades
+the workspace (the tool environment's grading: `ToolEnv._grade`): the submission is the text the program
+wrote to ``TRIALGROUND_ANSWER_FILE`` when it wrote one (an answer, as `submit(answer)` gives it), else the
+task's solution file. The final observation is `done` with the `EpisodeEnd` (the grading, scored by the
+rubric after the episode like any other); `finish_reason` is ``exited``, ``exited_nonzero`` or
+``time_limit``. ``step`` is not used: the program drives the episode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from trialground.envs.base import EpisodeStart, Observation
+from trialground.envs.harness_launcher import LAUNCHER
+from trialground.envs.tool_env import ToolEnv
+from trialground.errors import EnvError, SandboxError, TrialgroundError
+from trialground.sandbox.base import WORKSPACE, ExecStatus, Limits, SandboxConfig, View
+from trialground.tasks.model import Task
+
+GATEWAY_MOUNT = "/run/trialground-gateway"  # the gateway socket's directory, as harness sandboxes see it
+GATEWAY_SOCKET = "gateway.sock"
+HARNESS_MOUNT = "/run/trialground-harness"  # where harness sandboxes see `harness_dir`
+ANSWER_FILE = ".trialground_answer"  # relative to the workspace
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def harness_sandbox_config(base: SandboxConfig, env: object, socket_dir: str) -> SandboxConfig:
+    """`base` with the gateway's socket directory, `harness_dir` and `harness_venv` shown read-only."""
+    from trialground.envs.config import EnvConfig
+
+    assert isinstance(env, EnvConfig)
+    if base.backend != "bwrap":
+        raise EnvError(
+            f"env.kind=harness needs sandbox.backend=bwrap (the gateway socket and your program are shown "
+            f"in the sandbox), not {base.backend!r}",
+            kind="config",
+        )
+    shown = [View(source=socket_dir, target=GATEWAY_MOUNT, kept=False)]
+    if env.harness_dir is not None:
+        shown.append(View(source=os.path.realpath(env.harness_dir), target=HARNESS_MOUNT))
+    if env.harness_venv is not None:  # at its own path: its scripts and pyvenv.cfg name it
+        real = os.path.realpath(env.harness_venv)
+        try:
+            shown.append(View(source=real, target=real))
+        except ValueError as exc:
+            raise EnvError(
+                f"env.harness_venv: {real} cannot be shown at its own path ({exc})", kind="config"
+            ) from exc
+    return base.model_copy(update={"views": (*base.views, *shown), "network": False})
+
+
+class HarnessEnv(ToolEnv):
+    """See the module docstring. One `play` per `reset`."""
+
+    async def reset(self, task: Task) -> Observation:
+        obs = await super().reset(task)
+        digest = obs.start.workspace_digest if obs.start is not None else None
+        return Observation(text=task.prompt, start=EpisodeStart(workspace_digest=digest))
+
+    async def step(self, action: str) -> Observation:
+        raise EnvError(
+            "a harness episode is played by its program (HarnessEnv.play), not step()", kind="no_step"
+        )
+
+    def _program_env(self, key: str, prompt: str) -> dict[str, str]:
+        cfg = self.config
+        path = f"{self._prefix()}/bin:{DEFAULT_PATH}"
+        if cfg.harness_dir is not None:
+            path = f"{HARNESS_MOUNT}:{path}"
+        if cfg.harness_venv is not None:
+            path = f"{os.path.realpath(cfg.harness_venv)}/bin:{path}"
+        env = {
+            "PATH": path,
+            "OPENAI_API_KEY": key,
+            "TRIALGROUND_PROMPT": prompt,
+            "TRIALGROUND_ANSWER_FILE": f"{WORKSPACE}/{ANSWER_FILE}",
+            "PYTHONUNBUFFERED": "1",
+        }
+        if cfg.harness_dir is not None:
+            env["PYTHONPATH"] = HARNESS_MOUNT
+        if cfg.harness_venv is not None:
+            env["VIRTUAL_ENV"] = os.path.realpath(cfg.harness_venv)
+        return env
+
+    async def play(self, path: str, key: str) -> Observation:
+        """Run the program against the gateway session at base path `path` with `key`, then grade."""
+        if self.task is None or self.sandbox is None:
+            return self._final(
+                "not_started", error=EnvError("play() before reset()", kind="not_reset").info()
+            )
+        if self.state.done:
+            return self._over()
+        assert self.config.harness_command is not None
+        task = self.task
+        base = task.limits or self.sandbox_config.limits
+        wall = max(1.0, self.config.max_episode_s - self.elapsed_s())
+        limits = Limits(
+            wall_s=min(wall, 3600.0),
+            cpu_s=min(wall, 3600.0),
+            memory_mb=max(base.memory_mb, self.config.harness_memory_mb),
+            pids=max(base.pids, self.config.harness_pids),
+            file_size_mb=base.file_size_mb,
+            disk_mb=base.disk_mb,
+            output_bytes=base.output_bytes,
+            cpus=base.cpus,
+        )
+        launch = {
+            "socket": f"{GATEWAY_MOUNT}/{GATEWAY_SOCKET}",
+            "path": path,
+            "command": self.config.harness_command,
+            "cwd": WORKSPACE,
+        }
+        argv = [f"{self._prefix()}/bin/python3", "-I", "-S", "-c", LAUNCHER, json.dumps(launch)]
+        self.state.turn = 1
+        try:
+            result = await self.sandbox.exec(
+                argv, stdin=task.prompt, env=self._program_env(key, task.prompt), cwd=WORKSPACE, limits=limits
+            )
+        except TrialgroundError as e:
+            return self._fail(e.info())
+        except Exception as e:  # a sandbox backend bug ends this episode only
+            return self._fail(SandboxError(f"harness: {type(e).__name__}: {e}", kind="crashed").info())
+        if result.status is ExecStatus.SANDBOX_ERROR:
+            return self._fail(SandboxError(f"harness: {result.stderr[-500:]}", kind="exec_failed").info())
+        self.state.counters["harness_exit"] = result.exit_code if result.exit_code is not None else -1
+        tail = (result.stdout[-1000:] + result.stderr[-1000:]).strip()
+        self.state.history.append(("env", tail))
+        if result.status is ExecStatus.TIMEOUT:
+            return await self._limit("time_limit", tail)
+        answer = await self._answer()
+        reason = "exited" if result.exit_code == 0 else "exited_nonzero"
+        return await self._grade(reason, answer, tail)
+
+    def _prefix(self) -> str:
+        return self.sandbox_config.python_prefix or sys.base_prefix
+
+    async def _answer(self) -> str | None:
+        assert self.sandbox is not None
+        try:
+            data = await self.sandbox.read(ANSWER_FILE)
+        except (OSError, ValueError, SandboxError):
+            return None
+        text = data.decode("utf-8", errors="replace").strip()
+        return text or None

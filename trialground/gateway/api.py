@@ -1,0 +1,85 @@
+"""The request bodies of the OpenAI API routes the gateway answers (the fields it honours; others are
+ignored, as OpenAI-compatible servers do)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Seeds are passed to torch generators, which take 64-bit values: anything larger is a 400, not a 500.
+MAX_SEED = 2**63 - 1
+
+
+class FunctionCall(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    name: str
+    arguments: str = "{}"
+
+
+class ToolCallIn(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    id: str = ""
+    type: str = "function"
+    function: FunctionCall
+
+
+class Message(BaseModel):
+    """One chat message. `content` may be text or a list of text parts."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    role: Literal["system", "developer", "user", "assistant", "tool", "ipython"]
+    content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(str(p.get("text", "")) for p in self.content if p.get("type", "text") == "text")
+
+
+class Sampling(BaseModel):
+    """Fields shared by both routes."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    model: str | None = None
+    n: int = Field(1, ge=1, le=64)
+    temperature: float | None = Field(None, ge=0.0, le=5.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    max_tokens: int | None = Field(None, ge=1, le=131072)
+    max_completion_tokens: int | None = Field(None, ge=1, le=131072)
+    stop: str | list[str] | None = None
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
+    stream: bool = False
+
+    def stops(self) -> tuple[str, ...]:
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+
+
+class ChatRequest(Sampling):
+    messages: list[Message] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+
+class CompletionRequest(Sampling):
+    """`prompt` is text or token ids (one prompt or a list of them)."""
+
+    prompt: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = Field(16, ge=1, le=131072)
+    logprobs: int | None = Field(None, ge=0, le=20)
+    echo: bool = False
+    return_token_ids: bool = False
+    return_tokens_as_token_ids: bool = False
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True

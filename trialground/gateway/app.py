@@ -1,0 +1,153 @@
+"""The gateway's HTTP routes (FastAPI): OpenAI's `/v1/chat/completions`, `/v1/completions`,
+`/v1/models`, under `/s/{session}/v1/...` (an episode's base URL) and `/v1/...` (the session found by its
+key alone).
+
+Every route but `/health` needs `Authorization: Bearer KEY`, compared in constant time with the key of the
+session it names; a wrong or missing key is 401 before the body is read. Bodies over 64 MiB are 413. A
+body that is not JSON, or does not fit the route, is a 400 naming each field; errors have OpenAI's shape
+(`{"error": {"message", "type", "code"}}`, plus vLLM's top-level `message`), so the `openai` SDK raises
+its own exception classes for them.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+
+from trialground.gateway.api import ChatRequest, CompletionRequest
+from trialground.gateway.session import GatewayError, Session, describe
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass
+class Sessions:
+    """Open sessions by id, each with its key."""
+
+    by_id: dict[str, tuple[str, Session]] = field(default_factory=dict)
+
+    def open(self, session: Session, *, sid: str | None = None, key: str | None = None) -> tuple[str, str]:
+        sid = sid or secrets.token_hex(8)
+        key = key or f"tg-{secrets.token_urlsafe(32)}"
+        self.by_id[sid] = (key, session)
+        return sid, key
+
+    def close(self, sid: str) -> Session | None:
+        entry = self.by_id.pop(sid, None)
+        return entry[1] if entry else None
+
+    def find(self, sid: str | None, key: str) -> Session:
+        if sid is not None:
+            entry = self.by_id.get(sid)
+            if entry is not None and hmac.compare_digest(entry[0].encode(), key.encode()):
+                return entry[1]
+            raise GatewayError("invalid API key for this base URL", status=401, code="invalid_api_key")
+        for stored, session in list(self.by_id.values()):
+            if hmac.compare_digest(stored.encode(), key.encode()):
+                return session
+        raise GatewayError("invalid API key", status=401, code="invalid_api_key")
+
+
+def error_response(exc: GatewayError) -> JSONResponse:
+    kind = "invalid_request_error" if exc.status < 500 else "server_error"
+    if exc.status == 401:
+        kind = "authentication_error"
+    body = {
+        "object": "error",
+        "message": str(exc),
+        "type": kind,
+        "code": exc.status,
+        "error": {"message": str(exc), "type": kind, "code": exc.code, "param": None},
+    }
+    return JSONResponse(body, status_code=exc.status)
+
+
+def bearer(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        raise GatewayError("missing API key (Authorization: Bearer KEY)", status=401, code="invalid_api_key")
+    return value.strip()
+
+
+async def read_json(request: Request) -> Any:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise GatewayError(f"body: over {MAX_BODY_BYTES} bytes", status=413, code="body_too_large")
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_BODY_BYTES:
+            raise GatewayError(f"body: over {MAX_BODY_BYTES} bytes", status=413, code="body_too_large")
+    try:
+        return json.loads(bytes(raw)) if raw else {}
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise GatewayError(f"body: not JSON ({exc})") from exc
+
+
+def parse(model: type[M], body: Any) -> M:
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise GatewayError(describe(exc)) from exc
+
+
+Handler = Callable[[Request], Awaitable[Any]]
+
+
+def guarded(fn: Handler) -> Callable[[Request], Awaitable[JSONResponse]]:
+    async def route(request: Request) -> JSONResponse:
+        try:
+            return JSONResponse(await fn(request))
+        except GatewayError as exc:
+            return error_response(exc)
+
+    return route
+
+
+def make_app(
+    sessions: Sessions, *, title: str = "trialground gateway", default: Session | None = None
+) -> FastAPI:
+    """The routes over `sessions`; with `default`, every request is answered by that one session and
+    authentication is the caller's (a middleware of the reference server)."""
+    app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None)
+
+    def session_of(request: Request) -> Session:
+        if default is not None:
+            return default
+        key = bearer(request)
+        return sessions.find(request.path_params.get("sid"), key)
+
+    async def chat(request: Request) -> Any:
+        session = session_of(request)
+        return await session.chat(parse(ChatRequest, await read_json(request)))
+
+    async def complete(request: Request) -> Any:
+        session = session_of(request)
+        return await session.complete(parse(CompletionRequest, await read_json(request)))
+
+    async def models(request: Request) -> Any:
+        session = session_of(request)
+        return {
+            "object": "list",
+            "data": [{"id": session.served_name, "object": "model", "owned_by": "trialground"}],
+        }
+
+    async def health(_request: Request) -> Any:
+        return {}
+
+    app.add_api_route("/health", guarded(health), methods=["GET"])
+    for prefix in ("/v1", "/s/{sid}/v1"):
+        app.add_api_route(f"{prefix}/chat/completions", guarded(chat), methods=["POST"])
+        app.add_api_route(f"{prefix}/completions", guarded(complete), methods=["POST"])
+        app.add_api_route(f"{prefix}/models", guarded(models), methods=["GET"])
+    return app

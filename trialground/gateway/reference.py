@@ -1,0 +1,210 @@
+"""`trialground policy serve`: the reference inference server, on FastAPI/uvicorn, backed by the project's
+HF sampler (`HFPolicy`). It lets decoupled sampling and training run, and be tested, on a machine without
+a GPU, and gives the `openai` SDK a local model.
+
+Routes:
+
+- `GET /health`; `GET /v1/models` (one model, `served_name`);
+- `POST /v1/chat/completions` and `POST /v1/completions`: the gateway's routes (`trialground.gateway`),
+  over one session that records nothing. `/v1/completions` is vLLM's route as the `remote` backend uses
+  it: `prompt` as token ids or text, `n`, `max_tokens`, `temperature`, `top_p`, `stop`, `seed`,
+  `logprobs`, `return_token_ids`, `return_tokens_as_token_ids`, `include_stop_str_in_output`,
+  `skip_special_tokens`; choice `index` is `prompt_index * n + sample_index`; `token_logprobs[i]` is the
+  sampling logprob of `token_ids[i]`; a turn ended by eos has `finish_reason` "stop" with the eos id in
+  `token_ids`. A prompt plus `max_tokens` beyond the model's context is a 400, as is a `seed` outside
+  0..2**63-1. Streaming is refused;
+- `POST /collective_rpc` with `{"method": "trialground_load_weights", "args": [DIR]}` loads the
+  safetensors weights in DIR (what vLLM does with trialground's worker extension); `POST
+  /reset_prefix_cache` (accepted; no cache is kept); `POST /weight_checker` `{"action": "checksum"}`:
+  SHA-256 of every weight under its Hugging Face name; `GET /trialground/info`.
+
+Authentication: with `api_key`, every route but `/health` needs `Authorization: Bearer KEY` (401 before the
+body is read). Without one, inference is open to whoever reaches the address (127.0.0.1 by default) and the
+weight routes (`/collective_rpc`, `/weight_checker`, `/reset_prefix_cache`) are refused with 403: they read
+any directory the server's user can read, so they exist only behind a key.
+
+One generation or weight load at a time; a weight load waits for the generation that is running, so every
+request that starts after a load returns uses the loaded weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+import uvicorn
+from fastapi import Request
+
+from trialground.errors import PolicyError
+from trialground.gateway.app import Sessions, bearer, error_response, guarded, make_app, read_json
+from trialground.gateway.session import GatewayError, Session
+from trialground.policy.base import Generation, SamplingParams
+from trialground.policy.weight_files import RELOAD_METHOD, read_weights, tensor_digest
+
+DEFAULT_PORT = 8001  # env serve: 8000; sandbox serve and the dashboard have their own
+WEIGHT_ROUTES = ("/collective_rpc", "/weight_checker", "/reset_prefix_cache")
+
+
+class _Locked:
+    """The policy as the session's generator, one generation or weight load at a time."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+        self.lock = asyncio.Lock()
+
+    @property
+    def version(self) -> int:
+        return int(self.policy.version)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.policy.tokenizer
+
+    async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        async with self.lock:
+            return list(await self.policy.generate(prompts, params))
+
+
+class ReferenceServer:
+    """The routes above over one `HFPolicy`. `url` is known once constructed (port 0 picks a free one)."""
+
+    def __init__(
+        self,
+        policy: Any,
+        *,
+        served_name: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        api_key: str | None = None,
+    ) -> None:
+        self.policy = policy
+        self.served_name = served_name
+        self.api_key = api_key or None
+        self.requests = 0
+        self.weight_loads = 0
+        limit = getattr(policy.model.config, "max_position_embeddings", None)
+        self.max_positions: int | None = int(limit) if isinstance(limit, int) else None
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.sock = socket.socket(family, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self.sock.bind((host, port))
+        except OSError:
+            self.sock.close()
+            raise
+        self.sock.listen(128)
+        self.sock.setblocking(False)
+        self._generator: _Locked | None = None
+        self._server: uvicorn.Server | None = None
+        self._stopped = False
+
+    @property
+    def url(self) -> str:
+        host, port = self.sock.getsockname()[:2]
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+    def app(self) -> Any:
+        generator = _Locked(self.policy)
+        self._generator = generator
+        session = Session(
+            generator,
+            SamplingParams(),
+            self.served_name,
+            max_context_tokens=self.max_positions,
+            record=False,
+            cap_to_budget=False,
+        )
+        app = make_app(Sessions(), title="trialground policy serve", default=session)
+
+        @app.middleware("http")
+        async def count_and_guard(request: Request, call_next: Any) -> Any:
+            path = request.url.path
+            try:
+                if path in WEIGHT_ROUTES and self.api_key is None:
+                    raise GatewayError(
+                        f"{path}: weight routes need a key; start the server with --api-key-file",
+                        status=403,
+                        code="forbidden",
+                    )
+                key = self.api_key
+                if (
+                    key is not None
+                    and path != "/health"
+                    and not hmac.compare_digest(bearer(request).encode(), key.encode())
+                ):
+                    raise GatewayError("invalid API key", status=401, code="invalid_api_key")
+            except GatewayError as exc:
+                return error_response(exc)
+            if path.endswith("/completions"):
+                self.requests += 1
+            return await call_next(request)
+
+        async def info(_request: Request) -> Any:
+            return {"model": self.served_name, "requests": self.requests, "weight_loads": self.weight_loads}
+
+        async def reset(_request: Request) -> Any:
+            return {}
+
+        app.add_api_route("/trialground/info", guarded(info), methods=["GET"])
+        app.add_api_route("/collective_rpc", guarded(self._collective_rpc), methods=["POST"])
+        app.add_api_route("/reset_prefix_cache", guarded(reset), methods=["POST"])
+        app.add_api_route("/weight_checker", guarded(self._weight_checker), methods=["POST"])
+        return app
+
+    async def _collective_rpc(self, request: Request) -> Any:
+        body = await read_json(request)
+        if not isinstance(body, dict):
+            raise GatewayError("collective_rpc: expected a JSON object")
+        method, args = body.get("method"), body.get("args", [])
+        if method != RELOAD_METHOD:
+            raise GatewayError(f"method: this server implements only {RELOAD_METHOD!r}, not {method!r}")
+        if not (isinstance(args, list) and len(args) == 1 and isinstance(args[0], str)):
+            raise GatewayError(f"args: {RELOAD_METHOD} takes one argument, the weights directory")
+        try:
+            weights = await asyncio.to_thread(read_weights, args[0])
+        except PolicyError as exc:
+            raise GatewayError(f"args[0]: {exc}") from exc
+        own = self.policy.model.state_dict()
+        unknown = sorted(set(weights) - set(own))
+        if unknown:
+            raise GatewayError(f"args[0]: weights this model does not have: {unknown[:5]}")
+        wrong = [k for k, v in weights.items() if tuple(v.shape) != tuple(own[k].shape)]
+        if wrong:
+            raise GatewayError(f"args[0]: weights of the wrong shape: {wrong[:5]}")
+        assert self._generator is not None
+        async with self._generator.lock:  # no generation is running: the load applies at once
+            self.weight_loads += 1
+            await asyncio.to_thread(self.policy.load_weights, weights, self.weight_loads)
+        return {"results": [len(weights)]}
+
+    async def _weight_checker(self, request: Request) -> Any:
+        body = await read_json(request)
+        action = body.get("action") if isinstance(body, dict) else None
+        if action != "checksum":
+            raise GatewayError(f"action: this server implements only 'checksum', not {action!r}")
+        assert self._generator is not None
+        async with self._generator.lock:
+            state = self.policy.model.state_dict()
+            return {"checksums": {name: tensor_digest(t) for name, t in state.items()}}
+
+    def serve_forever(self) -> None:
+        """Serve until `shutdown()` (from another thread) or an interrupt."""
+        config = uvicorn.Config(
+            self.app(), log_level="warning", lifespan="off", access_log=False, timeout_graceful_shutdown=2
+        )
+        self._server = uvicorn.Server(config)
+        if self._stopped:
+            return
+        asyncio.run(self._server.serve(sockets=[self.sock]))
+
+    def shutdown(self) -> None:
+        self._stopped = True
+        if self._server is not None:
+            self._server.should_exit = True
+
+    def close(self) -> None:
+        self.shutdown()
+        self.sock.close()

@@ -1,0 +1,312 @@
+"""One episode's (or one server's) state behind the gateway, and the answers of both routes.
+
+A `Session` answers with a `Generator` (the policy, or the run's batcher that shares generate calls
+across episodes), under sampling defaults the request may override (temperature, top_p, max_tokens,
+stop, seed, n); `max_tokens` is capped by the room left in the context budget, and a prompt that leaves
+no room is a 400 (`context_length_exceeded`), as OpenAI answers it. Every call is recorded
+(`records`, `stitch.CallRecord`) when `record` is set.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from trialground.errors import PolicyError
+from trialground.gateway import toolstyle
+from trialground.gateway.api import ChatRequest, CompletionRequest, Message, Sampling
+from trialground.gateway.conversation import Renderer, Sampled, Turn, canonical
+from trialground.gateway.stitch import CallRecord
+from trialground.policy.base import Generation, SamplingParams
+
+
+class Generator(Protocol):
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def tokenizer(self) -> Any: ...
+
+    async def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams
+    ) -> list[Generation]: ...
+
+
+class GatewayError(Exception):
+    """A request the gateway refuses: HTTP `status`, OpenAI error `code`."""
+
+    def __init__(self, message: str, status: int = 400, code: str = "invalid_request") -> None:
+        super().__init__(message)
+        self.status, self.code = status, code
+
+
+@dataclass
+class Session:
+    generator: Generator
+    defaults: SamplingParams
+    served_name: str
+    max_context_tokens: int | None = None
+    tool_style: str | None = None
+    tool_role: str = "tool"
+    record: bool = True
+    # True: max_tokens is capped to the room left in the budget; False: a request past it is a 400
+    cap_to_budget: bool = True
+    records: list[CallRecord] = field(default_factory=list)
+    history: list[Turn] = field(default_factory=list)
+    truncated: bool = False
+    _renderer: Renderer | None = None
+
+    @property
+    def renderer(self) -> Renderer:
+        if self._renderer is None:
+            self._renderer = Renderer(self.generator.tokenizer, tool_role=self.tool_role)
+        return self._renderer
+
+    @property
+    def style(self) -> str:
+        return self.tool_style or toolstyle.detect(self.renderer.template_text)
+
+    # ---------------------------------------------------------------- shared
+
+    def _params(self, req: Sampling, prompt_len: int, max_tokens: int | None) -> SamplingParams:
+        if req.model is not None and req.model != self.served_name:
+            raise GatewayError(
+                f"model: the model `{req.model}` does not exist (this gateway serves `{self.served_name}`)",
+                status=404,
+                code="model_not_found",
+            )
+        if req.stream:
+            raise GatewayError("stream: streaming is not supported by this gateway")
+        update: dict[str, Any] = {}
+        for name in ("temperature", "top_p", "seed"):
+            if getattr(req, name) is not None:
+                update[name] = getattr(req, name)
+        if max_tokens is not None:
+            update["max_new_tokens"] = max_tokens
+        if req.stop is not None:
+            update["stop"] = req.stops()
+        try:
+            params = SamplingParams.model_validate({**self.defaults.model_dump(), **update})
+        except ValidationError as exc:
+            raise GatewayError(describe(exc)) from exc
+        if self.max_context_tokens is not None:
+            room = self.max_context_tokens - prompt_len
+            if room < 1:
+                self.truncated = self.truncated or self.record
+                raise GatewayError(
+                    f"messages: the prompt is {prompt_len} tokens; this episode's context budget is "
+                    f"{self.max_context_tokens}",
+                    code="context_length_exceeded",
+                )
+            if params.max_new_tokens > room and not self.cap_to_budget:
+                raise GatewayError(
+                    f"prompt: {prompt_len} prompt tokens + max_tokens {params.max_new_tokens} exceed the "
+                    f"model's maximum context length of {self.max_context_tokens} tokens",
+                    code="context_length_exceeded",
+                )
+            if params.max_new_tokens > room:
+                params = params.model_copy(update={"max_new_tokens": room})
+        return params
+
+    async def _sample(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[Generation]:
+        rows = [p for p in prompts for _ in range(n)]
+        try:
+            gens = await self.generator.generate(rows, params)
+        except PolicyError as exc:
+            raise GatewayError(f"generation failed: {exc}", status=500, code="generation_failed") from exc
+        if len(gens) != len(rows) or any(g.finish_reason == "error" for g in gens):
+            raise GatewayError("the policy failed to generate", status=500, code="generation_failed")
+        return gens
+
+    def _cut(self, params: SamplingParams, prompt_len: int, g: Generation) -> None:
+        budget = self.max_context_tokens
+        if budget is not None and g.finish_reason == "length" and prompt_len + len(g.token_ids) >= budget:
+            self.truncated = True
+
+    def _usage(self, prompt_tokens: int, gens: Sequence[Generation]) -> dict[str, int]:
+        completion = sum(len(g.token_ids) for g in gens)
+        return {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": prompt_tokens + completion,
+        }
+
+    # ---------------------------------------------------------------- chat
+
+    async def chat(self, req: ChatRequest) -> dict[str, Any]:
+        if req.tool_choice not in (None, "auto", "none", "required") and not isinstance(
+            req.tool_choice, dict
+        ):
+            raise GatewayError(f"tool_choice: {req.tool_choice!r} is not auto, none, required or a function")
+        tools = req.tools if req.tool_choice != "none" else None
+        try:
+            prompt = self.renderer.prompt(req.messages, tools, self.history)
+        except (ValueError, TypeError) as exc:
+            raise GatewayError(f"messages: the chat template cannot render them: {exc}") from exc
+        except Exception as exc:  # jinja errors raised by a template's own `raise_exception`
+            raise GatewayError(f"messages: the chat template refused them: {exc}") from exc
+        params = self._params(req, len(prompt), req.max_completion_tokens or req.max_tokens)
+        t0 = time.perf_counter()
+        gens = await self._sample([prompt], req.n, params)
+        seconds = time.perf_counter() - t0
+        tok = self.generator.tokenizer
+        choices, sampled = [], []
+        for i, g in enumerate(gens):
+            self._cut(params, len(prompt), g)
+            message, finish = self._message(g, params, allow_tools=tools is not None)
+            sampled.append(Sampled(canonical(message), g.token_ids))
+            choice: dict[str, Any] = {"index": i, "message": message, "finish_reason": finish}
+            if req.logprobs:
+                choice["logprobs"] = {"content": _token_logprobs(tok, g)}
+            else:
+                choice["logprobs"] = None
+            choice["token_ids"] = list(g.token_ids)
+            choices.append(choice)
+        self.history.append(Turn(tuple(canonical(m) for m in req.messages), tuple(prompt), tuple(sampled)))
+        if self.record:
+            self.records.append(CallRecord(tuple(prompt), tuple(gens), seconds, "chat"))
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.served_name,
+            "choices": choices,
+            "usage": self._usage(len(prompt), gens),
+            "prompt_token_ids": prompt,
+            "policy_version": gens[0].version if gens else self.generator.version,
+        }
+
+    def _message(
+        self, g: Generation, params: SamplingParams, *, allow_tools: bool
+    ) -> tuple[dict[str, Any], str]:
+        tok = self.generator.tokenizer
+        # Decoded with special tokens kept: a tool tag that is a special token must still be parsed.
+        raw = tok.decode(list(g.token_ids), skip_special_tokens=False)
+        specials = [s for s in getattr(tok, "all_special_tokens", []) if s]
+        hits = [(raw.find(s), s) for s in params.stop if s in raw] if g.finish_reason == "stop" else []
+        if hits:
+            raw = raw[: min(hits)[0]]
+        raw = toolstyle.strip_end(raw, tok)
+        parsed = toolstyle.parse(self.style, raw) if allow_tools else toolstyle.Parsed(raw)
+        content = parsed.content
+        for s in specials:
+            content = content.replace(s, "")
+        message: dict[str, Any] = {"role": "assistant", "content": content.strip() or None}
+        finish = "length" if g.finish_reason == "length" else "stop"
+        if parsed.calls:
+            message["tool_calls"] = [
+                {
+                    "id": f"call_{uuid.uuid4().hex[:24]}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(args)},
+                }
+                for name, args in parsed.calls
+            ]
+            finish = "tool_calls"
+        return message, finish
+
+    # ---------------------------------------------------------------- completions
+
+    async def complete(self, req: CompletionRequest) -> dict[str, Any]:
+        tok = self.generator.tokenizer
+        raw: Any = req.prompt
+        if isinstance(raw, str) or (raw and isinstance(raw[0], int)):
+            raw = [raw]
+        if not raw:
+            raise GatewayError("prompt: empty")
+        vocab = len(tok)
+        prompts: list[list[int]] = []
+        for i, p in enumerate(raw):
+            ids = list(tok.encode(p, add_special_tokens=False)) if isinstance(p, str) else list(p)
+            if not ids:
+                raise GatewayError(f"prompt[{i}]: no tokens")
+            bad = [t for t in ids if not 0 <= t < vocab]
+            if bad:
+                raise GatewayError(
+                    f"prompt[{i}]: token ids outside the vocabulary (0..{vocab - 1}): {bad[:5]}"
+                )
+            prompts.append(ids)
+        params = self._params(req, max(len(p) for p in prompts), req.max_tokens)
+        t0 = time.perf_counter()
+        gens = await self._sample(prompts, req.n, params)
+        seconds = time.perf_counter() - t0
+        choices = []
+        for i, g in enumerate(gens):
+            prompt = prompts[i // req.n]
+            self._cut(params, len(prompt), g)
+            choices.append(_completion_choice(tok, i, g, req, params.stop, prompt))
+        if self.record:
+            for j, prompt in enumerate(prompts):
+                picked = tuple(gens[j * req.n : (j + 1) * req.n])
+                self.records.append(CallRecord(tuple(prompt), picked, seconds, "completions"))
+        return {
+            "id": f"cmpl-{uuid.uuid4().hex}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": self.served_name,
+            "choices": choices,
+            "usage": self._usage(sum(len(p) for p in prompts), gens),
+        }
+
+
+def _token_logprobs(tok: Any, g: Generation) -> list[dict[str, Any]]:
+    out = []
+    for t, lp in zip(g.token_ids, g.logprobs, strict=True):
+        piece = tok.decode([t], skip_special_tokens=False)
+        entry = {"token": piece, "logprob": lp, "bytes": list(piece.encode()), "token_id": t}
+        out.append({**entry, "top_logprobs": [{k: entry[k] for k in ("token", "logprob", "bytes")}]})
+    return out
+
+
+def _completion_choice(
+    tok: Any, index: int, g: Generation, req: CompletionRequest, stops: Sequence[str], prompt: Sequence[int]
+) -> dict[str, Any]:
+    """vLLM's completion choice: `stop_reason`, `token_ids` and token-id names as vLLM reports them."""
+    text = tok.decode(list(g.token_ids), skip_special_tokens=req.skip_special_tokens)
+    stop_reason: str | None = None
+    finish = "length" if g.finish_reason == "length" else "stop"
+    if g.finish_reason == "stop":
+        hits = [(text.find(s), s) for s in stops if s in text]
+        if hits:
+            at, stop_reason = min(hits)
+            if not req.include_stop_str_in_output:
+                text = text[:at]
+    if req.echo:
+        text = tok.decode(list(prompt), skip_special_tokens=req.skip_special_tokens) + text
+    choice: dict[str, Any] = {
+        "index": index,
+        "text": text,
+        "finish_reason": finish,
+        "stop_reason": stop_reason,
+        "logprobs": None,
+    }
+    if req.logprobs is not None:
+        pieces = [tok.decode([t], skip_special_tokens=False) for t in g.token_ids]
+        names = [f"token_id:{t}" for t in g.token_ids] if req.return_tokens_as_token_ids else pieces
+        offsets, at = [], 0
+        for piece in pieces:
+            offsets.append(at)
+            at += len(piece)
+        choice["logprobs"] = {
+            "tokens": names,
+            "token_logprobs": list(g.logprobs),
+            "top_logprobs": [{name: lp} for name, lp in zip(names, g.logprobs, strict=True)],
+            "text_offset": offsets,
+        }
+    if req.return_token_ids:
+        choice["token_ids"] = list(g.token_ids)
+    return choice
+
+
+def describe(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors())
+
+
+def message_text(messages: Sequence[Message]) -> str:
+    return "\n".join(m.text() for m in messages)
