@@ -270,6 +270,36 @@ class TrialgroundToolEnv:
         """
         return self._call("run_tests", {})
 
+    def search(self, pattern: str, path: str | None = None) -> str:
+        """Find the lines of the workspace that contain a fixed string.
+
+        Args:
+            pattern: The exact text to find.
+            path: A file or folder to search, relative to /workspace (default: everything).
+
+        Returns:
+            Matching lines as file:line:text, at most 20, then a line with the totals.
+        """
+        return self._call("search", {"pattern": pattern} | ({"path": path} if path is not None else {}))
+
+    def read_lines(self, path: str, start: int | None = None, count: int | None = None) -> str:
+        """Show a page of a file: numbered lines from line `start`.
+
+        Args:
+            path: The file's path, relative to /workspace.
+            start: The first line, 1-based (default 1).
+            count: How many lines to show (default 20, at most 200).
+
+        Returns:
+            The numbered lines, under a header giving the range and the file's length.
+        """
+        arguments: dict[str, Any] = {"path": path}
+        if start is not None:
+            arguments["start"] = start
+        if count is not None:
+            arguments["count"] = count
+        return self._call("read_lines", arguments)
+
     def submit(self, answer: str | None = None) -> str:
         """Finish the episode: the workspace (or `answer`, when the task asks for one) is graded.
 
