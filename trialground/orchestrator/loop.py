@@ -16,8 +16,9 @@ from trialground.orchestrator.dynamic import refill
 from trialground.orchestrator.evaluate import evaluate
 from trialground.orchestrator.metrics import rollout_metrics, useful_token_metrics
 from trialground.orchestrator.outcomes import record_eval, record_outcomes
+from trialground.orchestrator.preflight import preflight
 from trialground.orchestrator.rundir import RunDir
-from trialground.orchestrator.state import restore, save
+from trialground.orchestrator.state import Cadence, restore, save
 from trialground.rollout.branching import branch_metrics
 from trialground.rollout.trajectory import Trajectory
 from trialground.train.advantages import score_groups
@@ -38,16 +39,25 @@ class RunSummary:
 
 async def run(config: RunConfig, *, resume: bool = False, progress: Progress | None = None) -> RunSummary:
     t_start = time.perf_counter()
+    preflight(config, "train", resume=resume)  # before the run directory exists: a retry is not blocked
     run_dir = RunDir(config, resume=resume)
-    c = build(config, run_dir)
-    loop, evals_at = config.loop, {0, config.loop.steps}
-    step = restore(c, run_dir) if resume else 0
-    first_eval = None
-    if step == 0:
-        first_eval = await _eval_and_log(c, 0)
+    built: Components | None = None
+    try:
+        c = built = build(config, run_dir)
+        loop, evals_at = config.loop, {0, config.loop.steps}
+        step = restore(c, run_dir) if resume else 0
+        first_eval = None
+        if step == 0:
+            first_eval = await _eval_and_log(c, 0)
+    except BaseException:
+        if built is not None:
+            await built.close()
+        if not resume:  # nothing was trained: the directory goes, so the same command can be rerun
+            run_dir.discard()
+        raise
     trainer = c.require_trainer()
     batches = AsyncBatches(c, step) if loop.mode == "async" else SyncBatches(c)
-    alerts, last_eval, stopped_by = 0, first_eval, None
+    alerts, last_eval, stopped_by, cadence = 0, first_eval, None, Cadence(loop)
     try:
         while step < loop.steps:
             batch = await batches.next(step)  # k trajectories per task, stamped with policy versions
@@ -78,12 +88,9 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
                 last_eval = await _eval_and_log(c, step, metrics)
             raised = c.monitor.observe(step, metrics) if c.monitor else []
             alerts, halt = alerts + len(raised), worst_action(raised) in ("pause", "stop")
-            if (
-                (loop.checkpoint_interval and step % loop.checkpoint_interval == 0)
-                or step == loop.steps
-                or halt
-            ):
-                save(c, run_dir, step)
+            if cadence.due(step) or halt:  # every N steps and every T seconds by default
+                save(c, run_dir, step)  # on the loop: async rollouts see no half-saved state
+                cadence.saved()
             if progress:
                 progress(step, metrics)
             if halt:  # an alert rule asked to pause or stop: checkpointed, resumable with --resume

@@ -1,11 +1,41 @@
-"""Checkpoint and resume of a whole run: trainer, task pool, policy sampling RNG, step."""
+"""Checkpoint and resume of a whole run: trainer, task pool, policy sampling RNG, step; the cadence."""
 
 from __future__ import annotations
 
+import shutil
+import time
+from dataclasses import dataclass, field
+
 from trialground.orchestrator.components import Components
+from trialground.orchestrator.config import LoopConfig
 from trialground.orchestrator.rundir import RunDir
 from trialground.policy.loading import base_model_dir
-from trialground.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from trialground.train.checkpoint import (
+    completed_checkpoints,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
+
+
+@dataclass
+class Cadence:
+    """When a step is checkpointed: every `checkpoint_interval` steps, once `checkpoint_every_s` have
+    passed since the last checkpoint (or the start), and at the last step."""
+
+    loop: LoopConfig
+    last_s: float = field(default_factory=time.monotonic)
+
+    def due(self, step: int) -> bool:
+        every, seconds = self.loop.checkpoint_interval, self.loop.checkpoint_every_s
+        return (
+            step == self.loop.steps
+            or bool(every and step % every == 0)
+            or bool(seconds and time.monotonic() - self.last_s >= seconds)
+        )
+
+    def saved(self) -> None:
+        self.last_s = time.monotonic()
 
 
 def save(c: Components, run: RunDir, step: int) -> None:
@@ -18,6 +48,10 @@ def save(c: Components, run: RunDir, step: int) -> None:
         tokenizer=c.policy.tokenizer,
         base_model=base_model_dir(c.config.policy),
     )
+    keep = c.config.loop.keep_checkpoints
+    if keep:  # the new one is complete (renamed into place): older ones beyond `keep` can go
+        for old in completed_checkpoints(run.path)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def restore(c: Components, run: RunDir) -> int:
