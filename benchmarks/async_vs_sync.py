@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trialground.config import load_config
 from trialground.envs.base import Environment, Observation
 from trialground.orchestrator import loop as loop_module
 from trialground.orchestrator.components import Components
+from trialground.orchestrator.run_config import load_config
 from trialground.policy.config import PolicyConfig
 from trialground.policy.hf import HFPolicy
 from trialground.tasks.codegen import generate_codegen_tasks

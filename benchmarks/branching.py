@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trialground.config import load_config
 from trialground.orchestrator import loop as loop_module
+from trialground.orchestrator.run_config import load_config
 
 AGENT = Path(__file__).resolve().parents[1] / "examples" / "agent.yaml"
 

@@ -40,7 +40,7 @@ from trialground.policy.config import PolicyConfig
 from trialground.policy.hf import HFPolicy
 from trialground.policy.tiny import resolve_model_dir
 from trialground.rollout.agent import rollout_group
-from trialground.rollout.batching import GroupBatcher
+from trialground.rollout.generation_batcher import GroupBatcher
 from trialground.sandbox.base import Limits, SandboxConfig
 from trialground.tasks.codegen import generate_codegen_tasks
 from trialground.tasks.model import Task

@@ -35,9 +35,9 @@ from typing import Any
 import torch
 from transformers import LlamaForCausalLM
 
-from trialground.config import RunConfig, load_config
 from trialground.envs.tool_env import ToolEnv
 from trialground.envs.toolcalls import format_tool_call
+from trialground.orchestrator.run_config import RunConfig, load_config
 from trialground.policy.tiny import AGENT_NAME, build_tokenizer, tiny_llama_config, tiny_model_dir
 from trialground.rollout.chat import ChatRenderer
 from trialground.tasks.agentic import Instance, agent_instances

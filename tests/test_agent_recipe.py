@@ -15,9 +15,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from trialground.config import load_config
 from trialground.envs.toolcalls import ToolCall, parse_tool_calls
 from trialground.envs.tools import validate_call
+from trialground.orchestrator.run_config import load_config
 
 torch = pytest.importorskip("torch")
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from trialground.config import RunConfig, dump_config, load_config
 from trialground.errors import ConfigError
+from trialground.orchestrator.run_config import RunConfig, dump_config, load_config
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml"
 

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from trialground.config import load_config
+from trialground.orchestrator.run_config import load_config
 from trialground.tasks.sources import load_source
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trialground.config import load_config
+from trialground.orchestrator.run_config import load_config
 from trialground.tasks.io import write_jsonl
 from trialground.tasks.model import Task, VerifierSpec
 

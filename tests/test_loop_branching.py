@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from trialground.config import load_config
 from trialground.errors import ConfigError
+from trialground.orchestrator.run_config import load_config
 from trialground.tasks.io import write_jsonl
 from trialground.tasks.model import Task, VerifierSpec
 

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from trialground.config import load_config
+from trialground.orchestrator.run_config import load_config
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from trialground.config import load_config
+from trialground.orchestrator.run_config import load_config
 
 torch = pytest.importorskip("torch")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trialground.config import load_config
+from trialground.orchestrator.run_config import load_config
 from trialground.orchestrator.rundir import RunDir
 
 

@@ -15,9 +15,9 @@ from isolation_suite import SPAWN
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.humaneval import humaneval_tasks
 from trialground.tasks.model import Task, VerifierSpec
-from trialground.verify.base import Verdict
 from trialground.verify.config import GradingConfig, RewardConfig
 from trialground.verify.grader import Grader
+from trialground.verify.verdict import Verdict
 
 pytestmark = pytest.mark.security
 

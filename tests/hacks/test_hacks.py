@@ -13,9 +13,10 @@ from hack_suite import HACKS, Hack
 
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.humaneval import humaneval_tasks
-from trialground.verify.base import Reward, Verdict
 from trialground.verify.config import GradingConfig, RewardConfig
 from trialground.verify.grader import Grader
+from trialground.verify.reward.model import Reward
+from trialground.verify.verdict import Verdict
 
 pytestmark = pytest.mark.security
 

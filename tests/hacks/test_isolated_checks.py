@@ -13,9 +13,10 @@ import pytest
 from isolation_suite import ATTACKS, HONEST, PATCHER, TASKS, Attack
 
 from trialground.sandbox.base import SandboxConfig
-from trialground.verify.base import Reward, Verdict
 from trialground.verify.config import GradingConfig, RewardConfig
 from trialground.verify.grader import Grader
+from trialground.verify.reward.model import Reward
+from trialground.verify.verdict import Verdict
 
 pytestmark = pytest.mark.security
 

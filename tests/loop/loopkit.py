@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from trialground.config import RunConfig, load_config
+from trialground.orchestrator.run_config import RunConfig, load_config
 from trialground.tasks.io import write_jsonl
 from trialground.tasks.model import Task, VerifierSpec
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from trialground.config import load_config
 from trialground.errors import ConfigError
 from trialground.orchestrator.preflight import preflight, problems
+from trialground.orchestrator.run_config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"

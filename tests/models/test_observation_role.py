@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from trialground.config import load_config
+from trialground.orchestrator.run_config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

@@ -17,7 +17,7 @@ from trialground.policy.tiny import build_tokenizer, tiny_llama_config, tiny_mod
 from trialground.sandbox.base import Sandbox, SandboxConfig
 from trialground.sandbox.factory import open_sandbox
 from trialground.tasks.model import Task
-from trialground.verify.base import Reward
+from trialground.verify.reward.model import Reward
 
 _TEXTS = [
     f"def f{i}(x):\n    return x * {i} + {i % 7}\n\nprint(f{i}({i}))\nran: {i} bytes ok" for i in range(200)

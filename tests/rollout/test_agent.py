@@ -20,7 +20,7 @@ from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.codegen import generate_codegen_tasks
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.verify.grader import Grader
-from trialground.verify.rubric import Rubric
+from trialground.verify.reward.rubric import Rubric
 
 # seed=None: the policy draws a fresh seed per call (a fixed seed would repeat samples across calls)
 PARAMS = SamplingParams(temperature=1.0, max_new_tokens=12)

@@ -9,7 +9,7 @@ import pytest
 
 from trialground.errors import PolicyError
 from trialground.policy.base import Generation, SamplingParams
-from trialground.rollout.batching import GroupBatcher
+from trialground.rollout.generation_batcher import GroupBatcher
 
 
 class Echo:

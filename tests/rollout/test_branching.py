@@ -25,8 +25,8 @@ from trialground.sandbox.base import Sandbox, SandboxConfig
 from trialground.sandbox.factory import open_sandbox
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.train.advantages import compute_advantages
-from trialground.verify.base import Reward
 from trialground.verify.grader import Grader
+from trialground.verify.reward.model import Reward
 
 PARAMS = SamplingParams(max_new_tokens=400)
 DIGEST = "export LC_ALL=C; find . -type f -print0 | sort -z | xargs -0 -r sha256sum | sha256sum"

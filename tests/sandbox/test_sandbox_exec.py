@@ -205,8 +205,8 @@ def descendants(pid: int) -> set[int]:
 async def test_every_sandbox_process_is_in_its_cgroup(
     monkeypatch: pytest.MonkeyPatch, launcher: str, setpriv: bool
 ) -> None:
-    from trialground.sandbox import spawn
     from trialground.sandbox.bwrap import BwrapSandbox
+    from trialground.sandbox.launch import spawn
 
     if not setpriv:
         monkeypatch.setattr(spawn, "SETPRIV", None)  # the preexec fallback

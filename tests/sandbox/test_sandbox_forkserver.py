@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from trialground.errors import SandboxError
-from trialground.sandbox import bwrap, forkserver, mounts
+from trialground.sandbox import bwrap
 from trialground.sandbox.base import ExecStatus, Limits, SandboxConfig
 from trialground.sandbox.bwrap import BwrapSandbox, bwrap_available
 from trialground.sandbox.factory import open_sandbox
+from trialground.sandbox.launch import forkserver, mounts
 from trialground.sandbox.workspace import BASE_DIR
 
 pytestmark = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed")

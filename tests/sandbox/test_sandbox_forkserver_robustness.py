@@ -23,10 +23,11 @@ from typing import Any, TypeVar
 import pytest
 
 from trialground.errors import SandboxError
-from trialground.sandbox import cgroup, forkserver, prewarm, teardown
+from trialground.sandbox import prewarm
 from trialground.sandbox.base import ExecResult, ExecStatus, Limits, Sandbox, SandboxConfig
 from trialground.sandbox.bwrap import BwrapSandbox, bwrap_available
 from trialground.sandbox.factory import SyncSandbox, open_sandbox
+from trialground.sandbox.launch import cgroup, forkserver, teardown
 from trialground.sandbox.workspace import BASE_DIR
 
 pytestmark = pytest.mark.skipif(

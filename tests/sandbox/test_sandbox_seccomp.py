@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from trialground.sandbox import seccomp
+from trialground.sandbox.launch import seccomp
 
 EPERM = seccomp.RET_ERRNO | errno.EPERM
 ENOSYS = seccomp.RET_ERRNO | errno.ENOSYS

@@ -17,7 +17,7 @@ import uvicorn
 from trialground.errors import SandboxError
 from trialground.sandbox.base import ExecStatus, SandboxConfig
 from trialground.sandbox.factory import open_sandbox
-from trialground.sandbox.service import create_app, uvicorn_config
+from trialground.sandbox.service.app import create_app, uvicorn_config
 
 TOKEN = "t0ken-for-tests-0123456789"
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from trialground.sandbox import teardown
 from trialground.sandbox.base import Limits, SandboxConfig
 from trialground.sandbox.factory import open_sandbox
-from trialground.sandbox.mounts import overlay_works
+from trialground.sandbox.launch import teardown
+from trialground.sandbox.launch.mounts import overlay_works
 from trialground.sandbox.workspace import BASE_DIR
 
 MODES = ["overlay", "copy"]
@@ -135,7 +135,7 @@ async def test_no_mounts_or_cgroups_leak() -> None:
 async def test_background_close_leaks_nothing() -> None:
     """Many fresh sandboxes opened, used and closed without waiting: once their teardowns are drained,
     no process, mount, cgroup or workspace of theirs is left, and no more than MAX_PENDING were pending."""
-    from trialground.sandbox.cgroup import own_groups
+    from trialground.sandbox.launch.cgroup import own_groups
 
     def state() -> tuple[list[str], int, int, int]:
         cgroups = len(own_groups())

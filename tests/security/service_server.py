@@ -12,7 +12,7 @@ import sys
 
 import uvicorn
 
-from trialground.sandbox.service import create_app, uvicorn_config
+from trialground.sandbox.service.app import create_app, uvicorn_config
 
 
 def main() -> None:

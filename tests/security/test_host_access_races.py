@@ -29,7 +29,7 @@ from trialground.sandbox import beneath
 from trialground.sandbox.base import ExecResult, Limits, Sandbox
 from trialground.sandbox.bwrap import BwrapSandbox, bwrap_available
 from trialground.sandbox.factory import open_sandbox
-from trialground.sandbox.service import create_app
+from trialground.sandbox.service.app import create_app
 from trialground.sandbox.workspace import Workspace
 from trialground.tasks.model import Task, VerifierSpec
 

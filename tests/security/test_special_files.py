@@ -29,7 +29,7 @@ from trialground.sandbox import beneath
 from trialground.sandbox.base import Limits, Sandbox, SandboxConfig
 from trialground.sandbox.bwrap import BwrapSandbox, bwrap_available
 from trialground.sandbox.factory import open_sandbox
-from trialground.sandbox.service import KIND_HEADER, create_app
+from trialground.sandbox.service.app import KIND_HEADER, create_app
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.verify.config import RewardConfig
 from trialground.verify.grader import Grader

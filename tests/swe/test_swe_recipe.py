@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from trialground.config import load_config
+from trialground.orchestrator.run_config import load_config
 from trialground.tasks.model import Task
 
 pytest.importorskip("torch")

@@ -62,7 +62,7 @@ def test_episodes_over_them_hit_the_budgets_and_the_report_shows_it(tmp_path: Pa
     from trialground.rollout.context_stats import context_metrics
     from trialground.sandbox.base import SandboxConfig
     from trialground.verify.grader import Grader
-    from trialground.verify.rubric import Rubric
+    from trialground.verify.reward.rubric import Rubric
 
     if not (tiny_model_dir() / "config.json").is_file():
         pytest.skip("the bundled tiny model is not built")

@@ -14,7 +14,7 @@ import pytest
 from taskrunner import run_check_program, run_checks_many
 
 from trialground.tasks.humaneval import humaneval_tasks
-from trialground.tasks.ops import FAMILIES
+from trialground.tasks.ops_source import FAMILIES
 from trialground.tasks.sources import load_source
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from train_helpers import PAD, sequence_logprobs, tiny_llama, traj
 
-from trialground.config import RunConfig
+from trialground.orchestrator.run_config import RunConfig
 from trialground.rollout.trajectory import Trajectory
 from trialground.train.advantages import Scored, with_advantages
 from trialground.train.config import TrainerConfig

@@ -13,8 +13,8 @@ import torch
 from dist_helpers import PAD, batches, save_model, trainer_config
 from train_helpers import traj
 
-from trialground.config import load_config
 from trialground.errors import ConfigError
+from trialground.orchestrator.run_config import load_config
 from trialground.policy.config import PolicyConfig
 from trialground.policy.hf import load_model
 from trialground.train.advantages import with_advantages

@@ -11,9 +11,9 @@ from trialground.rollout.trajectory import CONTEXT_BUDGET, Trajectory, Turn
 from trialground.train.advantages import score_groups
 from trialground.train.config import TrainerConfig
 from trialground.train.trainer import Trainer
-from trialground.verify.base import Flag, Verdict
 from trialground.verify.config import RewardConfig
-from trialground.verify.rubric import Rubric
+from trialground.verify.reward.rubric import Rubric
+from trialground.verify.verdict import Flag, Verdict
 
 PASS = Verdict(passed=True, score=1.0)
 FAIL = Verdict(passed=False, score=0.0)

@@ -9,7 +9,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from trialground.errors import ErrorInfo
 from trialground.rollout.trajectory import Trajectory, Turn
-from trialground.verify.base import Reward
+from trialground.verify.reward.model import Reward
 
 VOCAB = 40
 PAD = 0

@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from trialground.errors import VerifierError
 from trialground.tasks.model import Task, VerifierSpec
-from trialground.verify.answers import (
+from trialground.verify.kinds.answers import (
     extract_answer,
     last_boxed,
     parse_number,

@@ -8,8 +8,9 @@ import pytest
 
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.humaneval import humaneval_tasks
-from trialground.verify.base import Reward, Verdict
 from trialground.verify.grader import Grader
+from trialground.verify.reward.model import Reward
+from trialground.verify.verdict import Verdict
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,13 @@ from fastapi import FastAPI, HTTPException
 
 from trialground.errors import VerifierError
 from trialground.tasks.model import Task, VerifierSpec
-from trialground.verify.judge import Canary, CanaryCheck, HFClassifierJudge, OpenAIJudge, disagreement_rate
+from trialground.verify.judges.judge import (
+    Canary,
+    CanaryCheck,
+    HFClassifierJudge,
+    OpenAIJudge,
+    disagreement_rate,
+)
 
 TASK = Task(domain="qa", prompt="Name the capital of France.", verifier=VerifierSpec(kind="judge"))
 

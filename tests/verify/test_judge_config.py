@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from trialground.config import load_config
 from trialground.errors import ConfigError
+from trialground.orchestrator.run_config import load_config
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task, VerifierSpec
-from trialground.verify.build import make_grader
 from trialground.verify.config import RewardConfig
-from trialground.verify.judge_config import JudgeConfig, make_judge
+from trialground.verify.grader import make_grader
+from trialground.verify.judges.config import JudgeConfig, make_judge
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = Task(domain="qa", prompt="Say yes.", verifier=VerifierSpec(kind="exact", params={"answer": "yes"}))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trialground.tasks.model import Task, VerifierSpec
-from trialground.verify.math_verifier import MathWorker, verify_math
+from trialground.verify.kinds.math import MathWorker, verify_math
 
 
 @pytest.fixture(scope="module")

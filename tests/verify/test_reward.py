@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from trialground.verify.base import Action, Flag, Reward, Verdict
 from trialground.verify.config import RewardConfig
-from trialground.verify.reward import count_redundant, process_stats
-from trialground.verify.rubric import Rubric
+from trialground.verify.reward.model import Reward
+from trialground.verify.reward.rubric import Rubric
+from trialground.verify.reward.shaping import count_redundant, process_stats
+from trialground.verify.verdict import Action, Flag, Verdict
 
 
 def compute_reward(verdict: Verdict, actions: list[Action] | tuple[()], config: RewardConfig) -> Reward:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from trialground.verify.code_tests import runner_source
+from trialground.verify.kinds.code_tests import runner_source
 
 
 @pytest.fixture(scope="module")

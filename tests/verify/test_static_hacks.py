@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trialground.verify.hacks import static_flags
+from trialground.verify.detectors.hacks import static_flags
 
 HIDDEN = (
     "from solution import f\n\ndef test_a():\n    assert f(10) == 55\n    assert f(11) == 89\n"

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from trialground.batching import Batcher
 from trialground.errors import VerifierError
+from trialground.microbatch import Batcher
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.verify.config import GradingConfig, RewardConfig

@@ -9,7 +9,15 @@ import random
 
 import pytest
 
-from trialground.verify.wire import MAX_DEPTH, NotPlainData, WireError, decode, encode, recv_frame, send_frame
+from trialground.verify.sandboxed.wire import (
+    MAX_DEPTH,
+    NotPlainData,
+    WireError,
+    decode,
+    encode,
+    recv_frame,
+    send_frame,
+)
 
 VALUES = [
     None, True, False, 0, -1, 2**300, -(2**63), 1.5, -0.0, math.inf, -math.inf, 1e-310, 3 + 4j, "",

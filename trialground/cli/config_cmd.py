@@ -8,8 +8,8 @@ from pathlib import Path
 import typer
 
 from trialground.cli.common import fail
-from trialground.config import RunConfig, dump_config, load_config
 from trialground.errors import ConfigError
+from trialground.orchestrator.run_config import RunConfig, dump_config, load_config
 
 app = typer.Typer(help="Inspect and check run configurations.", no_args_is_help=True)
 

@@ -13,8 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from trialground.cli.common import EXIT_INFRA, fail
-from trialground.config import RunConfig, load_config, require_extras
 from trialground.errors import ConfigError, TrialgroundError
+from trialground.orchestrator.run_config import RunConfig, load_config, require_extras
 
 if TYPE_CHECKING:
     from trialground.orchestrator.preflight import Purpose

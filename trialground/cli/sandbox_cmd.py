@@ -114,7 +114,7 @@ def serve(
     if max_body_mb <= 0 or header_timeout_s <= 0 or body_timeout_s <= 0:
         fail("--max-body-mb, --header-timeout-s and --body-timeout-s must be > 0", EXIT_USAGE)
     from trialground.integrations import sandbox_fusion
-    from trialground.sandbox.service import serve_forever
+    from trialground.sandbox.service.app import serve_forever
 
     os.environ.setdefault("TRIALGROUND_SANDBOX_SERVICE", "1")
     serve_forever(

@@ -26,10 +26,11 @@ from trialground.errors import TaskError
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.io import jsonl_rows
 from trialground.tasks.model import Task
-from trialground.verify.base import Reward, Verdict
-from trialground.verify.code_tests import VISIBLE_PREFIX
 from trialground.verify.config import RewardConfig
 from trialground.verify.grader import Grader
+from trialground.verify.kinds.code_tests import VISIBLE_PREFIX
+from trialground.verify.reward.model import Reward
+from trialground.verify.verdict import Verdict
 
 
 def read_solutions(path: Path) -> list[tuple[str, str]]:

@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from trialground.sandbox.base import Sandbox
 from trialground.tasks.model import Task
-from trialground.verify.base import Action, Reward, Verdict
+from trialground.verify.reward.model import Reward
+from trialground.verify.verdict import Action, Verdict
 
 
 class Observation(BaseModel):

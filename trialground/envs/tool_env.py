@@ -40,7 +40,7 @@ from trialground.envs.tools import TOOL_DOCS, Toolbox, make_action, validate_cal
 from trialground.errors import EnvError, ErrorInfo, SandboxError, TrialgroundError, VerifierError
 from trialground.sandbox.base import Sandbox, SandboxConfig
 from trialground.tasks.model import Task
-from trialground.verify.base import Action
+from trialground.verify.verdict import Action
 
 SandboxOpener = Callable[[SandboxConfig, Mapping[str, str | bytes]], Awaitable[Sandbox]]
 _HANG_GRACE_S = 10.0  # beyond a tool's own wall limit before the sandbox is declared hung

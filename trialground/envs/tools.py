@@ -18,7 +18,7 @@ from typing import Any
 from trialground.errors import SandboxError
 from trialground.sandbox.base import ExecResult, ExecStatus, Limits, Sandbox
 from trialground.tasks.model import Task
-from trialground.verify.base import Action
+from trialground.verify.verdict import Action
 
 # name -> (required parameters, optional parameters)
 TOOL_PARAMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {

@@ -27,11 +27,11 @@ from trialground.errors import ErrorInfo, TaskError
 from trialground.integrations.background import BackgroundLoop
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task
-from trialground.verify.base import Reward, Verdict
-from trialground.verify.build import make_grader
 from trialground.verify.config import RewardConfig
-from trialground.verify.grader import Grader
-from trialground.verify.judge import Judge
+from trialground.verify.grader import Grader, make_grader
+from trialground.verify.judges.judge import Judge
+from trialground.verify.reward.model import Reward
+from trialground.verify.verdict import Verdict
 
 TaskSet = str | Iterable[Task]
 

@@ -52,8 +52,8 @@ from trialground.envs.tool_env import ToolEnv
 from trialground.envs.toolcalls import format_tool_call
 from trialground.integrations.path_token import BearerWebSocketGuard, PathTokenMiddleware
 from trialground.sandbox.base import SandboxConfig
-from trialground.sandbox.http_guard import GuardMiddleware, GuardSettings
-from trialground.sandbox.service import reaping_lifespan
+from trialground.sandbox.service.app import reaping_lifespan
+from trialground.sandbox.service.http_guard import GuardMiddleware, GuardSettings
 from trialground.tasks.model import Task
 
 PREFIX = "/oe"
@@ -449,7 +449,7 @@ def serve_forever(
     """Serve until interrupted, grading with a `Grader` of the default sandbox and reward settings."""
     import uvicorn
 
-    from trialground.sandbox.service import listen, uvicorn_config
+    from trialground.sandbox.service.app import listen, uvicorn_config
     from trialground.verify.config import RewardConfig
     from trialground.verify.grader import Grader
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hmac
 import json
 
-from trialground.sandbox.http_guard import ASGIApp, Receive, Scope, Send
+from trialground.sandbox.service.http_guard import ASGIApp, Receive, Scope, Send
 
 
 class PathTokenMiddleware:

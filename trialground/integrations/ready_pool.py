@@ -2,7 +2,7 @@
 
 A sandbox's first Python command pays for `site` (sys.path, the runtime's .pth files), which on some hosts
 costs more than the rest of the sandbox together; the supervisor loads `site` itself, while idle, once a
-command has run Python with it (`sandbox/supervisor.py`), and every later command then finds it loaded.
+command has run Python with it (`sandbox/launch/supervisor.py`), and every later command then finds it loaded.
 `ReadyPool` keeps `size` sandboxes that have each run one trusted `python3 -c pass` and then been left
 idle, so a request gets a sandbox whose next Python command starts at once. Nothing else ever ran in them:
 the warm-up's processes are gone (the supervisor kills everything after each command) and it wrote nothing,

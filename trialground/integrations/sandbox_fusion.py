@@ -46,7 +46,7 @@ from trialground.errors import SandboxError
 from trialground.integrations.path_token import PathTokenMiddleware
 from trialground.integrations.ready_pool import ReadyPool
 from trialground.sandbox.base import WORKSPACE, ExecResult, ExecStatus, Limits, SandboxConfig
-from trialground.sandbox.service import SessionTable, Text
+from trialground.sandbox.service.app import SessionTable, Text
 
 PREFIX = "/sf"
 ROUTES = frozenset({"/run_code", "/v1/ping"})
@@ -240,7 +240,7 @@ async def _fetch(sandbox: Any, paths: list[str]) -> tuple[dict[str, str], list[s
 
 
 def install(app: FastAPI, config: SandboxConfig | None = None, ready: int = 2) -> None:
-    """Add the SandboxFusion routes to a service app from `trialground.sandbox.service.create_app`,
+    """Add the SandboxFusion routes to a service app from `trialground.sandbox.service.app.create_app`,
     sharing its session table and exec limit. `config` is the sandbox of every request (default: the
     service's default sandbox); `ready` sandboxes are kept ready ahead (`ready_pool.py`)."""
     table: SessionTable = app.state.table

@@ -50,7 +50,7 @@ from trialground.policy.tiny import TINY_NAME
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task
 from trialground.verify.config import RewardConfig
-from trialground.verify.judge import Judge
+from trialground.verify.judges.judge import Judge
 
 Split = Literal["train", "eval"]
 TASK_COLUMN = "task_id"

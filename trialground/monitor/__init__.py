@@ -1,7 +1,7 @@
 """trialground.monitor: metrics sinks, alert rules, cost, evaluation statistics, report and dashboard.
 
-Names are imported on first use: `trialground.config` imports `monitor.config`, and that must not pull
-scipy and the sinks into every command's start-up.
+Names are imported on first use: `trialground.orchestrator.run_config` imports `monitor.config`, and
+that must not pull scipy and the sinks into every command's start-up.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""Canaries at evaluation cadence: the run's canary set (`trialground.verify.canary`) re-scored with the
-run's grader and judge at every evaluation, logged as `canary/*` with the evaluation's metrics."""
+"""Canaries at evaluation cadence: the run's canary set (`trialground.verify.detectors.canary`) re-scored with
+the run's grader and judge at every evaluation, logged as `canary/*` with the evaluation's metrics."""
 
 from __future__ import annotations
 
 from trialground.orchestrator.components import Components
-from trialground.verify.canary import canary_set, rescore
+from trialground.verify.detectors.canary import canary_set, rescore
 
 
 async def canary_metrics(c: Components, step: int) -> dict[str, float]:

@@ -14,11 +14,11 @@ from typing import Literal
 from trialground.orchestrator.components import Components
 from trialground.policy.base import SamplingParams
 from trialground.rollout.agent import rollout_group
-from trialground.rollout.batching import GroupBatcher
 from trialground.rollout.branching import BranchPoint, rollout_branched
+from trialground.rollout.generation_batcher import GroupBatcher
 from trialground.rollout.trajectory import Trajectory
 from trialground.tasks.model import Task
-from trialground.verify.rubric import finish_all
+from trialground.verify.reward.rubric import finish_all
 
 
 async def collect(

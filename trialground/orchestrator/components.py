@@ -10,17 +10,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from trialground.config import RunConfig, require_extras
 from trialground.envs.base import Environment
 from trialground.monitor.monitor import Monitor
+from trialground.orchestrator.run_config import RunConfig, require_extras
 from trialground.orchestrator.rundir import RunDir
 from trialground.policy.base import Policy
 from trialground.tasks.dedup import eval_contamination
 from trialground.tasks.model import Task
 from trialground.tasks.pool import TaskPool, load_task_sets
 from trialground.train.advantages import Scored
-from trialground.verify.build import make_grader
-from trialground.verify.grader import Grader
+from trialground.verify.grader import Grader, make_grader
 
 if TYPE_CHECKING:  # torch and the pool's backends are imported only when a run needs them
     from trialground.pool.pool import EnvPool

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trialground.config import RunConfig
 from trialground.orchestrator.components import build
 from trialground.orchestrator.evaluate import evaluate
+from trialground.orchestrator.run_config import RunConfig
 
 
 async def evaluate_run(

@@ -7,7 +7,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from trialground.config import RunConfig
 from trialground.monitor.alerts import worst_action
 from trialground.orchestrator.batches import AsyncBatches, SyncBatches
 from trialground.orchestrator.canaries import canary_metrics
@@ -17,6 +16,7 @@ from trialground.orchestrator.evaluate import evaluate
 from trialground.orchestrator.metrics import rollout_metrics, useful_token_metrics
 from trialground.orchestrator.outcomes import record_eval, record_outcomes
 from trialground.orchestrator.preflight import preflight
+from trialground.orchestrator.run_config import RunConfig
 from trialground.orchestrator.rundir import RunDir
 from trialground.orchestrator.state import Cadence, restore, save
 from trialground.rollout.branching import branch_metrics

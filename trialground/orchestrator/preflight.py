@@ -19,8 +19,8 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from trialground.config import RunConfig, require_extras
 from trialground.errors import ConfigError, TaskError
+from trialground.orchestrator.run_config import RunConfig, require_extras
 
 Purpose = Literal["train", "eval", "validate"]
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from trialground.config import RunConfig, dump_config
 from trialground.monitor.sinks.jsonl import read_metrics
+from trialground.orchestrator.run_config import RunConfig, dump_config
 from trialground.train.advantages import Scored
 
 TRAJECTORY_SCHEMA = pa.schema(

@@ -119,7 +119,7 @@ def _raise(payload: tuple[str, str, str]) -> None:
 
 def reap_worker_dir(root: str) -> None:
     """Remove what a dead worker left on its node: mounts under `root`, its cgroups, the directory."""
-    from trialground.sandbox import mounts
+    from trialground.sandbox.launch import mounts
 
     prefix = root.rstrip("/") + "/"
     try:
@@ -323,8 +323,8 @@ class RayBackend(SandboxBackend):
         return RaySandbox(self, worker, sid)
 
     def opener(self) -> Callable[[SandboxConfig, Mapping[str, str | bytes]], Awaitable[Sandbox]]:
-        """An `Opener` for the grader (`trialground.verify.code_tests.Opener`): grading sandboxes on this
-        backend's workers. They are made with the workers' sandbox configuration, the run's."""
+        """An `Opener` for the grader (`trialground.verify.kinds.code_tests.Opener`): grading sandboxes on
+        this backend's workers. They are made with the workers' sandbox configuration, the run's."""
 
         async def open_on_ray(_config: SandboxConfig, files: Mapping[str, str | bytes]) -> Sandbox:
             return await self.open(files)

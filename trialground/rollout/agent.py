@@ -10,7 +10,7 @@ Context budget: prompt + every appended token <= `max_context_tokens`. Each gene
 room left; a generation cut by that cap, or an observation that leaves no room for another turn, ends the
 episode with `truncated=True` (a capped single-turn completion is still graded; a multi-turn episode that
 runs out of room before finishing ends ungraded, `finish_reason="context_budget"` and no reward: the rubric
-(`trialground.verify.rubric`, its `truncation` part) decides what that earns).
+(`trialground.verify.reward.rubric`, its `truncation` part) decides what that earns).
 
 `rollout` is `start_episode` followed by `play_turn` until the episode is done; the `Episode` they build
 can be copied and continued in a forked environment (`trialground.rollout.branching`).
@@ -33,11 +33,11 @@ from typing import Any, Protocol
 from trialground.envs.base import Environment, Observation
 from trialground.errors import EnvError, ErrorInfo, PolicyError, TrialgroundError
 from trialground.policy.base import Generation, SamplingParams
-from trialground.rollout.batching import GroupBatcher
 from trialground.rollout.chat import ChatRenderer
+from trialground.rollout.generation_batcher import GroupBatcher
 from trialground.rollout.trajectory import CONTEXT_BUDGET, BranchInfo, Trajectory, Turn
 from trialground.tasks.model import Task
-from trialground.verify.base import Reward
+from trialground.verify.reward.model import Reward
 
 
 class Generator(Protocol):

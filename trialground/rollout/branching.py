@@ -49,8 +49,8 @@ from trialground.rollout.agent import (
     rollout_group,
     start_episode,
 )
-from trialground.rollout.batching import GroupBatcher
 from trialground.rollout.chat import ChatRenderer
+from trialground.rollout.generation_batcher import GroupBatcher
 from trialground.rollout.trajectory import BranchInfo, Trajectory, Turn
 from trialground.tasks.model import Task
 

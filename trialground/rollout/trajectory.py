@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from trialground.errors import ErrorInfo
-from trialground.verify.base import Reward
+from trialground.verify.reward.model import Reward
 
 CONTEXT_BUDGET = "context_budget"  # finish_reason of an episode the context budget ended before grading
 

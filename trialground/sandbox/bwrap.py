@@ -35,12 +35,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from trialground.errors import SandboxError
-from trialground.sandbox import cgroup, forkserver, netns, offload, prewarm, reaping, seccomp, teardown, views
+from trialground.sandbox import offload, prewarm
 from trialground.sandbox.base import WORKSPACE, Command, ExecResult, Limits, Sandbox, SandboxConfig
-from trialground.sandbox.channel import ChannelClosed, Collected, collect, read_frame, send_request
-from trialground.sandbox.forkserver import SandboxProcess
+from trialground.sandbox.launch import cgroup, forkserver, netns, reaping, seccomp, teardown, views
+from trialground.sandbox.launch.channel import ChannelClosed, Collected, collect, read_frame, send_request
+from trialground.sandbox.launch.forkserver import SandboxProcess
+from trialground.sandbox.launch.spawn import spawn_bwrap
 from trialground.sandbox.results import build_result, error_result
-from trialground.sandbox.spawn import spawn_bwrap
 from trialground.sandbox.workspace import Workspace
 
 BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
@@ -50,7 +51,7 @@ SUPERVISOR_SLACK_BYTES = 32 << 20  # the supervisor's own memory, on top of the 
 # Processes in the sandbox's cgroup besides the command's: the supervisor, and bubblewrap's outer process
 # under its launcher (the fork server's intermediate stays outside the cgroup).
 SUPERVISOR_PIDS = {"bwrap": 2, "forkserver": 1}
-SUPERVISOR_SOURCE = (Path(__file__).with_name("supervisor.py")).read_text()
+SUPERVISOR_SOURCE = (Path(__file__).parent / "launch" / "supervisor.py").read_text()
 # The supervisor's code reaches it on its stdin, marshalled when the sandbox runs this very Python version
 # (skips compiling it at every start), as source otherwise. The bootstrap reads exactly that many bytes
 # (with `posix`: importing `os` would cost ~2 ms).

@@ -16,8 +16,8 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from trialground.sandbox import teardown
 from trialground.sandbox.base import SandboxConfig
+from trialground.sandbox.launch import teardown
 
 if TYPE_CHECKING:
     from trialground.sandbox.bwrap import BwrapSandbox

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 from trialground.errors import SandboxError
 from trialground.sandbox.base import Command, ExecResult, Limits, Sandbox, SandboxConfig
-from trialground.sandbox.channel import Collected
+from trialground.sandbox.launch.channel import Collected
 from trialground.sandbox.results import build_result
 from trialground.sandbox.workspace import Workspace
 

@@ -24,7 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from trialground.errors import SandboxError
-from trialground.sandbox import beneath, mounts
+from trialground.sandbox import beneath
+from trialground.sandbox.launch import mounts
 
 BASE_DIR = Path(os.environ.get("TRIALGROUND_SANDBOX_DIR", tempfile.gettempdir())) / "trialground-sandboxes"
 

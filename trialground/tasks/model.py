@@ -22,8 +22,8 @@ Split = Literal["train", "eval"]
 
 class VerifierSpec(BaseModel):
     """Which verifier grades a task, and its parameters (e.g. the gold answer, a tolerance). `kind` is a
-    registered kind or a plugin's dotted path (`trialground.verify.kinds`); `params` must validate against
-    that kind's params model, so a typo or a missing gold answer fails when the task is made."""
+    registered kind or a plugin's dotted path (`trialground.verify.kinds.registry`); `params` must validate
+    against that kind's params model, so a typo or a missing gold answer fails when the task is made."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -35,7 +35,7 @@ class VerifierSpec(BaseModel):
     @field_validator("kind")
     @classmethod
     def _known_kind(cls, kind: str) -> str:
-        from trialground.verify.kinds import lookup
+        from trialground.verify.kinds.registry import lookup
 
         try:
             lookup(kind)
@@ -45,7 +45,7 @@ class VerifierSpec(BaseModel):
 
     @model_validator(mode="after")
     def _valid_params(self) -> VerifierSpec:
-        from trialground.verify.kinds import lookup
+        from trialground.verify.kinds.registry import lookup
 
         try:
             lookup(self.kind).validate(self.params)

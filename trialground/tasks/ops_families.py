@@ -1,7 +1,7 @@
 """The ops task families: each builder draws one broken setup (files, symptom, fix, check spec).
 
 The services, scripts and the check program are real files under trialground/assets/ops/; builders fill
-in names and values. See trialground/tasks/ops.py for the contract.
+in names and values. See trialground/tasks/ops_source.py for the contract.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from trialground.tasks.model import Task
 
 if TYPE_CHECKING:
     from trialground.rollout.trajectory import Trajectory
-    from trialground.verify.base import Flag
+    from trialground.verify.verdict import Flag
 
 
 @dataclass(frozen=True)

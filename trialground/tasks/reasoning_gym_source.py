@@ -2,9 +2,9 @@
 
 reasoning-gym's own `score_answer` pays partial credit (e.g. for a gold answer found as a substring of a
 long reply), which a policy learns to exploit; here the gold answer goes to the `exact` verifier
-(`params={"answer": gold}`) and the prompt asks for a final `Answer: ...` line (trialground.verify.answers
-extracts a last `\\boxed{}`, else the last `Answer:` line, else the whole reply). The reference is the
-gold text.
+(`params={"answer": gold}`) and the prompt asks for a final `Answer: ...` line
+(trialground.verify.kinds.answers extracts a last `\\boxed{}`, else the last `Answer:` line, else the
+whole reply). The reference is the gold text.
 
 Datasets whose questions admit many correct answers (any valid countdown expression, any n-queens
 placement, ...) cannot be scored by one gold string and are refused with a `TaskError`.

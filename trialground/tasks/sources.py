@@ -31,8 +31,8 @@ Contracts:
 - Errors (unknown spec, unreadable file, unknown dataset, a plugin that breaks its contract) raise
   `TaskError`.
 
-Verifier parameters are typed per kind (`trialground.verify.kinds`): a task whose params do not validate
-is never made.
+Verifier parameters are typed per kind (`trialground.verify.kinds.registry`): a task whose params do not
+validate is never made.
 """
 
 from __future__ import annotations
@@ -236,7 +236,7 @@ def _data(r: SourceRequest) -> list[Task]:
 
 
 def _ops(r: SourceRequest) -> list[Task]:
-    from trialground.tasks.ops import ops_tasks
+    from trialground.tasks.ops_source import ops_tasks
 
     assert r.n is not None and r.split is not None
     return ops_tasks(n=r.n, seed=r.seed, split=r.split)

@@ -1,7 +1,7 @@
 """Group advantages (GRPO, Dr.GRPO, RLOO), dynamic-sampling group filters, and the trainer's batch of
 `Scored` records (trajectory, reward, advantage, trainable).
 
-Pure functions, torch-free. The reward is decided by the rubric (`trialground.verify.rubric`); here a
+Pure functions, torch-free. The reward is decided by the rubric (`trialground.verify.reward.rubric`); here a
 reward of `None` marks a trajectory with nothing to compare (an infrastructure failure, or a reward the
 rubric dropped, e.g. `hack_action: drop`): it is excluded from the group baseline and gets no advantage
 (`None`, never in the loss) -- never a silent 0. A group with fewer than two valid rewards has no baseline
@@ -68,8 +68,9 @@ def group_advantages(
 
 
 def trajectory_reward(traj: Trajectory) -> float | None:
-    """The reward a trajectory is trained on (its final `Reward.total`, see `trialground.verify.rubric`), or
-    `None` when it has none to compare: an infrastructure failure, or a reward the rubric dropped."""
+    """The reward a trajectory is trained on (its final `Reward.total`, see
+    `trialground.verify.reward.rubric`), or `None` when it has none to compare: an infrastructure failure,
+    or a reward the rubric dropped."""
     if not traj.ok or traj.reward is None or traj.reward.dropped:
         return None
     return float(traj.reward.total)

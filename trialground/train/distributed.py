@@ -48,7 +48,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from trialground.config import RunConfig
+from trialground.orchestrator.run_config import RunConfig
 from trialground.train.advantages import Scored
 from trialground.train.trainer import Sample, Trainer
 

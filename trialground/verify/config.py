@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trialground.verify.judge_config import JudgeConfig
+from trialground.verify.judges.config import JudgeConfig
 
 
 class GradingConfig(BaseModel):
@@ -54,7 +54,7 @@ class GradingConfig(BaseModel):
 
 
 class RewardConfig(BaseModel):
-    """The rubric's weights (trialground.verify.rubric): 0 when the outcome fails, else
+    """The rubric's weights (trialground.verify.reward.rubric): 0 when the outcome fails, else
     1 + w_p*process - w_r*redundant (+ w_j*judge); minus the hack, truncation and overlong penalties."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

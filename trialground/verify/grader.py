@@ -24,20 +24,22 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
-from trialground.batching import Batcher
 from trialground.errors import TrialgroundError, VerifierError
+from trialground.microbatch import Batcher
 from trialground.sandbox.base import Sandbox, SandboxConfig
 from trialground.tasks.model import Task
 from trialground.tasks.pool import default_group
-from trialground.verify.base import Action, Reward, Verdict
-from trialground.verify.check_program import CheckProgramVerifier
-from trialground.verify.code_tests import CodeTestsVerifier, Opener
 from trialground.verify.config import RewardConfig
-from trialground.verify.judge import CrossCheck, Judge
-from trialground.verify.kinds import VerifyRequest, lookup
-from trialground.verify.math_verifier import MathWorker
-from trialground.verify.rubric import Rubric
-from trialground.verify.swe_tests import SweTestsVerifier
+from trialground.verify.judges.config import make_judge
+from trialground.verify.judges.judge import CrossCheck, Judge
+from trialground.verify.kinds.check_program import CheckProgramVerifier
+from trialground.verify.kinds.code_tests import CodeTestsVerifier, Opener
+from trialground.verify.kinds.math import MathWorker
+from trialground.verify.kinds.registry import VerifyRequest, lookup
+from trialground.verify.kinds.swe_tests import SweTestsVerifier
+from trialground.verify.reward.model import Reward
+from trialground.verify.reward.rubric import Rubric
+from trialground.verify.verdict import Action, Verdict
 
 
 class Grader:
@@ -173,3 +175,13 @@ class Grader:
             self._math = None
         if self.judge is not None:
             await self.judge.close()
+
+
+def make_grader(sandbox: SandboxConfig, reward: RewardConfig, *, opener: Opener | None = None) -> Grader:
+    """The run's grader: the sandbox, `reward` (with `reward.judge`, cross-checking `judge_sample_rate` of
+    rule-graded submissions, a pass being a score >= `reward.judge.threshold`) and where grading sandboxes
+    open (an `Opener`: locally by default, on Ray actors with `cluster: ray`)."""
+    grader = Grader(sandbox, reward, judge=make_judge(reward.judge), opener=opener)
+    if reward.judge is not None:
+        grader.cross_check.threshold = reward.judge.threshold
+    return grader

@@ -30,10 +30,10 @@ from rich.table import Table
 
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task
-from trialground.verify.answers import parse_number
-from trialground.verify.code_tests import test_names
 from trialground.verify.config import RewardConfig
 from trialground.verify.grader import Grader
+from trialground.verify.kinds.answers import parse_number
+from trialground.verify.kinds.code_tests import test_names
 
 Status = Literal["valid", "invalid", "quarantined"]
 

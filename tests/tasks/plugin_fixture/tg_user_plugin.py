@@ -6,8 +6,8 @@ from pydantic import Field
 
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.tasks.sources import SourceRequest, TaskSource
-from trialground.verify.base import Verdict
-from trialground.verify.kinds import Params, VerifierKind, VerifyRequest
+from trialground.verify.kinds.registry import Params, VerifierKind, VerifyRequest
+from trialground.verify.verdict import Verdict
 
 
 class LengthParams(Params):

@@ -21,7 +21,7 @@ exited early), a bad MAC or a timeout is a run without results.
 Residual risk, stated plainly: the code under test runs in the runner's process, so code that goes looking
 for the key in memory could still forge a report. The grader makes that unattractive by construction
 elsewhere (only library files of a submission are applied, tests and harness come from the image) and
-flags submissions whose code reaches into the test machinery (`trialground.verify.swe_tests`).
+flags submissions whose code reaches into the test machinery (`trialground.verify.kinds.swe_tests`).
 """
 
 from __future__ import annotations

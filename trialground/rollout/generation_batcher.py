@@ -1,0 +1,69 @@
+"""Batching the generations of concurrent episodes into shared `policy.generate` calls."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from trialground.microbatch import Batcher
+from trialground.policy.base import Generation, SamplingParams
+
+Request = tuple[list[int], SamplingParams]
+
+
+class GroupBatcher:
+    """Stands in for a policy for `live` concurrent episodes, one prompt per request.
+
+    Requests are held until every live episode is waiting on the policy -- then they go out as one
+    `generate` call per distinct `SamplingParams` -- or until `window_s` after the first held request, so
+    an episode busy in a slow environment does not stall the others. `episode_done()` lowers `live`.
+    A failed call fails exactly the requests that were in it. The queueing is `trialground.microbatch`'s
+    (a batch is full when it holds `live` requests). `on_generation(seconds, sequences)` is told every
+    call's duration and size (the environment pool's autoscaler sizes itself from it).
+    """
+
+    def __init__(
+        self,
+        policy: Any,
+        *,
+        live: int,
+        window_s: float = 0.01,
+        on_generation: Callable[[float, int], None] | None = None,
+    ) -> None:
+        self.policy = policy
+        self._batcher: Batcher[Request, Generation] = Batcher(
+            self._generate,
+            max_batch=max(1, live),
+            window_s=window_s,
+            key=lambda r: r[1].model_dump_json(),
+            on_batch=on_generation,
+        )
+        self.live = live
+
+    @property
+    def calls(self) -> int:
+        """generate calls made, for tests and metrics."""
+        return self._batcher.calls
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.policy.tokenizer
+
+    @property
+    def version(self) -> int:
+        return int(self.policy.version)
+
+    async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        futures = [self._batcher.enqueue((list(p), params)) for p in prompts]
+        return list(await asyncio.gather(*futures))
+
+    def episode_done(self) -> None:
+        self.live -= 1
+        self._batcher.resize(max(1, self.live))
+
+    async def _generate(self, items: Sequence[Request]) -> list[Generation]:
+        gens = await self.policy.generate([p for p, _ in items], items[0][1])
+        if len(gens) != len(items):
+            raise RuntimeError(f"policy returned {len(gens)} generations for {len(items)} prompts")
+        return list(gens)

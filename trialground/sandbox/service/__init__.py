@@ -1,0 +1,1 @@
+"""The sandbox service: the `Sandbox` interface over HTTP, and its front door."""

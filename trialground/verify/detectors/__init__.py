@@ -1,0 +1,1 @@
+"""Hack detectors: evidence for the monitor, never a verdict by themselves."""

@@ -1,0 +1,1 @@
+"""Judges and reward models behind one interface, and `reward.judge`."""

@@ -1,0 +1,1 @@
+"""Verifier kinds: the registry and one module per built-in kind."""

@@ -1,0 +1,90 @@
+"""The built-in verifier kinds' grading functions (registered in `kinds.py`): each maps a `VerifyRequest`
+to a `Verdict` with the grader's shared verifiers (batched code tests, check programs, the math worker,
+the judge) and attaches the evidence flags (static hack detectors, workspace tampering)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from trialground.errors import VerifierError
+from trialground.verify.detectors.hacks import static_flags
+from trialground.verify.detectors.tamper import workspace_flags
+from trialground.verify.kinds.answers import verify_exact, verify_numeric, verify_regex
+from trialground.verify.kinds.code_tests import solution_path
+from trialground.verify.kinds.math import verify_math
+from trialground.verify.kinds.registry import JudgeParams, VerifyRequest
+from trialground.verify.kinds.submitted import UnreadableSubmission, read_submitted
+from trialground.verify.verdict import Flag, Verdict
+
+if TYPE_CHECKING:
+    from trialground.verify.grader import Grader
+
+
+async def code_tests(grader: Grader, req: VerifyRequest) -> Verdict:
+    task, workspace = req.task, req.workspace
+    if workspace is None and grader.code.batching:
+        verdict = await grader.batch_code((task, req.submission))
+    else:
+        verdict = await grader.code.verify(task, req.submission, workspace=workspace)
+    extra: list[Flag] = []
+    if grader.reward_config.grading.static_checks:
+        text = req.submission
+        if workspace is not None:
+            try:
+                data = await read_submitted(workspace, solution_path(task))
+            except UnreadableSubmission:
+                data = None  # the verdict already failed it, with the reason
+            text = (data or b"").decode("utf-8", "replace")
+        extra += static_flags(
+            text,
+            check_names=[*task.hidden_checks, *task.visible_checks],
+            hidden_checks=task.hidden_checks.values(),
+        )
+    if workspace is not None:
+        extra += await workspace_flags(task, workspace, req.actions)
+    return merge_flags(verdict, extra)
+
+
+async def check_program(grader: Grader, req: VerifyRequest) -> Verdict:
+    verdict = await grader.checks.verify(req.task, req.submission, workspace=req.workspace)
+    if req.workspace is not None:
+        verdict = merge_flags(verdict, await workspace_flags(req.task, req.workspace, req.actions))
+    return verdict
+
+
+async def math(grader: Grader, req: VerifyRequest) -> Verdict:
+    return await verify_math(req.task, req.submission, grader.math)
+
+
+async def exact(grader: Grader, req: VerifyRequest) -> Verdict:
+    return verify_exact(req.task, req.submission)
+
+
+async def regex(grader: Grader, req: VerifyRequest) -> Verdict:
+    return verify_regex(req.task, req.submission)
+
+
+async def numeric(grader: Grader, req: VerifyRequest) -> Verdict:
+    return verify_numeric(req.task, req.submission)
+
+
+async def judge(grader: Grader, req: VerifyRequest) -> Verdict:
+    if grader.judge is None:
+        raise VerifierError(f"task {req.task.id}: kind judge but no judge configured", kind="no_judge")
+    score = await grader.judge.score(req.task, req.submission)
+    assert isinstance(req.params, JudgeParams)
+    return Verdict(passed=score >= req.params.threshold, score=score, detail=f"judge score {score:.3f}")
+
+
+async def swe_tests(grader: Grader, req: VerifyRequest) -> Verdict:
+    return await grader.swe.verify(req.task, req.submission, workspace=req.workspace)
+
+
+def merge_flags(verdict: Verdict, extra: list[Flag]) -> Verdict:
+    """Adds flags (deduplicated); a `hack` flag fails the verdict."""
+    flags = list(verdict.flags)
+    for f in extra:
+        if all((f.name, f.evidence) != (g.name, g.evidence) for g in flags):
+            flags.append(f)
+    hack = any(f.severity == "hack" for f in flags)
+    return verdict.model_copy(update={"flags": tuple(flags), "passed": verdict.passed and not hack})

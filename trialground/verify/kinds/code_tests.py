@@ -1,0 +1,542 @@
+"""The `code_tests` verifier: hidden tests run after the episode in a fresh sandbox.
+
+Contract (see team brief): the submission is a full Python module written to
+`params["solution_path"]` (default `solution.py`); hidden and visible checks are `test_*.py` files with
+`def test_*():` functions that import the solution; `params["expected_tests"]` hidden tests must actually run.
+
+How a grading goes:
+1. a fresh sandbox is opened holding only the task's untouched `files` and the solution (from the
+   submission text, or read out of the agent's sandbox when `workspace` is given);
+2. `runner.py` is started there with the check files delivered over stdin (hidden checks never touch the
+   sandbox's disk) together with a host key;
+3. the runner forks a *submission worker* (`worker.py`: imports the solution, answers calls) and a
+   *checker* (`checker.py`: runs the tests, never imports the solution; the solution module it sees is a
+   proxy whose functions are calls into the worker with plain-data arguments and results, `wire.py`).
+   Assertions are evaluated only in the checker, with its own modules;
+4. the host verifies the report's HMAC, then requires every expected hidden test to have run and passed.
+   Skips, errors, timeouts and missing tests are failures. A report that is absent or badly signed is a
+   failure flagged `runner_tampering`; a sandbox that breaks is an infrastructure error (`Verdict.error`).
+
+Tests run in trialground's own runner, not pytest: top-level `test_*` functions (found in the AST by the
+host, so the solution cannot hide or add tests), each called once with a per-test deadline; no conftest,
+plugins, cache or rootdir configuration exist in this path at all. Visible checks run when a hidden test
+failed, judged after sealing (to flag solutions that pass the visible ones only).
+
+Sealed checks: in the hidden checks, every `assert EXPR == LITERAL` at the top level of a function body is
+rewritten (host side, AST) to send EXPR's value (computed in the checker) to the runner's supervisor; the
+literal reaches the sandbox only after every process of the grading is gone, and the supervisor compares.
+
+Speed: "fresh" is a pooled sandbox restored to its empty snapshot (the sandbox kills every process of the
+last command; the runner wipes /tmp and /dev/shm and says whether it left the sandbox clean; a sandbox that
+is not reported clean is closed, never reused). Single-turn gradings that arrive together are batched
+(`verify_many`): one sandbox exec, in which the trusted runner grades each submission in freshly forked
+processes, then kills what it left and empties the workspace, /tmp and /dev/shm before writing the next
+one's files. A batch member's behaviour never decides a sibling's verdict: members the batch did not report
+(its runner was killed, or an earlier member left the sandbox dirty) are regraded alone.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import functools
+import hashlib
+import hmac
+import marshal
+import os
+import secrets
+import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from importlib import resources
+from types import CodeType
+from typing import Any
+
+from trialground.errors import SandboxError, TrialgroundError, VerifierError
+from trialground.sandbox.base import WORKSPACE, ExecResult, Limits, Sandbox, SandboxConfig
+from trialground.tasks.model import Task
+from trialground.verify.config import GradingConfig
+from trialground.verify.kinds.submitted import UnreadableSubmission, read_submitted
+from trialground.verify.verdict import Flag, TestResult, Verdict
+
+Opener = Callable[[SandboxConfig, Mapping[str, str | bytes]], Awaitable[Sandbox]]
+
+# The runner arrives on stdin as a marshalled code object (no source compile in the sandbox); marshal
+# ties it to this Python version, so a different sandbox Python exits 96 (an infrastructure error).
+_BOOT = (
+    "import os, sys, marshal\n"
+    "def _r(n):\n"
+    "    b = b''\n"
+    "    while len(b) < n:\n"
+    "        c = os.read(0, n - len(b))\n"
+    "        if not c:\n"
+    "            raise SystemExit(97)\n"
+    "        b += c\n"
+    "    return b\n"
+    f"if sys.version_info[:2] != {tuple(sys.version_info[:2])!r}:\n"
+    "    print('runner needs Python %d.%d' % " + f"{tuple(sys.version_info[:2])!r}" + ", file=sys.stderr)\n"
+    "    raise SystemExit(96)\n"
+    "exec(marshal.loads(_r(int(_r(10)))), {'__name__': 'tg_runner'})\n"
+)
+REPORT_PREFIX = "TGREPORT "
+VISIBLE_PREFIX = "visible::"
+
+
+async def default_opener(config: SandboxConfig, files: Mapping[str, str | bytes]) -> Sandbox:
+    from trialground.sandbox.factory import open_sandbox
+
+    return await open_sandbox(config, files)
+
+
+def solution_path(task: Task) -> str:
+    return str(task.verifier.params.get("solution_path", "solution.py"))
+
+
+def _module_name(path: str) -> str:
+    if not path.endswith(".py") or "/" in path:
+        raise VerifierError(f"solution_path {path!r}: expected a top-level .py file", kind="bad_task")
+    return path[:-3]
+
+
+@functools.lru_cache(maxsize=4096)
+def test_names(source: str) -> list[str]:
+    """Top-level `def test_*` names in definition order, read from the AST (never by running the file)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        raise VerifierError(f"check file does not parse: {e}", kind="bad_task") from e
+    return [
+        n.name
+        for n in tree.body
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name.startswith("test")
+    ]
+
+
+@functools.lru_cache(maxsize=4096)
+def check_imports(source: str) -> frozenset[str]:
+    """Top-level modules a check file imports at its top level (the runner imports them once, before it
+    forks the checker and the worker, so neither pays for them)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return frozenset()
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return frozenset(names)
+
+
+@functools.cache
+def runner_source(name: str = "runner.py") -> str:
+    return resources.files("trialground.verify.sandboxed").joinpath(name).read_text()
+
+
+_PLACEHOLDER = "<tg-0000>"
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(source: str, path: str) -> CodeType:
+    try:
+        return compile(source, f"{_PLACEHOLDER}:{path}", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:
+        raise VerifierError(f"{path} does not compile: {e}", kind="bad_task") from e
+
+
+def _retitle(code: CodeType, filename: str) -> CodeType:
+    """The same code object with `filename` everywhere (nested functions and classes included)."""
+    consts = tuple(_retitle(c, filename) if isinstance(c, CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
+
+
+_NOT_LITERAL = object()
+
+
+def _literal(node: ast.expr) -> Any:
+    if isinstance(node, ast.Call):
+        return _NOT_LITERAL
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return _NOT_LITERAL
+
+
+class _Sealer(ast.NodeTransformer):
+    """`assert EXPR == LITERAL` (either order) at the top level of a function body becomes
+    `__tg_check__(EXPR, k)`; the literal goes to `expected[k]`, which never enters the worker."""
+
+    def __init__(self) -> None:
+        self.expected: list[Any] = []
+        self.by_function: dict[str, list[int]] = {}
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
+        self.generic_visit(node)
+        body: list[ast.stmt] = []
+        for stmt in node.body:
+            sealed = self._seal(stmt)
+            if sealed is not None:
+                self.by_function.setdefault(node.name, []).append(len(self.expected) - 1)
+            body.append(sealed or stmt)
+        node.body = body
+        return node
+
+    def _seal(self, stmt: ast.stmt) -> ast.stmt | None:
+        if not (isinstance(stmt, ast.Assert) and isinstance(stmt.test, ast.Compare)):
+            return None
+        test = stmt.test
+        if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
+            return None
+        left, right = test.left, test.comparators[0]
+        lv, rv = _literal(left), _literal(right)
+        if (lv is _NOT_LITERAL) == (rv is _NOT_LITERAL):
+            return None  # no literal side, or two: nothing to seal
+        value, expr = (rv, left) if rv is not _NOT_LITERAL else (lv, right)
+        try:
+            marshal.dumps(value)
+        except ValueError:
+            return None
+        self.expected.append(value)
+        call = ast.Call(
+            ast.Name("__tg_check__", ast.Load()), [expr, ast.Constant(len(self.expected) - 1)], []
+        )
+        return ast.copy_location(ast.Expr(call), stmt)
+
+
+@functools.lru_cache(maxsize=4096)
+def sealed(source: str, path: str) -> tuple[CodeType, tuple[Any, ...], dict[str, list[int]]]:
+    """The check file with its literal expectations sealed: (code, expected literals, check ids per test)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        raise VerifierError(f"{path} does not parse: {e}", kind="bad_task") from e
+    sealer = _Sealer()
+    tree = ast.fix_missing_locations(sealer.visit(tree))
+    code = compile(tree, f"{_PLACEHOLDER}:{path}", "exec", dont_inherit=True)
+    tests = {k: v for k, v in sealer.by_function.items() if k.startswith("test")}
+    return code, tuple(sealer.expected), tests
+
+
+def compiled_for(source: str, path: str, token: str) -> CodeType:
+    """`source` compiled as `<tg-TOKEN:path>`: the runner trusts frames from files named with its token."""
+    return _retitle(_compiled(source, path), f"<tg-{token}:{path}>" if path else f"<tg-{token}>")
+
+
+def _frame(data: bytes) -> bytes:
+    return f"{len(data):010d}".encode() + data
+
+
+def job_header(task: Task, grading: GradingConfig, token: str, *, visible: bool) -> dict[str, Any]:
+    """What the runner needs to grade one submission of `task` (tests compiled here, with the token)."""
+    specs: list[dict[str, Any]] = [
+        {"path": p, "module": f"tg_hidden_{i}", "prefix": "", "source": src}
+        for i, (p, src) in enumerate(sorted(task.hidden_checks.items()))
+    ]
+    if visible:
+        specs += [
+            {"path": p, "module": f"tg_visible_{i}", "prefix": f"{VISIBLE_PREFIX}{p}::", "source": src}
+            for i, (p, src) in enumerate(sorted(task.visible_checks.items()))
+        ]
+    expected: list[list[Any]] = []
+    for n, spec in enumerate(specs):
+        source = str(spec.pop("source"))
+        spec["names"] = test_names(source)
+        if n < len(task.hidden_checks):  # visible checks are no secret: they run as written
+            code, literals, checks = sealed(source, str(spec["path"]))
+            spec["code"] = _retitle(code, f"<tg-{token}:{spec['path']}>")
+        else:
+            spec["code"], literals, checks = compiled_for(source, str(spec["path"]), token), (), {}
+        spec["checks"] = checks
+        expected.append(list(literals))
+    for spec in specs[: len(task.hidden_checks)]:
+        if len(task.hidden_checks) > 1:
+            spec["prefix"] = f"{spec['path']}::"
+    return {
+        "_expected": expected,  # removed before the header is sent: it follows the host key
+        "tests": specs,
+        "n_hidden": sum(len(spec["names"]) for spec in specs[: len(task.hidden_checks)]),
+        "check_names": sorted({p.rsplit("/", 1)[-1] for p in [*task.hidden_checks, *task.visible_checks]}),
+        "imports": sorted(
+            {m for src in task.hidden_checks.values() for m in check_imports(src)}
+            - {_module_name(solution_path(task))}
+        ),
+        "solution_module": _module_name(solution_path(task)),
+        "strict_types": bool(task.verifier.params.get("strict_types", grading.strict_types)),
+        "test_timeout_s": float(task.verifier.params.get("test_timeout_s", grading.test_timeout_s)),
+        "total_timeout_s": grading.total_timeout_s,
+    }
+
+
+def runner_stdin(
+    task: Task, grading: GradingConfig, token: str, host_key: bytes, *, visible: bool, wipe_tmp: bool = False
+) -> bytes:
+    """The runner's stdin for one grading: boot block (the runner's code object), header, host key."""
+    header = {"token": token, "wipe_tmp": wipe_tmp, **job_header(task, grading, token, visible=visible)}
+    expected = [header.pop("_expected")]
+    return _stdin(header, token, host_key, expected)
+
+
+def batch_stdin(jobs: list[dict[str, Any]], token: str, host_key: bytes, preload: tuple[str, ...]) -> bytes:
+    """The runner's stdin for a batch: each job carries its files (the runner writes them)."""
+    expected = [job.pop("_expected") for job in jobs]
+    header = {"token": token, "wipe_tmp": True, "jobs": jobs, "preload": list(preload)}
+    return _stdin(header, token, host_key, expected)
+
+
+def _stdin(header: dict[str, Any], token: str, host_key: bytes, expected: list[Any]) -> bytes:
+    """boot | header | host key | sealed literals: the runner reads the last two after all workers ended."""
+    boot = marshal.dumps(compiled_for(runner_source(), "", token))
+    header["worker_code"] = compiled_for(runner_source("worker.py"), "worker", token)
+    header["checker_code"] = compiled_for(runner_source("checker.py"), "checker", token)
+    header["wire_code"] = compiled_for(runner_source("wire.py"), "wire", token)
+    tail = host_key.hex().encode() + _frame(marshal.dumps(expected))
+    return _frame(boot) + _frame(marshal.dumps(header)) + tail
+
+
+def parse_report(stdout: str, host_key: bytes) -> dict | None:
+    """The signed report, or None when it is missing or its signature is wrong."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(REPORT_PREFIX):
+            mac, _, body = line[len(REPORT_PREFIX) :].partition(" ")
+            good = hashlib.blake2b(body.encode(), key=host_key, digest_size=32).hexdigest()
+            if hmac.compare_digest(mac, good):
+                try:
+                    report = marshal.loads(bytes.fromhex(body))  # authenticated above: written by the runner
+                except (ValueError, EOFError, TypeError):
+                    return None
+                return report if isinstance(report, dict) else None
+            return None
+    return None
+
+
+async def solution_files(task: Task, submission: str, workspace: Sandbox | None) -> dict[str, str | bytes]:
+    """The files copied into the grading sandbox: the solution module (+ `params['solution_files']`).
+    Raises `UnreadableSubmission` when one in the agent's workspace is not a readable regular file."""
+    main = solution_path(task)
+    if workspace is None:
+        return {main: submission}
+    names = [main, *task.verifier.params.get("solution_files", [])]
+    out: dict[str, str | bytes] = {}
+    for name in names:
+        data = await read_submitted(workspace, name)  # UnreadableSubmission: a FIFO, directory, ...
+        if data is not None:
+            out[name] = data
+    return out
+
+
+class SandboxPool:
+    """Grading sandboxes: new ones from `opener`, or (when `keep` > 0) reused ones restored to their empty
+    snapshot. A restored sandbox is as fresh as a new one for grading: the workspace is byte-identical to
+    empty, every process of the last command was killed by the sandbox, and the runner wiped /tmp."""
+
+    def __init__(self, config: SandboxConfig, opener: Opener, keep: int) -> None:
+        self.config, self.opener, self.keep = config, opener, keep
+        self._idle: list[tuple[Sandbox, str]] = []
+
+    async def acquire(self, files: Mapping[str, str | bytes]) -> tuple[Sandbox, str | None]:
+        if self.keep <= 0:
+            return await self._open(files), None
+        if self._idle:
+            sandbox, snap = self._idle.pop()
+        else:
+            sandbox = await self._open({})
+            snap = await sandbox.snapshot()
+        try:
+            for path, data in files.items():
+                await sandbox.write(path, data)
+        except BaseException:
+            await sandbox.close()
+            raise
+        return sandbox, snap
+
+    async def release(self, sandbox: Sandbox, snap: str | None, healthy: bool) -> None:
+        if snap is None or not healthy or len(self._idle) >= self.keep:
+            await sandbox.close()
+            return
+        try:
+            await sandbox.restore(snap)
+        except SandboxError:
+            await sandbox.close()
+            return
+        self._idle.append((sandbox, snap))
+
+    async def _open(self, files: Mapping[str, str | bytes]) -> Sandbox:
+        try:
+            return await self.opener(self.config, files)
+        except OSError as e:
+            raise SandboxError(f"could not open a grading sandbox: {e}", kind="open_failed") from e
+
+    async def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for sandbox, _ in idle:
+            await sandbox.close()
+
+
+class CodeTestsVerifier:
+    """Runs a task's hidden (and visible) tests against a submission in a fresh sandbox."""
+
+    def __init__(self, sandbox_config: SandboxConfig, grading: GradingConfig, opener: Opener | None = None):
+        self.sandbox_config = sandbox_config
+        self.grading = grading
+        self.pool = SandboxPool(sandbox_config, opener or default_opener, grading.reuse_sandboxes)
+        self._slots = asyncio.Semaphore(grading.max_parallel)
+
+    @property
+    def batching(self) -> bool:
+        """Batches need the runner to rewrite the workspace itself: only in (reused) bwrap sandboxes."""
+        return self.pool.keep > 0 and self.sandbox_config.backend == "bwrap" and self.grading.max_batch > 1
+
+    async def verify(self, task: Task, submission: str, *, workspace: Sandbox | None = None) -> Verdict:
+        _check_task(task)
+        files: dict[str, str | bytes] = dict(task.files)
+        try:
+            files.update(await solution_files(task, submission, workspace))
+        except UnreadableSubmission as e:
+            return e.verdict()
+        token, host_key = secrets.token_hex(16), os.urandom(32)
+        reused = self.pool.keep > 0 and self.sandbox_config.backend == "bwrap"
+        stdin = runner_stdin(
+            task, self.grading, token, host_key, visible=self.grading.run_visible, wipe_tmp=reused
+        )
+        limits = task.limits or self.sandbox_config.limits
+        limits = limits.model_copy(update={"wall_s": min(3600.0, self.grading.total_timeout_s + 10.0)})
+        async with self._slots:
+            sandbox, snap = await self.pool.acquire(files)
+            report = await self._run(sandbox, snap, stdin, limits, host_key)
+        return report if isinstance(report, Verdict) else self._verdict(task, report)
+
+    async def verify_many(self, items: Sequence[tuple[Task, str]]) -> list[Verdict | TrialgroundError]:
+        """Single-turn submissions graded in ONE sandbox exec: the runner wipes and rewrites the workspace
+        before each (and /tmp, /dev/shm), forks fresh workers for each, and reports each separately.
+        Per-item failures are returned, not raised."""
+        out: list[Verdict | TrialgroundError] = []
+        jobs: list[dict[str, Any]] = []
+        token, host_key = secrets.token_hex(16), os.urandom(32)
+        for task, submission in items:
+            try:
+                _check_task(task)
+                files = {k: v.encode() for k, v in task.files.items()}
+                files[solution_path(task)] = submission.encode()
+                jobs.append(
+                    {
+                        **job_header(task, self.grading, token, visible=self.grading.run_visible),
+                        "files": files,
+                    }
+                )
+            except TrialgroundError as e:
+                out.append(e)
+                continue
+            out.append(VerifierError("pending", kind="pending"))
+        if not jobs:
+            return out
+        stdin = batch_stdin(jobs, token, host_key, self.grading.preload)
+        base = items[0][0].limits or self.sandbox_config.limits
+        wall = min(3600.0, len(jobs) * self.grading.total_timeout_s + 10.0)
+        limits = base.model_copy(update={"wall_s": wall, "cpu_s": min(3600.0, max(base.cpu_s, wall))})
+        async with self._slots:
+            sandbox, snap = await self.pool.acquire({})
+            try:
+                report: dict | Verdict | None = await self._run(sandbox, snap, stdin, limits, host_key)
+            except TrialgroundError:
+                report = None  # the batch's sandbox broke: every member is graded alone below
+        reports = report.get("jobs") if isinstance(report, dict) else None
+        pending = [i for i, o in enumerate(out) if isinstance(o, VerifierError) and o.kind == "pending"]
+        alone: list[int] = []
+        for n, i in enumerate(pending):
+            if reports is None or n >= len(reports) or "tests" not in reports[n]:
+                # No report for it (the batch's runner was killed, or a member left the sandbox dirty,
+                # or its files could not be written): whatever a sibling did must not decide its verdict.
+                alone.append(i)
+            else:
+                out[i] = self._verdict(items[i][0], reports[n])
+        if alone:
+            regraded = await asyncio.gather(*(self.verify(*items[i]) for i in alone), return_exceptions=True)
+            for i, res in zip(alone, regraded, strict=True):
+                if isinstance(res, BaseException) and not isinstance(res, TrialgroundError):
+                    raise res
+                out[i] = res
+        return out
+
+    async def _run(
+        self, sandbox: Sandbox, snap: str | None, stdin: bytes, limits: Limits, host_key: bytes
+    ) -> dict | Verdict:
+        """Run the runner, release the sandbox (kept only when it reported itself clean), and return the
+        signed report or a failed Verdict (see `_report`)."""
+        flags = "-I" if self.grading.site_packages else "-IS"
+        healthy = False
+        try:
+            result = await sandbox.exec(
+                [self.grading.python, flags, "-c", _BOOT], stdin=stdin, cwd=WORKSPACE, limits=limits, env={}
+            )
+            healthy = result.status.value != "sandbox_error"
+            report = self._report(result, healthy, host_key)
+            # a sandbox is reused only when its runner said every process of the grading is gone and
+            # the workspace, /tmp and /dev/shm are empty
+            healthy = isinstance(report, dict) and bool(report.get("clean", snap is None))
+        finally:
+            await self.pool.release(sandbox, snap, healthy)
+        return report
+
+    def _report(self, result: ExecResult, healthy: bool, host_key: bytes) -> dict | Verdict:
+        """The signed report; raises on infrastructure failure; a Verdict (failed) when the runner was
+        killed by the submission's doing (memory, a forged or missing report)."""
+        report = parse_report(result.stdout, host_key)
+        if report is not None:
+            return report
+        if result.exit_code == 96:
+            raise VerifierError(f"sandbox Python mismatch: {result.stderr[-200:]}", kind="python_mismatch")
+        if result.exit_code in (97, 126, 127):  # the runner never started or never got its input
+            raise SandboxError(
+                f"grading runner could not start (exit {result.exit_code}): {result.stderr[-300:]}",
+                kind="runner_start",
+            )
+        if not healthy:
+            raise SandboxError(f"grading sandbox failed: {result.stderr[-500:]}", kind="exec_failed")
+        evidence = f"no valid signed report (status {result.status.value}, exit {result.exit_code})"
+        return Verdict(
+            passed=False,
+            flags=(Flag(name="runner_tampering", evidence=evidence, severity="warn"),),
+            detail=f"{evidence}: {result.stderr[-300:]}",
+        )
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    def _verdict(self, task: Task, report: dict) -> Verdict:
+        tests = tuple(
+            TestResult(name=name, outcome=outcome, detail=detail)
+            for name, outcome, detail, _ in report["tests"]
+        )
+        hidden = [t for t in tests if not t.name.startswith(VISIBLE_PREFIX)]
+        visible = [t for t in tests if t.name.startswith(VISIBLE_PREFIX)]
+        flags = [
+            Flag(name=f[0], evidence=f[1], severity=f[2] if len(f) > 2 else "hack")
+            for f in _unique(report["flags"])
+        ]
+        expected = int(task.verifier.params.get("expected_tests", len(hidden)))
+        ran = [t for t in hidden if t.outcome != "missing"]
+        passed_n = sum(1 for t in hidden if t.outcome == "passed")
+        detail = f"{passed_n}/{max(expected, len(hidden))} hidden tests passed"
+        if len(ran) < expected:
+            detail += f"; only {len(ran)} of {expected} expected tests ran"
+        hack = any(f.severity == "hack" for f in flags)
+        passed = passed_n >= expected and passed_n == len(hidden) and len(hidden) > 0 and not hack
+        if visible and not passed and all(t.outcome == "passed" for t in visible):
+            flags.append(
+                Flag(
+                    name="special_casing",
+                    evidence=f"passes all {len(visible)} visible checks but fails hidden ones ({detail})",
+                    severity="warn",
+                )
+            )
+        score = passed_n / max(expected, len(hidden), 1)
+        return Verdict(passed=passed, score=min(score, 1.0), tests=tests, flags=tuple(flags), detail=detail)
+
+
+def _check_task(task: Task) -> None:
+    if not task.hidden_checks:
+        raise VerifierError(f"task {task.id}: code_tests needs hidden checks", kind="bad_task")
+
+
+def _unique(flags: list[list[str]]) -> list[tuple[str, ...]]:
+    return list(dict.fromkeys(tuple(f) for f in flags))

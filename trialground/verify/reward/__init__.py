@@ -1,0 +1,1 @@
+"""The reward: its data (`model`), the rubric of named parts, shaping measurements."""
