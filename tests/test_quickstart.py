@@ -76,6 +76,7 @@ def _train_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "trialground", "train", *args]
 
 
+@pytest.mark.timeout(1800)  # three runs of the quickstart's cadence: 15 + 10 + 5 steps on a busy machine
 def test_resume_after_kill_matches_an_uninterrupted_run(tmp_path: Path) -> None:
     """Durable by default: the quickstart's own checkpoint cadence (no checkpoint setting given) leaves a
     checkpoint that a run killed with SIGKILL resumes from, to the same result as an uninterrupted run."""

@@ -110,6 +110,12 @@ def _package_problems(config: RunConfig, purpose: Purpose) -> list[str]:
                 f"monitor.sinks: the {sink} sink needs the {modules[0]!r} package, which is not installed: "
                 f"pip install 'trialground[{extra}]' (or drop {sink!r} from monitor.sinks)"
             )
+    for module in ("pyarrow", "scipy") if purpose in ("train", "eval") else ():
+        if not _installed(module):
+            out.append(
+                f"the training loop and evaluation need the {module!r} package, which is not installed: "
+                "pip install 'trialground[run]' (included in trialground[train])"
+            )
     needs_torch = purpose == "train" or config.policy.backend in ("hf", "vllm")
     for module in ("torch", "transformers") if needs_torch else ():
         if not _installed(module):
