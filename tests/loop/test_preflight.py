@@ -149,3 +149,24 @@ def test_a_start_that_fails_after_the_checks_leaves_no_run_directory(tmp_path: P
     assert proc.returncode == 3, proc.stderr[-3000:]
     assert "the source broke while loading" in proc.stderr
     assert not (tmp_path / "broken").exists()
+
+
+def test_version_prints_the_package_version(tmp_path: Path) -> None:
+    from trialground import __version__
+
+    out = _cli("--version", cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.strip() == f"trialground {__version__}"
+
+
+def test_the_checkpoint_cadence_counts_steps_and_seconds() -> None:
+    from trialground.orchestrator.config import LoopConfig
+    from trialground.orchestrator.state import Cadence
+
+    default = Cadence(LoopConfig(steps=50))
+    assert [s for s in range(1, 51) if default.due(s)] == [10, 20, 30, 40, 50]
+    timed = Cadence(LoopConfig(steps=50, checkpoint_interval=0, checkpoint_every_s=60.0))
+    assert not timed.due(3)
+    timed.last_s -= 61.0  # a minute passed since the last checkpoint
+    assert timed.due(3)
+    timed.saved()
+    assert not timed.due(4) and timed.due(50)
