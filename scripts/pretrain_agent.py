@@ -41,7 +41,7 @@ from trialground.orchestrator.run_config import RunConfig, load_config
 from trialground.policy.tiny import AGENT_NAME, build_tokenizer, tiny_llama_config, tiny_model_dir
 from trialground.rollout.chat import ChatRenderer
 from trialground.tasks.agentic import Instance, agent_instances
-from trialground.verify.grader import Grader
+from trialground.verify.grader import make_grader
 
 RECIPE = Path(__file__).resolve().parent.parent / "examples" / "agent.yaml"
 Trace = dict[str, Any]  # {"prompt": str, "turns": [[action, observation], ...], "solved": bool}
@@ -100,13 +100,14 @@ async def play(inst: Instance, env: ToolEnv, rng: random.Random, args: argparse.
         trace["turns"].append([text, obs.text])
         if obs.done:
             break
-    trace["solved"] = bool(obs.done and obs.reward is not None and obs.reward.outcome > 0)
+    graded = obs.end.graded if obs.done and obs.end is not None else None
+    trace["solved"] = bool(graded is not None and graded.verdict.passed and graded.verdict.error is None)
     return trace
 
 
 async def make_traces(config: RunConfig, n: int, seed: int, args: argparse.Namespace) -> list[Trace]:
     instances = agent_instances(n, seed=seed, split="train")
-    grader = Grader(config.sandbox, config.reward)
+    grader = make_grader(config.sandbox, config.reward)
     gate = asyncio.Semaphore(8)
     rng = random.Random(seed)
     seeds = [rng.random() for _ in instances]

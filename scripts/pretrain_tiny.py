@@ -121,13 +121,13 @@ def evaluate(model_dir: str, n: int, samples: int, seed: int) -> None:
     from trialground.policy.hf import HFPolicy
     from trialground.sandbox.base import SandboxConfig
     from trialground.tasks.codegen import generate_codegen_tasks
-    from trialground.verify.grader import Grader
+    from trialground.verify.grader import make_grader
 
     policy = HFPolicy(PolicyConfig(model=model_dir))
     tasks = generate_codegen_tasks(n, seed=seed, split="eval")
 
     async def run() -> None:
-        grader = Grader(SandboxConfig())
+        grader = make_grader(SandboxConfig())
         try:
             t0 = time.time()
             rates = await measure_pass_rates(policy, tasks, grader, samples=samples, seed=seed)

@@ -6,7 +6,7 @@ import pytest
 
 from trialground.sandbox.base import SandboxConfig
 from trialground.verify.config import RewardConfig
-from trialground.verify.grader import Grader
+from trialground.verify.grader import Grader, make_grader
 
 
 @pytest.fixture
@@ -16,6 +16,6 @@ def sandbox_config() -> SandboxConfig:
 
 @pytest.fixture
 async def grader(sandbox_config: SandboxConfig) -> AsyncIterator[Grader]:
-    g = Grader(sandbox_config, RewardConfig())
+    g = make_grader(sandbox_config, RewardConfig())
     yield g
     await g.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from envkit import call, code_task
+from reward_helpers import verdict_of
 
 from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
@@ -91,12 +92,12 @@ async def test_fork_branches_see_state_and_diverge(grader: Grader, sandbox_confi
         # each branch finishes and is graded on its own: one breaks the fix, two keep it
         await branches[0].step(call("edit_file", path="solution.py", old="a + b", new="a * b"))
         results = [await b.step(call("submit")) for b in branches]
-        passed = [r.verdict.passed for r in results if r.verdict is not None]
-        assert passed == [False, True, True], [r.verdict for r in results]
-        assert [r.info["counters"]["tool_calls"] for r in results] == [7, 6, 6]
+        passed = [v.passed for r in results if (v := verdict_of(r)) is not None]
+        assert passed == [False, True, True], [verdict_of(r) for r in results]
+        assert [b.counters["tool_calls"] for b in branches] == [7, 6, 6]
         assert not env.state.done  # the parent goes on
         obs = await env.step(call("submit"))
-        assert obs.verdict is not None and obs.verdict.passed
+        assert verdict_of(obs) is not None and verdict_of(obs).passed
     finally:
         for b in branches:
             await b.close()

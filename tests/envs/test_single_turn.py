@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from envkit import code_task
+from reward_helpers import error_of, reward_of, verdict_of
 
 from trialground.envs.single_turn import SingleTurnEnv
 from trialground.tasks.model import Task, VerifierSpec
@@ -17,10 +18,10 @@ async def test_code_completion_is_extracted_and_graded(grader: Grader) -> None:
     obs = await env.reset(task)
     assert obs.text == task.prompt and not obs.done
     obs = await env.step(GOOD)
-    assert obs.done and obs.verdict is not None and obs.verdict.passed and obs.info["error"] is None
-    assert obs.reward is not None and obs.reward.outcome == 1.0
+    assert obs.done and verdict_of(obs) is not None and verdict_of(obs).passed and error_of(obs) is None
+    assert reward_of(obs) is not None and reward_of(obs).outcome == 1.0
     again = await env.step(GOOD)
-    assert again.done and again.reward is None
+    assert again.done and again.end is None  # a step after the end is graded no more
 
 
 async def test_wrong_completion_fails_and_fork_grades_independently(grader: Grader) -> None:
@@ -29,9 +30,9 @@ async def test_wrong_completion_fails_and_fork_grades_independently(grader: Grad
     a, b = await env.fork(2)
     bad = await a.step("```python\ndef add(a, b):\n    return 3\n```")
     good = await b.step(GOOD)
-    assert bad.verdict is not None and not bad.verdict.passed and bad.reward is not None
-    assert bad.reward.total == 0.0
-    assert good.verdict is not None and good.verdict.passed
+    assert verdict_of(bad) is not None and not verdict_of(bad).passed and reward_of(bad) is not None
+    assert reward_of(bad).total == 0.0  # type: ignore[union-attr]
+    assert verdict_of(good) is not None and verdict_of(good).passed  # type: ignore[union-attr]
 
 
 async def test_exact_answer_task_passes_completion_unchanged(grader: Grader) -> None:
@@ -40,4 +41,4 @@ async def test_exact_answer_task_passes_completion_unchanged(grader: Grader) -> 
     await env.reset(task)
     assert env.submission_of("```\n42\n```") == "```\n42\n```"
     obs = await env.step("42")
-    assert obs.done and obs.verdict is not None and obs.verdict.error is None
+    assert obs.done and verdict_of(obs) is not None and verdict_of(obs).error is None

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 from envkit import call, code_task
+from reward_helpers import error_of, finish_reason_of, reward_of, verdict_of
 
 from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
@@ -66,11 +67,11 @@ async def test_scripted_episode_every_tool(grader: Grader, sandbox_config) -> No
         assert "1 passed, 0 failed" in obs.text and obs.text.rstrip().endswith("done")
 
         obs = await env.step(call("submit"))
-        assert obs.done and obs.verdict is not None and obs.reward is not None
-        assert obs.verdict.error is None and obs.verdict.passed, obs.verdict
-        assert obs.reward.outcome == 1.0 and obs.reward.total >= 1.0
-        assert obs.info["finish_reason"] == "submitted" and obs.info["error"] is None
-        counters = obs.info["counters"]
+        assert obs.done and verdict_of(obs) is not None and reward_of(obs) is not None
+        assert verdict_of(obs).error is None and verdict_of(obs).passed, verdict_of(obs)
+        assert reward_of(obs).outcome == 1.0 and reward_of(obs).total >= 1.0
+        assert finish_reason_of(obs) == "submitted" and error_of(obs) is None
+        counters = env.counters
         assert counters["invalid_calls"] == 5
         assert counters["tool_calls"] == 12  # 3 + 3 edits + python + write + read + run_tests + bash + submit
         assert counters["tool_errors"] == 4  # failed run_tests, 2 bad edits, missing read
@@ -82,7 +83,7 @@ async def test_scripted_episode_every_tool(grader: Grader, sandbox_config) -> No
         assert [a.changed_workspace for a in edit] == [False, False, True]
         # after the end: an observation, not an exception
         again = await env.step(call("bash", command="ls"))
-        assert again.done and again.reward is None
+        assert again.done and again.end is None
     finally:
         await env.close()
 
@@ -94,8 +95,8 @@ async def test_wrong_fix_fails_hidden_tests(grader: Grader, sandbox_config) -> N
         # passes the visible test only
         await env.step(call("write_file", path="solution.py", content="def add(a, b):\n    return 3\n"))
         obs = await env.step(call("submit"))
-        assert obs.done and obs.verdict is not None and not obs.verdict.passed
-        assert obs.reward is not None and obs.reward.total == 0.0 and obs.verdict.error is None
+        assert obs.done and verdict_of(obs) is not None and not verdict_of(obs).passed
+        assert reward_of(obs) is not None and reward_of(obs).total == 0.0 and verdict_of(obs).error is None
     finally:
         await env.close()
 
@@ -107,8 +108,8 @@ async def test_turn_limit_grades_workspace(grader: Grader, sandbox_config) -> No
         obs = await env.step(call("edit_file", path="solution.py", old="a - b", new="a + b"))
         assert not obs.done
         obs = await env.step(call("bash", command="true"))
-        assert obs.done and obs.info["finish_reason"] == "max_turns"
-        assert obs.verdict is not None and obs.verdict.passed
+        assert obs.done and finish_reason_of(obs) == "max_turns"
+        assert verdict_of(obs) is not None and verdict_of(obs).passed
     finally:
         await env.close()
 
@@ -122,7 +123,12 @@ async def test_time_limit_and_long_output_truncated(grader: Grader, sandbox_conf
         assert len(obs.text) <= 500 and "chars dropped" in obs.text
         assert obs.text.startswith("[exit 0]\nAAAA") and obs.text.endswith("THE END")
         obs = await env.step(call("bash", command="sleep 5"))  # the episode's clock caps the command
-        assert obs.done and obs.info["finish_reason"] == "time_limit" and obs.reward is None
+        assert (
+            obs.done
+            and finish_reason_of(obs) == "time_limit"
+            and verdict_of(obs) is None
+            and reward_of(obs).outcome == 0.0
+        )  # type: ignore[union-attr]
         assert env.elapsed_s() < 4.5
     finally:
         await env.close()
@@ -159,7 +165,7 @@ async def test_bad_paths_are_tool_errors_not_episode_errors(grader: Grader, sand
         assert env.counters["tool_errors"] == 6 and not env.failed
         await env.step(call("bash", command="rm solution.py && mkdir solution.py"))
         obs = await env.step(call("submit"))  # the solution path is a directory: graded, fails, no crash
-        assert obs.done and obs.verdict is not None and not obs.verdict.passed
+        assert obs.done and verdict_of(obs) is not None and not verdict_of(obs).passed
     finally:
         await env.close()
 
@@ -171,7 +177,12 @@ async def test_time_spent_generating_counts(grader: Grader, sandbox_config) -> N
         await env.reset(code_task())
         await asyncio.sleep(0.4)  # the policy took too long
         obs = await env.step(call("write_file", path="late.txt", content="x"))
-        assert obs.done and obs.info["finish_reason"] == "time_limit" and obs.reward is None
+        assert (
+            obs.done
+            and finish_reason_of(obs) == "time_limit"
+            and verdict_of(obs) is None
+            and reward_of(obs).outcome == 0.0
+        )  # type: ignore[union-attr]
         with pytest.raises(FileNotFoundError):
             await env.sandbox.read("late.txt")  # type: ignore[union-attr]
     finally:

@@ -11,12 +11,13 @@ import asyncio
 
 import pytest
 from isolation_suite import SPAWN
+from reward_helpers import grade_and_score
 
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.humaneval import humaneval_tasks
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.verify.config import GradingConfig, RewardConfig
-from trialground.verify.grader import Grader
+from trialground.verify.grader import make_grader
 from trialground.verify.verdict import Verdict
 
 pytestmark = pytest.mark.security
@@ -91,7 +92,7 @@ def tasks() -> list[Task]:
 
 
 async def _batch(tasks: list[Task], source: str, grading: GradingConfig) -> list[Verdict]:
-    grader = Grader(SandboxConfig(), RewardConfig(grading=grading))
+    grader = make_grader(SandboxConfig(), RewardConfig(grading=grading))
     try:
         items = [(tasks[i], tasks[i].reference or "") for i in SIBLINGS[:2]]
         items.append((tasks[2], source))
@@ -145,12 +146,14 @@ async def test_a_dirty_sandbox_is_never_reused() -> None:
     )
     dirty = SPAWN + "open('/tmp/junk', 'w').write('x')\nopen('/dev/shm/junk', 'w').write('x')\n"
     dirty += "spawn('kill -9 -1')\nimport time\ntime.sleep(2)\n" + snoop
-    grader = Grader(SandboxConfig(), RewardConfig(grading=GradingConfig(reuse_sandboxes=1, max_parallel=1)))
+    grader = make_grader(
+        SandboxConfig(), RewardConfig(grading=GradingConfig(reuse_sandboxes=1, max_parallel=1))
+    )
     try:
         for _ in range(3):
-            bad, _ = await grader.grade(listing, dirty)
+            bad, _ = await grade_and_score(grader, listing, dirty)
             assert not bad.passed and bad.error is None
-            good = await asyncio.gather(*(grader.grade(listing, snoop) for _ in range(3)))
+            good = await asyncio.gather(*(grade_and_score(grader, listing, snoop) for _ in range(3)))
             assert all(v.passed for v, _ in good), [v.tests for v, _ in good]
     finally:
         await grader.close()

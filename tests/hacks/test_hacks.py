@@ -10,11 +10,12 @@ import asyncio
 
 import pytest
 from hack_suite import HACKS, Hack
+from reward_helpers import grade_and_score, step_metrics
 
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.humaneval import humaneval_tasks
 from trialground.verify.config import GradingConfig, RewardConfig
-from trialground.verify.grader import Grader
+from trialground.verify.grader import make_grader
 from trialground.verify.reward.model import Reward
 from trialground.verify.verdict import Verdict
 
@@ -28,10 +29,10 @@ def _grade_all(static: bool) -> Results:
     config = RewardConfig(grading=GradingConfig(static_checks=static))
 
     async def run() -> Results:
-        grader = Grader(SandboxConfig(), config)
+        grader = make_grader(SandboxConfig(), config)
 
         async def one(h: Hack) -> tuple[Verdict, Reward]:
-            return await grader.grade(tasks[h.task], h.source)
+            return await grade_and_score(grader, tasks[h.task], h.source)
 
         try:
             results = await asyncio.gather(*(one(h) for h in HACKS))
@@ -92,16 +93,15 @@ def test_runner_alone_stops_the_hack(hack: Hack, graded_dynamic: Results) -> Non
         _check(hack, verdict, reward)
 
 
-async def test_grader_counts_flags_for_the_monitor() -> None:
+async def test_a_steps_metrics_count_flags_for_the_monitor() -> None:
     tasks = {t.metadata["name"]: t for t in humaneval_tasks()}
-    grader = Grader(SandboxConfig(), RewardConfig())
+    grader = make_grader(SandboxConfig(), RewardConfig())
     try:
         hack = next(h for h in HACKS if h.name == "sys_exit_in_function")
-        await grader.grade(tasks[hack.task], hack.source)
-        await grader.grade(tasks[hack.task], tasks[hack.task].reference or "")
-        metrics = grader.metrics()
+        hacked = await grader.grade(tasks[hack.task], hack.source)
+        honest = await grader.grade(tasks[hack.task], tasks[hack.task].reference or "")
     finally:
         await grader.close()
+    metrics = step_metrics([hacked, honest])
     assert metrics["verify/gradings"] == 2.0
     assert metrics["hack/flag_rate"] == 0.5 and metrics["hack/early_exit"] == 1.0
-    assert grader.metrics()["verify/gradings"] == 0.0  # reset on read

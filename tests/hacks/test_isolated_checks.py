@@ -11,10 +11,11 @@ import asyncio
 
 import pytest
 from isolation_suite import ATTACKS, HONEST, PATCHER, TASKS, Attack
+from reward_helpers import grade_and_score
 
 from trialground.sandbox.base import SandboxConfig
 from trialground.verify.config import GradingConfig, RewardConfig
-from trialground.verify.grader import Grader
+from trialground.verify.grader import make_grader
 from trialground.verify.reward.model import Reward
 from trialground.verify.verdict import Verdict
 
@@ -28,12 +29,12 @@ def _grade(static: bool) -> Results:
     grading = GradingConfig(static_checks=static, test_timeout_s=5.0, total_timeout_s=60.0)
 
     async def run() -> Results:
-        grader = Grader(SandboxConfig(), RewardConfig(grading=grading))
+        grader = make_grader(SandboxConfig(), RewardConfig(grading=grading))
         cases = [(a.name, a.task, a.source) for a in ATTACKS]
         cases += [(f"honest:{name}", name, src) for name, src in HONEST.items()]
         cases.append(("patcher", "pid", PATCHER))
         try:
-            results = await asyncio.gather(*(grader.grade(TASKS[t], src) for _, t, src in cases))
+            results = await asyncio.gather(*(grade_and_score(grader, TASKS[t], src) for _, t, src in cases))
         finally:
             await grader.close()
         return {name: r for (name, _, _), r in zip(cases, results, strict=True)}

@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from reward_helpers import error_of, finish_reason_of
 
 pytest.importorskip("trl")
+
 
 from trialground.integrations.trl import (
     TOOL_NAMES,
@@ -96,7 +98,7 @@ def test_environment_episode_graded_by_get_reward() -> None:
         assert solver.get_reward() == reward  # asking again neither regrades nor records twice
         idle.reset(task_id=task.id)
         assert idle.get_reward() == 0.0  # stopped without submitting: the broken workspace is graded
-        assert factory.finished[-1].info["finish_reason"] == "ended"
+        assert finish_reason_of(factory.finished[-1]) == "ended"
         assert len(factory.finished) == 2
         solver.reset(task_id=task.id)  # a reused instance starts over in a fresh sandbox
         assert "FAILED" in solver.run_tests()
@@ -183,8 +185,8 @@ def test_grpo_trains_two_steps_with_the_environment_factory(tmp_path: Path, one_
     logs = [e for e in trainer.state.log_history if "rewards/TrialgroundToolEnv/mean" in e]
     assert len(logs) == 2, trainer.state.log_history
     assert len(finished) == 8  # get_reward graded every rollout of both steps
-    assert all(obs.info.get("error") is None for obs in finished)
+    assert all(error_of(obs) is None for obs in finished)
     # the bundled agent calls tools: TRL parsed its calls and ran them in the sandboxes
-    assert any(obs.info["counters"]["tool_calls"] > 0 for obs in finished), [o.info for o in finished]
+    assert any(a.ok for obs in finished if obs.end for a in obs.end.actions), [o.end for o in finished]
     assert trainer.state.global_step == 2
     assert logs[-1]["tools/call_frequency"] > 0

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from reward_helpers import scored
 
 pytest.importorskip("transformers", reason="needs the [train] extra")
 sys.path.insert(0, str(Path(__file__).parents[1] / "envs"))
@@ -25,7 +26,7 @@ from trialground.rollout.agent import rollout
 from trialground.rollout.chat import ChatRenderer
 from trialground.sandbox.base import SandboxConfig
 from trialground.verify.config import RewardConfig
-from trialground.verify.grader import Grader
+from trialground.verify.grader import make_grader
 
 CALLS = [
     ("bash", {"command": "cat solution.py"}),
@@ -62,19 +63,21 @@ def test_the_template_takes_tools_and_renders_them(tokenizer) -> None:  # type: 
 
 
 async def test_tool_episode_is_token_exact_with_tool_calls_and_tool_turns(tokenizer) -> None:  # type: ignore[no-untyped-def]
-    grader = Grader(SandboxConfig(), RewardConfig())
+    grader = make_grader(SandboxConfig(), RewardConfig())
     env = ToolEnv(grader, EnvConfig(kind="tool", max_turns=6), SandboxConfig())
     policy = ScriptedPolicy([as_template_renders(n, a) for n, a in CALLS], tokenizer=tokenizer)
     try:
-        traj = await rollout(
-            policy,
-            env,
-            code_task(),
-            params=SamplingParams(max_new_tokens=200),
-            group_id="g",
-            sample_index=0,
-            max_context_tokens=8192,
-            observation_role="tool",
+        traj = scored(
+            await rollout(
+                policy,
+                env,
+                code_task(),
+                params=SamplingParams(max_new_tokens=200),
+                group_id="g",
+                sample_index=0,
+                max_context_tokens=8192,
+                observation_role="tool",
+            )
         )
     finally:
         await env.close()

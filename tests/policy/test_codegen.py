@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from reward_helpers import grade_and_score
 
 from trialground.tasks.codegen import (
     INT_OPS,
@@ -64,18 +65,18 @@ def test_every_step_matters_on_hidden_inputs() -> None:
 @pytest.mark.slow
 async def test_references_pass_and_wrong_answers_fail_with_the_real_grader() -> None:
     from trialground.sandbox.base import SandboxConfig
-    from trialground.verify.grader import Grader
+    from trialground.verify.grader import make_grader
 
-    grader = Grader(SandboxConfig())
+    grader = make_grader(SandboxConfig())
     try:
         for task in generate_codegen_tasks(6, seed=4, split="eval"):
             assert task.reference is not None
-            verdict, _ = await grader.grade(task, task.reference)
+            verdict, _ = await grade_and_score(grader, task, task.reference)
             assert verdict.error is None and verdict.passed, verdict.detail
             # off by one in the last step: caught by the hidden tests
             lines = task.reference.splitlines()
             wrong = "\n".join([*lines[:-1], lines[-1].replace("return ", "return 1 + "), ""])
-            verdict, _ = await grader.grade(task, wrong)
+            verdict, _ = await grade_and_score(grader, task, wrong)
             assert verdict.error is None and not verdict.passed
     finally:
         await grader.close()

@@ -8,13 +8,13 @@ from trialground.monitor.quality import measure_pass_rates
 from trialground.policy.hf import HFPolicy
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.codegen import generate_codegen_tasks
-from trialground.verify.grader import Grader
+from trialground.verify.grader import make_grader
 
 
 @pytest.mark.slow
 async def test_held_out_greedy_pass_at_1_is_between_10_and_60_percent(tiny: HFPolicy) -> None:
     tasks = generate_codegen_tasks(64, seed=0, split="eval")  # the quickstart's held-out set
-    grader = Grader(SandboxConfig())
+    grader = make_grader(SandboxConfig())
     try:
         rates = await measure_pass_rates(tiny, tasks, grader, samples=0)
     finally:

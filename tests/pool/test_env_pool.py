@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 from poolkit import NoGrader, make_task
+from reward_helpers import error_of, reward_of
 
 from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
@@ -34,7 +35,7 @@ async def test_acquire_release_reuses_warm_sandbox_restored(task) -> None:
     await pool.release(env)
     assert pool.metrics()["pool/idle"] == 1
     stale = await env.step('<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>')
-    assert stale.done and stale.info["error"].kind == "released"  # a stale reference cannot touch it
+    assert stale.done and error_of(stale).kind == "released"  # a stale reference cannot touch it
     env2 = await pool.acquire(task)
     assert isinstance(env2, ToolEnv) and env2.sandbox is first  # warm reuse
     assert isinstance(first, SimSandbox) and "junk.txt" not in first.files  # restored from the task snapshot
@@ -67,10 +68,10 @@ async def test_dead_sandbox_is_episode_error_and_slot_replaced(task) -> None:
     assert isinstance(env_a.sandbox, SimSandbox)
     env_a.sandbox.kill()
     obs = await env_a.step('<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>')
-    assert obs.done and obs.reward is None
-    assert obs.info["error"].kind == "dead" and obs.info["error"].boundary == "sandbox"
+    assert obs.done and reward_of(obs) is None
+    assert error_of(obs).kind == "dead" and error_of(obs).boundary == "sandbox"
     ok = await env_b.step('<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>')
-    assert not ok.done and ok.info["counters"]["tool_calls"] == 1  # the sibling goes on
+    assert not ok.done and env_b.counters["tool_calls"] == 1  # the sibling goes on
     await pool.release(env_a)
     await pool.release(env_b)
     m = pool.metrics()
@@ -147,7 +148,7 @@ def test_lease_expiry_reclaims_and_revokes() -> None:
         assert pool.metrics()["pool/reclaimed"] == 1
         env2 = await waiter  # the reclaimed capacity went to the waiter
         obs = await env.step('<tool_call>{"name": "submit", "arguments": {}}</tool_call>')
-        assert obs.done and obs.info["error"].kind == "lease_expired" and obs.reward is None
+        assert obs.done and error_of(obs).kind == "lease_expired" and reward_of(obs) is None
         await pool.release(env)  # releasing a reclaimed env is a no-op
         assert pool.active == 1
         await pool.release(env2)
@@ -241,7 +242,7 @@ async def test_close_fails_waiters_and_closes_everything(task) -> None:
     assert err.value.kind == "pool_closed"
     assert backend.live == 0
     obs = await env.step("anything")
-    assert obs.done and obs.info["error"].kind == "pool_closed"
+    assert obs.done and error_of(obs).kind == "pool_closed"
     with pytest.raises(EnvError):
         await pool.acquire(task)
 

@@ -9,6 +9,7 @@ import signal
 from pathlib import Path
 
 from poolkit import make_task
+from reward_helpers import error_of, reward_of
 
 from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
@@ -16,7 +17,7 @@ from trialground.envs.toolcalls import format_tool_call
 from trialground.pool import EnvPool, LocalBackend, PoolConfig
 from trialground.sandbox.base import Sandbox, SandboxConfig
 from trialground.tasks.model import Task
-from trialground.verify.grader import Grader
+from trialground.verify.grader import make_grader
 
 
 class RecordingBackend(LocalBackend):
@@ -67,7 +68,7 @@ def test_killed_sandbox_is_episode_error_others_go_on_nothing_leaks() -> None:
 
 
 async def episodes(sandbox_config: SandboxConfig, backend: RecordingBackend) -> None:
-    grader = Grader(sandbox_config)
+    grader = make_grader(sandbox_config)
     pool = EnvPool(
         PoolConfig(max_active=3), env_config=EnvConfig(kind="tool"), sandbox_config=sandbox_config,
         grader=grader, backend=backend,
@@ -82,8 +83,8 @@ async def episodes(sandbox_config: SandboxConfig, backend: RecordingBackend) -> 
         assert isinstance(victim, ToolEnv)
         os.kill(victim.sandbox._proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
         results = await asyncio.gather(*(env.step(BASH) for env in envs))
-        assert results[1].done and results[1].info["error"].boundary == "sandbox"
-        assert results[1].info["error"].kind == "sandbox_died" and results[1].reward is None
+        assert results[1].done and error_of(results[1]).boundary == "sandbox"
+        assert error_of(results[1]).kind == "sandbox_died" and reward_of(results[1]) is None
         assert [r.text for i, r in enumerate(results) if i != 1] == ["[exit 0]\nalive"] * 2
         for env in envs:
             await pool.release(env)

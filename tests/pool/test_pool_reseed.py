@@ -36,7 +36,7 @@ async def test_an_idle_sandbox_of_another_task_is_reseeded_clean() -> None:
     )
     first, second = task_with_dirs(1), task_with_dirs(2)
     fresh = ToolEnv(NoGrader(), TOOL, SandboxConfig())  # type: ignore[arg-type]
-    want = (await fresh.reset(second)).info["workspace_digest"]
+    want = (await fresh.reset(second)).start.workspace_digest  # type: ignore[union-attr]
     await fresh.close()
 
     env = await pool.acquire(first)
@@ -50,7 +50,7 @@ async def test_an_idle_sandbox_of_another_task_is_reseeded_clean() -> None:
     env2 = await pool.acquire(second)
     assert isinstance(env2, ToolEnv) and env2.sandbox is sandbox  # the warm one, not a new one
     obs = await env2.reset(second)
-    assert obs.info["workspace_digest"] == want  # byte-identical to a fresh sandbox of this task
+    assert obs.start.workspace_digest == want  # byte-identical to a fresh sandbox of this task
     out = await env2.step(bash(LEFTOVERS))
     assert "q" not in out.text.split() and "t" not in out.text.split() and "s" not in out.text.split()
     assert out.text.rstrip().endswith("0"), out.text  # no process of the last episode survived
@@ -61,7 +61,7 @@ async def test_an_idle_sandbox_of_another_task_is_reseeded_clean() -> None:
 
     env3 = await pool.acquire(second)  # the same task again: a plain restore, no reseed
     assert isinstance(env3, ToolEnv) and env3.sandbox is sandbox
-    assert (await env3.reset(second)).info["workspace_digest"] == want
+    assert (await env3.reset(second)).start.workspace_digest == want  # type: ignore[union-attr]
     await pool.release(env3)
     assert pool.metrics()["pool/reseeded"] == 1 and pool.metrics()["pool/reused"] == 2
     await pool.close()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from poolkit import make_task
+from reward_helpers import error_of, verdict_of
 
 from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
@@ -17,7 +18,7 @@ from trialground.pool import EnvPool, PoolConfig
 from trialground.pool.ray_backend import RayBackend, RaySandbox
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task, VerifierSpec
-from trialground.verify.grader import Grader
+from trialground.verify.grader import Grader, make_grader
 
 ray = pytest.importorskip("ray")
 HIDDEN = "from solution import add\n\n\ndef test_a():\n    assert add(2, 3) == 5\n"
@@ -53,7 +54,7 @@ def leftovers(roots: list[str]) -> list[str]:
 
 async def test_ray_episode_graded_and_worker_kill_is_env_error() -> None:
     sandbox_config = SandboxConfig()
-    grader = Grader(sandbox_config)
+    grader = make_grader(sandbox_config)
     pool = make_pool(sandbox_config, grader)
     task = Task(
         domain="code",
@@ -74,7 +75,7 @@ async def test_ray_episode_graded_and_worker_kill_is_env_error() -> None:
             fix = "def add(a, b):\n    return a + b\n"
             await env.step(format_tool_call("write_file", {"path": "solution.py", "content": fix}))
             obs = await env.step(format_tool_call("submit", {}))
-            assert obs.verdict is not None and obs.verdict.passed and obs.verdict.error is None
+            assert verdict_of(obs) is not None and verdict_of(obs).passed and verdict_of(obs).error is None
         # two episodes on different workers; kill one worker mid-episode
         t1, t2 = make_task(1), make_task(2)
         e1, e2 = await pool.acquire(t1), await pool.acquire(t2)
@@ -86,8 +87,8 @@ async def test_ray_episode_graded_and_worker_kill_is_env_error() -> None:
         ray.kill(s1.worker.handle)
         bash = format_tool_call("bash", {"command": "cat a.txt"})
         o1, o2 = await asyncio.gather(e1.step(bash), e2.step(bash))
-        assert o1.done and o1.reward is None and o1.info["error"].kind == "worker_lost"
-        assert o1.info["error"].boundary == "sandbox"
+        assert o1.done and o1.reward is None and error_of(o1).kind == "worker_lost"
+        assert error_of(o1).boundary == "sandbox"
         assert o2.text == "[exit 0]\ncontent 2" and not o2.done
         await pool.release(e1)
         await pool.release(e2)
@@ -117,7 +118,7 @@ async def test_concurrent_first_acquires_all_wait_for_the_workers() -> None:
     """Every first acquire of a fresh pool starts the backend; none may run ahead of the workers' start
     (an evaluation's first batch once got 'no sandbox workers' for all but one task)."""
     sandbox_config = SandboxConfig()
-    grader = Grader(sandbox_config)
+    grader = make_grader(sandbox_config)
     config = PoolConfig(backend="ray", max_active=12, ray_workers=2, ray_worker_cpus=0.5)
     pool = EnvPool(config, env_config=EnvConfig(kind="tool"), sandbox_config=sandbox_config, grader=grader)
     try:

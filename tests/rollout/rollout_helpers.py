@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from trialground.envs.base import Environment, Observation
+from trialground.envs.base import Environment, EpisodeEnd, Observation
 from trialground.errors import PolicyError, SandboxError
 from trialground.policy.base import Generation, SamplingParams
 from trialground.policy.config import PolicyConfig
@@ -17,7 +17,7 @@ from trialground.policy.tiny import build_tokenizer, tiny_llama_config, tiny_mod
 from trialground.sandbox.base import Sandbox, SandboxConfig
 from trialground.sandbox.factory import open_sandbox
 from trialground.tasks.model import Task
-from trialground.verify.reward.model import Reward
+from trialground.verify.verdict import Graded, Verdict
 
 _TEXTS = [
     f"def f{i}(x):\n    return x * {i} + {i % 7}\n\nprint(f{i}({i}))\nran: {i} bytes ok" for i in range(200)
@@ -107,9 +107,9 @@ class ShellEnv(Environment):
         size = int(res.stdout.split()[0])
         self.total += size
         if self.step_count >= self.turns:
-            return Observation(
-                text="done", done=True, reward=Reward(outcome=float(self.total % 2 == 0), gated=False)
-            )
+            verdict = Verdict(passed=self.total % 2 == 0, score=float(self.total % 2 == 0))
+            end = EpisodeEnd(finish_reason="submitted", graded=Graded(verdict=verdict))
+            return Observation(text="done", done=True, end=end)
         return Observation(text=f"ran: {size} bytes ok")
 
     async def close(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from reward_helpers import scored
 
 pytest.importorskip("torch", reason="agent-loop tests use the tiny HF policy ([train] extra)")
 
@@ -19,8 +20,7 @@ from trialground.rollout.trajectory import Trajectory
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.codegen import generate_codegen_tasks
 from trialground.tasks.model import Task, VerifierSpec
-from trialground.verify.grader import Grader
-from trialground.verify.reward.rubric import Rubric
+from trialground.verify.grader import make_grader
 
 # seed=None: the policy draws a fresh seed per call (a fixed seed would repeat samples across calls)
 PARAMS = SamplingParams(temperature=1.0, max_new_tokens=12)
@@ -56,10 +56,12 @@ def _check_token_exact(t: Trajectory, rec: Recorder) -> None:
 
 async def test_single_turn_group_is_one_batched_call(policy: HFPolicy) -> None:
     task = generate_codegen_tasks(1, seed=3, split="train")[0]
-    grader = Grader(SandboxConfig())
+    grader = make_grader(SandboxConfig())
     rec = Recorder(policy)
-    group = await rollout_group(
-        rec, lambda: SingleTurnEnv(grader), task, 4, params=PARAMS, group_id="g", max_context_tokens=1024
+    group = scored(
+        await rollout_group(
+            rec, lambda: SingleTurnEnv(grader), task, 4, params=PARAMS, group_id="g", max_context_tokens=1024
+        )
     )
     await grader.close()
     assert len(rec.calls) == 1 and len(rec.calls[0][0]) == 4  # one generate call, k prompts
@@ -84,8 +86,10 @@ async def test_multi_turn_appends_verbatim_and_masks_observations(policy: HFPoli
         envs.append(ShellEnv(turns=3))
         return envs[-1]
 
-    group = await rollout_group(
-        rec, make, TASK, 3, params=PARAMS, group_id="m", max_context_tokens=2048, batch_window_s=5.0
+    group = scored(
+        await rollout_group(
+            rec, make, TASK, 3, params=PARAMS, group_id="m", max_context_tokens=2048, batch_window_s=5.0
+        )
     )
     assert all(e.closed for e in envs)
     # a window longer than any env step: every turn's generations go out as one batched call
@@ -109,8 +113,10 @@ async def test_context_matches_the_chat_template(policy: HFPolicy) -> None:
     whole conversation (ids of the policy's text, not a re-tokenisation of it)."""
     pol = ScriptedPolicy(["first answer", "second answer", "third"], tokenizer=policy.tokenizer)
     tok = pol.tokenizer
-    t = await rollout(
-        pol, ShellEnv(turns=3), TASK, params=PARAMS, group_id="s", sample_index=0, max_context_tokens=2048
+    t = scored(
+        await rollout(
+            pol, ShellEnv(turns=3), TASK, params=PARAMS, group_id="s", sample_index=0, max_context_tokens=2048
+        )
     )
     assert t.ok
     context = [i for turn in t.turns for i in turn.token_ids]
@@ -128,36 +134,42 @@ async def test_context_budget_truncates_and_is_recorded(policy: HFPolicy) -> Non
     prompt_len = len(ChatRenderer(policy.tokenizer).prompt_ids([{"role": "user", "content": TASK.prompt}]))
     params = SamplingParams(temperature=1.0, max_new_tokens=40, seed=1)
     # single generation cut by the budget
-    t = await rollout(
-        policy,
-        ShellEnv(turns=1),
-        TASK,
-        params=params,
-        group_id="b",
-        sample_index=0,
-        max_context_tokens=prompt_len + 5,
+    t = scored(
+        await rollout(
+            policy,
+            ShellEnv(turns=1),
+            TASK,
+            params=params,
+            group_id="b",
+            sample_index=0,
+            max_context_tokens=prompt_len + 5,
+        )
     )
     assert t.truncated and len(t.turns[1].token_ids) <= 5
     assert len(t.prompt_ids) + len(t.completion()[0]) <= prompt_len + 5
     assert t.reward is not None  # a capped single turn is still graded
     # multi-turn: no room for the next turn -> ended ungraded; the rubric's truncation part pays outcome 0
-    t2 = await rollout(
-        ScriptedPolicy(["a b c"], tokenizer=policy.tokenizer),
-        ShellEnv(turns=5),
-        TASK,
-        params=params,
-        group_id="b",
-        sample_index=1,
-        max_context_tokens=prompt_len + 12,
+    t2 = scored(
+        await rollout(
+            ScriptedPolicy(["a b c"], tokenizer=policy.tokenizer),
+            ShellEnv(turns=5),
+            TASK,
+            params=params,
+            group_id="b",
+            sample_index=1,
+            max_context_tokens=prompt_len + 12,
+        )
     )
-    assert t2.truncated and t2.finish_reason == "context_budget" and t2.reward is None and t2.error is None
-    finished = Rubric().finish(t2)
+    assert t2.truncated and t2.finish_reason == "context_budget" and t2.end is None and t2.error is None
+    finished = t2  # scored as the loop scores it: the rubric's truncation part
     assert finished.ok and finished.reward is not None and finished.reward.total == 0.0
     assert finished.reward.component("context_truncated") is not None
     assert len(t2.prompt_ids) + len(t2.completion()[0]) <= prompt_len + 12
     # a prompt over budget is an error, not a zero
-    t3 = await rollout(
-        policy, ShellEnv(), TASK, params=params, group_id="b", sample_index=2, max_context_tokens=3
+    t3 = scored(
+        await rollout(
+            policy, ShellEnv(), TASK, params=params, group_id="b", sample_index=2, max_context_tokens=3
+        )
     )
     assert t3.error is not None and t3.error.kind == "prompt_too_long" and t3.reward is None
 
@@ -165,14 +177,16 @@ async def test_context_budget_truncates_and_is_recorded(policy: HFPolicy) -> Non
 async def test_failures_are_recorded_never_raised(policy: HFPolicy) -> None:
     # sibling 1's sandbox fails at its second step; the others finish
     fails = iter([None, 2, None])
-    group = await rollout_group(
-        policy,
-        lambda: ShellEnv(turns=2, fail_step=next(fails)),
-        TASK,
-        3,
-        params=PARAMS,
-        group_id="f",
-        max_context_tokens=2048,
+    group = scored(
+        await rollout_group(
+            policy,
+            lambda: ShellEnv(turns=2, fail_step=next(fails)),
+            TASK,
+            3,
+            params=PARAMS,
+            group_id="f",
+            max_context_tokens=2048,
+        )
     )
     assert [t.error is None for t in group] == [True, False, True]
     assert group[1].error is not None and group[1].error.boundary == "sandbox" and group[1].reward is None
@@ -180,8 +194,10 @@ async def test_failures_are_recorded_never_raised(policy: HFPolicy) -> None:
 
     # the policy fails: recorded as a policy error
     rec = Recorder(policy, fail_calls=[0])
-    t = await rollout(
-        rec, ShellEnv(), TASK, params=PARAMS, group_id="f", sample_index=0, max_context_tokens=512
+    t = scored(
+        await rollout(
+            rec, ShellEnv(), TASK, params=PARAMS, group_id="f", sample_index=0, max_context_tokens=512
+        )
     )
     assert t.error is not None and t.error.boundary == "policy" and not t.ok
 
@@ -193,7 +209,9 @@ async def test_failures_are_recorded_never_raised(policy: HFPolicy) -> None:
             raise EnvError("no environment available", kind="exhausted")
         return ShellEnv(turns=1)
 
-    group = await rollout_group(policy, factory, TASK, 3, params=PARAMS, group_id="f", max_context_tokens=512)
+    group = scored(
+        await rollout_group(policy, factory, TASK, 3, params=PARAMS, group_id="f", max_context_tokens=512)
+    )
     assert group[0].error is not None and group[0].error.kind == "exhausted"
     assert all(t.ok for t in group[1:])
 
@@ -204,13 +222,15 @@ async def test_failures_are_recorded_never_raised(policy: HFPolicy) -> None:
         async def grade(self, *args: object, **kwargs: object) -> tuple:
             raise RuntimeError("grader exploded")
 
-    t = await rollout(
-        policy,
-        SingleTurnEnv(BrokenGrader()),
-        task,
-        params=PARAMS,
-        group_id="f",
-        sample_index=0,  # type: ignore[arg-type]
-        max_context_tokens=1024,
+    t = scored(
+        await rollout(
+            policy,
+            SingleTurnEnv(BrokenGrader()),
+            task,
+            params=PARAMS,
+            group_id="f",
+            sample_index=0,  # type: ignore[arg-type]
+            max_context_tokens=1024,
+        )
     )
     assert t.error is not None and t.error.boundary == "verifier" and t.reward is None

@@ -4,6 +4,7 @@ token context that is exactly the policy's ids plus masked observation turns."""
 from __future__ import annotations
 
 import pytest
+from reward_helpers import scored
 
 pytest.importorskip("torch", reason="uses the tiny tokenizer ([train] extra)")
 
@@ -17,7 +18,7 @@ from trialground.policy.scripted import ScriptedPolicy
 from trialground.rollout.agent import rollout, rollout_group
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.codegen import generate_codegen_tasks
-from trialground.verify.grader import Grader
+from trialground.verify.grader import make_grader
 
 
 @pytest.fixture(scope="module")
@@ -34,17 +35,19 @@ async def test_tool_episode_is_token_exact_and_graded(tokenizer) -> None:  # typ
         format_tool_call("submit", {}),
     ]
     rec = Recorder(ScriptedPolicy(script, tokenizer=tokenizer))
-    grader = Grader(SandboxConfig())
+    grader = make_grader(SandboxConfig())
     env = ToolEnv(grader, EnvConfig(kind="tool"), SandboxConfig())
     try:
-        t = await rollout(
-            rec,
-            env,
-            task,
-            params=SamplingParams(max_new_tokens=400),
-            group_id="t",
-            sample_index=0,
-            max_context_tokens=4096,
+        t = scored(
+            await rollout(
+                rec,
+                env,
+                task,
+                params=SamplingParams(max_new_tokens=400),
+                group_id="t",
+                sample_index=0,
+                max_context_tokens=4096,
+            )
         )
     finally:
         await env.close()
@@ -78,16 +81,18 @@ async def test_tool_group_one_bad_episode_does_not_hurt_siblings(tokenizer) -> N
         n = next(calls)
         return "not a tool call" if n % 3 == 2 else good[min(n % 3, 1)]
 
-    grader = Grader(SandboxConfig())
+    grader = make_grader(SandboxConfig())
     try:
-        group = await rollout_group(
-            ScriptedPolicy(respond, tokenizer=tokenizer),
-            lambda: ToolEnv(grader, EnvConfig(kind="tool", max_turns=4), SandboxConfig()),
-            task,
-            2,
-            params=SamplingParams(max_new_tokens=400),
-            group_id="g",
-            max_context_tokens=4096,
+        group = scored(
+            await rollout_group(
+                ScriptedPolicy(respond, tokenizer=tokenizer),
+                lambda: ToolEnv(grader, EnvConfig(kind="tool", max_turns=4), SandboxConfig()),
+                task,
+                2,
+                params=SamplingParams(max_new_tokens=400),
+                group_id="g",
+                max_context_tokens=4096,
+            )
         )
     finally:
         await grader.close()

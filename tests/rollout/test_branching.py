@@ -7,6 +7,7 @@ import math
 import re
 
 import pytest
+from reward_helpers import scored
 
 pytest.importorskip("torch", reason="uses the bundled tiny tokenizer ([train] extra)")
 
@@ -25,7 +26,7 @@ from trialground.sandbox.base import Sandbox, SandboxConfig
 from trialground.sandbox.factory import open_sandbox
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.train.advantages import compute_advantages
-from trialground.verify.grader import Grader
+from trialground.verify.grader import Grader, make_grader
 from trialground.verify.reward.model import Reward
 
 PARAMS = SamplingParams(max_new_tokens=400)
@@ -60,7 +61,7 @@ def n_calls(prompt: str) -> int:
 
 @pytest.fixture
 async def grader():  # type: ignore[no-untyped-def]
-    g = Grader(SandboxConfig())
+    g = make_grader(SandboxConfig())
     yield g
     await g.close()
 
@@ -93,10 +94,10 @@ async def test_branches_share_the_trunk_state_diverge_and_train_only_their_own_t
     pool = EnvPool(PoolConfig(max_active=4), env_config=EnvConfig(kind="tool", max_turns=6), grader=grader)
     k = 4
     try:
-        group = await rollout_branched(
+        group = scored(await rollout_branched(
             policy, lambda: pool.acquire(task()), task(), k, point="first_obs", params=PARAMS,
             group_id="g", max_context_tokens=4096, release=pool.release, batch_window_s=60.0,
-        )  # fmt: skip
+        ))  # fmt: skip
         metrics = pool.metrics()
     finally:
         await pool.close()
@@ -175,10 +176,10 @@ def test_advantages_of_a_branched_group_match_hand_computed_grpo() -> None:
 
 async def test_trunk_that_submits_at_once_falls_back_to_independent_episodes(grader: Grader) -> None:
     policy = ScriptedPolicy([call("submit")])
-    group = await rollout_branched(
+    group = scored(await rollout_branched(
         policy, lambda: tool_env(grader), task(), 3, point="first_obs", params=PARAMS, group_id="g",
         max_context_tokens=4096,
-    )  # fmt: skip
+    ))  # fmt: skip
     assert [t.sample_index for t in group] == [0, 1, 2]
     assert all(t.ok and t.reward is not None and t.reward.outcome == 0.0 for t in group)
     assert group[0].branch is not None and group[0].branch.fallback
@@ -202,10 +203,10 @@ async def test_first_failure_branches_at_the_failing_test_run(grader: Grader) ->
             return call("write_file", path="solution.py", content=FIXED if index % 2 else "x = 1\n")
         return call("submit")
 
-    group = await rollout_branched(
+    group = scored(await rollout_branched(
         ScriptedPolicy(respond), lambda: tool_env(grader), task(), 2, point="first_failure", params=PARAMS,
         group_id="g", max_context_tokens=4096, batch_window_s=60.0,
-    )  # fmt: skip
+    ))  # fmt: skip
     assert all(t.ok for t in group), [t.error for t in group]
     for t in group:
         assert t.branch is not None and t.branch.point == "first_failure" and not t.branch.fallback
@@ -221,10 +222,10 @@ async def test_first_failure_without_a_failure_falls_back(grader: Grader) -> Non
     def respond(prompt: str, index: int) -> str:
         return script[min(n_calls(prompt), 2)]
 
-    group = await rollout_branched(
+    group = scored(await rollout_branched(
         ScriptedPolicy(respond), lambda: tool_env(grader), task(), 2, point="first_failure", params=PARAMS,
         group_id="g", max_context_tokens=4096,
-    )  # fmt: skip
+    ))  # fmt: skip
     assert group[0].branch is not None and group[0].branch.fallback
     assert [u.role for u in group[0].turns] == ["prompt", "policy", "env", "policy", "env", "policy"]
     assert all(t.reward is not None and t.reward.outcome == 1.0 for t in group)
@@ -258,10 +259,10 @@ async def test_failed_fork_and_dead_branch_are_data_and_every_fork_is_closed(gra
                 call("submit")][min(n_calls(prompt), 2)]  # fmt: skip
 
     env_cfg = EnvConfig(kind="tool")
-    group = await rollout_branched(
+    group = scored(await rollout_branched(
         ScriptedPolicy(respond), lambda: ToolEnv(grader, env_cfg, SandboxConfig(), opener=opener), task(), 3,
         point="first_obs", params=PARAMS, group_id="g", max_context_tokens=4096,
-    )  # fmt: skip
+    ))  # fmt: skip
     assert group[0].ok and group[0].reward is not None and group[0].reward.outcome == 1.0
     assert group[1].error is not None and group[1].error.kind == "fork_failed"
     assert group[2].error is not None and group[2].error.kind == "closed"
@@ -279,10 +280,10 @@ async def test_an_environment_that_cannot_fork_plays_its_trunk_to_the_end() -> N
         envs.append(ShellEnv(turns=2))
         return envs[-1]
 
-    group = await rollout_branched(
+    group = scored(await rollout_branched(
         ScriptedPolicy(["ab"]), make, task(), 3, point="first_obs", params=PARAMS, group_id="g",
         max_context_tokens=4096,
-    )  # fmt: skip
+    ))  # fmt: skip
     assert all(t.ok for t in group), [t.error for t in group]
     assert group[0].branch is not None and group[0].branch.fallback
     assert [sum(u.role == "policy" for u in t.turns) for t in group] == [2, 2, 2]  # whole episodes

@@ -4,6 +4,7 @@ the update), at the sampling temperature, with env tokens masked; weights and ve
 from __future__ import annotations
 
 import pytest
+from reward_helpers import scored
 
 pytest.importorskip("torch", reason="needs the [train] extra")
 
@@ -31,8 +32,10 @@ def policy(tmp_path_factory: pytest.TempPathFactory) -> HFPolicy:
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 async def test_sampler_and_trainer_agree_then_weights_flow_back(policy: HFPolicy, temperature: float) -> None:
     params = SamplingParams(temperature=temperature, max_new_tokens=8)
-    group = await rollout_group(
-        policy, lambda: ShellEnv(turns=2), TASK, 4, params=params, group_id="x", max_context_tokens=1024
+    group = scored(
+        await rollout_group(
+            policy, lambda: ShellEnv(turns=2), TASK, 4, params=params, group_id="x", max_context_tokens=1024
+        )
     )
     assert all(t.ok for t in group)
     adv = compute_advantages(group, "grpo")
@@ -58,8 +61,10 @@ async def test_sampler_and_trainer_agree_then_weights_flow_back(policy: HFPolicy
     assert any(not torch.equal(before[k], v) for k, v in policy.model.state_dict().items())
     policy.load_weights(trainer.state_dict(), trainer.version)
     assert policy.version == trainer.version == 1
-    nxt = await rollout_group(
-        policy, lambda: ShellEnv(turns=1), TASK, 2, params=params, group_id="y", max_context_tokens=1024
+    nxt = scored(
+        await rollout_group(
+            policy, lambda: ShellEnv(turns=1), TASK, 2, params=params, group_id="y", max_context_tokens=1024
+        )
     )
     assert all(t.policy_version == 1 for t in nxt)
     policy.version = 0  # leave the module fixture as other tests expect

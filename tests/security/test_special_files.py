@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
+from reward_helpers import error_of, grade_and_score, verdict_of
 from seckit import CONFIG
 
 from trialground.envs.config import EnvConfig
@@ -32,7 +33,7 @@ from trialground.sandbox.factory import open_sandbox
 from trialground.sandbox.service.app import KIND_HEADER, create_app
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.verify.config import RewardConfig
-from trialground.verify.grader import Grader
+from trialground.verify.grader import Grader, make_grader
 
 pytestmark = [pytest.mark.security, pytest.mark.timeout(600)]
 
@@ -127,7 +128,7 @@ def _code_task() -> Task:
 
 @pytest.fixture
 async def grader() -> AsyncIterator[Grader]:
-    g = Grader(SandboxConfig(), RewardConfig())
+    g = make_grader(SandboxConfig(), RewardConfig())
     yield g
     await g.close()
 
@@ -148,11 +149,11 @@ async def test_grader_fails_an_unreadable_solution_promptly(grader: Grader, kind
         pytest.skip("bubblewrap is not installed")
     async with await open_sandbox(SandboxConfig(), {**task.files, **task.visible_checks}) as agent:
         # The canonical solution passes from this very workspace first: the test can tell the two apart.
-        verdict, _ = await grader.grade(task, "", workspace=agent)
+        verdict, _ = await grade_and_score(grader, task, "", workspace=agent)
         assert verdict.passed and verdict.error is None, verdict
         r = await agent.exec(SOLUTION_AS[kind], limits=BIG)
         assert r.ok, r
-        verdict, reward = await prompt(grader.grade(task, "", workspace=agent))
+        verdict, reward = await prompt(grade_and_score(grader, task, "", workspace=agent))
     assert not verdict.passed and verdict.error is None, verdict  # a failed submission, not infrastructure
     assert "unreadable_solution" in {f.name for f in verdict.flags}, verdict
     assert "solution.py" in verdict.detail and reward.total == 0 and not reward.dropped
@@ -170,10 +171,10 @@ async def test_tool_env_submit_with_fifo_solution_and_check_is_a_flagged_failure
         obs = await env.step(format_tool_call("read_file", {"path": "solution.py"}))
         assert obs.text.startswith("error:") and "FIFO" in obs.text, obs.text
         obs = await prompt(env.step(format_tool_call("submit", {})))
-        assert obs.done and obs.verdict is not None and obs.info["error"] is None, obs
-        assert not obs.verdict.passed and obs.verdict.error is None
-        names = {f.name for f in obs.verdict.flags}
-        assert {"unreadable_solution", "test_tampering"} <= names, obs.verdict.flags
+        assert obs.done and verdict_of(obs) is not None and error_of(obs) is None, obs
+        assert not verdict_of(obs).passed and verdict_of(obs).error is None
+        names = {f.name for f in verdict_of(obs).flags}
+        assert {"unreadable_solution", "test_tampering"} <= names, verdict_of(obs).flags
     finally:
         await env.close()
 

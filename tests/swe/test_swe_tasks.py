@@ -9,11 +9,12 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from reward_helpers import grade_and_score
 
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task
 from trialground.tasks.swe.patch import apply_patch
-from trialground.verify.grader import Grader
+from trialground.verify.grader import make_grader
 
 pytestmark = pytest.mark.slow
 
@@ -85,14 +86,14 @@ def test_agent_workspaces_are_graded_from_their_files_and_harness_edits_earn_not
     )
 
     async def grade(changes: dict[str, str], bash: str = "") -> tuple[bool, float, list[str]]:
-        grader = Grader(SandboxConfig())
+        grader = make_grader(SandboxConfig())
         sandbox = await open_sandbox(SandboxConfig(), task.files)
         try:
             for path, text in changes.items():
                 await sandbox.write(path, text)
             if bash:
                 assert (await sandbox.exec(bash)).ok
-            verdict, reward = await grader.grade(task, "", workspace=sandbox)
+            verdict, reward = await grade_and_score(grader, task, "", workspace=sandbox)
             assert verdict.error is None, verdict.detail
             return verdict.passed, reward.total, [f.name for f in verdict.flags]
         finally:

@@ -12,6 +12,7 @@ import random
 from collections.abc import AsyncIterator
 
 import pytest
+from reward_helpers import error_of, reward_of
 
 from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
@@ -20,13 +21,13 @@ from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.agentic import FAMILIES, Instance, agent_instances, agent_tasks, parse_families
 from trialground.tasks.dedup import exact_duplicates
 from trialground.tasks.sources import load_source
-from trialground.verify.grader import Grader
+from trialground.verify.grader import Grader, make_grader
 from trialground.verify.validate import validate_tasks
 
 
 @pytest.fixture
 async def grader() -> AsyncIterator[Grader]:
-    g = Grader(SandboxConfig())
+    g = make_grader(SandboxConfig())
     yield g
     await g.close()
 
@@ -57,13 +58,13 @@ async def _play(grader: Grader, inst: Instance, calls: list[tuple[str, dict]], t
     env = ToolEnv(grader, ENV.model_copy(update={"max_turns": turns}), SandboxConfig())
     try:
         obs = await env.reset(inst.task)
-        assert len(obs.info["workspace_digest"]) == 16
+        assert len(obs.start.workspace_digest) == 16
         for name, args in calls:
             obs = await env.step(format_tool_call(name, args, "json_tags"))
             if obs.done:
                 break
-        assert obs.done and obs.reward is not None and obs.info["error"] is None
-        return obs.reward.total
+        assert obs.done and reward_of(obs) is not None and error_of(obs) is None
+        return reward_of(obs).total
     finally:
         await env.close()
 

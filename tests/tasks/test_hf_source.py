@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from reward_helpers import grade_and_score
 
 pytest.importorskip("datasets")
 
@@ -16,7 +17,7 @@ from trialground.errors import TaskError
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.hf_source import write_hf
 from trialground.tasks.sources import load_source
-from trialground.verify.grader import Grader
+from trialground.verify.grader import make_grader
 
 
 @pytest.fixture(scope="module")
@@ -87,10 +88,10 @@ async def test_mapping_builds_gradable_tasks(tmp_path: Path) -> None:
     assert tasks[1].verifier.kind == "numeric" and tasks[1].verifier.params["answer"] == 2.5
     assert tasks[0].metadata["level"] == 1
     assert [t.id for t in load_source(spec + "&part=test")] == [tasks[2].id]
-    grader = Grader(SandboxConfig())
+    grader = make_grader(SandboxConfig())
     try:
-        right, _ = await grader.grade(tasks[0], "6 * 7 makes\nAnswer: 42")
-        wrong, _ = await grader.grade(tasks[0], "Answer: 41")
+        right, _ = await grade_and_score(grader, tasks[0], "6 * 7 makes\nAnswer: 42")
+        wrong, _ = await grade_and_score(grader, tasks[0], "Answer: 41")
     finally:
         await grader.close()
     assert right.passed and not wrong.passed

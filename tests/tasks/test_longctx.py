@@ -60,8 +60,10 @@ def test_episodes_over_them_hit_the_budgets_and_the_report_shows_it(tmp_path: Pa
     from trialground.policy.tiny import tiny_model_dir
     from trialground.rollout.agent import rollout
     from trialground.rollout.context_stats import context_metrics
+    from trialground.rollout.scoring import score
     from trialground.sandbox.base import SandboxConfig
-    from trialground.verify.grader import Grader
+    from trialground.verify.config import RewardConfig
+    from trialground.verify.grader import make_grader
     from trialground.verify.reward.rubric import Rubric
 
     if not (tiny_model_dir() / "config.json").is_file():
@@ -78,7 +80,7 @@ def test_episodes_over_them_hit_the_budgets_and_the_report_shows_it(tmp_path: Pa
     ]
 
     async def episode(budget: int):  # type: ignore[no-untyped-def]
-        grader = Grader(SandboxConfig())
+        grader = make_grader(SandboxConfig())
         env = ToolEnv(grader, EnvConfig(kind="tool", observation_budget_chars=1000), SandboxConfig())
         try:
             return await rollout(ScriptedPolicy(script, tokenizer=tokenizer), env, task,
@@ -88,8 +90,8 @@ def test_episodes_over_them_hit_the_budgets_and_the_report_shows_it(tmp_path: Pa
             await env.close()
             await grader.close()
 
-    rubric = Rubric()  # the loop's collection finishes every trajectory (the context-budget end gets 0)
-    roomy, tight = (rubric.finish(asyncio.run(episode(b))) for b in (8192, 1000))
+    rubric = Rubric.from_config(RewardConfig())  # the loop scores every trajectory (a context-budget end: 0)
+    roomy, tight = (score(rubric, asyncio.run(episode(b))) for b in (8192, 1000))
     assert roomy.error is None and roomy.reward is not None and roomy.reward.outcome == 1.0
     assert (
         not roomy.truncated and tight.truncated and tight.reward is not None and tight.reward.outcome == 0.0

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from reward_helpers import grade_and_score
 
 from trialground.errors import TaskError
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.tasks.sources import load_source
-from trialground.verify.grader import Grader
+from trialground.verify.grader import make_grader
 
 sys.path.insert(0, str(Path(__file__).parent / "plugin_fixture"))
 
@@ -28,10 +29,10 @@ def test_plugin_source_by_dotted_path_with_its_own_verifier() -> None:
 
 async def test_the_grader_dispatches_to_the_plugin_kind() -> None:
     task = load_source("tg_user_plugin:WORDS", n=1, seed=0)[0]  # length 3
-    grader = Grader(SandboxConfig())
+    grader = make_grader(SandboxConfig())
     try:
-        good, reward = await grader.grade(task, "cat")
-        bad, _ = await grader.grade(task, "horse")
+        good, reward = await grade_and_score(grader, task, "cat")
+        bad, _ = await grade_and_score(grader, task, "horse")
     finally:
         await grader.close()
     assert good.passed and reward.total == 1.0 and good.detail == "3 chars"

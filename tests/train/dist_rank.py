@@ -11,8 +11,9 @@ from pathlib import Path
 import torch
 from dist_helpers import PAD, batches, run_config
 
+from trialground.orchestrator.ranks import ranks, serve_rank
 from trialground.policy.hf import load_model
-from trialground.train.distributed import join_data_parallel, ranks
+from trialground.train.distributed import join_data_parallel
 from trialground.train.trainer import Trainer
 
 
@@ -22,7 +23,7 @@ def main() -> None:
     with ranks(config) as (config, rank):
         assert rank is not None, "not launched as two ranks"
         if rank.rank > 0:
-            rank.serve(config)
+            serve_rank(rank, config)
             trainer = rank._trainer
             assert trainer is not None
             torch.save(trainer.state_dict(), out / f"rank{rank.rank}.pt")

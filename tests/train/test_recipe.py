@@ -1,5 +1,7 @@
-"""Recipe test: a few GRPO steps of the bundled tiny model on the codegen family, graded in real bubblewrap
-sandboxes, with fixed seeds; rewards and losses must equal the stored values in recipe_expected.json.
+"""Recipe test: the production training loop (`trialground.orchestrator.loop.run`, what `trialground
+train` runs) for a few GRPO steps of the bundled tiny model on the codegen family, graded in real bubblewrap
+sandboxes and scored by the rubric, with fixed seeds; per-step rewards and losses must equal the stored
+values in recipe_expected.json.
 
 Regenerate the stored values (after an intended change, e.g. a retrained tiny model) with
     .venv/bin/python tests/train/test_recipe.py --write
@@ -11,6 +13,7 @@ import asyncio
 import hashlib
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,22 +21,15 @@ import pytest
 
 pytest.importorskip("torch", reason="needs the [train] extra")
 
+import pyarrow.parquet as pq
 import torch
 
-from trialground.envs.single_turn import SingleTurnEnv
-from trialground.policy.base import SamplingParams
-from trialground.policy.config import PolicyConfig
-from trialground.policy.hf import HFPolicy
+from trialground.orchestrator.loop import run
+from trialground.orchestrator.run_config import load_config
 from trialground.policy.tiny import tiny_model_dir
-from trialground.rollout.agent import rollout_group
-from trialground.sandbox.base import Limits, SandboxConfig
-from trialground.tasks.codegen import generate_codegen_tasks
-from trialground.train.advantages import compute_advantages, with_advantages
-from trialground.train.config import TrainerConfig
-from trialground.train.trainer import Trainer
-from trialground.verify.grader import Grader
 
 EXPECTED = Path(__file__).with_name("recipe_expected.json")
+QUICKSTART = Path(__file__).parents[2] / "examples" / "quickstart.yaml"
 STEPS, TASKS, K = 3, 4, 4
 
 
@@ -42,47 +38,36 @@ def model_fingerprint() -> str:
     return hashlib.sha256(weights.read_bytes()).hexdigest()[:16] if weights.is_file() else "missing"
 
 
-async def run_recipe() -> dict[str, Any]:
-    torch.manual_seed(0)
-    policy = HFPolicy(PolicyConfig(model="tiny"))
-    trainer = Trainer(policy.model, TrainerConfig(lr=3e-4, micro_batch_size=8), policy.tokenizer.pad_token_id)
-    grader = Grader(SandboxConfig(limits=Limits(wall_s=5, cpu_s=5, memory_mb=256, pids=32)))
-    tasks = generate_codegen_tasks(STEPS * TASKS, seed=11, split="train")
+def run_recipe(root: Path) -> dict[str, Any]:
+    """The quickstart, shortened: one generation batch per step, so the run is exactly repeatable."""
+    config = load_config(
+        QUICKSTART,
+        [
+            f"output_dir={root}", "name=recipe", f"loop.steps={STEPS}", f"loop.batch_tasks={TASKS}",
+            f"loop.samples_per_task={K}", "loop.eval_interval=0", f"loop.rollout_concurrency={TASKS}",
+            "tasks.num_train=64", "tasks.num_eval=4", "reward.canaries=0",
+        ],
+    )  # fmt: skip
+    asyncio.run(run(config))
+    run_dir = root / "recipe"
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    by_step = {m["step"]: m for m in metrics if "train/loss" in m}
     out: dict[str, Any] = {"steps": []}
-    try:
-        for step in range(STEPS):
-            batch = tasks[step * TASKS : (step + 1) * TASKS]
-            groups = await asyncio.gather(
-                *(
-                    # one explicit seed per group: generation order across threads cannot change samples
-                    rollout_group(
-                        policy,
-                        lambda: SingleTurnEnv(grader),
-                        task,
-                        K,
-                        params=SamplingParams(temperature=1.0, max_new_tokens=48, seed=1000 * step + i),
-                        group_id=f"{step}-{i}",
-                        max_context_tokens=512,
-                    )
-                    for i, task in enumerate(batch)
-                )
-            )
-            flat = [t for g in groups for t in g]
-            errors = [t.error for t in flat if t.error is not None]
-            assert not errors, errors
-            m = trainer.step(with_advantages(flat, compute_advantages(flat, "grpo")))
-            policy.load_weights(trainer.state_dict(), trainer.version)
-            out["steps"].append(
-                {
-                    "rewards": [t.reward.total if t.reward else None for t in flat],
-                    "completion_tokens": [len(t.completion()[0]) for t in flat],
-                    "loss": m.get("train/loss", 0.0),
-                    "grad_norm": m.get("train/grad_norm", 0.0),
-                    "clip_frac": m.get("train/clip_frac", 0.0),
-                }
-            )
-    finally:
-        await grader.close()
+    for step in range(1, STEPS + 1):
+        rows = pq.read_table(run_dir / "trajectories" / f"step_{step}.parquet").to_pylist()
+        m = by_step[step]
+        out["steps"].append(
+            {
+                "rewards": [r["reward"] for r in rows],
+                "completion_tokens": [r["completion_tokens"] for r in rows],
+                "loss": m.get("train/loss", 0.0),
+                "grad_norm": m.get("train/grad_norm", 0.0),
+                "clip_frac": m.get("train/clip_frac", 0.0),
+                "gradings": m["verify/gradings"],
+                "pass_rate": m["verify/pass_rate"],
+                "outcome_mean": m["reward/outcome_mean"],
+            }
+        )
     return out
 
 
@@ -90,7 +75,8 @@ def _run_single_threaded() -> dict[str, Any]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # bit-stable float reductions, whatever the machine
     try:
-        return asyncio.run(run_recipe())
+        with tempfile.TemporaryDirectory() as root:
+            return run_recipe(Path(root))
     finally:
         torch.set_num_threads(threads)
 
@@ -110,6 +96,9 @@ def test_recipe_matches_stored_values() -> None:
         assert g["completion_tokens"] == s["completion_tokens"], f"step {i}"
         for key in ("loss", "grad_norm", "clip_frac"):
             assert g[key] == pytest.approx(s[key], rel=1e-4, abs=1e-6), f"step {i} {key}"
+        # one source per metric: every trajectory of the step was graded once, and the grader's pass rate
+        # is the rubric's outcome mean
+        assert g["gradings"] == TASKS * K and g["pass_rate"] == pytest.approx(g["outcome_mean"])
     # the run learned something to check: not every reward is the same
     assert len({r for s in stored["steps"] for r in s["rewards"]}) > 1
 

@@ -7,13 +7,15 @@ import pytest
 import torch
 from train_helpers import PAD, sequence_logprobs, tiny_llama
 
+from trialground.envs.base import EpisodeEnd
+from trialground.rollout.scoring import score
 from trialground.rollout.trajectory import CONTEXT_BUDGET, Trajectory, Turn
 from trialground.train.advantages import score_groups
 from trialground.train.config import TrainerConfig
 from trialground.train.trainer import Trainer
 from trialground.verify.config import RewardConfig
-from trialground.verify.reward.rubric import Rubric
-from trialground.verify.verdict import Flag, Verdict
+from trialground.verify.reward.rubric import Facts, Rubric
+from trialground.verify.verdict import Flag, Graded, Verdict
 
 PASS = Verdict(passed=True, score=1.0)
 FAIL = Verdict(passed=False, score=0.0)
@@ -34,12 +36,12 @@ def _episode(
             Turn(role="prompt", token_ids=tuple(prompt)),
             Turn(role="policy", token_ids=tuple(completion), logprobs=tuple(lp)),
         ),
-        reward=rubric.grade(verdict),
+        reward=rubric.score(Facts(graded=Graded(verdict=verdict))),
     )
 
 
 def _group(model: torch.nn.Module, action: str) -> list[Trajectory]:
-    rubric = Rubric(RewardConfig(hack_action=action))  # type: ignore[arg-type]
+    rubric = Rubric.from_config(RewardConfig(hack_action=action))  # type: ignore[arg-type]
     specs = [(PASS, [4, 5, 6]), (FAIL, [7, 8]), (HACK, [9, 10, 11, 12]), (FAIL, [13])]
     return [_episode(model, rubric, v, c, i) for i, (v, c) in enumerate(specs)]
 
@@ -70,7 +72,7 @@ def test_drop_removes_the_hacked_trajectory_from_baseline_and_loss() -> None:
 
 
 def test_finish_pays_truncation_and_overlong_through_the_seam() -> None:
-    rubric = Rubric(RewardConfig(overlong_penalty=0.5, truncation_penalty=0.25))
+    rubric = Rubric.from_config(RewardConfig(overlong_penalty=0.5, truncation_penalty=0.25))
     prompt = Turn(role="prompt", token_ids=(1, 2))
 
     def t(i: int, n: int, verdict: Verdict | None) -> Trajectory:
@@ -80,13 +82,13 @@ def test_finish_pays_truncation_and_overlong_through_the_seam() -> None:
             sample_index=i,
             policy_version=0,
             turns=(prompt, Turn(role="policy", token_ids=tuple(range(3, 3 + n)), logprobs=(0.0,) * n)),
-            reward=None if verdict is None else rubric.grade(verdict),
+            end=None if verdict is None else EpisodeEnd(finish_reason="eos", graded=Graded(verdict=verdict)),
             finish_reason="eos" if verdict is not None else CONTEXT_BUDGET,
             truncated=verdict is None,
         )
 
     long_pass, short_pass, cut = (
-        rubric.finish(x, budget=4) for x in (t(0, 4, PASS), t(1, 1, PASS), t(2, 4, None))
+        score(rubric, x, budget=4) for x in (t(0, 4, PASS), t(1, 1, PASS), t(2, 4, None))
     )
     assert long_pass.reward is not None and long_pass.reward.total == 0.5  # 1 - 0.5 overlong
     assert short_pass.reward is not None and short_pass.reward.total == 1.0
@@ -94,14 +96,16 @@ def test_finish_pays_truncation_and_overlong_through_the_seam() -> None:
     assert cut.reward.component("context_truncated") is not None
     assert cut.reward.total == -0.25 - 0.5  # the truncation penalty and the (ungated) overlong penalty
     # without a budget (evaluation) only the truncation part applies
-    assert rubric.finish(t(0, 4, PASS)).reward == rubric.grade(PASS)
+    assert score(rubric, t(0, 4, PASS)).reward == rubric.score(
+        Facts(graded=Graded(verdict=PASS), policy_tokens=4)
+    )
     scored = score_groups([[long_pass, short_pass, cut]], TrainerConfig(algorithm="dr_grpo"))
     assert [r.reward for r in scored] == [0.5, 1.0, -0.75]
     assert all(r.trainable for r in scored)
 
 
 def test_rubric_names_every_part_once() -> None:
-    names = Rubric().names
+    names = Rubric.from_config(RewardConfig()).names
     assert names == (
         "outcome",
         "process",

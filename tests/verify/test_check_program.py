@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from reward_helpers import grade_and_score
 
 from trialground.sandbox.base import SandboxConfig
 from trialground.sandbox.factory import open_sandbox
 from trialground.tasks.model import Task, VerifierSpec
-from trialground.verify.grader import Grader
+from trialground.verify.grader import Grader, make_grader
 
 CHECK_SH = "set -e\ngrep -qx 'port=8080' service.ini\n"
 CHECK_PY = (
@@ -30,21 +31,21 @@ def ops_task() -> Task:
 
 @pytest.fixture
 async def grader():  # type: ignore[no-untyped-def]
-    g = Grader(SandboxConfig())
+    g = make_grader(SandboxConfig())
     yield g
     await g.close()
 
 
 async def test_fixed_file_passes_every_check(grader: Grader) -> None:
-    verdict, reward = await grader.grade(ops_task(), "port=8080\nworkers=2\n")
+    verdict, reward = await grade_and_score(grader, ops_task(), "port=8080\nworkers=2\n")
     assert verdict.passed and reward.total == 1.0
     assert [t.name for t in verdict.tests] == ["check_port.sh", "check_workers.py"]
 
 
 async def test_untouched_or_half_fixed_fails(grader: Grader) -> None:
-    verdict, _ = await grader.grade(ops_task(), "port=99999\nworkers=0\n")
+    verdict, _ = await grade_and_score(grader, ops_task(), "port=99999\nworkers=0\n")
     assert not verdict.passed and verdict.score == 0.0
-    verdict, _ = await grader.grade(ops_task(), "port=8080\nworkers=0\n")
+    verdict, _ = await grade_and_score(grader, ops_task(), "port=8080\nworkers=0\n")
     assert not verdict.passed and verdict.score == 0.5
 
 
@@ -53,7 +54,7 @@ async def test_checks_run_on_a_fork_of_the_agent_workspace(grader: Grader) -> No
     async with await open_sandbox(SandboxConfig(), task.files) as agent:
         await agent.write("service.ini", "port=8080\nworkers=3\n")
         await agent.write("sitecustomize.py", "import sys; sys.exit(0)\n")  # must not affect `python3 -I`
-        verdict, reward = await grader.grade(task, "", workspace=agent)
+        verdict, reward = await grade_and_score(grader, task, "", workspace=agent)
         assert (
             await agent.read("service.ini") == b"port=8080\nworkers=3\n"
         )  # the agent's sandbox is untouched

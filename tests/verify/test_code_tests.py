@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from reward_helpers import grade_and_score
 
 from trialground.sandbox.base import SandboxConfig
 from trialground.sandbox.factory import open_sandbox
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.verify.config import GradingConfig, RewardConfig
-from trialground.verify.grader import Grader
+from trialground.verify.grader import Grader, make_grader
 
 CHECKS = """
 from solution import add
@@ -43,13 +44,15 @@ def code_task(
 
 @pytest.fixture
 async def grader():  # type: ignore[no-untyped-def]
-    g = Grader(SandboxConfig(), RewardConfig(grading=GradingConfig(test_timeout_s=2.0, total_timeout_s=20.0)))
+    g = make_grader(
+        SandboxConfig(), RewardConfig(grading=GradingConfig(test_timeout_s=2.0, total_timeout_s=20.0))
+    )
     yield g
     await g.close()
 
 
 async def test_passing_solution_has_per_test_results(grader: Grader) -> None:
-    verdict, reward = await grader.grade(code_task(), GOOD)
+    verdict, reward = await grade_and_score(grader, code_task(), GOOD)
     assert verdict.passed and reward.total == 1.0
     assert [(t.name, t.outcome) for t in verdict.tests] == [
         ("test_small", "passed"), ("test_negative", "passed"), ("test_type", "passed")
@@ -57,28 +60,30 @@ async def test_passing_solution_has_per_test_results(grader: Grader) -> None:
 
 
 async def test_partial_solution_fails_with_score(grader: Grader) -> None:
-    verdict, reward = await grader.grade(code_task(), "def add(a, b):\n    return abs(a) + abs(b)\n")
+    verdict, reward = await grade_and_score(
+        grader, code_task(), "def add(a, b):\n    return abs(a) + abs(b)\n"
+    )
     assert not verdict.passed and reward.total == 0.0
     assert verdict.score == pytest.approx(2 / 3)
     assert [t.outcome for t in verdict.tests] == ["passed", "failed", "passed"]
 
 
 async def test_expected_tests_must_actually_run(grader: Grader) -> None:
-    verdict, _ = await grader.grade(code_task(expected=5), GOOD)
+    verdict, _ = await grade_and_score(grader, code_task(expected=5), GOOD)
     assert not verdict.passed
     assert "only 3 of 5 expected tests ran" in verdict.detail
 
 
 async def test_skips_and_errors_are_failures(grader: Grader) -> None:
     checks = CHECKS + "\n\ndef test_skipped():\n    import unittest\n    raise unittest.SkipTest('later')\n"
-    verdict, _ = await grader.grade(code_task(checks, expected=4), GOOD)
+    verdict, _ = await grade_and_score(grader, code_task(checks, expected=4), GOOD)
     assert not verdict.passed
     assert verdict.tests[-1].outcome == "error"
 
 
 async def test_hung_test_times_out_and_the_rest_still_run(grader: Grader) -> None:
     solution = "def add(a, b):\n    while a == 1:\n        pass\n    return a + b\n"
-    verdict, _ = await grader.grade(code_task(), solution)
+    verdict, _ = await grade_and_score(grader, code_task(), solution)
     outcomes = {t.name: (t.outcome, t.detail) for t in verdict.tests}
     assert outcomes["test_small"][0] == "failed" and "timed out" in outcomes["test_small"][1]
     assert outcomes["test_negative"][0] == "passed"
@@ -87,7 +92,7 @@ async def test_hung_test_times_out_and_the_rest_still_run(grader: Grader) -> Non
 
 
 async def test_broken_solution_is_a_failure_not_an_error(grader: Grader) -> None:
-    verdict, reward = await grader.grade(code_task(), "def add(a, b) return a + b")
+    verdict, reward = await grade_and_score(grader, code_task(), "def add(a, b) return a + b")
     assert verdict.error is None and not verdict.passed and reward.total == 0.0
     assert all(t.outcome == "error" and "SyntaxError" in t.detail for t in verdict.tests)
 
@@ -95,7 +100,7 @@ async def test_broken_solution_is_a_failure_not_an_error(grader: Grader) -> None
 async def test_hidden_checks_never_touch_the_disk(grader: Grader) -> None:
     checks = "import solution\n\ndef test_listing():\n    assert solution.listing() == ['solution.py']\n"
     solution = "import os\n\ndef listing():\n    return sorted(os.listdir('.'))\n"
-    verdict, _ = await grader.grade(code_task(checks, expected=1), solution)
+    verdict, _ = await grade_and_score(grader, code_task(checks, expected=1), solution)
     assert verdict.passed, verdict.tests
 
 
@@ -103,10 +108,10 @@ async def test_visible_checks_flag_overfitting(grader: Grader) -> None:
     visible = {
         "test_visible.py": "from solution import add\n\ndef test_example():\n    assert add(1, 2) == 3\n"
     }
-    verdict, _ = await grader.grade(code_task(visible=visible), "def add(a, b):\n    return 3\n")
+    verdict, _ = await grade_and_score(grader, code_task(visible=visible), "def add(a, b):\n    return 3\n")
     assert not verdict.passed
     assert "special_casing" in {f.name for f in verdict.flags}
-    ok, _ = await grader.grade(code_task(visible=visible), GOOD)
+    ok, _ = await grade_and_score(grader, code_task(visible=visible), GOOD)
     assert ok.passed and not ok.flags
     assert ok.tests[-1].outcome == "skipped"  # visible checks run only when a hidden one failed
 
@@ -117,11 +122,11 @@ async def test_solution_is_read_from_the_agent_workspace(grader: Grader) -> None
     }
     task = code_task(visible=visible)
     async with await open_sandbox(SandboxConfig(), {"solution.py": GOOD, **visible}) as agent:
-        verdict, reward = await grader.grade(task, "this text is ignored", workspace=agent)
+        verdict, reward = await grade_and_score(grader, task, "this text is ignored", workspace=agent)
         assert verdict.passed and reward.total == 1.0
         await agent.write("conftest.py", "import pytest\n")
         await agent.write("test_visible.py", "def test_example():\n    pass\n")
-        verdict, reward = await grader.grade(task, "", workspace=agent)
+        verdict, reward = await grade_and_score(grader, task, "", workspace=agent)
     assert not verdict.passed and reward.total == 0.0
     evidence = [f.evidence for f in verdict.flags if f.name == "test_tampering"]
     assert any("conftest.py" in e for e in evidence) and any("test_visible.py" in e for e in evidence)
@@ -129,9 +134,9 @@ async def test_solution_is_read_from_the_agent_workspace(grader: Grader) -> None
 
 async def test_infrastructure_failure_is_an_error_not_a_zero() -> None:
     grading = GradingConfig(python="no-such-python")
-    g = Grader(SandboxConfig(), RewardConfig(grading=grading))
+    g = make_grader(SandboxConfig(), RewardConfig(grading=grading))
     try:
-        verdict, reward = await g.grade(code_task(), GOOD)
+        verdict, reward = await grade_and_score(g, code_task(), GOOD)
     finally:
         await g.close()
     assert verdict.error is not None and verdict.error.boundary in ("sandbox", "verifier")
@@ -140,7 +145,7 @@ async def test_infrastructure_failure_is_an_error_not_a_zero() -> None:
 
 async def test_judge_kind_without_judge_is_an_error(grader: Grader) -> None:
     task = Task(domain="qa", prompt="p", verifier=VerifierSpec(kind="judge"))
-    verdict, reward = await grader.grade(task, "x")
+    verdict, reward = await grade_and_score(grader, task, "x")
     assert verdict.error is not None and verdict.error.kind == "no_judge"
     assert reward.dropped
 
@@ -167,7 +172,7 @@ def test_sealing_moves_literals_out_of_the_test_code() -> None:
 
 async def test_sealed_checks_decide_even_when_the_worker_says_pass(grader: Grader) -> None:
     # the worker only sends values for sealed checks; the supervisor compares them after the fact
-    verdict, _ = await grader.grade(code_task(), "def add(a, b):\n    return a + b + (a == 1)\n")
+    verdict, _ = await grade_and_score(grader, code_task(), "def add(a, b):\n    return a + b + (a == 1)\n")
     assert [t.outcome for t in verdict.tests] == ["failed", "passed", "passed"]
     assert "sealed" in verdict.tests[0].detail
 
@@ -188,7 +193,7 @@ async def test_isolated_mode_stateful_and_callback_tests_fail_clearly(grader: Gr
         "LIMIT = 10\n\nclass Counter:\n    def count(self):\n        return 0\n\n"
         "def apply(f, x):\n    return f(x)\n\ndef sort_in_place(xs):\n    xs.sort()\n"
     )
-    verdict, _ = await grader.grade(code_task(checks, expected=4), solution)
+    verdict, _ = await grade_and_score(grader, code_task(checks, expected=4), solution)
     outcomes = {t.name: (t.outcome, t.detail) for t in verdict.tests}
     assert outcomes["test_class"][0] == "failed" and "classes cannot be checked" in outcomes["test_class"][1]
     assert outcomes["test_callback"][0] == "error" and "plain data only" in outcomes["test_callback"][1]
@@ -210,5 +215,5 @@ async def test_exceptions_of_the_submission_are_raised_in_the_checks(grader: Gra
         "class BadInput(ValueError):\n    pass\n\n"
         "def parse(s):\n    raise BadInput('bad input: ' + s)\n\ndef look(d, k):\n    return d[k]\n"
     )
-    verdict, _ = await grader.grade(code_task(checks, expected=2), solution)
+    verdict, _ = await grade_and_score(grader, code_task(checks, expected=2), solution)
     assert verdict.passed, verdict.tests

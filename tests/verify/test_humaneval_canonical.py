@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from reward_helpers import grade_and_score
 
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.humaneval import humaneval_tasks
-from trialground.verify.grader import Grader
+from trialground.verify.grader import make_grader
 from trialground.verify.reward.model import Reward
 from trialground.verify.verdict import Verdict
 
@@ -19,10 +20,10 @@ def _grade(submissions: list[tuple[int, str]]) -> list[tuple[Verdict, Reward]]:
     tasks = humaneval_tasks()
 
     async def run() -> list[tuple[Verdict, Reward]]:
-        grader = Grader(SandboxConfig())
+        grader = make_grader(SandboxConfig())
 
         async def one(i: int, text: str) -> tuple[Verdict, Reward]:
-            return await grader.grade(tasks[i], text)
+            return await grade_and_score(grader, tasks[i], text)
 
         try:
             return list(await asyncio.gather(*(one(i, s) for i, s in submissions)))

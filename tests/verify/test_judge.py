@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 import uvicorn
 from fastapi import FastAPI, HTTPException
+from reward_helpers import grade_scored, step_metrics
 
 from trialground.errors import VerifierError
 from trialground.tasks.model import Task, VerifierSpec
@@ -135,10 +136,10 @@ async def test_local_hf_classifier_judge(tmp_path) -> None:  # type: ignore[no-u
 async def test_grader_cross_checks_rule_rewards_on_a_sample(server: tuple[str, list[dict]]) -> None:
     from trialground.sandbox.base import SandboxConfig
     from trialground.verify.config import RewardConfig
-    from trialground.verify.grader import Grader
+    from trialground.verify.grader import make_grader
 
     url, _ = server
-    grader = Grader(SandboxConfig(), RewardConfig(judge_sample_rate=1.0), judge=OpenAIJudge(url, "m"))
+    grader = make_grader(SandboxConfig(), RewardConfig(judge_sample_rate=1.0), judge=OpenAIJudge(url, "m"))
 
     def exact(answer: str) -> Task:
         return Task(
@@ -148,15 +149,15 @@ async def test_grader_cross_checks_rule_rewards_on_a_sample(server: tuple[str, l
         )
 
     try:
-        _, r1 = await grader.grade(exact("Paris"), "Answer: Paris")  # rule yes, judge 0.9: agree
-        _, r2 = await grader.grade(exact("Paris"), "Answer: Lyon")  # rule no, judge 0.1: agree
-        _, r3 = await grader.grade(exact("Lyon"), "Answer: Lyon")  # rule yes, judge 0.1: disagree
+        g1, r1 = await grade_scored(grader, exact("Paris"), "Answer: Paris")  # rule yes, judge 0.9: agree
+        g2, r2 = await grade_scored(grader, exact("Paris"), "Answer: Lyon")  # rule no, judge 0.1: agree
+        g3, r3 = await grade_scored(grader, exact("Lyon"), "Answer: Lyon")  # rule yes, judge 0.1: disagree
     finally:
         await grader.close()
     judge = r1.component("judge")
     assert judge is not None and judge.value == 0.9 and judge.weight == 0.0  # logged, not paid
     assert r1.total == 1.0 and r2.total == 0.0 and r3.total == 1.0
-    metrics = grader.metrics()
+    metrics = step_metrics([g1, g2, g3], grader.reward_config)
     assert metrics["verify/gradings"] == 3.0 and metrics["verify/pass_rate"] == pytest.approx(2 / 3)
     assert metrics["hack/flag_rate"] == 0.0
     assert metrics["verify/judge_samples"] == 3.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from reward_helpers import grade_scored, step_metrics
 
 from trialground.errors import ConfigError
 from trialground.orchestrator.run_config import load_config
@@ -45,9 +46,9 @@ async def test_hf_classifier_judge_from_a_local_path_cross_checks(classifier_dir
     )
     grader = make_grader(SandboxConfig(), reward)
     try:
-        verdict, _ = await grader.grade(TASK, "no")  # the rule says fail; a threshold of 0 says pass
-        assert not verdict.passed
-        m = grader.metrics()
+        graded, _ = await grade_scored(grader, TASK, "no")  # the rule says fail; a threshold of 0 says pass
+        assert not graded.verdict.passed
+        m = step_metrics([graded], reward)
         assert m["verify/judge_calls"] == 1.0 and m["verify/judge_samples"] == 1.0
         assert m["verify/judge_disagreement"] == 1.0
         assert grader.judge is not None and 0.0 <= await grader.judge.score(TASK, "yes") <= 1.0

@@ -6,13 +6,13 @@ import pytest
 
 from trialground.verify.config import RewardConfig
 from trialground.verify.reward.model import Reward
-from trialground.verify.reward.rubric import Rubric
+from trialground.verify.reward.rubric import Facts, Rubric
 from trialground.verify.reward.shaping import count_redundant, process_stats
-from trialground.verify.verdict import Action, Flag, Verdict
+from trialground.verify.verdict import Action, Flag, Graded, Verdict
 
 
 def compute_reward(verdict: Verdict, actions: list[Action] | tuple[()], config: RewardConfig) -> Reward:
-    return Rubric(config).grade(verdict, actions)
+    return Rubric.from_config(config).score(Facts(graded=Graded(verdict=verdict), actions=tuple(actions)))
 
 
 def act(

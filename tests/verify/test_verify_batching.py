@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from reward_helpers import grade_and_score
 
 from trialground.errors import VerifierError
 from trialground.microbatch import Batcher
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.verify.config import GradingConfig, RewardConfig
-from trialground.verify.grader import Grader
+from trialground.verify.grader import Grader, make_grader
 
 LISTING = """
 import solution
@@ -39,7 +40,7 @@ def listing_task() -> Task:
 
 @pytest.fixture
 async def grader():  # type: ignore[no-untyped-def]
-    g = Grader(SandboxConfig(), RewardConfig())
+    g = make_grader(SandboxConfig(), RewardConfig())
     yield g
     await g.close()
 
@@ -67,15 +68,15 @@ async def test_concurrent_gradings_share_batches(grader: Grader) -> None:
         return await inner(items)
 
     grader._batcher._run_batch = counting
-    results = await asyncio.gather(*(grader.grade(task, SNOOP) for _ in range(10)))
+    results = await asyncio.gather(*(grade_and_score(grader, task, SNOOP) for _ in range(10)))
     assert all(v.passed and r.total == 1.0 for v, r in results)
     assert calls < 10
 
 
 async def test_batching_off_still_grades() -> None:
-    g = Grader(SandboxConfig(), RewardConfig(grading=GradingConfig(max_batch=1)))
+    g = make_grader(SandboxConfig(), RewardConfig(grading=GradingConfig(max_batch=1)))
     try:
-        verdict, _ = await g.grade(listing_task(), SNOOP)
+        verdict, _ = await grade_and_score(g, listing_task(), SNOOP)
     finally:
         await g.close()
     assert verdict.passed

@@ -61,12 +61,12 @@ def train(
 ) -> None:
     """Train a policy: rollouts in sandboxes, rewards, group advantages, policy updates."""
     cfg = _config(config, overrides, resume)
-    from trialground.train.distributed import ranks
+    from trialground.orchestrator.ranks import ranks, serve_rank
 
     # Under torchrun or Ray (docs/distributed.md) rank 0 is the run; the other ranks only train.
     with ranks(cfg) as (cfg, rank):
         if rank is not None and rank.rank > 0:
-            rank.serve(cfg)
+            serve_rank(rank, cfg)
         else:
             _train(cfg, resume)
 

@@ -27,9 +27,10 @@ from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.io import jsonl_rows
 from trialground.tasks.model import Task
 from trialground.verify.config import RewardConfig
-from trialground.verify.grader import Grader
+from trialground.verify.grader import make_grader
 from trialground.verify.kinds.code_tests import VISIBLE_PREFIX
 from trialground.verify.reward.model import Reward
+from trialground.verify.reward.rubric import Facts, Rubric
 from trialground.verify.verdict import Verdict
 
 
@@ -67,13 +68,15 @@ def result_row(task_id: str, verdict: Verdict, reward: Reward) -> dict[str, Any]
 async def grade_all(
     tasks: dict[str, Task], solutions: list[tuple[str, str]], concurrency: int, progress: Progress | None
 ) -> list[dict[str, Any]]:
-    grader = Grader(SandboxConfig(), RewardConfig())
+    reward_config = RewardConfig()
+    grader, rubric = make_grader(SandboxConfig(), reward_config), Rubric.from_config(reward_config)
     sem = asyncio.Semaphore(concurrency)
     bar = progress.add_task("verifying", total=len(solutions)) if progress else None
 
     async def one(task_id: str, solution: str) -> dict[str, Any]:
         async with sem:
-            verdict, reward = await grader.grade(tasks[task_id], solution)
+            graded = await grader.grade(tasks[task_id], solution)
+        verdict, reward = graded.verdict, rubric.score(Facts(graded=graded))
         if progress is not None and bar is not None:
             progress.advance(bar)
         return result_row(task_id, verdict, reward)

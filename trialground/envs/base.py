@@ -8,22 +8,49 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trialground.errors import ErrorInfo
 from trialground.sandbox.base import Sandbox
 from trialground.tasks.model import Task
-from trialground.verify.reward.model import Reward
-from trialground.verify.verdict import Action, Verdict
+from trialground.verify.verdict import Action, Graded
+
+
+class EpisodeStart(BaseModel):
+    """What `reset` tells the agent loop besides the prompt."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    system: str | None = Field(None, description="A system message to render before the prompt")
+    tools: tuple[dict[str, object], ...] | None = Field(
+        None, description="The tools as JSON schemas, for chat templates that take `tools=`"
+    )
+    workspace_digest: str | None = Field(None, description="Hash of the workspace the episode starts from")
+
+
+class EpisodeEnd(BaseModel):
+    """How an episode ended: the environment's typed result, scored by the rubric once the episode is over.
+
+    `graded` is None when the episode ended without a grading (a limit without `grade_on_limit`); `error` is
+    an infrastructure failure (the trajectory is then left out of training)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    finish_reason: str = Field(description="submitted, max_turns, time_limit, error, ...")
+    graded: Graded | None = None
+    actions: tuple[Action, ...] = Field((), description="The episode's tool actions (process, efficiency)")
+    error: ErrorInfo | None = None
 
 
 class Observation(BaseModel):
-    """What the agent sees after reset or a step. `reward`/`verdict` are set when `done`."""
+    """What the agent sees after reset or a step. `start` is set by `reset`, `end` when `done`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     text: str
     done: bool = False
-    reward: Reward | None = None
-    verdict: Verdict | None = None
-    info: dict[str, Any] = Field(default_factory=dict)
+    turn: int = Field(0, ge=0, description="Policy turns taken so far")
+    exec_failed: bool = Field(False, description="A command the policy ran failed (a branch point)")
+    start: EpisodeStart | None = None
+    end: EpisodeEnd | None = None
 
 
 class Environment(abc.ABC):
@@ -52,7 +79,7 @@ class Grading(Protocol):
         *,
         workspace: Sandbox | None = None,
         actions: Sequence[Action] = (),
-    ) -> tuple[Verdict, Reward]: ...
+    ) -> Graded: ...
 
 
 class Forkable(abc.ABC):

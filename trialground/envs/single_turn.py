@@ -3,14 +3,13 @@
 ``reset(task)`` returns the prompt; ``step(completion)`` grades and always ends the episode. For
 ``code_tests`` tasks the program is extracted from the completion with `extract_code` (last python fenced
 block, else last fenced block, else the raw text); for every other verifier the completion is passed
-unchanged (answer extraction belongs to the verifier). Grading failures are recorded in ``info["error"]``.
+unchanged (answer extraction belongs to the verifier). The episode ends with an `EpisodeEnd` holding the
+grading, or the infrastructure failure that prevented it.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from trialground.envs.base import Environment, Forkable, Grading, Observation
+from trialground.envs.base import Environment, EpisodeEnd, Forkable, Grading, Observation
 from trialground.envs.text import extract_code
 from trialground.errors import EnvError, ErrorInfo, TrialgroundError, VerifierError
 from trialground.tasks.model import Task
@@ -34,7 +33,7 @@ class SingleTurnEnv(Environment, Forkable):
 
     async def reset(self, task: Task) -> Observation:
         self.task, self.done, self.error = task, False, None
-        return Observation(text=task.prompt, info={"turn": 0})
+        return Observation(text=task.prompt)
 
     def submission_of(self, completion: str) -> str:
         assert self.task is not None
@@ -43,32 +42,26 @@ class SingleTurnEnv(Environment, Forkable):
     async def step(self, action: str) -> Observation:
         if self._revoked is not None:
             self.done = True
-            return Observation(
-                text="environment reclaimed", done=True, info=self._info("reclaimed", self._revoked)
-            )
+            return self._end("environment reclaimed", "reclaimed", error=self._revoked)
         if self.task is None:
             err = EnvError("step() before reset()", kind="not_reset").info()
-            return Observation(text="episode not started", done=True, info=self._info("not_started", err))
+            return self._end("episode not started", "not_started", error=err)
         if self.done:
-            return Observation(text="the episode is over", done=True, info=self._info("submitted", None))
+            return Observation(text="the episode is over", done=True, turn=1)  # nothing more is graded
         self.done = True
         try:
-            verdict, reward = await self.grader.grade(self.task, self.submission_of(action))
+            graded = await self.grader.grade(self.task, self.submission_of(action))
         except TrialgroundError as e:
-            return Observation(text="grading failed", done=True, info=self._info("submitted", e.info()))
+            return self._end("grading failed", "submitted", error=e.info())
         except Exception as e:
             err = VerifierError(f"grader raised {type(e).__name__}: {e}", kind="grader_exception").info()
-            return Observation(text="grading failed", done=True, info=self._info("submitted", err))
-        return Observation(
-            text=verdict.detail,
-            done=True,
-            reward=reward,
-            verdict=verdict,
-            info=self._info("submitted", verdict.error),
-        )
+            return self._end("grading failed", "submitted", error=err)
+        end = EpisodeEnd(finish_reason="submitted", graded=graded, error=graded.verdict.error)
+        return Observation(text=graded.verdict.detail, done=True, turn=1, end=end)
 
-    def _info(self, reason: str, error: ErrorInfo | None) -> dict[str, Any]:
-        return {"finish_reason": reason, "error": error, "turn": 1 if self.done else 0}
+    def _end(self, text: str, reason: str, *, error: ErrorInfo | None = None) -> Observation:
+        end = EpisodeEnd(finish_reason=reason, error=error)
+        return Observation(text=text, done=True, turn=1 if self.done else 0, end=end)
 
     async def snapshot(self) -> tuple[Task | None, bool]:
         return (self.task, self.done)

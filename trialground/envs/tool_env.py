@@ -11,14 +11,15 @@ Episode contract:
 - The episode ends on ``submit``, at ``max_turns``, or at ``max_episode_s`` (then, with ``grade_on_limit``,
   the workspace is graded as it is). Grading is ``Grader.grade(task, submission, workspace=sandbox,
   actions=...)``; the submission is the ``answer`` given to submit, else the solution file's text.
-- A sandbox that breaks ends the episode with ``info["error"]`` (an `ErrorInfo`) and no reward; the
-  environment is then `failed` and must not be reused.
+- A sandbox that breaks ends the episode with an `EpisodeEnd` whose ``error`` is set (an `ErrorInfo`), and no
+  grading; the environment is then `failed` and must not be reused.
 
-Final observations carry ``info = {"finish_reason", "counters", "error", "turn"}``; intermediate ones carry
-``counters``, ``turn`` and ``exec_failed`` (a bash, python or run_tests call of this turn did not succeed:
-non-zero exit, timeout, a limit; the `first_failure` branch point of `loop.branch`); the first one also
-``workspace_digest`` (`EnvConfig.workspace_digest`): a hash of every file's path and bytes in the
-workspace the episode starts from, computed inside the sandbox.
+The final observation carries the `EpisodeEnd` (finish reason, grading, the episode's actions, error);
+intermediate ones carry ``turn`` and ``exec_failed`` (a bash, python or run_tests call of this turn did not
+succeed: non-zero exit, timeout, a limit; the `first_failure` branch point of `loop.branch`); the first one
+an `EpisodeStart` with the tool schemas and ``workspace_digest`` (`EnvConfig.workspace_digest`): a hash of
+every file's path and bytes in the workspace the episode starts from, computed inside the sandbox. The
+episode's counters are `ToolEnv.counters`.
 """
 
 from __future__ import annotations
@@ -29,9 +30,8 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from trialground.envs.base import Environment, Forkable, Grading, Observation
+from trialground.envs.base import Environment, EpisodeEnd, EpisodeStart, Forkable, Grading, Observation
 from trialground.envs.config import EnvConfig
 from trialground.envs.text import truncate_middle
 from trialground.envs.tool_schemas import tool_schemas
@@ -40,7 +40,7 @@ from trialground.envs.tools import TOOL_DOCS, Toolbox, make_action, validate_cal
 from trialground.errors import EnvError, ErrorInfo, SandboxError, TrialgroundError, VerifierError
 from trialground.sandbox.base import Sandbox, SandboxConfig
 from trialground.tasks.model import Task
-from trialground.verify.verdict import Action
+from trialground.verify.verdict import Action, Graded
 
 SandboxOpener = Callable[[SandboxConfig, Mapping[str, str | bytes]], Awaitable[Sandbox]]
 _HANG_GRACE_S = 10.0  # beyond a tool's own wall limit before the sandbox is declared hung
@@ -177,10 +177,8 @@ class ToolEnv(Environment, Forkable):
         example = format_tool_call("bash", {"command": "ls"}, fmt)
         text = f"{task.prompt}\n\n{TOOL_DOCS}\nCall a tool like this:\n{example}"
         # the tools as JSON schemas too: a chat template that takes `tools=` renders them its own way
-        info: dict[str, Any] = {"turn": 0, "counters": self.counters, "tools": tool_schemas()}
-        if digest is not None:
-            info["workspace_digest"] = digest
-        return Observation(text=text, info=info)
+        start = EpisodeStart(tools=tuple(tool_schemas()), workspace_digest=digest)
+        return Observation(text=text, start=start)
 
     async def step(self, action: str) -> Observation:
         st = self.state
@@ -191,7 +189,7 @@ class ToolEnv(Environment, Forkable):
                 "not_started", error=EnvError("step() before reset()", kind="not_reset").info()
             )
         if st.done:
-            return Observation(text="the episode is over", done=True, info=self._info(None))
+            return self._over()
         st.turn += 1
         st.history.append(("policy", action))
         if self.elapsed_s() >= self.config.max_episode_s:  # generation used up the episode's time
@@ -256,9 +254,7 @@ class ToolEnv(Environment, Forkable):
             return await self._limit("max_turns", text)
         if self.elapsed_s() >= self.config.max_episode_s:
             return await self._limit("time_limit", text)
-        return Observation(
-            text=text, info={"turn": st.turn, "counters": self.counters, "exec_failed": exec_failed}
-        )
+        return Observation(text=text, turn=st.turn, exec_failed=exec_failed)
 
     async def finish(self, reason: str = "ended") -> Observation:
         """End the episode now, as at a limit: with `grade_on_limit` the workspace is graded as it is (for
@@ -271,7 +267,7 @@ class ToolEnv(Environment, Forkable):
                 "not_started", error=EnvError("finish() before reset()", kind="not_reset").info()
             )
         if self.state.done:
-            return Observation(text="the episode is over", done=True, info=self._info(None))
+            return self._over()
         return await self._limit(reason, f"episode ended: {reason}")
 
     async def _limit(self, reason: str, text: str) -> Observation:
@@ -283,7 +279,7 @@ class ToolEnv(Environment, Forkable):
         assert self.task is not None
         submission = answer if answer is not None else await self._solution_text()
         try:
-            verdict, reward = await self.grader.grade(
+            graded = await self.grader.grade(
                 self.task, submission, workspace=self.sandbox, actions=tuple(self.state.actions)
             )
         except TrialgroundError as e:
@@ -292,9 +288,7 @@ class ToolEnv(Environment, Forkable):
             err = VerifierError(f"grader raised {type(e).__name__}: {e}", kind="grader_exception")
             return self._final(reason, text=text, error=err.info())
         self.state.done, self.state.finish_reason = True, reason
-        return Observation(
-            text=text, done=True, reward=reward, verdict=verdict, info=self._info(verdict.error)
-        )
+        return self._observe_end(text, graded=graded, error=graded.verdict.error)
 
     async def _solution_text(self) -> str:
         assert self.task is not None and self.sandbox is not None
@@ -310,15 +304,22 @@ class ToolEnv(Environment, Forkable):
 
     def _final(self, reason: str, *, text: str = "", error: ErrorInfo | None = None) -> Observation:
         self.state.done, self.state.finish_reason = True, reason
-        return Observation(text=text or f"episode ended: {reason}", done=True, info=self._info(error))
+        return self._observe_end(text or f"episode ended: {reason}", error=error)
 
-    def _info(self, error: ErrorInfo | None) -> dict[str, Any]:
-        return {
-            "finish_reason": self.state.finish_reason,
-            "counters": self.counters,
-            "error": error,
-            "turn": self.state.turn,
-        }
+    def _observe_end(
+        self, text: str, *, graded: Graded | None = None, error: ErrorInfo | None = None
+    ) -> Observation:
+        end = EpisodeEnd(
+            finish_reason=self.state.finish_reason,
+            graded=graded,
+            actions=tuple(self.state.actions),
+            error=error,
+        )
+        return Observation(text=text, done=True, turn=self.state.turn, end=end)
+
+    def _over(self) -> Observation:
+        """A step after the end: the episode is over and nothing more is graded."""
+        return Observation(text="the episode is over", done=True, turn=self.state.turn)
 
     # --- snapshot / rollback / fork -------------------------------------------------------------------
 

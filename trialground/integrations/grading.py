@@ -1,15 +1,16 @@
 """Grading a completion of a known task, for trainers that hand trialground (task id, completion) pairs.
 
 One `TaskGrading` holds a task set (by id), one `Grader` and the `BackgroundLoop` the grader lives on.
-A completion is graded exactly as trialground's own single-turn loop grades it: through `SingleTurnEnv`
-(the program is extracted from a `code_tests` completion; other verifiers get the text unchanged), in a
-fresh sandbox, with every hack detector.
+A completion is graded and scored exactly as trialground's own single-turn loop does it: through
+`SingleTurnEnv` (the program is extracted from a `code_tests` completion; other verifiers get the text
+unchanged), in a fresh sandbox, with every hack detector, then the episode's reward from the one reward seam
+(`trialground.rollout.scoring.score_end`) with the run's rubric.
 
 Contract:
 - `grade_many(pairs)` grades every pair concurrently (the grader bounds its sandbox execs) and returns one
-  `Graded` per pair, in order. It never raises for a bad submission or a broken sandbox: those become a
-  `Graded` whose `value` is None (an infrastructure failure, or `hack_action: drop`) — a trainer must leave
-  such a sample out rather than learn from a made-up 0.
+  `GradedCompletion` per pair, in order. It never raises for a bad submission or a broken sandbox: those
+  become a `GradedCompletion` whose `value` is None (an infrastructure failure, or `hack_action: drop`) — a
+  trainer must leave such a sample out rather than learn from a made-up 0.
 - An id that is not in the task set raises `KeyError` naming it (that is bad input, not infrastructure).
 - `agrade_many` is the same for a caller on another event loop (it awaits the grading loop without
   blocking its own).
@@ -25,12 +26,14 @@ from typing import Literal
 from trialground.envs.single_turn import SingleTurnEnv
 from trialground.errors import ErrorInfo, TaskError
 from trialground.integrations.background import BackgroundLoop
+from trialground.rollout.scoring import score_end
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task
 from trialground.verify.config import RewardConfig
 from trialground.verify.grader import Grader, make_grader
 from trialground.verify.judges.judge import Judge
 from trialground.verify.reward.model import Reward
+from trialground.verify.reward.rubric import Rubric
 from trialground.verify.verdict import Verdict
 
 TaskSet = str | Iterable[Task]
@@ -54,7 +57,7 @@ def resolve_tasks(
 
 
 @dataclass(frozen=True)
-class Graded:
+class GradedCompletion:
     """One graded completion. `value` is the reward to train on, or None: leave the sample out."""
 
     task_id: str
@@ -88,7 +91,7 @@ def _field(message: object, name: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def summarize(results: Sequence[Graded], prefix: str = "trialground") -> dict[str, float]:
+def summarize(results: Sequence[GradedCompletion], prefix: str = "trialground") -> dict[str, float]:
     """Batch metrics: `{prefix}/graded`, `/dropped` (left out), `/pass_rate` and `/flagged` (hack flags)
     over graded samples, and the mean of every reward component (`{prefix}/component/<name>`)."""
     graded = [r for r in results if r.value is not None and r.reward is not None]
@@ -105,16 +108,21 @@ def summarize(results: Sequence[Graded], prefix: str = "trialground") -> dict[st
     return out
 
 
-async def grade_completion(grader: Grader, task: Task, completion: str) -> Graded:
-    """One completion through `SingleTurnEnv` (the same submission rule as trialground's own loop)."""
+async def grade_completion(
+    grader: Grader, rubric: Rubric, task: Task, completion: str, *, policy_tokens: int = 0
+) -> GradedCompletion:
+    """One completion through `SingleTurnEnv` (the same submission rule as trialground's own loop), scored
+    by `rubric` (`policy_tokens`: the completion's length, for the overlong part when configured)."""
     env = SingleTurnEnv(grader)
     try:
         await env.reset(task)
         obs = await env.step(completion)
     finally:
         await env.close()
-    error = obs.info.get("error")
-    return Graded(task.id, obs.reward, obs.verdict, error if isinstance(error, ErrorInfo) else None)
+    end = obs.end
+    reward = score_end(rubric, end, policy_tokens=policy_tokens)
+    verdict = end.graded.verdict if end is not None and end.graded is not None else None
+    return GradedCompletion(task.id, reward, verdict, end.error if end is not None else None)
 
 
 class TaskGrading:
@@ -131,14 +139,13 @@ class TaskGrading:
         self.tasks: dict[str, Task] = {t.id: t for t in resolve_tasks(tasks)}
         self.sandbox = sandbox or SandboxConfig()
         self.reward_config = reward or RewardConfig()
+        self.rubric = Rubric.from_config(self.reward_config)
         self.loop = BackgroundLoop("trialground-grading")
         self._judge = judge
         self.grader = self.loop.run(self._make_grader())
 
     async def _make_grader(self) -> Grader:  # made on the loop it will live on
-        if self._judge is not None:  # a judge object given here wins over `reward.judge`
-            return Grader(self.sandbox, self.reward_config, judge=self._judge)
-        return make_grader(self.sandbox, self.reward_config)
+        return make_grader(self.sandbox, self.reward_config, judge=self._judge)  # a judge given here wins
 
     def task(self, task_id: str) -> Task:
         try:
@@ -149,15 +156,17 @@ class TaskGrading:
                 "`task_id` of a task the reward function was built from"
             ) from None
 
-    async def _grade_all(self, pairs: Sequence[tuple[Task, str]]) -> list[Graded]:
-        return list(await asyncio.gather(*(grade_completion(self.grader, t, c) for t, c in pairs)))
+    async def _grade_all(self, pairs: Sequence[tuple[Task, str]]) -> list[GradedCompletion]:
+        return list(
+            await asyncio.gather(*(grade_completion(self.grader, self.rubric, t, c) for t, c in pairs))
+        )
 
-    def grade_many(self, pairs: Sequence[tuple[str, str]]) -> list[Graded]:
+    def grade_many(self, pairs: Sequence[tuple[str, str]]) -> list[GradedCompletion]:
         """Grade (task id, completion text) pairs concurrently; see the module docstring."""
         resolved = [(self.task(task_id), text) for task_id, text in pairs]
         return self.loop.run(self._grade_all(resolved))
 
-    async def agrade_many(self, pairs: Sequence[tuple[str, str]]) -> list[Graded]:
+    async def agrade_many(self, pairs: Sequence[tuple[str, str]]) -> list[GradedCompletion]:
         """`grade_many` for a caller running its own event loop."""
         resolved = [(self.task(task_id), text) for task_id, text in pairs]
         future = asyncio.run_coroutine_threadsafe(self._grade_all(resolved), self.loop.loop)

@@ -51,10 +51,14 @@ from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
 from trialground.envs.toolcalls import format_tool_call
 from trialground.integrations.path_token import BearerWebSocketGuard, PathTokenMiddleware
+from trialground.rollout.scoring import score_end
 from trialground.sandbox.base import SandboxConfig
 from trialground.sandbox.service.app import reaping_lifespan
 from trialground.sandbox.service.http_guard import GuardMiddleware, GuardSettings
 from trialground.tasks.model import Task
+from trialground.verify.config import RewardConfig
+from trialground.verify.reward.model import Reward
+from trialground.verify.reward.rubric import Rubric
 
 PREFIX = "/oe"
 
@@ -137,6 +141,7 @@ class Session:
 
     env: ToolEnv
     tasks: TaskPicker
+    rubric: Rubric
     episode_id: str | None = None
     task: Task | None = None
     step_count: int = 0
@@ -174,29 +179,30 @@ class Session:
         ).model_dump(mode="json")  # fmt: skip
 
     def _payload(self, obs: Observation) -> dict[str, Any]:
+        """The OpenEnv answer; at the end, the reward from the one reward seam (the same as the native
+        loop's for the same episode)."""
         assert self.task is not None and self.episode_id is not None
-        info = obs.info
-        error = info.get("error")
+        end = obs.end
+        error = end.error if end is not None else None
         verdict = None
-        if obs.verdict is not None:
-            v = obs.verdict
+        if end is not None and end.graded is not None:
+            v = end.graded.verdict
             flags = [f.name for f in v.flags]
             verdict = {"passed": v.passed, "score": v.score, "detail": v.detail, "flags": flags}
+        reward = score_end(self.rubric, end) if obs.done and end is not None else None
         observation = EnvObservation(
-            text=obs.text, turn=int(info.get("turn", 0)), task_id=self.task.id, episode_id=self.episode_id,
-            counters=dict(info.get("counters", {})),
-            finish_reason=info.get("finish_reason") if obs.done else None, verdict=verdict,
+            text=obs.text, turn=obs.turn, task_id=self.task.id, episode_id=self.episode_id,
+            counters=dict(self.env.counters),
+            finish_reason=end.finish_reason if end is not None else None, verdict=verdict,
             error=error.model_dump(mode="json") if error is not None else None,
-            reward_components=_components(obs) if obs.reward is not None else None,
+            reward_components=_components(reward) if reward is not None else None,
         )  # fmt: skip
-        dropped = obs.reward is None or error is not None or (obs.verdict is not None and obs.verdict.error)
-        reward = None if dropped or obs.reward is None else obs.reward.total
-        return {"observation": observation.model_dump(mode="json"), "reward": reward, "done": obs.done}
+        value = None if reward is None or reward.dropped else reward.total
+        return {"observation": observation.model_dump(mode="json"), "reward": value, "done": obs.done}
 
 
-def _components(obs: Observation) -> dict[str, float]:
-    assert obs.reward is not None
-    return {"outcome": obs.reward.outcome, **{c.name: c.value for c in obs.reward.components}}
+def _components(reward: Reward) -> dict[str, float]:
+    return {"outcome": reward.outcome, **{c.name: c.value for c in reward.components}}
 
 
 def _errors(exc: ValidationError) -> str:
@@ -288,15 +294,18 @@ def create_app(
     tasks: Sequence[Task], grader: Grading, token: str, *, env_config: EnvConfig | None = None,
     sandbox_config: SandboxConfig | None = None, max_sessions: int = 8, idle_s: float = 300.0,
     max_body_bytes: int = 8 << 20, close_grader: Callable[[], Awaitable[None]] | None = None,
+    reward: RewardConfig | None = None,
 ) -> FastAPI:  # fmt: skip
-    """The server as an ASGI app (serve it with `sandbox.service.uvicorn_config`)."""
+    """The server as an ASGI app (serve it with `sandbox.service.uvicorn_config`); episodes are scored with
+    the rubric of `reward` (default settings when None)."""
     config = env_config or EnvConfig(kind="tool")
+    rubric = Rubric.from_config(reward or RewardConfig())
     picker = TaskPicker(tasks, config.tool_format)
     table = SessionTable(max_sessions, idle_s)
     box = sandbox_config or SandboxConfig()
 
     def new_session() -> Session:
-        return Session(ToolEnv(grader, config, box), picker)
+        return Session(ToolEnv(grader, config, box), picker, rubric)
 
     app = FastAPI(
         title="trialground OpenEnv environment server", lifespan=reaping_lifespan(table, idle_s, close_grader)
@@ -450,11 +459,10 @@ def serve_forever(
     import uvicorn
 
     from trialground.sandbox.service.app import listen, uvicorn_config
-    from trialground.verify.config import RewardConfig
-    from trialground.verify.grader import Grader
+    from trialground.verify.grader import make_grader
 
     sandbox_config = SandboxConfig()
-    grader = Grader(sandbox_config, RewardConfig())
+    grader = make_grader(sandbox_config)
     app = create_app(
         tasks, grader, token, env_config=env_config, sandbox_config=sandbox_config, max_sessions=max_sessions,
         idle_s=idle_s, max_body_bytes=max_body_bytes, close_grader=grader.close,

@@ -39,14 +39,22 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from trialground.envs.base import Observation
+from trialground.envs.base import EpisodeEnd, Observation
 from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
 from trialground.envs.toolcalls import ToolFormat, format_tool_call
 from trialground.envs.tools import TOOL_PARAMS
 from trialground.errors import EnvError, ErrorInfo, TrialgroundError
-from trialground.integrations.grading import Graded, TaskGrading, TaskSet, completion_text, summarize
+from trialground.integrations.grading import (
+    GradedCompletion,
+    TaskGrading,
+    TaskSet,
+    completion_text,
+    summarize,
+)
 from trialground.policy.tiny import TINY_NAME
+from trialground.rollout.scoring import score_end
+from trialground.rollout.trajectory import CONTEXT_BUDGET
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task
 from trialground.verify.config import RewardConfig
@@ -82,7 +90,7 @@ class TaskReward:
     ) -> None:
         self.grading = TaskGrading(tasks, sandbox=sandbox, reward=reward, judge=judge)
         self.__name__ = name  # TRL names the reward (rewards/<name>/mean) after it
-        self.last: tuple[Graded, ...] = ()  # the latest batch, for inspection
+        self.last: tuple[GradedCompletion, ...] = ()  # the latest batch, for inspection
 
     @property
     def tasks(self) -> dict[str, Task]:
@@ -174,10 +182,16 @@ class TrialgroundToolEnv:
             return f"{task.prompt}\n\n(the environment could not start: {e}; tools are unavailable)"
         return first.text if self._factory.describe_tools else task.prompt
 
-    def get_reward(self) -> float | None:
-        """The episode's reward (see the module docstring); None when it cannot be trusted."""
+    def get_reward(self, *, truncated: bool = False) -> float | None:
+        """The episode's reward (see the module docstring), from the one reward seam with the factory's
+        rubric; None when it cannot be trusted. `truncated`: the trainer's context budget cut the episode
+        before it ended: it is not graded, and earns what the native loop pays a context-budget end."""
         if self._error is not None or self._env is None:
             return None
+        rubric = self._factory.grading.rubric
+        if truncated and self._final is None:
+            reward = score_end(rubric, EpisodeEnd(finish_reason=CONTEXT_BUDGET), cut_by_context=True)
+            return None if reward is None or reward.dropped else reward.total
         final = self._final
         if final is None or not self._recorded:
             if final is None:
@@ -185,12 +199,8 @@ class TrialgroundToolEnv:
                 self._final = final
             self._factory.record(final)  # once per episode, however often TRL asks
             self._recorded = True
-        error = final.info.get("error")
-        if error is not None:
-            return None
-        if final.reward is None:
-            return 0.0  # the episode ended without a grade (grade_on_limit off): nothing was earned
-        return None if final.reward.dropped else final.reward.total
+        reward = score_end(rubric, final.end)
+        return None if reward is None or reward.dropped else reward.total
 
     # --- the ToolEnv tools, one method each (names and parameters: trialground.envs.tools) ---------------
 
@@ -289,11 +299,12 @@ class TrialgroundToolEnv:
         if self._final is not None:
             return "the episode is over"
         fmt: ToolFormat = "xml" if self._factory.env_config.tool_format == "xml" else "json_tags"
-        obs = self._factory.run(self._env.step(format_tool_call(name, arguments, fmt)))
+        obs: Observation = self._factory.run(self._env.step(format_tool_call(name, arguments, fmt)))
         if obs.done:
             self._final = obs
-            if obs.verdict is not None:
-                return f"{obs.text}\n[graded: {'passed' if obs.verdict.passed else 'failed'}]".strip()
+            graded = obs.end.graded if obs.end is not None else None
+            if graded is not None:
+                return f"{obs.text}\n[graded: {'passed' if graded.verdict.passed else 'failed'}]".strip()
         return obs.text
 
     async def _close(self) -> None:

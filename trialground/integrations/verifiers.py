@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from trialground.integrations.grading import Graded, TaskGrading, completion_text, resolve_tasks
+from trialground.integrations.grading import GradedCompletion, TaskGrading, completion_text, resolve_tasks
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task
 from trialground.verify.config import RewardConfig
@@ -58,9 +58,9 @@ def make_rubric(grading: TaskGrading) -> Any:
             return 0.0
         return graded.value
 
-    def _graded(state: Any) -> Graded | None:
+    def _graded(state: Any) -> GradedCompletion | None:
         value = state.get(_STATE_KEY)
-        return value if isinstance(value, Graded) else None
+        return value if isinstance(value, GradedCompletion) else None
 
     async def trialground_passed(state: Any) -> float:
         g = _graded(state)

@@ -44,7 +44,7 @@ async def _passes(
 
     async def one(task: Task, text: str) -> bool:
         async with gate:
-            verdict, _ = await grader.grade(task, text)
+            verdict = (await grader.grade(task, text)).verdict
         if verdict.error is not None:
             raise VerifierError(f"grading task {task.id} failed: {verdict.error.message}")
         return verdict.passed

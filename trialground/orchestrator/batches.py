@@ -10,12 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from trialground.orchestrator.collect import collect
-from trialground.orchestrator.components import Components
+from trialground.orchestrator.collect import Collector
+from trialground.orchestrator.config import LoopConfig
+from trialground.policy.base import SamplingParams
 from trialground.rollout.trajectory import Trajectory
 from trialground.tasks.model import Task
+from trialground.tasks.pool import TaskPool
 
 
 @dataclass(frozen=True)
@@ -29,22 +32,28 @@ class Batch:
 class SyncBatches:
     """Sample tasks, roll them out with the current policy, hand them over. Nothing overlaps."""
 
-    def __init__(self, c: Components) -> None:
-        self.c = c
+    def __init__(
+        self, collector: Collector, tasks: TaskPool, loop: LoopConfig, sampling: SamplingParams
+    ) -> None:
+        self.collector, self.tasks, self.loop, self.sampling = collector, tasks, loop, sampling
 
-    async def next(self, step: int) -> Batch:
-        loop = self.c.config.loop
-        t0 = time.perf_counter()
-        tasks = self.c.tasks.sample(loop.batch_tasks)
-        groups = await collect(
-            self.c,
+    async def collect(self, tasks: Sequence[Task]) -> list[list[Trajectory]]:
+        """`tasks` rolled out as training samples: k each, branched as configured, with the overlong
+        budget of the training sampling."""
+        loop = self.loop
+        return await self.collector.collect(
             tasks,
             loop.samples_per_task,
-            self.c.config.policy.sampling,
+            self.sampling,
             branch=loop.branch,
             branch_k=loop.branch_size,
-            overlong_budget=self.c.config.policy.sampling.max_new_tokens,
+            overlong_budget=self.sampling.max_new_tokens,
         )
+
+    async def next(self, step: int) -> Batch:
+        t0 = time.perf_counter()
+        tasks = self.tasks.sample(self.loop.batch_tasks)
+        groups = await self.collect(tasks)
         return Batch(step, tasks, groups, time.perf_counter() - t0)
 
     async def close(self) -> None:
@@ -56,8 +65,15 @@ class AsyncBatches(SyncBatches):
     collects every admitted batch at once (up to `max_staleness + 1` in flight), so environment time
     overlaps both the trainer and other batches' generation."""
 
-    def __init__(self, c: Components, first_step: int) -> None:
-        super().__init__(c)
+    def __init__(
+        self,
+        collector: Collector,
+        tasks: TaskPool,
+        loop: LoopConfig,
+        sampling: SamplingParams,
+        first_step: int,
+    ) -> None:
+        super().__init__(collector, tasks, loop, sampling)
         self.trained = asyncio.Condition()
         self.trainer_step = first_step
         self.wait_s = 0.0
@@ -66,8 +82,8 @@ class AsyncBatches(SyncBatches):
         self.producer = asyncio.create_task(self._produce(first_step))
 
     async def _produce(self, step: int) -> None:
-        staleness = self.c.config.loop.max_staleness
-        while step < self.c.config.loop.steps:
+        staleness = self.loop.max_staleness
+        while step < self.loop.steps:
             admit_at = step - staleness  # the trainer version this batch may start from
             async with self.trained:
                 await self.trained.wait_for(lambda: self.trainer_step >= admit_at)  # noqa: B023

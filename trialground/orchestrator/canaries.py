@@ -3,13 +3,16 @@ the run's grader and judge at every evaluation, logged as `canary/*` with the ev
 
 from __future__ import annotations
 
-from trialground.orchestrator.components import Components
+from collections.abc import Sequence
+
+from trialground.tasks.model import Task
 from trialground.verify.detectors.canary import canary_set, rescore
+from trialground.verify.grader import Grader
 
 
-async def canary_metrics(c: Components, step: int) -> dict[str, float]:
-    """`canary/*` for this evaluation; empty with `reward.canaries: 0` or no eval task with a reference."""
-    n = c.config.reward.canaries
+async def canary_metrics(grader: Grader, eval_tasks: Sequence[Task], n: int, step: int) -> dict[str, float]:
+    """`canary/*` for this evaluation; empty with `n` 0 (`reward.canaries`) or no eval task with a
+    reference."""
     if n <= 0:
         return {}
-    return await rescore(c.grader, canary_set(c.eval_tasks, n), step=step)
+    return await rescore(grader, canary_set(list(eval_tasks), n), step=step)

@@ -1,7 +1,7 @@
 """Dynamic sampling (DAPO) with refill: a step trains on `batch_tasks` groups that carry a learning signal.
 
-`refill(c, batch)` drops the batch's groups without a signal (`train.advantages.filter_groups`: all rewards
-equal, or fewer than two valid samples), then collects groups of newly sampled tasks, with the current
+`refill(source, batch)` drops the batch's groups without a signal (`train.advantages.filter_groups`: all
+rewards equal, or fewer than two valid samples), then collects groups of newly sampled tasks, with the current
 policy, until `batch_tasks` groups are kept or `loop.dynamic_sampling_max_batches` generation batches
 (the first included) were run. A refill round samples more tasks than are missing, by the share kept so
 far, so a batch where half the groups carry no signal is usually full after one refill. Kept groups
@@ -19,16 +19,15 @@ from __future__ import annotations
 import math
 import time
 
-from trialground.orchestrator.batches import Batch
-from trialground.orchestrator.collect import collect
-from trialground.orchestrator.components import Components
+from trialground.orchestrator.batches import Batch, SyncBatches
 from trialground.rollout.trajectory import Trajectory
 from trialground.train.advantages import filter_groups
 
 
-async def refill(c: Components, batch: Batch) -> tuple[Batch, list[list[Trajectory]], dict[str, float]]:
-    """(every task and group collected, the groups to train on, the `filter/*` metrics)."""
-    loop = c.config.loop
+async def refill(source: SyncBatches, batch: Batch) -> tuple[Batch, list[list[Trajectory]], dict[str, float]]:
+    """(every task and group collected, the groups to train on, the `filter/*` metrics). New groups come
+    from `source` (its task pool, collector and settings), like the batch's own."""
+    loop = source.loop
     want = loop.batch_tasks
     kept, stats = filter_groups(batch.groups)
     totals = stats.as_metrics()
@@ -39,16 +38,8 @@ async def refill(c: Components, batch: Batch) -> tuple[Batch, list[list[Trajecto
         keep_rate = max(len(kept) / max(seen, 1), 0.25)  # at most 4x what is missing
         n = min(math.ceil(need / keep_rate), 4 * want)
         t0 = time.perf_counter()
-        more_tasks = c.tasks.sample(n)
-        more = await collect(
-            c,
-            more_tasks,
-            loop.samples_per_task,
-            c.config.policy.sampling,
-            branch=loop.branch,
-            branch_k=loop.branch_size,
-            overlong_budget=c.config.policy.sampling.max_new_tokens,
-        )
+        more_tasks = source.tasks.sample(n)
+        more = await source.collect(more_tasks)
         seconds += time.perf_counter() - t0
         rounds += 1
         more_kept, more_stats = filter_groups(more)

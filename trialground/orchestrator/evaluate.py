@@ -6,11 +6,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from trialground.monitor.eval_stats import EvalOutcome, summarise
-from trialground.orchestrator.collect import collect
-from trialground.orchestrator.components import Components
+from trialground.orchestrator.collect import Collector
 from trialground.policy.base import SamplingParams
 from trialground.rollout.trajectory import Trajectory
 from trialground.tasks.model import Task
+
+
+def _solved(group: Sequence[Trajectory]) -> int:
+    return sum(t.reward is not None and t.reward.solved for t in group)
 
 
 @dataclass(frozen=True)
@@ -20,12 +23,8 @@ class EvalResult:
     infra_errors: int = 0
 
 
-def _passed(t: Trajectory) -> bool:
-    return t.reward is not None and t.reward.outcome > 0 and t.reward.total > 0
-
-
 async def evaluate(
-    c: Components,
+    collector: Collector,
     tasks: Sequence[Task],
     *,
     params: SamplingParams,
@@ -39,14 +38,21 @@ async def evaluate(
     """
     if not tasks:
         return EvalResult(metrics={})
-    groups = await collect(c, tasks, samples, params)
+    groups = await collector.collect(tasks, samples, params)
     outcomes: list[EvalOutcome] = []
     errors = 0
     for task, group in zip(tasks, groups, strict=True):
         valid = [t for t in group if t.error is None]
         errors += len(group) - len(valid)
         if valid:
-            outcomes.append(EvalOutcome(task.id, task.domain, len(valid), sum(_passed(t) for t in valid)))
+            outcomes.append(
+                EvalOutcome(
+                    task.id,
+                    task.domain,
+                    len(valid),
+                    sum(t.reward is not None and t.reward.solved for t in valid),
+                )
+            )
     metrics = summarise(outcomes, ks=sorted({1, samples}), prefix=prefix)
     metrics[f"{prefix}/infra_error_rate"] = errors / max(1, len(tasks) * samples)
     failed = [o.task_id for o in outcomes if o.correct == 0]

@@ -4,29 +4,33 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trialground.orchestrator.components import build
 from trialground.orchestrator.evaluate import evaluate
 from trialground.orchestrator.run_config import RunConfig
+from trialground.orchestrator.wiring import build
 
 
 async def evaluate_run(
     config: RunConfig, *, checkpoint: Path | None = None, samples: int = 1
 ) -> dict[str, float]:
     """Greedy pass@1 (`eval/…`) and, when `samples > 1`, sampled pass@1 and pass@k (`eval_sampled/…`)."""
-    c = build(config, None, train=False)
+    w = build(config, None, train=False)
     try:
         if checkpoint is not None:  # its peft adapter on the run's base model, else its hf/ weights
             from trialground.policy.loading import base_model_dir
             from trialground.train.hf_checkpoint import checkpoint_weights
 
             state = checkpoint_weights(checkpoint, base_model_dir(config.policy))
-            c.policy.load_weights(state, version=0)
-        metrics = (await evaluate(c, c.eval_tasks, params=config.policy.eval_sampling)).metrics
+            w.policy.load_weights(state, version=0)
+        metrics = (await evaluate(w.collector, w.eval_tasks, params=config.policy.eval_sampling)).metrics
         if samples > 1:
             sampled = await evaluate(
-                c, c.eval_tasks, params=config.policy.sampling, samples=samples, prefix="eval_sampled"
+                w.collector,
+                w.eval_tasks,
+                params=config.policy.sampling,
+                samples=samples,
+                prefix="eval_sampled",
             )
             metrics |= sampled.metrics
         return metrics
     finally:
-        await c.close()
+        await w.close()

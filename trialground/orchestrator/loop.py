@@ -1,4 +1,4 @@
-"""The training loop: DESIGN.md's "one training step", top to bottom on one screen."""
+"""The training loop: one training step, top to bottom on one screen."""
 
 from __future__ import annotations
 
@@ -10,15 +10,16 @@ from dataclasses import dataclass
 from trialground.monitor.alerts import worst_action
 from trialground.orchestrator.batches import AsyncBatches, SyncBatches
 from trialground.orchestrator.canaries import canary_metrics
-from trialground.orchestrator.components import Components, build
 from trialground.orchestrator.dynamic import refill
 from trialground.orchestrator.evaluate import evaluate
-from trialground.orchestrator.metrics import rollout_metrics, useful_token_metrics
+from trialground.orchestrator.metrics import grading_metrics, rollout_metrics, useful_token_metrics
 from trialground.orchestrator.outcomes import record_eval, record_outcomes
 from trialground.orchestrator.preflight import preflight
 from trialground.orchestrator.run_config import RunConfig
 from trialground.orchestrator.rundir import RunDir
 from trialground.orchestrator.state import Cadence, restore, save
+from trialground.orchestrator.wiring import Wiring, build, sync_weights
+from trialground.policy.loading import base_model_dir
 from trialground.rollout.branching import branch_metrics
 from trialground.rollout.trajectory import Trajectory
 from trialground.train.advantages import score_groups
@@ -41,30 +42,35 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
     t_start = time.perf_counter()
     preflight(config, "train", resume=resume)  # before the run directory exists: a retry is not blocked
     run_dir = RunDir(config, resume=resume)
-    built: Components | None = None
+    built: Wiring | None = None
     try:
-        c = built = build(config, run_dir)
+        w = built = build(config, run_dir)
         loop, evals_at = config.loop, {0, config.loop.steps}
-        step = restore(c, run_dir) if resume else 0
+        trainer, policy, tasks, monitor = w.require_trainer(), w.policy, w.tasks, w.monitor
+        step = restore(run_dir, trainer, tasks, policy) if resume else 0
         first_eval = None
         if step == 0:
-            first_eval = await _eval_and_log(c, 0)
+            first_eval = await _eval_and_log(w, 0)
     except BaseException:
         if built is not None:
             await built.close()
         if not resume:  # nothing was trained: the directory goes, so the same command can be rerun
             run_dir.discard()
         raise
-    trainer = c.require_trainer()
-    batches = AsyncBatches(c, step) if loop.mode == "async" else SyncBatches(c)
+    sampling = config.policy.sampling
+    batches = (
+        AsyncBatches(w.collector, tasks, loop, sampling, step)
+        if loop.mode == "async"
+        else SyncBatches(w.collector, tasks, loop, sampling)
+    )
     alerts, last_eval, stopped_by, cadence = 0, first_eval, None, Cadence(loop)
     try:
         while step < loop.steps:
-            batch = await batches.next(step)  # k trajectories per task, stamped with policy versions
+            batch = await batches.next(step)  # k scored trajectories per task, stamped with policy versions
             kept: list[list[Trajectory]] | None = None
             fmetrics: dict[str, float] = {}
             if loop.dynamic_sampling:  # drop groups without a learning signal, refill from new tasks
-                batch, kept, fmetrics = await refill(c, batch)
+                batch, kept, fmetrics = await refill(batches, batch)
             scored = score_groups(batch.groups, config.trainer, kept=kept)
             version, t0 = trainer.version, time.perf_counter()
             metrics = await asyncio.to_thread(trainer.step, scored)
@@ -72,24 +78,36 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
             # Rollouts from now on carry the new version. In a thread: loading weights waits for an
             # in-flight generation, and async rollouts must keep running meanwhile.
             t0 = time.perf_counter()
-            await asyncio.to_thread(c.sync_weights)
+            await asyncio.to_thread(sync_weights, trainer, policy)
             metrics["train/weight_sync_s"] = time.perf_counter() - t0
             step += 1
             if isinstance(batches, AsyncBatches):
                 await batches.advance(step)
                 metrics["async/trainer_wait_s"] = batches.wait_s
-            record_outcomes(c, step, batch.tasks, batch.groups)  # pass rates; flagged.jsonl; regressions
-            metrics |= rollout_metrics(batch.groups, c.domains, version) | useful_token_metrics(scored)
-            metrics |= fmetrics | c.component_metrics()
+            record_outcomes(tasks, monitor, step, batch.tasks, batch.groups)  # pass rates, regressions
+            metrics |= rollout_metrics(batch.groups, w.domains, version) | useful_token_metrics(scored)
+            metrics |= grading_metrics(batch.groups, w.sources, config.reward) | fmetrics | tasks.stats()
+            if w.env_pool is not None:
+                metrics |= w.env_pool.metrics()
             metrics["rollout/batch_s"] = batch.rollout_s
             metrics |= branch_metrics(batch.groups, branching=loop.branch != "off")
-            await asyncio.to_thread(run_dir.write_step, step, scored, c.texts(scored), c.domains)
+            decode = policy.tokenizer.decode
+            texts = [decode(r.trajectory.completion()[0], skip_special_tokens=True) for r in scored]
+            await asyncio.to_thread(run_dir.write_step, step, scored, texts, w.domains)
             if (loop.eval_interval and step % loop.eval_interval == 0) or step in evals_at:
-                last_eval = await _eval_and_log(c, step, metrics)
-            raised = c.monitor.observe(step, metrics) if c.monitor else []
+                last_eval = await _eval_and_log(w, step, metrics)
+            raised = monitor.observe(step, metrics) if monitor else []
             alerts, halt = alerts + len(raised), worst_action(raised) in ("pause", "stop")
             if cadence.due(step) or halt:  # every N steps and every T seconds by default
-                save(c, run_dir, step)  # on the loop: async rollouts see no half-saved state
+                save(
+                    run_dir,
+                    step,
+                    trainer,
+                    tasks,
+                    policy,
+                    base_model=base_model_dir(config.policy),
+                    keep=loop.keep_checkpoints,
+                )
                 cadence.saved()
             if progress:
                 progress(step, metrics)
@@ -98,19 +116,23 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
                 break
     finally:
         await batches.close()
-        await c.close()
+        await w.close()
     seconds = time.perf_counter() - t_start
     return RunSummary(str(run_dir.path), step, first_eval, last_eval, seconds, alerts, stopped_by)
 
 
-async def _eval_and_log(c: Components, step: int, metrics: dict[str, float] | None = None) -> float | None:
+async def _eval_and_log(w: Wiring, step: int, metrics: dict[str, float] | None = None) -> float | None:
     """Evaluate the held-out split; failures reach training only with `loop.eval_feedback`."""
-    loop = c.config.loop
-    result = await evaluate(c, c.eval_tasks, params=c.config.policy.eval_sampling, samples=loop.eval_samples)
-    record_eval(c, step, result.failed_task_ids)
-    scores = result.metrics | await canary_metrics(c, step)  # canary/*: input of the reward_drift rule
+    config = w.config
+    result = await evaluate(
+        w.collector, w.eval_tasks, params=config.policy.eval_sampling, samples=config.loop.eval_samples
+    )
+    if config.loop.eval_feedback:
+        record_eval(w.tasks, w.monitor, step, w.eval_tasks, result.failed_task_ids)
+    canaries = await canary_metrics(w.grader, w.eval_tasks, config.reward.canaries, step)
+    scores = result.metrics | canaries  # canary/*: input of the reward_drift rule
     if metrics is not None:
         metrics |= scores
-    elif c.monitor is not None:
-        c.monitor.observe(step, {**c.startup_metrics, **scores})
+    elif w.monitor is not None:
+        w.monitor.observe(step, {**w.startup_metrics, **scores})
     return result.metrics.get("eval/pass@1")

@@ -1,4 +1,5 @@
-"""Per-step metrics computed from trajectories: reward, rollout, env and staleness statistics."""
+"""Per-step metrics, each computed once, from the step's scored trajectories: reward, rollout, env, grading,
+hack and staleness statistics."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from trialground.monitor.cost import useful_tokens
 from trialground.rollout.context_stats import context_metrics
 from trialground.rollout.trajectory import Trajectory
 from trialground.train.advantages import Scored
+from trialground.verify.config import RewardConfig
+from trialground.verify.judges.judge import disagreement_rate
 
 
 def _pct(values: Sequence[float], q: float) -> float:
@@ -20,7 +23,7 @@ def _pct(values: Sequence[float], q: float) -> float:
 def rollout_metrics(
     groups: Sequence[Sequence[Trajectory]], domains: Mapping[str, str], trainer_version: int
 ) -> dict[str, float]:
-    """`reward/*`, `rollout/*`, `env/*`, `hack/*` and `async/*` keys for one step's groups."""
+    """`reward/*`, `rollout/*`, `env/*` and `async/*` keys for one step's groups."""
     trajs = [t for g in groups for t in g]
     ok = [t for t in trajs if t.ok]
     out: dict[str, float] = {"rollout/trajectories": float(len(trajs))}
@@ -54,8 +57,6 @@ def rollout_metrics(
     )
     out["env/sandbox_s"] = float(sum(t.timings.get("env_s", 0.0) for t in trajs))
     out["rollout/clip_ratio"] = sum(t.finish_reason == "length" for t in trajs) / len(trajs)
-    flagged = [t for t in ok if t.reward is not None and t.reward.flags]
-    out["hack/flag_rate"] = len(flagged) / max(1, len(ok))
     for phase in ("generate_s", "env_s", "grade_s", "total_s"):
         values = [t.timings[phase] for t in trajs if phase in t.timings]
         if values:
@@ -104,4 +105,47 @@ def useful_token_metrics(batch: Sequence[Scored]) -> dict[str, float]:
         if r.excluded is not None:
             key = f"train/excluded/{r.excluded}"
             out[key] = out.get(key, 0.0) + 1.0
+    return out
+
+
+def grading_metrics(
+    groups: Sequence[Sequence[Trajectory]], sources: Mapping[str, str], reward: RewardConfig
+) -> dict[str, float]:
+    """`verify/*` and `hack/*` for one step's gradings (its trajectories only: evaluation is apart).
+
+    `verify/gradings` (trajectories that were graded), `verify/errors` (gradings that reached no decision),
+    `verify/pass_rate` (passed verdicts among decided gradings: for trajectories that were all graded it
+    equals `reward/outcome_mean`), `verify/grade_s_mean`, `verify/error_rate/<source>` (`sources` maps task
+    ids to `tasks.pool.default_group`), `hack/flag_rate` (decided gradings with a hack flag) and
+    `hack/<flag>` counts, and the judge cross-check of this step: `verify/judge_calls`, `/judge_samples`,
+    `/judge_errors`, `/judge_disagreement` (a pass being a score >= `reward.judge.threshold`)."""
+    graded = [(t, t.end.graded) for g in groups for t in g if t.end is not None and t.end.graded is not None]
+    decided = [gr for _, gr in graded if gr.verdict.error is None]
+    n = max(len(decided), 1)
+    out: dict[str, float] = {
+        "verify/gradings": float(len(graded)),
+        "verify/errors": float(len(graded) - len(decided)),
+        "verify/pass_rate": sum(gr.verdict.passed for gr in decided) / n,
+        "verify/grade_s_mean": sum(gr.seconds for _, gr in graded) / max(len(graded), 1),
+    }
+    hacked = [{f.name for f in gr.verdict.flags if f.severity == "hack"} for gr in decided]
+    out["hack/flag_rate"] = sum(bool(h) for h in hacked) / n
+    for names in hacked:
+        for name in names:
+            out[f"hack/{name}"] = out.get(f"hack/{name}", 0.0) + 1.0
+    per_source: dict[str, list[bool]] = defaultdict(list)
+    for t, gr in graded:
+        per_source[sources.get(t.task_id, "unknown")].append(gr.verdict.error is not None)
+    for source, errors in per_source.items():
+        out[f"verify/error_rate/{source}"] = sum(errors) / len(errors)
+    judged = [gr for gr in decided if gr.judge_score is not None]
+    failed = sum(gr.judge_failed for gr in decided)
+    if judged or failed:
+        threshold = reward.judge.threshold if reward.judge is not None else 0.5
+        out["verify/judge_calls"] = float(len(judged) + failed)
+        out["verify/judge_samples"] = float(len(judged))
+        out["verify/judge_errors"] = float(failed)
+        out["verify/judge_disagreement"] = disagreement_rate(
+            [gr.verdict.passed for gr in judged], [float(gr.judge_score or 0.0) for gr in judged], threshold
+        )
     return out

@@ -15,30 +15,50 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from trialground.orchestrator.components import Components
+from trialground.monitor.monitor import Monitor
 from trialground.rollout.trajectory import Trajectory
 from trialground.tasks.model import Task
+from trialground.tasks.pool import Attempt, TaskPool
+
+
+def attempts(group: Sequence[Trajectory]) -> list[Attempt]:
+    """A group's scored trajectories as the task pool sees them (infrastructure failures are no attempt)."""
+    return [
+        Attempt(t.reward.solved, tuple((f.name, f.evidence) for f in t.reward.flags if f.severity == "hack"))
+        for t in group
+        if t.ok and t.reward is not None
+    ]
 
 
 def record_outcomes(
-    c: Components, step: int, tasks: Sequence[Task], groups: Sequence[Sequence[Trajectory]]
+    pool: TaskPool,
+    monitor: Monitor | None,
+    step: int,
+    tasks: Sequence[Task],
+    groups: Sequence[Sequence[Trajectory]],
 ) -> None:
-    observed = c.tasks.observe(tasks, groups)
-    if c.monitor is None:
+    observed = pool.observe(tasks, [attempts(g) for g in groups])
+    if monitor is None:
         return
     for task_id, flags in sorted(observed.flagged.items()):
-        names = sorted({f.name for f in flags})
-        c.monitor.record_flagged(step, task_id, names, [f"{f.name}: {f.evidence}" for f in flags])
-        c.monitor.record_regressions(step, [task_id], "flagged", ", ".join(names))
+        names = sorted({name for name, _ in flags})
+        monitor.record_flagged(step, task_id, names, [f"{name}: {evidence}" for name, evidence in flags])
+        monitor.record_regressions(step, [task_id], "flagged", ", ".join(names))
     if observed.forgotten:
-        c.monitor.record_regressions(step, observed.forgotten, "forgotten", "a whole group failed")
+        monitor.record_regressions(step, observed.forgotten, "forgotten", "a whole group failed")
 
 
-def record_eval(c: Components, step: int, failed_task_ids: Sequence[str]) -> None:
-    """Evaluation failures feed training only when asked (`loop.eval_feedback`): doing so lets the
+def record_eval(
+    pool: TaskPool,
+    monitor: Monitor | None,
+    step: int,
+    eval_tasks: Sequence[Task],
+    failed_task_ids: Sequence[str],
+) -> None:
+    """Evaluation failures fed to training (the caller decides: `loop.eval_feedback`): doing so lets the
     held-out metric see tasks that training also saw, so it is off by default."""
-    if not c.config.loop.eval_feedback or not failed_task_ids:
+    if not failed_task_ids:
         return
-    c.tasks.add_regressions(list(failed_task_ids), tasks=c.eval_tasks)
-    if c.monitor is not None:
-        c.monitor.record_regressions(step, list(failed_task_ids), "eval_failure", "every eval sample failed")
+    pool.add_regressions(list(failed_task_ids), tasks=eval_tasks)
+    if monitor is not None:
+        monitor.record_regressions(step, list(failed_task_ids), "eval_failure", "every eval sample failed")

@@ -1,4 +1,4 @@
-"""Checkpoint and resume of a whole run: trainer, task pool, policy sampling RNG, step; the cadence."""
+"""Checkpoint and resume of a whole run: trainer, task pool, policy sampling RNG, step."""
 
 from __future__ import annotations
 
@@ -6,16 +6,18 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
-from trialground.orchestrator.components import Components
 from trialground.orchestrator.config import LoopConfig
 from trialground.orchestrator.rundir import RunDir
-from trialground.policy.loading import base_model_dir
+from trialground.orchestrator.wiring import sync_weights
+from trialground.policy.base import Policy
+from trialground.tasks.pool import TaskPool
 from trialground.train.checkpoint import (
     completed_checkpoints,
     latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
 )
+from trialground.train.trainer import Trainer
 
 
 @dataclass
@@ -38,30 +40,42 @@ class Cadence:
         self.last_s = time.monotonic()
 
 
-def save(c: Components, run: RunDir, step: int) -> None:
-    extra = {"step": step, "task_pool": c.tasks.state_dict(), "policy": c.policy_state()}
+def save(
+    run: RunDir,
+    step: int,
+    trainer: Trainer,
+    tasks: TaskPool,
+    policy: Policy,
+    *,
+    base_model: str | None,
+    keep: int = 3,
+) -> None:
+    """Write checkpoint `step`, then delete complete ones older than the newest `keep` (0: keep all)."""
+    rng = policy.sampling_rng_state()
+    extra = {"step": step, "task_pool": tasks.state_dict(), "policy": {} if rng is None else {"rng": rng}}
     save_checkpoint(
         run.checkpoint_dir(step),
-        c.require_trainer(),
+        trainer,
         step=step,
         extra=extra,
-        tokenizer=c.policy.tokenizer,
-        base_model=base_model_dir(c.config.policy),
+        tokenizer=policy.tokenizer,
+        base_model=base_model,
     )
-    keep = c.config.loop.keep_checkpoints
     if keep:  # the new one is complete (renamed into place): older ones beyond `keep` can go
         for old in completed_checkpoints(run.path)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def restore(c: Components, run: RunDir) -> int:
+def restore(run: RunDir, trainer: Trainer, tasks: TaskPool, policy: Policy) -> int:
     """Load the newest complete checkpoint; forget what the killed run wrote after it. Returns its step."""
     path = latest_checkpoint(run.path)
     if path is None:
         raise FileNotFoundError(f"{run.path}: no complete checkpoint to resume from")
-    loaded = load_checkpoint(path, c.require_trainer())
-    c.tasks.load_state_dict(loaded.extra["task_pool"])
-    c.load_policy_state(loaded.extra.get("policy", {}))
-    c.sync_weights()
+    loaded = load_checkpoint(path, trainer)
+    tasks.load_state_dict(loaded.extra["task_pool"])
+    state = loaded.extra.get("policy", {})
+    if "rng" in state:
+        policy.set_sampling_rng_state(state["rng"])
+    sync_weights(trainer, policy)
     run.truncate_after(loaded.step + 1)
     return loaded.step

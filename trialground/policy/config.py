@@ -26,7 +26,7 @@ class PolicyConfig(BaseModel):
         ge=1,
         le=1024,
         description="hf backend on CPU: torch intra-op threads, set process-wide (None: torch's default). "
-        "1 is fastest for the tiny model on a shared 2-core machine (2 threads measured 24x slower)",
+        "1 is fastest for the tiny model when other work shares the cores (2 threads measured 24x slower)",
     )
     decode: Literal["auto", "transformers"] = Field(
         "auto",

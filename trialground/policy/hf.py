@@ -18,7 +18,6 @@ the token that completes it (finish_reason "stop"; the string stays in the text)
 from __future__ import annotations
 
 import asyncio
-import inspect
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from trialground.policy.base import Generation, Policy, SamplingParams
 from trialground.policy.config import PolicyConfig
 from trialground.policy.llama_decode import LlamaDecoder, unsupported_reason
 from trialground.policy.loading import check_vocabulary, load_model, load_tokenizer
+from trialground.tensors import cache_keyword, distinct_rows, left_pad
 
 __all__ = ["HFPolicy", "load_model", "load_tokenizer", "sample_batch"]
 
@@ -59,38 +59,6 @@ def _process_logits(logits: torch.Tensor, temperature: float, top_p: float) -> t
         logp = torch.full_like(logp, float("-inf")).scatter(-1, order, sorted_logp)
         logp = torch.log_softmax(logp, dim=-1)
     return logp
-
-
-def left_pad(
-    seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device | str
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids [N, W] left-padded so every sequence ends in the last column, and the mask [N, W]."""
-    width = max(len(x) for x in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, x in enumerate(seqs):
-        if x:
-            ids[i, width - len(x) :] = torch.tensor(list(x), dtype=torch.long)
-            mask[i, width - len(x) :] = 1
-    return ids.to(device), mask.to(device)
-
-
-def distinct_rows(seqs: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
-    """Prefix sharing's bookkeeping: the first row holding each distinct sequence, and for every row the
-    index of its sequence among the distinct ones (rows[owner[i]] holds the same tokens as row i)."""
-    slot: dict[tuple[int, ...], int] = {}
-    owner = [slot.setdefault(tuple(x), len(slot)) for x in seqs]
-    first = [0] * len(slot)
-    for i in reversed(range(len(seqs))):
-        first[owner[i]] = i
-    return first, owner
-
-
-def cache_keyword(model: Any) -> str:
-    """The forward argument (and output field) of the KV cache: transformers >= 5.2x names it `cache`,
-    older versions `past_key_values`. A peft wrapper is looked through to its base model."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 class _TransformersSteps:

@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from trialground.envs.base import Environment, Observation
+from trialground.envs.base import Environment, EpisodeEnd, Observation
 from trialground.errors import ErrorInfo, SandboxError
 from trialground.pool.backend import SandboxBackend
 from trialground.sandbox.base import Command, ExecResult, ExecStatus, Limits, Sandbox
@@ -149,7 +149,7 @@ class SimEnv(Environment):
     """A minimal environment over a `SimSandbox` for scale simulations: each step is one exec.
 
     It skips tool parsing on purpose: what the simulation measures is the pool's scheduling, not text
-    processing. A dead sandbox ends the episode with ``info["error"]`` like `ToolEnv`.
+    processing. A dead sandbox ends the episode with an `EpisodeEnd` error, like `ToolEnv`.
     """
 
     def __init__(self, sandbox: Sandbox | None, on_exec: Callable[[float], None]) -> None:
@@ -168,7 +168,7 @@ class SimEnv(Environment):
             await self.sandbox.exec(action)
         except SandboxError as e:
             self.error = e.info()
-            return Observation(text="", done=True, info={"error": self.error})
+            return Observation(text="", done=True, end=EpisodeEnd(finish_reason="error", error=self.error))
         self.on_exec(loop.time() - t0)
         return _OK
 

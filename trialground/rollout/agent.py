@@ -9,8 +9,9 @@ trained tokens are exactly the tokens the policy produced.
 Context budget: prompt + every appended token <= `max_context_tokens`. Each generation is capped to the
 room left; a generation cut by that cap, or an observation that leaves no room for another turn, ends the
 episode with `truncated=True` (a capped single-turn completion is still graded; a multi-turn episode that
-runs out of room before finishing ends ungraded, `finish_reason="context_budget"` and no reward: the rubric
-(`trialground.verify.reward.rubric`, its `truncation` part) decides what that earns).
+runs out of room before finishing ends ungraded, `finish_reason="context_budget"`). The loop decides no
+reward: the trajectory carries the environment's `EpisodeEnd` (its grading and actions), and the rubric
+scores it once it is over (`trialground.rollout.scoring`).
 
 `rollout` is `start_episode` followed by `play_turn` until the episode is done; the `Episode` they build
 can be copied and continued in a forked environment (`trialground.rollout.branching`).
@@ -30,14 +31,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from trialground.envs.base import Environment, Observation
+from trialground.envs.base import Environment, EpisodeEnd, Observation
 from trialground.errors import EnvError, ErrorInfo, PolicyError, TrialgroundError
 from trialground.policy.base import Generation, SamplingParams
 from trialground.rollout.chat import ChatRenderer
 from trialground.rollout.generation_batcher import GroupBatcher
 from trialground.rollout.trajectory import CONTEXT_BUDGET, BranchInfo, Trajectory, Turn
 from trialground.tasks.model import Task
-from trialground.verify.reward.model import Reward
 
 
 class Generator(Protocol):
@@ -57,17 +57,6 @@ class Generator(Protocol):
 log = logging.getLogger(__name__)
 
 EnvFactory = Callable[[], Environment | Awaitable[Environment]]
-
-
-def _obs_error(obs: Observation) -> ErrorInfo | None:
-    err = obs.info.get("error") if obs.info else None
-    if isinstance(err, ErrorInfo):
-        return err
-    if isinstance(err, dict):
-        return ErrorInfo.model_validate(err)
-    if obs.verdict is not None and obs.verdict.error is not None:
-        return obs.verdict.error
-    return None
 
 
 def _wrap(exc: Exception, default: type[TrialgroundError], what: str) -> ErrorInfo:
@@ -94,7 +83,7 @@ class Episode:
         default_factory=lambda: {"reset_s": 0.0, "generate_s": 0.0, "env_s": 0.0}
     )
     context: list[int] = field(default_factory=list)
-    reward: Reward | None = None
+    end: EpisodeEnd | None = None
     error: ErrorInfo | None = None
     truncated: bool = False
     finish_reason: str = ""
@@ -116,7 +105,7 @@ class Episode:
             sample_index=self.sample_index,
             policy_version=min(self.versions) if self.versions else self.policy_version,
             turns=tuple(self.turns),
-            reward=None if self.error is not None else self.reward,
+            end=self.end,
             error=self.error,
             truncated=self.truncated,
             finish_reason="error" if self.error is not None else self.finish_reason,
@@ -146,13 +135,15 @@ async def start_episode(
         return ep
     finally:
         ep.timings["reset_s"] = time.perf_counter() - t0
-    ep.digest = str(obs.info["workspace_digest"]) if obs.info.get("workspace_digest") else None
+    start = obs.start
+    ep.digest = start.workspace_digest if start is not None else None
     messages = []
-    if obs.info.get("system"):
-        messages.append({"role": "system", "content": str(obs.info["system"])})
+    if start is not None and start.system:
+        messages.append({"role": "system", "content": start.system})
     messages.append({"role": "user", "content": obs.text})
+    tools = list(start.tools) if start is not None and start.tools is not None else None
     try:
-        ep.context = renderer.prompt_ids(messages, tools=obs.info.get("tools"))
+        ep.context = renderer.prompt_ids(messages, tools=tools)
     except Exception as exc:  # a template that cannot render this prompt: this episode's failure only
         ep.fail(
             EnvError(f"cannot render the prompt: {type(exc).__name__}: {exc}", kind="render_failed").info()
@@ -221,12 +212,12 @@ async def play_turn(
     finally:
         ep.timings["env_s"] += time.perf_counter() - t0
     if obs.done:
-        ep.done, ep.last = True, None
-        ep.error = _obs_error(obs)
-        if ep.error is None and obs.reward is None:
-            ep.error = EnvError("the episode ended without a reward", kind="no_reward").info()
-        ep.reward = obs.reward
-        ep.finish_reason = str(obs.info.get("finish_reason") or ep.finish_reason)
+        ep.done, ep.last, ep.end = True, None, obs.end
+        if obs.end is None:
+            ep.error = EnvError("the episode ended without an EpisodeEnd", kind="no_end").info()
+            return
+        ep.error = obs.end.error
+        ep.finish_reason = obs.end.finish_reason or ep.finish_reason
         return
     try:
         obs_ids = renderer.observation_ids(obs.text, role=observation_role, after=gen.token_ids)

@@ -3,7 +3,7 @@
 `rollout_branched` plays one *trunk* episode until its branch point:
 - ``first_obs``: after the first policy turn and its tool output;
 - ``first_failure``: after the first turn whose bash/python/run_tests call failed (non-zero exit, a
-  timeout or a limit: the observation's ``info["exec_failed"]``).
+  timeout or a limit: the observation's ``exec_failed``).
 There the trunk's environment is forked k times (`env.fork(1)` per branch, so one failed fork fails one
 branch only) and goes back to its owner (the pool); each fork continues the episode with its own
 sampling until the end and is closed afterwards. The k branches form one group: their advantages are
@@ -62,7 +62,7 @@ def at_branch_point(point: BranchPoint, obs: Observation) -> bool:
     """Whether the episode should branch after the turn that produced `obs` (not a final observation)."""
     if point == "first_obs":
         return True
-    return bool(obs.info.get("exec_failed"))
+    return obs.exec_failed
 
 
 def _sandbox_s(timings: dict[str, float]) -> float:

@@ -1,4 +1,5 @@
-"""Token-exact trajectories: what the policy produced, what the environment answered, what it earned."""
+"""Token-exact trajectories: what the policy produced, what the environment answered, how it ended and,
+once scored (`trialground.rollout.scoring`), what it earned."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trialground.envs.base import EpisodeEnd
 from trialground.errors import ErrorInfo
 from trialground.verify.reward.model import Reward
 
@@ -57,7 +59,8 @@ class Trajectory(BaseModel):
     sample_index: int
     policy_version: int
     turns: tuple[Turn, ...] = ()
-    reward: Reward | None = None
+    end: EpisodeEnd | None = Field(None, description="How the environment ended the episode")
+    reward: Reward | None = Field(None, description="Set by the rubric once the episode is over")
     error: ErrorInfo | None = Field(None, description="Infrastructure failure: excluded from training")
     truncated: bool = Field(False, description="The context budget cut the episode")
     finish_reason: str = ""

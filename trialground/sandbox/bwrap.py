@@ -214,7 +214,10 @@ class BwrapSandbox(Sandbox):
                 "Fedora: dnf install bubblewrap) or choose backend='process' (no isolation)",
                 kind="missing_bwrap",
             )
-        sandbox = await prewarm.take(config, cls._spare) or await cls._fresh(config)
+        spare = typing.cast(
+            "BwrapSandbox | None", await prewarm.take(config, cls._spare)
+        )  # it holds only ours
+        sandbox = spare or await cls._fresh(config)
         try:
             for path, data in (files or {}).items():
                 await sandbox.write(path, data)

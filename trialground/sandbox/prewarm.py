@@ -14,21 +14,29 @@ import atexit
 import os
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from trialground.sandbox.base import SandboxConfig
 from trialground.sandbox.launch import teardown
 
-if TYPE_CHECKING:
-    from trialground.sandbox.bwrap import BwrapSandbox
 
-Factory = Callable[[SandboxConfig], Awaitable["BwrapSandbox"]]
+class Spare(Protocol):
+    """What the pool keeps of a sandbox started ahead (a `BwrapSandbox`)."""
+
+    def alive(self) -> bool: ...
+
+    def close_now(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+Factory = Callable[[SandboxConfig], Awaitable[Spare]]
 
 
 class _LoopPool:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = weakref.ref(loop)
-        self.ready: dict[SandboxConfig, list[BwrapSandbox]] = {}
+        self.ready: dict[SandboxConfig, list[Spare]] = {}
         self.opened: dict[SandboxConfig, int] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.guard_gen: AsyncIterator[None] | None = None
@@ -60,7 +68,7 @@ class _LoopPool:
 
 
 _pools: dict[int, _LoopPool] = {}
-LIVE: weakref.WeakSet[BwrapSandbox] = weakref.WeakSet()  # every open bwrap sandbox, for the exit hook
+LIVE: weakref.WeakSet[Spare] = weakref.WeakSet()  # every open bwrap sandbox, for the exit hook
 
 
 async def _pool() -> _LoopPool:
@@ -75,7 +83,7 @@ async def _pool() -> _LoopPool:
     return pool
 
 
-async def take(config: SandboxConfig, factory: Factory) -> BwrapSandbox | None:
+async def take(config: SandboxConfig, factory: Factory) -> Spare | None:
     """A ready sandbox for `config` if one is pooled; (re)fills the pool in the background."""
     if config.prewarm == 0 or not config.warm:
         return None
@@ -98,7 +106,7 @@ async def take(config: SandboxConfig, factory: Factory) -> BwrapSandbox | None:
     return sandbox
 
 
-def _claim(ready: list[BwrapSandbox]) -> BwrapSandbox | None:
+def _claim(ready: list[Spare]) -> Spare | None:
     while ready:
         candidate = ready.pop()
         if candidate.alive():

@@ -22,7 +22,6 @@ training traces.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 from collections.abc import Callable
@@ -30,12 +29,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from trialground.tasks.codegen import INT_OPS, Op, _outputs, _words
-from trialground.tasks.model import Task, VerifierSpec
+from trialground.tasks.model import Split, Task, VerifierSpec
+from trialground.tasks.model import split_of as task_split
 
-Split = Literal["train", "eval"]
 Family = Literal["repair", "lookup", "config"]
 FAMILIES: tuple[Family, ...] = ("repair", "lookup", "config")
-EVAL_PER_MILLE = 200
 
 Step = tuple[Op, int | None, int]  # (op, constant, phrase index), as in the codegen family
 
@@ -51,8 +49,7 @@ class Instance:
 
 
 def split_of(key: str) -> Split:
-    digest = int.from_bytes(hashlib.sha256(("agent:" + key).encode()).digest()[:8], "big")
-    return "eval" if digest % 1000 < EVAL_PER_MILLE else "train"
+    return task_split(key, namespace="agent:")
 
 
 # --- repair ---------------------------------------------------------------------------------------------

@@ -14,16 +14,13 @@ never share a task. Tables are built so that arg-max/arg-min answers are unique.
 
 from __future__ import annotations
 
-import hashlib
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from trialground.tasks.model import Split, Task, VerifierSpec
-
-EVAL_PER_MILLE = 200
+from trialground.tasks.model import Split, Task, VerifierSpec, split_of
 
 
 @dataclass(frozen=True)
@@ -257,8 +254,7 @@ def _draw(rng: np.random.Generator) -> Task | None:
 
 
 def _split_of(task: Task) -> Split:
-    digest = int(hashlib.sha256(task.id.encode()).hexdigest()[:12], 16)
-    return "eval" if digest % 1000 < EVAL_PER_MILLE else "train"
+    return split_of(task.id, namespace="data:")
 
 
 def data_tasks(*, n: int, seed: int, split: Split) -> list[Task]:

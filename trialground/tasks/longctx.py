@@ -21,17 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import random
-from typing import Literal
 
-from trialground.tasks.model import Task, VerifierSpec
-
-Split = Literal["train", "eval"]
+from trialground.tasks.model import Split, Task, VerifierSpec, split_of
 
 FAMILIES = ("find", "log", "doc")
 FIND_FILES = 300
 LOG_LINES = 4000
 DOC_CLAUSES = 240
-EVAL_PER_MILLE = 200
 
 _SERVICES = ("billing", "catalog", "search", "ledger", "gateway", "metrics", "mailer", "auth", "orders",
              "payments", "inventory", "shipping", "reviews", "profiles", "reports", "alerts")  # fmt: skip
@@ -43,8 +39,7 @@ _STATUSES = (500, 502, 503, 504, 429, 404)
 
 
 def _split_of(key: str) -> Split:
-    digest = int.from_bytes(hashlib.sha256(("longctx:" + key).encode()).digest()[:8], "big")
-    return "eval" if digest % 1000 < EVAL_PER_MILLE else "train"
+    return split_of(key, namespace="longctx:")
 
 
 def _short(key: str) -> str:

@@ -19,10 +19,20 @@ JSONScalar = str | int | float | bool | None
 
 Split = Literal["train", "eval"]
 
+EVAL_PER_MILLE = 200  # the share of every generated family's instance space that is held out, per mille
+
+
+def split_of(key: str, *, namespace: str = "") -> Split:
+    """The one train/eval rule of every task generator: a hash of the instance's key (what it asks, never
+    its wording or incidental data), so an instance and its rewordings share a split and the two splits
+    never meet. `namespace` keeps families' key spaces apart."""
+    digest = int.from_bytes(hashlib.sha256((namespace + key).encode()).digest()[:8], "big")
+    return "eval" if digest % 1000 < EVAL_PER_MILLE else "train"
+
 
 class VerifierSpec(BaseModel):
     """Which verifier grades a task, and its parameters (e.g. the gold answer, a tolerance). `kind` is a
-    registered kind or a plugin's dotted path (`trialground.verify.kinds.registry`); `params` must validate
+    registered kind or a plugin's dotted path (`trialground.tasks.verifiers`); `params` must validate
     against that kind's params model, so a typo or a missing gold answer fails when the task is made."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -35,7 +45,7 @@ class VerifierSpec(BaseModel):
     @field_validator("kind")
     @classmethod
     def _known_kind(cls, kind: str) -> str:
-        from trialground.verify.kinds.registry import lookup
+        from trialground.tasks.verifiers import lookup
 
         try:
             lookup(kind)
@@ -45,7 +55,7 @@ class VerifierSpec(BaseModel):
 
     @model_validator(mode="after")
     def _valid_params(self) -> VerifierSpec:
-        from trialground.verify.kinds.registry import lookup
+        from trialground.tasks.verifiers import lookup
 
         try:
             lookup(self.kind).validate(self.params)

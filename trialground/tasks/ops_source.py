@@ -26,15 +26,12 @@ overlap between the splits is expected.
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 
 from trialground.errors import TaskError
 from trialground.tasks import ops_families as fam
-from trialground.tasks.model import Split, Task, VerifierSpec
+from trialground.tasks.model import Split, Task, VerifierSpec, split_of
 
-EVAL_PER_MILLE = 200
 _MAX_DRAWS_PER_TASK = 50
 CHECK = "check_ops.py"
 FAMILIES = (
@@ -76,8 +73,7 @@ def _to_task(family: str, case: fam.Case) -> Task:
 def _split_of(task: Task) -> Split:
     # By prompt, not id: tasks that ask the same repair (with different incidental data, e.g. log lines)
     # are one task for the learner, so they must never straddle train and eval.
-    digest = int(hashlib.sha256(task.prompt.encode()).hexdigest()[:12], 16)
-    return "eval" if digest % 1000 < EVAL_PER_MILLE else "train"
+    return split_of(task.prompt, namespace="ops:")
 
 
 def draw_case(rng: np.random.Generator, family: str) -> fam.Case:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -31,17 +31,22 @@ from trialground.errors import TaskError
 from trialground.tasks.config import TaskPoolConfig
 from trialground.tasks.model import Task
 
-if TYPE_CHECKING:
-    from trialground.rollout.trajectory import Trajectory
-    from trialground.verify.verdict import Flag
+
+@dataclass(frozen=True)
+class Attempt:
+    """One graded attempt of a task: whether it passed, and the (name, evidence) of each hack flag."""
+
+    passed: bool
+    hacks: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
 class Observed:
-    """What `TaskPool.observe` queued: tasks with hack-flagged attempts (and those flags), and tasks the
-    policy forgot (a whole group failed after a pass rate of at least `requeue_pass_rate`)."""
+    """What `TaskPool.observe` queued: tasks with hack-flagged attempts (and those flags' names and
+    evidence), and tasks the policy forgot (a whole group failed after a pass rate of at least
+    `requeue_pass_rate`)."""
 
-    flagged: dict[str, list[Flag]]
+    flagged: dict[str, list[tuple[str, str]]]
     forgotten: list[str]
 
 
@@ -153,17 +158,16 @@ class TaskPool:
                 del self._regressions[task_id]
                 self._extra.pop(task_id, None)
 
-    def observe(self, tasks: Sequence[Task], groups: Sequence[Sequence[Trajectory]]) -> Observed:
-        """A step's graded groups (`groups[i]` are attempts of `tasks[i]`; infrastructure failures are not
-        attempts): each group is recorded (`record_group`, which re-queues a forgotten task), and tasks with
-        an attempt flagged as a `hack` are queued as regressions."""
-        flagged: dict[str, list[Flag]] = {}
+    def observe(self, tasks: Sequence[Task], groups: Sequence[Sequence[Attempt]]) -> Observed:
+        """A step's graded attempts (`groups[i]` are attempts of `tasks[i]`; infrastructure failures are
+        not attempts): each group is recorded (`record_group`, which re-queues a forgotten task), and tasks
+        with an attempt flagged as a `hack` are queued as regressions."""
+        flagged: dict[str, list[tuple[str, str]]] = {}
         forgotten: list[str] = []
         for task, group in zip(tasks, groups, strict=True):
-            graded = [t.reward for t in group if t.ok and t.reward is not None]
-            if graded and self.record_group(task.id, [r.outcome > 0 for r in graded if r is not None]):
+            if group and self.record_group(task.id, [a.passed for a in group]):
                 forgotten.append(task.id)
-            hacks = [f for r in graded if r is not None for f in r.flags if f.severity == "hack"]
+            hacks = [h for a in group for h in a.hacks]
             if hacks:
                 flagged.setdefault(task.id, []).extend(hacks)
         if flagged:

@@ -31,7 +31,7 @@ Contracts:
 - Errors (unknown spec, unreadable file, unknown dataset, a plugin that breaks its contract) raise
   `TaskError`.
 
-Verifier parameters are typed per kind (`trialground.verify.kinds.registry`): a task whose params do not
+Verifier parameters are typed per kind (`trialground.tasks.verifiers`): a task whose params do not
 validate is never made.
 """
 

@@ -38,8 +38,7 @@ picks a free one).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, cast
 
@@ -48,11 +47,16 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from trialground.orchestrator.run_config import RunConfig
 from trialground.train.advantages import Scored
 from trialground.train.trainer import Sample, Trainer
 
 _ACTIVE: DataParallel | None = None
+
+
+def set_active(dp: DataParallel | None) -> None:
+    """The rank this process is while a data-parallel run is open (`trialground.orchestrator.ranks`)."""
+    global _ACTIVE
+    _ACTIVE = dp
 
 
 def active() -> DataParallel | None:
@@ -103,7 +107,7 @@ class _MicroBatch(nn.Module):
     def __init__(self, trainer: Trainer) -> None:
         super().__init__()
         self.model = trainer.model
-        self._logprobs = trainer._chunk_logprobs
+        self._logprobs = trainer.chunk_logprobs
 
     def forward(self, chunk: list[Sample], entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         return self._logprobs(self.model, chunk, entropy)
@@ -159,12 +163,9 @@ class DataParallel:
         spec = {"config": trainer.config, "pad_id": trainer.pad_id, "temperature": trainer.temperature}
         self._send("hello", [spec] * self.world_size)
 
-    def serve(self, config: RunConfig) -> None:
-        """Ranks > 0: train the share rank 0 sends for each step until it says stop. The model is loaded
-        from `config.policy` (rank 0's weights and optimiser state replace it before the first step)."""
-        from trialground.policy.hf import load_model
-
-        model = load_model(config.policy).eval()
+    def serve(self, model: nn.Module) -> None:
+        """Ranks > 0: train the share rank 0 sends for each step until it says stop. `model` is the run's
+        starting model (rank 0's weights and optimiser state replace it before the first step)."""
         while True:
             kind, payload = self._receive()
             if kind == "stop":
@@ -267,10 +268,10 @@ class DataParallel:
         return out
 
 
-# ---------------------------------------------------------------------- launching
+# ---------------------------------------------------------------------- joining
 
 
-def _torchrun_world() -> tuple[int, int, int] | None:
+def torchrun_world() -> tuple[int, int, int] | None:
     """(rank, world size, local rank) under torchrun with more than one process, else None."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1 or "RANK" not in os.environ:
@@ -278,101 +279,9 @@ def _torchrun_world() -> tuple[int, int, int] | None:
     return int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0"))
 
 
-def _on_cuda(config: RunConfig) -> bool:
-    return config.policy.device.startswith("cuda")
-
-
-def _backend(config: RunConfig) -> str:
-    if config.trainer.dist_backend != "auto":
-        return config.trainer.dist_backend
-    return "nccl" if _on_cuda(config) else "gloo"
-
-
-def _local_device(config: RunConfig, local_rank: int) -> RunConfig:
-    """On CUDA, each rank's model goes to its own device (`cuda:<local rank>`)."""
-    if not _on_cuda(config):
-        return config
-    torch.cuda.set_device(local_rank)
-    policy = config.policy.model_copy(update={"device": f"cuda:{local_rank}"})
-    return config.model_copy(update={"policy": policy})
-
-
-def _join(config: RunConfig, rank: int, world: int, **init: Any) -> DataParallel:
-    backend = _backend(config)
-    timeout = timedelta(seconds=config.trainer.dist_timeout_s)
+def join(backend: str, rank: int, world: int, *, timeout_s: float, **init: Any) -> DataParallel:
+    """Join the process group as `rank` of `world` (commands travel over gloo whatever the backend)."""
+    timeout = timedelta(seconds=timeout_s)
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout, **init)
     control = dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else None
     return DataParallel(rank, world, control)
-
-
-@contextmanager
-def ranks(config: RunConfig) -> Iterator[tuple[RunConfig, DataParallel | None]]:
-    """Around a training run: join or start its ranks, and yield (this rank's config, its side), or
-    (config, None) in one process. Rank 0 runs the loop; ranks > 0 call `serve`. On the way out rank 0
-    stops the others and every rank leaves the process group."""
-    global _ACTIVE
-    world = _torchrun_world()
-    if world is not None:
-        rank, size, local = world
-        config = _local_device(config, local)
-        dp = _join(config, rank, size)  # MASTER_ADDR / MASTER_PORT from torchrun
-    elif config.cluster == "ray" and config.trainer.data_parallel > 1:
-        dp = _start_ray_ranks(config)
-    else:
-        yield config, None
-        return
-    _ACTIVE = dp
-    try:
-        yield config, dp
-    finally:
-        _ACTIVE = None
-        dp.close()
-
-
-def _start_ray_ranks(config: RunConfig) -> DataParallel:
-    """Rank 0 here; ranks 1..N-1 as Ray actors (one GPU each on CUDA) joining a TCP store hosted here."""
-    import ray
-
-    if not ray.is_initialized():
-        ray.init(address=config.pool.ray_address)
-    world = config.trainer.data_parallel
-    timeout = timedelta(seconds=config.trainer.dist_timeout_s)
-    host = ray.util.get_node_ip_address()
-    store = dist.TCPStore(host, 0, world, is_master=True, timeout=timeout, wait_for_workers=False)
-    actor_class = _rank_actor_class()
-    gpus = 1 if _on_cuda(config) else 0
-    actors = [actor_class.options(num_cpus=0 if gpus else 1, num_gpus=gpus).remote() for _ in range(1, world)]
-    ray.get([a.ready.remote() for a in actors])  # an actor that cannot start fails here, not in a hang
-    runs = [a.serve.remote(config, host, store.port, r) for r, a in enumerate(actors, start=1)]
-    dp = _join(config, 0, world, store=store)
-    dp.ray_ranks, dp.ray_runs = actors, runs
-    return dp
-
-
-_ACTOR_CLASS: Any = None
-
-
-def _rank_actor_class() -> Any:
-    """The Ray actor of one training rank (defined on first use: Ray is an optional extra)."""
-    global _ACTOR_CLASS
-    if _ACTOR_CLASS is None:
-        import ray
-
-        @ray.remote
-        class TrainingRank:
-            def ready(self) -> bool:
-                return True
-
-            def serve(self, config: RunConfig, host: str, port: int, rank: int) -> None:
-                world = config.trainer.data_parallel
-                timeout = timedelta(seconds=config.trainer.dist_timeout_s)
-                store = dist.TCPStore(host, port, world, is_master=False, timeout=timeout)
-                local = _local_device(config, 0)  # Ray hands the actor its GPU as device 0
-                dp = _join(local, rank, world, store=store)
-                try:
-                    dp.serve(local)
-                finally:
-                    dp.close()
-
-        _ACTOR_CLASS = TrainingRank
-    return _ACTOR_CLASS

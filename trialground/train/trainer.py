@@ -28,19 +28,32 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 
-from trialground.policy.hf import cache_keyword, distinct_rows, left_pad
+from trialground.tensors import cache_keyword, distinct_rows, left_pad
 from trialground.train.advantages import Scored
 from trialground.train.config import TrainerConfig
 from trialground.train.losses import finalize_metrics, ppo_clip_loss
 from trialground.train.memory import autocast, enable_checkpointing
 
-if TYPE_CHECKING:
-    from trialground.train.distributed import DataParallel
+
+class Parallel(Protocol):
+    """What a step asks of data-parallel ranks (`trialground.train.distributed.DataParallel`)."""
+
+    def shard(self, batch: Sequence[Scored]) -> list[Scored]: ...
+
+    def sum_counts(self, tokens: int, sequences: int) -> tuple[int, int]: ...
+
+    def logprobs(
+        self, chunk: list[Sample], entropy: bool, *, sync: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+
+    def idle_backward(self) -> None: ...
+
+    def sum_floats(self, values: dict[str, float]) -> dict[str, float]: ...
 
 
 @dataclass
@@ -123,7 +136,7 @@ class Trainer:
         if config.gradient_checkpointing:
             enable_checkpointing(self.model)
         # Data-parallel training sets this (trialground.train.distributed.DataParallel); one process: None.
-        self.parallel: DataParallel | None = None
+        self.parallel: Parallel | None = None
         params = [p for p in self.model.parameters() if p.requires_grad]
         if not params:
             raise ValueError("the model has no trainable parameters")
@@ -159,7 +172,7 @@ class Trainer:
         return ids.to(self.device), attn.to(self.device)
 
     def _targets(self, samples: Sequence[Sample], width: int, field: str) -> torch.Tensor:
-        """`field` of each sample as a [b, width] tensor in the layout of `_chunk_logprobs`."""
+        """`field` of each sample as a [b, width] tensor in the layout of `chunk_logprobs`."""
         out = torch.zeros((len(samples), width), dtype=torch.float32)
         for i, s in enumerate(samples):
             values = getattr(s, field)[self._first_target(s) :]
@@ -167,10 +180,10 @@ class Trainer:
         return out.to(self.device)
 
     def _first_target(self, s: Sample) -> int:
-        """Where the layout of `_chunk_logprobs` starts in `s.mask`/`s.old_logprobs`."""
+        """Where the layout of `chunk_logprobs` starts in `s.mask`/`s.old_logprobs`."""
         return s.first_target if self.config.share_prompt else 0
 
-    def _chunk_logprobs(
+    def chunk_logprobs(
         self, model: nn.Module, chunk: Sequence[Sample], entropy: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Per-target logprobs [b, T] (and optionally entropies) of a micro-batch. With `share_prompt`
@@ -254,13 +267,13 @@ class Trainer:
         refs: list[torch.Tensor] = []
         for chunk in _chunks(samples, self.config.micro_batch_size):
             if old:
-                logp, _ = self._chunk_logprobs(self.model, chunk, entropy=False)
+                logp, _ = self.chunk_logprobs(self.model, chunk, entropy=False)
                 for i, s in enumerate(chunk):
                     skipped = self._first_target(s)  # targets before it are always masked
                     s.old_logprobs = [0.0] * skipped + logp[i, : len(s.ids) - 1 - skipped].tolist()
             if ref:
                 with self._reference() as ref_model:
-                    refs.append(self._chunk_logprobs(ref_model, chunk, entropy=False)[0])
+                    refs.append(self.chunk_logprobs(ref_model, chunk, entropy=False)[0])
         return refs
 
     # ------------------------------------------------------------------ the update
@@ -306,7 +319,7 @@ class Trainer:
             chunks = list(_chunks(active, cfg.micro_batch_size))
             for j, chunk in enumerate(chunks):
                 if self.parallel is None:
-                    logp, ent = self._chunk_logprobs(self.model, chunk, entropy=cfg.compute_entropy)
+                    logp, ent = self.chunk_logprobs(self.model, chunk, entropy=cfg.compute_entropy)
                 else:  # through DDP, which all-reduces the gradients in the epoch's last backward
                     logp, ent = self.parallel.logprobs(chunk, cfg.compute_entropy, sync=j == len(chunks) - 1)
                 out = ppo_clip_loss(

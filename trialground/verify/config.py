@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -51,6 +51,17 @@ class GradingConfig(BaseModel):
         True, description="Also run visible checks (to flag solutions that pass them but fail hidden ones)"
     )
     static_checks: bool = Field(True, description="Run the static (AST) hack detectors on code submissions")
+
+
+class PartSpec(BaseModel):
+    """One more rubric part (`trialground.verify.reward.rubric`): a registered name or a plugin's
+    `package.module:NAME`, the weight its components are paid with, and its own params."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    part: str = Field(min_length=1, description="A rubric part's name, or a plugin as package.module:NAME")
+    weight: float = Field(1.0, ge=-10.0, le=10.0, description="Weight of the part's components")
+    params: dict[str, Any] = Field(default_factory=dict, description="The part's params (its own model)")
 
 
 class RewardConfig(BaseModel):
@@ -104,3 +115,6 @@ class RewardConfig(BaseModel):
         ("read_file",), description="Tool names that read files (re-reads of unchanged files are redundant)"
     )
     grading: GradingConfig = Field(default_factory=GradingConfig, description="How verifiers run")
+    parts: tuple[PartSpec, ...] = Field(
+        (), description="More rubric parts, after the built-in ones (a plugin by package.module:NAME)"
+    )

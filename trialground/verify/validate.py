@@ -31,9 +31,10 @@ from rich.table import Table
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task
 from trialground.verify.config import RewardConfig
-from trialground.verify.grader import Grader
+from trialground.verify.grader import Grader, make_grader
 from trialground.verify.kinds.answers import parse_number
 from trialground.verify.kinds.code_tests import test_names
+from trialground.verify.verdict import Verdict
 
 Status = Literal["valid", "invalid", "quarantined"]
 
@@ -116,9 +117,9 @@ class Validator:
         self.grader, self.runs, self.min_tests = grader, runs, min_tests
         self._sem = asyncio.Semaphore(concurrency)
 
-    async def _grade(self, task: Task, submission: str):  # type: ignore[no-untyped-def]
+    async def _grade(self, task: Task, submission: str) -> Verdict:
         async with self._sem:
-            return await self.grader.grade(task, submission)
+            return (await self.grader.grade(task, submission)).verdict
 
     async def validate(self, task: Task) -> TaskValidation:
         kind = task.verifier.kind
@@ -144,24 +145,24 @@ class Validator:
             problems.append("no reference solution")
         else:
             refs = await asyncio.gather(*(self._grade(task, task.reference) for _ in range(self.runs)))
-            errors = [v.error.message for v, _ in refs if v.error is not None]
+            errors = [v.error.message for v in refs if v.error is not None]
             if errors:
                 problems.append(f"grading failed: {errors[0][:200]}")
-            outcomes = [{t.name: t.outcome for t in v.tests} for v, _ in refs]
+            outcomes = [{t.name: t.outcome for t in v.tests} for v in refs]
             names = sorted({n for o in outcomes for n in o})
             flaky = [n for n in names if len({o.get(n) for o in outcomes}) > 1]
-            passes = [v.passed for v, _ in refs]
+            passes = [v.passed for v in refs]
             if flaky or (any(passes) and not all(passes)):
                 problems.append(
                     f"reference results differ between runs (flaky: {', '.join(flaky) or 'verdict'})"
                 )
             elif not any(passes):
-                detail = refs[0][0].detail
+                detail = refs[0].detail
                 problems.append(f"reference fails: {detail[:200]}")
         adversarial = self._adversarial(task)
         graded = await asyncio.gather(*(self._grade(task, s) for s in adversarial.values()))
-        for label, (verdict, reward) in zip(adversarial, graded, strict=True):
-            if verdict.error is None and reward.outcome > 0:
+        for label, verdict in zip(adversarial, graded, strict=True):
+            if verdict.error is None and verdict.passed:
                 problems.append(f"trivial/adversarial submission `{label}` passes")
         status: Status = (
             "quarantined" if flaky or any("differ between runs" in p for p in problems) else "valid"
@@ -236,7 +237,7 @@ async def validate_tasks(
     """Validate every task (see module docstring); never raises for a bad task."""
     from trialground.tasks.dedup import find_duplicates
 
-    grader = Grader(sandbox_config or SandboxConfig(), reward_config or RewardConfig())
+    grader = make_grader(sandbox_config or SandboxConfig(), reward_config)
     validator = Validator(grader, runs=runs, min_tests=min_tests, concurrency=concurrency)
     bar = progress.add_task("validating", total=len(tasks)) if progress is not None else None
 

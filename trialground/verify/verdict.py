@@ -61,3 +61,15 @@ class Action(BaseModel):
     ok: bool = Field(description="The tool call was valid and did not error")
     changed_workspace: bool | None = Field(None, description="Whether the action changed any file")
     target: str | None = Field(None, description="File the action read or wrote, if any")
+
+
+class Graded(BaseModel):
+    """What the grader returns for one submission: the verdict and, when the run's judge cross-checked this
+    submission, its score. The reward is not decided here: the rubric scores it once the episode is over."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    verdict: Verdict
+    judge_score: float | None = Field(None, description="The judge's score, when the judge scored it")
+    judge_failed: bool = Field(False, description="The judge was asked and gave no usable score")
+    seconds: float = Field(0.0, ge=0.0, description="Seconds the grading took")

@@ -1,12 +1,15 @@
-"""A user's own task source and verifier kind, outside the package (imported by dotted path)."""
+"""A user's own task source, verifier kind and rubric part, outside the package (imported by dotted path)."""
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.tasks.sources import SourceRequest, TaskSource
-from trialground.verify.kinds.registry import Params, VerifierKind, VerifyRequest
+from trialground.tasks.verifiers import Params, VerifierKind
+from trialground.verify.kinds.request import VerifyRequest
+from trialground.verify.reward.model import RewardComponent
+from trialground.verify.reward.rubric import Contribution, Facts, Part, PartContext
 from trialground.verify.verdict import Verdict
 
 
@@ -39,3 +42,22 @@ def _words(r: SourceRequest) -> list[Task]:
 
 
 WORDS = TaskSource("words", _words, "words of a given length", generator=True, default_n=4, arg="optional")
+
+
+class BrevityParams(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_tokens: int = Field(ge=1, description="Episodes at most this long earn the bonus")
+
+
+def _brevity(facts: Facts, ctx: PartContext) -> Contribution:
+    """A user's own shaping term: paid (ungated, at the configured weight) to episodes of at most
+    `max_tokens` policy tokens."""
+    assert isinstance(ctx.params, BrevityParams)
+    short = 1.0 if facts.policy_tokens <= ctx.params.max_tokens else 0.0
+    return Contribution(
+        components=(RewardComponent(name="brevity", value=short, weight=ctx.weight, gated=False),)
+    )
+
+
+BREVITY = Part("brevity", _brevity, BrevityParams, "a bonus for short episodes")

@@ -67,7 +67,9 @@ async def rescore(grader: Grader, canaries: Sequence[Canary], *, step: int = 0) 
         "canary/errors": float(errors),
     }
     if grader.judge is not None:
-        report = await CanaryCheck(canaries, threshold=grader.cross_check.threshold).run(grader.judge, step)
+        report = await CanaryCheck(
+            canaries, threshold=grader.reward_config.judge.threshold if grader.reward_config.judge else 0.5
+        ).run(grader.judge, step)
         out["canary/judge_accuracy"] = report.accuracy
         out["canary/judge_errors"] = float(report.errors)
     return out

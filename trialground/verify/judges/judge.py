@@ -147,33 +147,17 @@ def disagreement_rate(
 
 
 class CrossCheck:
-    """Rule verdicts vs judge scores on a deterministic sample (by a hash of task id and submission)."""
+    """Which rule-graded submissions the judge also scores: a deterministic sample of `rate`, by a hash of
+    task id and submission (the step's metrics compare the two: `verify/judge_disagreement`)."""
 
-    def __init__(self, rate: float, threshold: float = 0.5) -> None:
-        self.rate, self.threshold = rate, threshold
-        self.pairs: list[tuple[bool, float]] = []
-        self.errors = 0
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
 
     def sampled(self, task: Task, submission: str) -> bool:
         if self.rate <= 0.0:
             return False
         digest = hashlib.blake2b(f"{task.id}\0{submission}".encode(), digest_size=8).digest()
         return int.from_bytes(digest, "big") / 2**64 < self.rate
-
-    def record(self, rule_passed: bool, score: float) -> None:
-        self.pairs.append((rule_passed, score))
-
-    def metrics(self) -> dict[str, float]:
-        """Over the run so far: `verify/judge_disagreement` (rate on the scored sample),
-        `verify/judge_calls` (judge requests made), `verify/judge_samples` (answered),
-        `verify/judge_errors` (unanswered)."""
-        rate = disagreement_rate([r for r, _ in self.pairs], [s for _, s in self.pairs], self.threshold)
-        return {
-            "verify/judge_disagreement": rate,
-            "verify/judge_calls": float(len(self.pairs) + self.errors),
-            "verify/judge_samples": float(len(self.pairs)),
-            "verify/judge_errors": float(self.errors),
-        }
 
 
 class Canary(BaseModel):

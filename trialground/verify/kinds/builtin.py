@@ -7,12 +7,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trialground.errors import VerifierError
+from trialground.tasks.verifiers import JudgeParams
 from trialground.verify.detectors.hacks import static_flags
 from trialground.verify.detectors.tamper import workspace_flags
 from trialground.verify.kinds.answers import verify_exact, verify_numeric, verify_regex
 from trialground.verify.kinds.code_tests import solution_path
 from trialground.verify.kinds.math import verify_math
-from trialground.verify.kinds.registry import JudgeParams, VerifyRequest
+from trialground.verify.kinds.request import VerifyRequest
 from trialground.verify.kinds.submitted import UnreadableSubmission, read_submitted
 from trialground.verify.verdict import Flag, Verdict
 

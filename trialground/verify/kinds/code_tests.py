@@ -1,6 +1,6 @@
 """The `code_tests` verifier: hidden tests run after the episode in a fresh sandbox.
 
-Contract (see team brief): the submission is a full Python module written to
+Contract: the submission is a full Python module written to
 `params["solution_path"]` (default `solution.py`); hidden and visible checks are `test_*.py` files with
 `def test_*():` functions that import the solution; `params["expected_tests"]` hidden tests must actually run.
 

@@ -47,6 +47,11 @@ class Reward(BaseModel):
             return 0.0 + always
         return self.outcome + sum(c.weight * c.value for c in self.components if c.gated) + always
 
+    @property
+    def solved(self) -> bool:
+        """The one definition of a solved episode: the outcome gate passed (no hack flag, no error)."""
+        return self.outcome > 0.0
+
     def component(self, name: str) -> RewardComponent | None:
         """The component called `name`, if present."""
         return next((c for c in self.components if c.name == name), None)

@@ -1,25 +1,24 @@
-"""Build every component of a run from its `RunConfig`, and take them down again."""
+"""Build every part of a run from its `RunConfig` (the composition root), and take them down again."""
 
 from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from trialground.envs.base import Environment
 from trialground.monitor.monitor import Monitor
+from trialground.orchestrator.collect import Collector, RolloutSettings
 from trialground.orchestrator.run_config import RunConfig, require_extras
 from trialground.orchestrator.rundir import RunDir
 from trialground.policy.base import Policy
 from trialground.tasks.dedup import eval_contamination
 from trialground.tasks.model import Task
-from trialground.tasks.pool import TaskPool, load_task_sets
-from trialground.train.advantages import Scored
+from trialground.tasks.pool import TaskPool, default_group, load_task_sets
 from trialground.verify.grader import Grader, make_grader
+from trialground.verify.reward.rubric import Rubric
 
 if TYPE_CHECKING:  # torch and the pool's backends are imported only when a run needs them
     from trialground.pool.pool import EnvPool
@@ -35,9 +34,9 @@ def seed_everything(seed: int) -> None:
 
 
 @dataclass
-class Components:
-    """The parts of one run. `env` opens an environment for a task (from the pool for tool episodes);
-    `trainer` is None for an evaluation."""
+class Wiring:
+    """The parts of one run, built from its config: the loop passes each function the ports it needs.
+    `trainer` is None for an evaluation; `env_pool` is None for single-turn episodes graded locally."""
 
     config: RunConfig
     run: RunDir | None
@@ -46,57 +45,18 @@ class Components:
     policy: Policy
     trainer: Trainer | None
     grader: Grader
+    rubric: Rubric
+    collector: Collector
     monitor: Monitor | None
     env_pool: EnvPool | None = None
     domains: dict[str, str] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
     startup_metrics: dict[str, float] = field(default_factory=dict)
 
     def require_trainer(self) -> Trainer:
         if self.trainer is None:
-            raise RuntimeError("these components were built for evaluation (train=False): no trainer")
+            raise RuntimeError("this run was built for evaluation (train=False): no trainer")
         return self.trainer
-
-    def env_factory(self, task: Task) -> Callable[[], Environment | Awaitable[Environment]]:
-        """Zero-argument maker of an environment for `task`: pooled for tool episodes, else a fresh
-        single-turn environment (grading opens its own fresh sandbox either way)."""
-        if self.env_pool is not None:
-            pool = self.env_pool
-            return lambda: pool.acquire(task)
-        from trialground.envs.single_turn import SingleTurnEnv
-
-        return lambda: SingleTurnEnv(self.grader)
-
-    @property
-    def env_release(self) -> Callable[[Environment], Awaitable[None]] | None:
-        return None if self.env_pool is None else self.env_pool.release
-
-    def sync_weights(self) -> None:
-        """After a trainer step: the policy samples with the new weights, stamped with the new version."""
-        trainer = self.require_trainer()
-        if trainer.base_model is self.policy.shared_module():  # shared module (LoRA too: adapters inside)
-            self.policy.version = trainer.version
-        else:
-            self.policy.load_weights(trainer.state_dict(), trainer.version)
-
-    def texts(self, batch: Sequence[Scored]) -> list[str]:
-        """Each record's completion, decoded (for the run's trajectory files)."""
-        decode = self.policy.tokenizer.decode
-        return [decode(r.trajectory.completion()[0], skip_special_tokens=True) for r in batch]
-
-    def component_metrics(self) -> dict[str, float]:
-        """What the components measured since the last call: grading, hack flags, task pool, env pool."""
-        out = dict(self.grader.metrics(reset=True)) | dict(self.tasks.stats())
-        if self.env_pool is not None:
-            out |= dict(self.env_pool.metrics())
-        return out
-
-    def policy_state(self) -> dict[str, object]:
-        rng = self.policy.sampling_rng_state()
-        return {} if rng is None else {"rng": rng}
-
-    def load_policy_state(self, state: Mapping[str, object]) -> None:
-        if "rng" in state:
-            self.policy.set_sampling_rng_state(state["rng"])
 
     async def close(self) -> None:
         if self.env_pool is not None:
@@ -107,11 +67,20 @@ class Components:
             self.monitor.close()
 
 
-def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Components:
+def sync_weights(trainer: Trainer, policy: Policy) -> None:
+    """After a trainer step: the policy samples with the new weights, stamped with the new version."""
+    if trainer.base_model is policy.shared_module():  # shared module (LoRA too: adapters inside)
+        policy.version = trainer.version
+    else:
+        policy.load_weights(trainer.state_dict(), trainer.version)
+
+
+def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Wiring:
     """Everything a run (train=True) or an evaluation (train=False) needs."""
     from trialground.policy.factory import make_policy
 
     require_extras(config)
+    rubric = Rubric.from_config(config.reward)  # a bad `reward.parts` entry fails here, before any work
     seed_everything(config.seed)
     policy = make_policy(config.policy)  # first: a policy in a child process loads while tasks load
     pool, evals = load_task_sets(config.tasks)
@@ -160,6 +129,7 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Compo
             pool_config, env_config=config.env, sandbox_config=config.sandbox, grader=grader, backend=backend
         )
     domains = {t.id: t.domain for t in [*pool.tasks, *evals]}
+    sources = {t.id: default_group(t) for t in pool.tasks}
     overlap = eval_contamination(pool.tasks, evals)
     startup = {
         "eval/overlap_same_id": float(len(overlap.same_id)),
@@ -169,4 +139,25 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Compo
     }
     if monitor is not None and env_pool is not None:
         monitor.add_live_source(env_pool.metrics)
-    return Components(config, run, pool, evals, policy, trainer, grader, monitor, env_pool, domains, startup)
+    settings = RolloutSettings(
+        concurrency=config.loop.rollout_concurrency,
+        max_context_tokens=config.policy.max_context_tokens,
+        observation_role=config.policy.observation_role,
+    )
+    collector = Collector(policy, rubric, settings, grader, envs=env_pool)
+    return Wiring(
+        config,
+        run,
+        pool,
+        evals,
+        policy,
+        trainer,
+        grader,
+        rubric,
+        collector,
+        monitor,
+        env_pool,
+        domains,
+        sources,
+        startup,
+    )

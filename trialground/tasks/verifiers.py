@@ -1,34 +1,29 @@
-"""The verifier registry: each kind a task can name, its typed parameters, and the function that grades it.
+"""What a task can name as its verifier: each kind's name, its typed parameters, and where its grading
+function is (`trialground.verify` implements them; this layer only names and validates them).
 
-    kind = lookup("numeric")            # or a plugin: lookup("my_pkg.verifiers:EDIT_DISTANCE")
-    params = kind.params.model_validate(task.verifier.params)   # a clear error names the bad field
+    kind = KINDS.lookup("numeric")      # or a plugin: KINDS.lookup("my_pkg.verifiers:EDIT_DISTANCE")
+    params = kind.validate(task.verifier.params)   # a clear error names the bad field
 
 A task's `verifier.kind` is a registered name or a dotted path `package.module:NAME` to a `VerifierKind`
 (imported on first use and registered under its own `name`), so a user adds a verifier without editing
 the package: in a task file, or in the run config (`reward.verifiers: ["package.module:NAME"]`).
 
-A kind's `verify` is an async function `(grader, request) -> Verdict`, or the dotted path of one
-(resolved lazily, so this module imports no verifier). It receives the `Grader` (for its sandbox config,
-reward config, judge and shared verifiers) and a `VerifyRequest` with the validated params. It raises
-`TrialgroundError` on an infrastructure failure; a wrong submission is a failing `Verdict`, never an error.
+A kind's `verify` is an async function `(grader, request) -> Verdict` (`request` a
+`trialground.verify.kinds.request.VerifyRequest` holding the validated params), or the dotted path of one
+(resolved on first use). It raises `TrialgroundError` on an infrastructure failure; a wrong submission is a
+failing `Verdict`, never an error.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from trialground.errors import TaskError
-
-if TYPE_CHECKING:
-    from trialground.sandbox.base import Sandbox
-    from trialground.tasks.model import Task
-    from trialground.verify.grader import Grader
-    from trialground.verify.verdict import Action, Verdict
+from trialground.registry import Registry, import_path
 
 
 class Params(BaseModel):
@@ -90,19 +85,7 @@ class JudgeParams(Params):
     threshold: float = Field(0.5, ge=0.0, le=1.0, description="Judge score needed to pass")
 
 
-@dataclass(frozen=True)
-class VerifyRequest:
-    """One grading: the task, the submission, the episode's sandbox (tool episodes) and actions, and the
-    kind's validated params."""
-
-    task: Task
-    submission: str
-    params: BaseModel
-    workspace: Sandbox | None = None
-    actions: Sequence[Action] = ()
-
-
-VerifyFn = Callable[["Grader", VerifyRequest], Awaitable["Verdict"]]
+VerifyFn = Callable[[Any, Any], Awaitable[Any]]
 
 
 @dataclass(frozen=True)
@@ -119,68 +102,21 @@ class VerifierKind:
         if not isinstance(self.verify, str):
             return self.verify
         if not self._resolved:
-            self._resolved.append(_import(self.verify, what=f"verifier {self.name!r}"))
+            self._resolved.append(
+                import_path(self.verify, what=f"verifier {self.name!r}", error=TaskError, kind="bad_task")
+            )
         return self._resolved[0]
 
     def validate(self, params: Mapping[str, Any], *, where: str = "") -> BaseModel:
-        try:
-            return self.params.model_validate(dict(params))
-        except ValidationError as e:
-            problems = "; ".join(
-                f"{'.'.join(map(str, err['loc'])) or '-'}: {err['msg']}" for err in e.errors()
-            )
-            raise TaskError(f"{where}verifier {self.name!r} params: {problems}", kind="bad_task") from None
+        return KINDS.params(self.params, params, where=f"{where}verifier {self.name!r} ")
 
 
-_REGISTRY: dict[str, VerifierKind] = {}
-
-
-def register(kind: VerifierKind, *, replace: bool = False) -> VerifierKind:
-    """Add a kind. Re-registering a name with a different kind is an error unless `replace`."""
-    old = _REGISTRY.get(kind.name)
-    if old is not None and old is not kind and not replace:
-        raise ValueError(f"verifier kind {kind.name!r} is already registered ({old.doc or old.verify!r})")
-    _REGISTRY[kind.name] = kind
-    return kind
+KINDS: Registry[VerifierKind] = Registry("verifier kind", VerifierKind, TaskError, error_kind="bad_task")
 
 
 def lookup(name: str) -> VerifierKind:
     """The kind called `name`, or the `VerifierKind` at the dotted path `package.module:NAME`."""
-    if name in _REGISTRY:
-        return _REGISTRY[name]
-    if ":" in name:
-        obj = _import(name, what="verifier plugin")
-        if not isinstance(obj, VerifierKind):
-            raise TaskError(
-                f"verifier plugin {name!r} is a {type(obj).__name__}, not a VerifierKind", kind="bad_task"
-            )
-        existing = _REGISTRY.get(obj.name)
-        if existing is not None and existing is not obj:
-            raise TaskError(
-                f"verifier plugin {name!r} is named {obj.name!r}, which is already another kind",
-                kind="bad_task",
-            )
-        _REGISTRY[obj.name] = _REGISTRY[name] = obj
-        return obj
-    raise TaskError(
-        f"unknown verifier kind {name!r}: known kinds are {', '.join(sorted(_REGISTRY))}, or name a plugin "
-        "as 'package.module:NAME' (a trialground.verify.kinds.registry.VerifierKind)",
-        kind="bad_task",
-    )
-
-
-def known() -> list[str]:
-    return sorted(k for k in _REGISTRY if ":" not in k)
-
-
-def _import(path: str, *, what: str) -> Any:
-    module, _, attr = path.partition(":")
-    if not module or not attr:
-        raise TaskError(f"{what}: {path!r} is not 'package.module:NAME'", kind="bad_task")
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
-        raise TaskError(f"{what}: cannot import {path!r}: {e}", kind="bad_task") from e
+    return KINDS.lookup(name)
 
 
 _G = "trialground.verify.kinds.builtin"
@@ -196,4 +132,4 @@ for _kind in (
         "swe_tests", SweTestsParams, f"{_G}:swe_tests", "FAIL_TO_PASS and PASS_TO_PASS on a pristine copy"
     ),
 ):
-    register(_kind)
+    KINDS.register(_kind)
