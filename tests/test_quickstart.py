@@ -76,8 +76,11 @@ def _train_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "trialground", "train", *args]
 
 
+@pytest.mark.timeout(1800)  # three runs of the quickstart's cadence: 15 + 10 + 5 steps on a busy machine
 def test_resume_after_kill_matches_an_uninterrupted_run(tmp_path: Path) -> None:
-    overrides = [*SMALL, "loop.steps=6", "loop.checkpoint_interval=1", f"output_dir={tmp_path}"]
+    """Durable by default: the quickstart's own checkpoint cadence (no checkpoint setting given) leaves a
+    checkpoint that a run killed with SIGKILL resumes from, to the same result as an uninterrupted run."""
+    overrides = [*SMALL, "loop.steps=15", f"output_dir={tmp_path}"]
     sets = [a for o in overrides for a in ("--set", o)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     straight = subprocess.run(
@@ -94,13 +97,13 @@ def test_resume_after_kill_matches_an_uninterrupted_run(tmp_path: Path) -> None:
         start_new_session=True,
     )
     deadline = time.monotonic() + 600
-    while not (killed_dir / "checkpoints" / "step_1" / "meta.json").exists():
+    while not (killed_dir / "checkpoints" / "step_10" / "meta.json").exists():  # the default interval
         assert proc.poll() is None, "the run ended before it could be killed"
         assert time.monotonic() < deadline
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)  # at once: five steps (>= 1 s) were still to run
     proc.wait()
-    assert not (killed_dir / "checkpoints" / "step_6").exists(), "the run finished before the kill"
+    assert not (killed_dir / "checkpoints" / "step_15").exists(), "the run finished before the kill"
 
     resumed = subprocess.run(_train_cmd("--resume", str(killed_dir)), env=env, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -113,15 +116,17 @@ def test_resume_after_kill_matches_an_uninterrupted_run(tmp_path: Path) -> None:
             ma.get("reward/mean"),
             mb.get("reward/mean"),
         )
-    for step in range(1, 7):
+    for step in range(1, 16):
         ta = pq.read_table(tmp_path / "straight" / "trajectories" / f"step_{step}.parquet").column(
             "completion"
         )
         tb = pq.read_table(killed_dir / "trajectories" / f"step_{step}.parquet").column("completion")
         assert ta.to_pylist() == tb.to_pylist(), step
-    wa = torch.load(tmp_path / "straight" / "checkpoints" / "step_6" / "model.pt", weights_only=True)
-    wb = torch.load(killed_dir / "checkpoints" / "step_6" / "model.pt", weights_only=True)
+    wa = torch.load(tmp_path / "straight" / "checkpoints" / "step_15" / "model.pt", weights_only=True)
+    wb = torch.load(killed_dir / "checkpoints" / "step_15" / "model.pt", weights_only=True)
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    kept = sorted(p.name for p in (killed_dir / "checkpoints").iterdir())
+    assert kept == ["step_10", "step_15"], kept  # the default keeps the newest 3
 
 
 def test_a_policy_in_a_child_process_trains_exactly_like_one_in_process(tmp_path: Path) -> None:

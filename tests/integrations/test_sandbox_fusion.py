@@ -165,17 +165,22 @@ def test_the_token_is_required_and_never_logged(server: Served, endpoint: str) -
 def _load_verl_sandbox_fusion() -> ModuleType:
     """verl's own `verl/utils/reward_score/sandbox_fusion` package, loaded from its installed files
     without `verl/__init__.py` (which imports verl's training stack: torch, tensordict, ray)."""
+    import sys
+
+    vendored = Path(sys.prefix) / "vendor" / "verl" / "verl"  # where ./dev puts it (no dependencies)
     spec = importlib.util.find_spec("verl")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("verl is not installed (pip install --no-deps verl)")
-    folder = Path(spec.submodule_search_locations[0]) / "utils" / "reward_score" / "sandbox_fusion"
+    if vendored.is_dir():
+        root = vendored
+    elif spec is not None and spec.submodule_search_locations:
+        root = Path(spec.submodule_search_locations[0])
+    else:
+        pytest.skip("verl is not installed (pip install --no-deps --target .venv/vendor/verl verl)")
+    folder = root / "utils" / "reward_score" / "sandbox_fusion"
     package = importlib.util.spec_from_file_location(
         "verl_sandbox_fusion", folder / "__init__.py", submodule_search_locations=[str(folder)]
     )
     assert package is not None and package.loader is not None
     module = importlib.util.module_from_spec(package)
-    import sys
-
     sys.modules[package.name] = module
     package.loader.exec_module(module)
     return module

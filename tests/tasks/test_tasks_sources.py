@@ -106,7 +106,7 @@ def test_source_errors() -> None:
         load_source("data:extra")
     with pytest.raises(TaskError, match="many correct answers"):
         load_source("reasoning_gym:countdown")
-    with pytest.raises(TaskError, match="cannot create the dataset"):
+    with pytest.raises(TaskError, match="reasoning-gym has no dataset"):
         load_source("reasoning_gym:no_such_dataset")
     with pytest.raises(TaskError, match="n must be >= 1"):
         load_source("data", n=0)

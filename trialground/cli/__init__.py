@@ -36,5 +36,22 @@ app.command("dashboard")(report_cmd.dashboard)
 app.command("export")(export_cmd.export)
 
 
+def _version(value: bool) -> None:
+    if value:
+        from trialground import __version__
+
+        typer.echo(f"trialground {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit"
+    ),
+) -> None:
+    """Environment-first RL post-training for language-model agents on execution-verified tasks."""
+
+
 def main() -> None:
     app()

@@ -21,5 +21,15 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     sys.exit(code)
 
 
+def require(modules: tuple[str, ...], extra: str, what: str) -> None:
+    """Exit 2 with the `pip install` line when one of `modules` is not installed."""
+    import importlib.util
+
+    absent = [m for m in modules if importlib.util.find_spec(m) is None]
+    if absent:
+        names = ", ".join(map(repr, absent))
+        fail(f"{what} needs {names}, not installed: pip install 'trialground[{extra}]'")
+
+
 def not_built(what: str) -> NoReturn:
     fail(f"`trialground {what}` is not built yet", code=EXIT_USAGE)

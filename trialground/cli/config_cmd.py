@@ -1,26 +1,75 @@
-"""`trialground config show FILE`."""
+"""`trialground config show FILE` and `trialground config validate FILE`."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
 
 from trialground.cli.common import fail
 from trialground.errors import ConfigError
-from trialground.orchestrator.run_config import dump_config, load_config
+from trialground.orchestrator.run_config import RunConfig, dump_config, load_config
 
-app = typer.Typer(help="Inspect run configurations.", no_args_is_help=True)
+app = typer.Typer(help="Inspect and check run configurations.", no_args_is_help=True)
+
+CONFIG_ARG = typer.Argument(..., help="YAML run configuration (- reads standard input)")
+OVERRIDES = typer.Option([], "--set", help="Dotted override KEY=VALUE (repeatable)")
+JSON = typer.Option(False, "--json", help="Print JSON on stdout")
+
+
+def _load(config: Path, overrides: list[str]) -> RunConfig:
+    try:
+        return load_config(config, overrides)
+    except ConfigError as exc:
+        fail(str(exc))
 
 
 @app.command("show")
-def show(
-    config: Path = typer.Argument(..., help="YAML run configuration"),
-    overrides: list[str] = typer.Option([], "--set", help="Dotted override KEY=VALUE (repeatable)"),
+def show(config: Path = CONFIG_ARG, overrides: list[str] = OVERRIDES, as_json: bool = JSON) -> None:
+    """Print the resolved configuration (the file, defaults filled in, overrides applied) after the same
+    checks `train` makes before it starts (model directory, task sources, sinks, extras)."""
+    cfg = _load(config, overrides)
+    _check(cfg, purpose="eval")
+    if as_json:
+        typer.echo(json.dumps(cfg.model_dump(mode="json")))
+    else:
+        typer.echo(dump_config(cfg), nl=False)
+
+
+@app.command("validate")
+def validate(
+    config: Path = CONFIG_ARG,
+    overrides: list[str] = OVERRIDES,
+    as_json: bool = JSON,
+    train: bool = typer.Option(
+        True, "--train/--eval", help="Check for training (default: also needs the trainer's packages)"
+    ),
 ) -> None:
-    """Print the resolved configuration: the file, defaults filled in, overrides applied."""
+    """Check a configuration without starting anything: every check `train` makes before it starts.
+    Exit 0 when it can run, 2 when not (each problem on its own line)."""
+    from trialground.orchestrator.preflight import problems
+
     try:
         cfg = load_config(config, overrides)
     except ConfigError as exc:
+        if as_json:
+            typer.echo(json.dumps({"ok": False, "problems": [str(exc)]}))
+            raise typer.Exit(2) from None
         fail(str(exc))
-    typer.echo(dump_config(cfg), nl=False)
+    found = problems(cfg, "train" if train else "eval", resume=False)
+    if as_json:
+        typer.echo(json.dumps({"ok": not found, "problems": found, "run_dir": str(cfg.run_dir)}))
+        raise typer.Exit(2 if found else 0)
+    if found:
+        fail("\n  ".join(["the configuration cannot run:", *found]))
+    typer.echo(f"ok: {config} can run (run directory {cfg.run_dir})")
+
+
+def _check(cfg: RunConfig, *, purpose: str) -> None:
+    from trialground.orchestrator.preflight import preflight
+
+    try:
+        preflight(cfg, "eval" if purpose == "eval" else "train")
+    except ConfigError as exc:
+        fail(str(exc))

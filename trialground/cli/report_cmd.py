@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from trialground.cli.common import EXIT_INFRA, fail
+from trialground.cli.common import EXIT_INFRA, fail, require
 
 
 def report(
@@ -18,6 +18,7 @@ def report(
     ] = None,
 ) -> None:
     """Write one self-contained HTML report of a run (readable offline)."""
+    require(("pyarrow", "scipy"), "run", "trialground report")
     from trialground.monitor.report import write_report
 
     if not run_dir.is_dir():
@@ -36,6 +37,7 @@ def dashboard(
     refresh: Annotated[float, typer.Option(min=0.2, help="Seconds between page refreshes")] = 3.0,
 ) -> None:
     """Serve a live dashboard of a run that refreshes as the run goes."""
+    require(("pyarrow", "scipy"), "run", "trialground dashboard")
     from trialground.monitor.dashboard import Dashboard
 
     if not run_dir.is_dir():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -15,10 +16,15 @@ from trialground.cli.common import EXIT_INFRA, fail
 from trialground.errors import ConfigError, TrialgroundError
 from trialground.orchestrator.run_config import RunConfig, load_config, require_extras
 
+if TYPE_CHECKING:
+    from trialground.orchestrator.preflight import Purpose
+
 console = Console(stderr=True)
 
 
-def _config(config: Path | None, overrides: list[str], resume: Path | None) -> RunConfig:
+def _config(
+    config: Path | None, overrides: list[str], resume: Path | None, *, purpose: Purpose = "train"
+) -> RunConfig:
     if resume is not None:
         resolved = resume / "config.yaml"
         if not resolved.is_file():
@@ -35,6 +41,12 @@ def _config(config: Path | None, overrides: list[str], resume: Path | None) -> R
         fail(str(exc))
     if resume is not None and cfg.run_dir.resolve() != resume.resolve():
         cfg = cfg.model_copy(update={"output_dir": str(resume.parent), "name": resume.name})
+    from trialground.orchestrator.preflight import preflight
+
+    try:  # before anything is created or loaded: a failed start leaves nothing behind
+        preflight(cfg, purpose, resume=resume is not None)
+    except ConfigError as exc:
+        fail(str(exc))
     return cfg
 
 
@@ -43,7 +55,7 @@ def _percent(value: float | None) -> str:
 
 
 def train(
-    config: Path | None = typer.Argument(None, help="YAML run configuration"),
+    config: Path | None = typer.Argument(None, help="YAML run configuration (- reads standard input)"),
     overrides: list[str] = typer.Option([], "--set", help="Dotted override KEY=VALUE, repeatable"),
     resume: Path | None = typer.Option(None, "--resume", help="Continue the run in this run directory"),
 ) -> None:
@@ -104,7 +116,7 @@ def evaluate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object of metrics on stdout"),
 ) -> None:
     """Evaluate a policy on the held-out split: greedy pass@1, and sampled pass@1/pass@k with --samples."""
-    cfg = _config(config, overrides, None)
+    cfg = _config(config, overrides, None, purpose="eval")
     from trialground.orchestrator.evaluate_run import evaluate_run
 
     if checkpoint is not None and not any(

@@ -36,7 +36,24 @@ class LoopConfig(BaseModel):
         "tasks, logged as probe/pass@1: the evaluation points of the reward-evaluation check (0: off)",
     )
     probe_tasks: int = Field(16, ge=1, description="Eval tasks in each probe (a fixed subset)")
-    checkpoint_interval: int = Field(0, ge=0, description="Checkpoint every N steps (0: end only)")
+    checkpoint_interval: int = Field(
+        10,
+        ge=0,
+        description="Checkpoint every N steps (0: only on checkpoint_every_s, at the end and on a halt); "
+        "a checkpoint is written beside the old ones and renamed into place, so a run killed at any "
+        "moment resumes from its newest complete one",
+    )
+    checkpoint_every_s: float = Field(
+        900.0,
+        ge=0.0,
+        description="Also checkpoint after a step that ends at least this many seconds after the last "
+        "checkpoint (or the start), so slow steps lose at most this much work (0: steps only)",
+    )
+    keep_checkpoints: int = Field(
+        3,
+        ge=0,
+        description="Checkpoints kept: older ones are deleted after a newer one is complete (0: keep all)",
+    )
     eval_feedback: bool = Field(
         False, description="Feed failed eval tasks into training's regression queue (contaminates eval)"
     )

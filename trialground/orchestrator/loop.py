@@ -19,9 +19,10 @@ from trialground.orchestrator.outcomes import (
     record_eval,
     record_outcomes,
 )
+from trialground.orchestrator.preflight import preflight
 from trialground.orchestrator.run_config import RunConfig
 from trialground.orchestrator.rundir import RunDir
-from trialground.orchestrator.state import restore, save
+from trialground.orchestrator.state import Cadence, restore, save
 from trialground.orchestrator.wiring import Wiring, build, sync_weights
 from trialground.policy.loading import base_model_dir
 from trialground.rollout.branching import branch_metrics
@@ -45,28 +46,37 @@ class RunSummary:
 
 async def run(config: RunConfig, *, resume: bool = False, progress: Progress | None = None) -> RunSummary:
     t_start = time.perf_counter()
+    preflight(config, "train", resume=resume)  # before the run directory exists: a retry is not blocked
     run_dir = RunDir(config, resume=resume)
-    w = build(config, run_dir)
-    loop, evals_at = config.loop, {0, config.loop.steps}
-    trainer, policy, tasks, monitor = w.require_trainer(), w.policy, w.tasks, w.monitor
-    step = restore(run_dir, trainer, tasks, policy, monitor) if resume else 0
-    first_eval = None
-    if step == 0:
-        # recorded failures into the regression queue (tasks.regression_files)
-        queue_online_failures(tasks, monitor, config.tasks.regression_files, config.tasks.seed)
-        start = dict(w.startup_metrics)
-        first_eval = await _eval_and_log(w, 0, start)
-        if loop.probe_interval:
-            start |= await _probe(w, start)
-        if monitor is not None:
-            monitor.observe(0, start)
+    built: Wiring | None = None
+    try:
+        w = built = build(config, run_dir)
+        loop, evals_at = config.loop, {0, config.loop.steps}
+        trainer, policy, tasks, monitor = w.require_trainer(), w.policy, w.tasks, w.monitor
+        step = restore(run_dir, trainer, tasks, policy, monitor) if resume else 0
+        first_eval = None
+        if step == 0:
+            # recorded failures into the regression queue (tasks.regression_files)
+            queue_online_failures(tasks, monitor, config.tasks.regression_files, config.tasks.seed)
+            start = dict(w.startup_metrics)
+            first_eval = await _eval_and_log(w, 0, start)
+            if loop.probe_interval:
+                start |= await _probe(w, start)
+            if monitor is not None:
+                monitor.observe(0, start)
+    except BaseException:
+        if built is not None:
+            await built.close()
+        if not resume:  # nothing was trained: the directory goes, so the same command can be rerun
+            run_dir.discard()
+        raise
     sampling = config.policy.sampling
     batches = (
         AsyncBatches(w.collector, tasks, loop, sampling, step)
         if loop.mode == "async"
         else SyncBatches(w.collector, tasks, loop, sampling)
     )
-    alerts, last_eval, stopped_by = 0, first_eval, None
+    alerts, last_eval, stopped_by, cadence = 0, first_eval, None, Cadence(loop)
     workspace = WorkspaceTokens(policy.tokenizer, config.policy.max_context_tokens)
     try:
         while step < loop.steps:
@@ -107,12 +117,17 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
                 metrics |= await _probe(w, metrics)
             raised = monitor.observe(step, metrics) if monitor else []
             alerts, halt = alerts + len(raised), worst_action(raised) in ("pause", "stop")
-            if (
-                (loop.checkpoint_interval and step % loop.checkpoint_interval == 0)
-                or step == loop.steps
-                or halt
-            ):
-                save(run_dir, step, trainer, tasks, policy, base_model=base_model_dir(config.policy))
+            if cadence.due(step) or halt:  # every N steps and every T seconds by default
+                save(
+                    run_dir,
+                    step,
+                    trainer,
+                    tasks,
+                    policy,
+                    base_model=base_model_dir(config.policy),
+                    keep=loop.keep_checkpoints,
+                )
+                cadence.saved()
             if progress:
                 progress(step, metrics)
             if halt:  # an alert rule asked to pause or stop: checkpointed, resumable with --resume

@@ -6,8 +6,10 @@ out-of-range value raises `ConfigError` naming the file, the dotted path and wha
 
 from __future__ import annotations
 
+import difflib
+import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -98,26 +100,51 @@ def apply_override(data: dict[str, Any], dotted: str) -> None:
     node[parts[-1]] = _parse_scalar(raw)
 
 
+def _fields_at(loc: tuple[int | str, ...]) -> list[str]:
+    """The field names of the config section that holds `loc[-1]` (for a did-you-mean)."""
+    model: type[BaseModel] = RunConfig
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part)
+        if field is None:
+            return []
+        found: type[BaseModel] | None = None
+        for arg in (field.annotation, *get_args(field.annotation)):
+            candidates = (arg, *get_args(arg))
+            found = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+            if found is not None:
+                break
+        if found is None:
+            return []
+        model = found
+    return list(model.model_fields)
+
+
 def _describe(err: ValidationError, source: str) -> str:
     lines = [f"{source}: invalid configuration"]
     for e in err.errors():
         path = ".".join(str(p) for p in e["loc"]) or "(top level)"
         got = e.get("input")
         got_text = "" if isinstance(got, dict) else f" (got {got!r})"
-        lines.append(f"  {path}: {e['msg']}{got_text}")
+        hint = ""
+        if e["type"] == "extra_forbidden" and e["loc"]:
+            close = difflib.get_close_matches(str(e["loc"][-1]), _fields_at(tuple(e["loc"])), n=1)
+            hint = f"; did you mean {'.'.join([*map(str, e['loc'][:-1]), close[0]])!r}?" if close else ""
+        lines.append(f"  {path}: {e['msg']}{got_text}{hint}")
     return "\n".join(lines)
 
 
 def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-    """Read a YAML file (or defaults when `path` is None), apply overrides, validate."""
+    """Read a YAML file (`-`: standard input; None: defaults only), apply overrides, validate."""
     source = str(path) if path is not None else "<defaults>"
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
-        if not p.is_file():
+        if str(path) != "-" and not p.is_file():
             raise ConfigError(f"{source}: no such config file")
         try:
-            loaded = yaml.safe_load(p.read_text())
+            loaded = yaml.safe_load(sys.stdin.read() if str(path) == "-" else p.read_text())
         except yaml.YAMLError as exc:
             raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
         if loaded is None:

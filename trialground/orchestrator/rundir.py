@@ -8,6 +8,7 @@ runs/<name>/config.yaml  metrics.jsonl  trajectories/step_N.parquet  checkpoints
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -56,10 +57,17 @@ class RunDir:
                 f"run directory {self.path} already holds a run: pick another name (--set name=...) "
                 "or continue it with --resume"
             )
+        self.created = not self.path.exists()
         (self.path / "trajectories").mkdir(parents=True, exist_ok=True)
         (self.path / "checkpoints").mkdir(parents=True, exist_ok=True)
         (self.path / "config.yaml").write_text(dump_config(config))
         (self.path / "alerts.jsonl").touch()
+
+    def discard(self) -> None:
+        """Remove a run directory this object created, after a start that failed before its first step,
+        so the same command can be run again."""
+        if self.created and not any((self.path / "checkpoints").iterdir()):
+            shutil.rmtree(self.path, ignore_errors=True)
 
     @property
     def metrics_path(self) -> Path:

@@ -89,6 +89,24 @@ def parse_spec(arg: str) -> tuple[Path, dict[str, str]]:
     return Path(path_text).expanduser(), mapping
 
 
+def check_local(arg: str) -> None:
+    """`TaskError` unless `hf:ARG` names a local dataset: hub names are not fetched (runs read only local
+    files, so they work offline and give the same tasks every time)."""
+    path, _ = parse_spec(arg)
+    if path.exists():
+        return
+    hub = (
+        ""
+        if path.is_absolute() or str(path).startswith(".")
+        else (
+            f"; {path} looks like a Hugging Face Hub name, and only local paths are read (no download, so a "
+            f"run works offline): fetch it once, e.g. `huggingface-cli download {path} --repo-type dataset "
+            f"--local-dir data/{path.name}`, then use hf:data/{path.name}"
+        )
+    )
+    raise TaskError(f"hf:{arg}: {path} does not exist{hub}", kind="unreadable")
+
+
 def _parquet_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
@@ -98,7 +116,7 @@ def _parquet_files(path: Path) -> list[Path]:
 def read_parts(path: Path, where: str) -> list[tuple[str | None, list[dict[str, Any]]]]:
     """The dataset's rows as (part name or None, rows). A saved DatasetDict gives one entry per part."""
     if not path.exists():
-        raise TaskError(f"{where}: {path} does not exist", kind="unreadable")
+        check_local(where.removeprefix("hf:"))
     if path.is_dir() and ((path / "state.json").is_file() or (path / "dataset_dict.json").is_file()):
         try:
             import datasets

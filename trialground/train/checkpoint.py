@@ -20,6 +20,7 @@ mid-save never leaves a half-written `step_N`.
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import shutil
@@ -50,17 +51,23 @@ def checkpoint_path(run_dir: str | Path, step: int) -> Path:
     return Path(run_dir) / "checkpoints" / f"step_{step}"
 
 
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """The complete checkpoint with the highest step under `run_dir/checkpoints`, or None."""
+def completed_checkpoints(run_dir: str | Path) -> list[Path]:
+    """The complete checkpoints under `run_dir/checkpoints` (a `meta.json` inside), oldest step first."""
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
-        return None
+        return []
     found = [
         (int(m.group(1)), p)
         for p in root.iterdir()
         if (m := _STEP_RE.match(p.name)) and (p / "meta.json").is_file()
     ]
-    return max(found)[1] if found else None
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The complete checkpoint with the highest step under `run_dir/checkpoints`, or None."""
+    done = completed_checkpoints(run_dir)
+    return done[-1] if done else None
 
 
 def rng_state() -> dict[str, Any]:
@@ -116,12 +123,33 @@ def save_checkpoint(
         "lora_rank": trainer.config.lora_rank,
         "files": sorted(p.name for p in tmp.iterdir()),
     }
+    _fsync_tree(tmp)  # the data is on disk before meta.json says it is complete
     # meta.json last: its presence marks the checkpoint complete.
     (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    _fsync_tree(tmp, only="meta.json")
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
+    _fsync_dir(final.parent)
     return final
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path, *, only: str | None = None) -> None:
+    """Flush every file under `root` (or just `root/only`) and the directories holding them."""
+    files = [root / only] if only else [p for p in root.rglob("*") if p.is_file()]
+    for f in files:
+        with open(f, "rb+") as handle:
+            os.fsync(handle.fileno())
+    for d in {f.parent for f in files} | {root}:
+        _fsync_dir(d)
 
 
 def load_checkpoint(path: str | Path, trainer: Trainer) -> LoadedCheckpoint:

@@ -1,7 +1,8 @@
 """Metric sinks: one module per backend behind a two-method interface.
 
 `jsonl` is the default and needs nothing; `tensorboard`, `wandb` and `mlflow` import their libraries
-lazily (install the `monitor` extra) and fail with a clear `ConfigError` when they are missing.
+lazily (install the extra of the same name, or `monitor` for all three) and fail with a clear
+`ConfigError` when they are missing.
 """
 
 from __future__ import annotations
@@ -54,6 +55,6 @@ def open_sink(name: str, run_dir: Path) -> Sink:
 
 def missing(package: str, sink: str) -> ConfigError:
     return ConfigError(
-        f"the {sink} sink needs the {package!r} package: pip install 'trialground[monitor]' "
+        f"the {sink} sink needs the {package!r} package: pip install 'trialground[{sink}]' "
         f"(or drop {sink!r} from monitor.sinks)"
     )

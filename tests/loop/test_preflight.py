@@ -1,0 +1,172 @@
+"""Fail fast: every check that needs no training runs before the run directory exists, and a failed start
+leaves nothing that blocks the same command once it is fixed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trialground.errors import ConfigError
+from trialground.orchestrator.preflight import preflight, problems
+from trialground.orchestrator.run_config import load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = ROOT / "examples" / "quickstart.yaml"
+TINY = [
+    "loop.steps=1",
+    "loop.eval_interval=0",
+    "loop.batch_tasks=1",
+    "loop.samples_per_task=2",
+    "tasks.num_train=8",
+    "tasks.num_eval=2",
+    "policy.sampling.max_new_tokens=8",
+    "policy.eval_sampling.max_new_tokens=8",
+    "sandbox.limits.wall_s=60",
+]
+
+
+def _cli(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "trialground", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=900,
+    )
+
+
+def _sets(*overrides: str) -> list[str]:
+    return [a for o in overrides for a in ("--set", o)]
+
+
+def test_every_problem_is_listed_before_anything_is_loaded(tmp_path: Path) -> None:
+    cfg = load_config(
+        QUICKSTART,
+        [
+            f"output_dir={tmp_path}",
+            "policy.model=/nonexistent/model",
+            "tasks.sources=[{source: codegne}, {source: 'hf:openai/gsm8k'}, {source: 'reasoning_gym'}]",
+        ],
+    )
+    found = problems(cfg, "train")
+    text = "\n".join(found)
+    assert len(found) == 4, found
+    assert "policy.model='/nonexistent/model': no such directory" in text
+    assert "did you mean 'codegen'" in text
+    assert "only local paths are read" in text and "huggingface-cli download openai/gsm8k" in text
+    assert "reasoning_gym: name an argument" in text
+    with pytest.raises(ConfigError, match="the run cannot start"):
+        preflight(cfg, "train")
+    assert not (tmp_path / "quickstart").exists()
+
+
+def test_a_model_directory_without_weights_or_tokenizer_is_refused(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    cfg = load_config(QUICKSTART, [f"output_dir={tmp_path}", f"policy.model={model}"])
+    text = "\n".join(problems(cfg, "train"))
+    assert "holds no weights" in text and "holds no tokenizer" in text
+
+
+def test_a_run_directory_in_use_and_a_resume_without_checkpoint_are_refused(tmp_path: Path) -> None:
+    cfg = load_config(QUICKSTART, [f"output_dir={tmp_path}"])
+    assert problems(cfg, "train") == []
+    (cfg.run_dir / "checkpoints").mkdir(parents=True)
+    (cfg.run_dir / "metrics.jsonl").write_text("")
+    assert any("already holds a run" in p for p in problems(cfg, "train"))
+    assert any("no complete checkpoint" in p for p in problems(cfg, "train", resume=True))
+
+
+def test_an_unknown_key_gets_a_did_you_mean() -> None:
+    with pytest.raises(ConfigError, match=r"did you mean 'loop\.checkpoint_interval'"):
+        load_config(None, ["loop.chekpoint_interval=3"])
+    with pytest.raises(ConfigError, match=r"did you mean 'tasks\.sources\.0\.weight'"):
+        load_config(None, ["tasks.sources=[{source: codegen, wieght: 2}]"])
+
+
+def test_config_validate_reads_stdin_and_answers_in_json(tmp_path: Path) -> None:
+    good = _cli("config", "validate", "-", "--json", cwd=tmp_path, stdin="loop: {steps: 1}\n")
+    assert good.returncode == 0, good.stderr
+    assert json.loads(good.stdout)["ok"] is True
+    bad = _cli(
+        "config", "validate", "-", "--json", cwd=tmp_path, stdin="policy: {model: /nonexistent/model}\n"
+    )
+    assert bad.returncode == 2
+    report = json.loads(bad.stdout)
+    assert report["ok"] is False and "no such directory" in report["problems"][0]
+    shown = _cli("config", "show", "-", "--json", cwd=tmp_path, stdin="loop: {steps: 3}\n")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["loop"]["steps"] == 3
+
+
+@pytest.mark.slow
+def test_train_with_a_missing_model_fails_at_once_and_the_fixed_command_runs(tmp_path: Path) -> None:
+    sets = _sets(*TINY, f"output_dir={tmp_path}", "name=first")
+    bad = _cli("train", str(QUICKSTART), *sets, "--set", "policy.model=/nonexistent/model", cwd=tmp_path)
+    assert bad.returncode == 2, bad.stderr
+    assert "policy.model='/nonexistent/model': no such directory" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    assert not (tmp_path / "first").exists()
+    good = _cli("train", str(QUICKSTART), *sets, cwd=tmp_path)
+    assert good.returncode == 0, good.stderr[-3000:]
+    assert (tmp_path / "first" / "checkpoints" / "step_1" / "meta.json").is_file()
+
+
+PLUGIN = """
+from trialground.errors import TaskError
+from trialground.tasks.sources import TaskSource
+
+def _load(request):
+    raise TaskError("the source broke while loading", kind="unreadable")
+
+BROKEN = TaskSource("broken_on_load", _load, "a source whose spec checks out and whose loading fails")
+"""
+
+
+@pytest.mark.slow
+def test_a_start_that_fails_after_the_checks_leaves_no_run_directory(tmp_path: Path) -> None:
+    (tmp_path / "brokensource.py").write_text(PLUGIN)
+    sets = _sets(
+        *TINY, f"output_dir={tmp_path}", "name=broken", "tasks.sources=[{source: 'brokensource:BROKEN'}]"
+    )
+    env_path = f"{ROOT}{os.pathsep}{tmp_path}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "trialground", "train", str(QUICKSTART), *sets],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": env_path, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "the source broke while loading" in proc.stderr
+    assert not (tmp_path / "broken").exists()
+
+
+def test_version_prints_the_package_version(tmp_path: Path) -> None:
+    from trialground import __version__
+
+    out = _cli("--version", cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.strip() == f"trialground {__version__}"
+
+
+def test_the_checkpoint_cadence_counts_steps_and_seconds() -> None:
+    from trialground.orchestrator.config import LoopConfig
+    from trialground.orchestrator.state import Cadence
+
+    default = Cadence(LoopConfig(steps=50))
+    assert [s for s in range(1, 51) if default.due(s)] == [10, 20, 30, 40, 50]
+    timed = Cadence(LoopConfig(steps=50, checkpoint_interval=0, checkpoint_every_s=60.0))
+    assert not timed.due(3)
+    timed.last_s -= 61.0  # a minute passed since the last checkpoint
+    assert timed.due(3)
+    timed.saved()
+    assert not timed.due(4) and timed.due(50)

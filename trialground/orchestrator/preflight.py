@@ -1,0 +1,166 @@
+"""Checks that run before a run directory exists: everything about a config that can fail without training.
+
+`problems(config, purpose)` lists what is wrong (empty: the run can start); `preflight` raises one
+`ConfigError` holding every problem. They look only at files and installed packages (no model is loaded,
+no task is made), so `trialground config validate` and a failing `train` answer within seconds:
+
+- the model directory (`config.json`, weights, a tokenizer) of every backend that loads one, or the
+  local tokenizer of the `openai` and `scripted` backends;
+- every task source spec (`trialground.tasks.sources.check_spec`: known name, argument, path, the
+  packages the source needs);
+- every metric sink's package, and the extras the rest of the config needs (`require_extras`);
+- for `train`: the run directory is free (or, with `resume`, holds a complete checkpoint).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Literal
+
+from trialground.errors import ConfigError, TaskError
+from trialground.orchestrator.run_config import RunConfig, require_extras
+
+Purpose = Literal["train", "eval", "validate"]
+
+# (module, extra) each sink imports; tensorboard also takes torch's writer
+SINK_PACKAGES: dict[str, tuple[tuple[str, ...], str]] = {
+    "jsonl": ((), ""),
+    "tensorboard": (("tensorboardX", "torch"), "tensorboard"),
+    "wandb": (("wandb",), "wandb"),
+    "mlflow": (("mlflow",), "mlflow"),
+}
+_WEIGHTS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
+_TOKENIZER = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model")
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def model_problems(model: str, what: str, *, weights: bool) -> list[str]:
+    """What is missing from the local Hugging Face directory `model` (a bundled name or a path)."""
+    from trialground.policy.tiny import BUNDLED, tiny_model_dir
+
+    path = tiny_model_dir(model) if model in BUNDLED else Path(model).expanduser()
+    if not path.is_dir():
+        hub = (
+            ""
+            if path.is_absolute() or model.startswith(".")
+            else (
+                " (a Hugging Face Hub name is not downloaded: fetch it once, e.g. "
+                f"`huggingface-cli download {model} --local-dir models/{path.name}`, and give that directory)"
+            )
+        )
+        return [f"{what}={model!r}: no such directory{hub}"]
+    out = []
+    config_file = path / "config.json"
+    if weights and not config_file.is_file():
+        out.append(f"{what}={model!r}: {path} has no config.json (not a Hugging Face model directory)")
+    elif weights:
+        try:
+            json.loads(config_file.read_text())
+        except (OSError, ValueError) as exc:
+            out.append(f"{what}={model!r}: {config_file} is not valid JSON ({exc})")
+    if weights and not any(any(path.glob(pattern)) for pattern in _WEIGHTS):
+        out.append(f"{what}={model!r}: {path} holds no weights (*.safetensors or pytorch_model*.bin)")
+    if not any((path / name).is_file() for name in _TOKENIZER):
+        out.append(
+            f"{what}={model!r}: {path} holds no tokenizer (tokenizer.json, tokenizer.model or vocab.json)"
+        )
+    return out
+
+
+def _policy_problems(config: RunConfig, purpose: Purpose) -> list[str]:
+    policy = config.policy
+    if policy.backend == "vllm" and purpose != "train":
+        return []  # vLLM takes a hub name too; training needs the local weights
+    if policy.backend in ("hf", "vllm", "remote"):
+        # remote: the trainer loads the starting weights itself (the servers receive them)
+        return model_problems(policy.model, "policy.model", weights=True)
+    return model_problems(policy.tokenizer, "policy.tokenizer", weights=False)
+
+
+def _task_problems(config: RunConfig) -> list[str]:
+    out = []
+    for field, sources in (
+        ("tasks.sources", config.tasks.sources),
+        ("tasks.eval_sources", config.tasks.eval_sources),
+    ):
+        for i, source in enumerate(sources):
+            try:
+                from trialground.tasks.sources import check_spec
+
+                check_spec(source.source)
+            except TaskError as exc:
+                out.append(f"{field}[{i}]: {exc}")
+    return out
+
+
+def _package_problems(config: RunConfig, purpose: Purpose) -> list[str]:
+    out = []
+    for sink in config.monitor.sinks:
+        modules, extra = SINK_PACKAGES[sink]
+        if modules and not any(_installed(m) for m in modules):
+            out.append(
+                f"monitor.sinks: the {sink} sink needs the {modules[0]!r} package, which is not installed: "
+                f"pip install 'trialground[{extra}]' (or drop {sink!r} from monitor.sinks)"
+            )
+    for module in ("pyarrow", "scipy") if purpose in ("train", "eval") else ():
+        if not _installed(module):
+            out.append(
+                f"the training loop and evaluation need the {module!r} package, which is not installed: "
+                "pip install 'trialground[run]' (included in trialground[train])"
+            )
+    needs_torch = purpose == "train" or config.policy.backend in ("hf", "vllm")
+    for module in ("torch", "transformers") if needs_torch else ():
+        if not _installed(module):
+            why = "training" if purpose == "train" else f"policy.backend={config.policy.backend}"
+            out.append(
+                f"{why} needs the {module!r} package, which is not installed: install torch first "
+                "(docs/install.md), then pip install 'trialground[train]'"
+            )
+    try:
+        require_extras(config)
+    except ConfigError as exc:
+        out.append(str(exc))
+    return out
+
+
+def run_dir_problems(config: RunConfig, *, resume: bool) -> list[str]:
+    """The run directory is free for a new run, or holds a checkpoint a resumed run can start from."""
+    path = config.run_dir
+    if resume:
+        done = [p for p in (path / "checkpoints").glob("step_*") if (p / "meta.json").is_file()]
+        if not done:
+            return [f"--resume {path}: no complete checkpoint there to resume from"]
+        return []
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        return [
+            f"run directory {path} already holds a run: pick another name (--set name=...) "
+            "or continue it with --resume"
+        ]
+    parent = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    if not parent.is_dir():
+        return [f"output_dir: {parent} is a file, not a directory"]
+    return []
+
+
+def problems(config: RunConfig, purpose: Purpose, *, resume: bool = False) -> list[str]:
+    """Every problem found (see the module docstring); empty when the run can start."""
+    out = _package_problems(config, purpose) + _policy_problems(config, purpose) + _task_problems(config)
+    if purpose == "train":
+        out += run_dir_problems(config, resume=resume)
+    return out
+
+
+def preflight(config: RunConfig, purpose: Purpose, *, resume: bool = False) -> None:
+    """Raise `ConfigError` listing every problem `problems` finds."""
+    found = problems(config, purpose, resume=resume)
+    if found:
+        head = "the run cannot start:" if purpose == "train" else "the configuration cannot run:"
+        raise ConfigError("\n  ".join([head, *found]))
