@@ -55,10 +55,27 @@ def test_hand_computed_episode() -> None:
     assert stats.redundant == 3
     assert stats.tool_errors == 1
     assert stats.tests_score == 1.0
-    # process = 0.5*1 + 0.25*(1 - 1/9) + 0.25*(1 - 3/9) = 0.5 + 0.2222.. + 0.1666.. = 0.888..
-    assert stats.process_score == pytest.approx(0.5 + 0.25 * 8 / 9 + 0.25 * 6 / 9)
+    # process = 0.5*1 + 0.25/(1 + 1 failed call) + 0.25/(1 + 3 redundant) = 0.5 + 0.125 + 0.0625
+    assert stats.process_score == pytest.approx(0.5 + 0.25 / 2 + 0.25 / 4)
     r = compute_reward(PASSED, actions, cfg)
-    assert r.total == pytest.approx(1.0 + 0.2 * (0.5 + 0.25 * 8 / 9 + 0.25 * 6 / 9) - 0.01 * 3)
+    assert r.total == pytest.approx(1.0 + 0.2 * (0.5 + 0.25 / 2 + 0.25 / 4) - 0.01 * 3)
+
+
+def test_padding_with_harmless_distinct_calls_never_raises_the_reward() -> None:
+    """Twenty distinct calls that change nothing must not dilute a failed call or a redundant one."""
+    solved = [
+        act("edit_file", "e1", changed=True, target="s.py"),
+        act("bash", "bad", ok=False),
+        act("read_file", "r1", target="s.py"),
+        act("read_file", "r1", target="s.py"),  # redundant
+        act("run_tests", "t"),
+        act("submit", "s"),
+    ]
+    padding = [act("bash", f"echo {i}") for i in range(20)]
+    cfg = RewardConfig()
+    plain = compute_reward(PASSED, solved, cfg).total
+    padded = compute_reward(PASSED, solved[:-1] + padding + solved[-1:], cfg).total
+    assert padded <= plain
 
 
 def test_tests_before_later_edit_earn_half() -> None:

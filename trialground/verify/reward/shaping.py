@@ -6,8 +6,12 @@ actions, and the overlong penalty.
 
 - tests: 1 when a test tool ran after the last workspace change and before submitting, 0.5 when tests ran
   only before later edits, 0 when they never ran;
-- errors: 1 - (failed tool calls / actions);
-- waste: 1 - (redundant actions / actions).
+- errors: 1 / (1 + failed tool calls);
+- waste: 1 / (1 + redundant actions).
+
+Both count, they do not divide by the number of actions: a share over all actions would let extra calls that
+do nothing dilute the failures and the waste, so padding an episode with harmless calls would raise its
+reward. More actions can never raise the process score here.
 
 An action is redundant when it is (a) an edit that changed nothing, (b) a read of a file that has not
 changed since it was last read, or (c) any other action identical (same tool and argument digest) to an
@@ -74,7 +78,7 @@ def process_stats(actions: Sequence[Action], config: RewardConfig) -> ProcessSta
     test_runs = [i for i, a in enumerate(actions[:end]) if a.tool in config.test_tools and a.ok]
     tests = 1.0 if any(i > last_change for i in test_runs) else (0.5 if test_runs else 0.0)
     parts = (config.tests_part, config.errors_part, config.waste_part)
-    scores = (tests, 1.0 - errors / n, 1.0 - redundant / n)
+    scores = (tests, 1.0 / (1 + errors), 1.0 / (1 + redundant))
     weight = sum(parts)
     score = sum(p * s for p, s in zip(parts, scores, strict=True)) / weight if weight > 0 else 0.0
     return ProcessStats(
