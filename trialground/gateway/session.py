@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -24,18 +24,7 @@ from trialground.gateway.api import ChatRequest, CompletionRequest, Message, Sam
 from trialground.gateway.conversation import Renderer, Sampled, Turn, canonical
 from trialground.gateway.stitch import CallRecord
 from trialground.policy.base import Generation, SamplingParams
-
-
-class Generator(Protocol):
-    @property
-    def version(self) -> int: ...
-
-    @property
-    def tokenizer(self) -> Any: ...
-
-    async def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams
-    ) -> list[Generation]: ...
+from trialground.rollout.agent import Generator
 
 
 class GatewayError(Exception):
