@@ -144,3 +144,10 @@ async def test_the_example_program_drives_the_policy_over_several_calls(gateway:
     # the env turn holds the tool's output as the program sent it: `cat orders.csv`'s text
     env_text = policy.tokenizer.decode(list(traj.turns[2].token_ids))
     assert ("[exit 0]" in env_text and "A43" in env_text) or "order" in env_text.lower()
+
+
+def test_a_virtualenv_under_a_path_the_sandbox_mounts_is_shown_elsewhere() -> None:
+    from trialground.envs.harness import VENV_MOUNT, venv_target
+
+    assert venv_target("/tmp/checkout/.venv") == VENV_MOUNT  # the sandbox has its own /tmp
+    assert venv_target("/opt/checkout/.venv") == "/opt/checkout/.venv"  # its scripts name this path

@@ -34,6 +34,7 @@ from trialground.tasks.model import Task
 GATEWAY_MOUNT = "/run/trialground-gateway"  # the gateway socket's directory, as harness sandboxes see it
 GATEWAY_SOCKET = "gateway.sock"
 HARNESS_MOUNT = "/run/trialground-harness"  # where harness sandboxes see `harness_dir`
+VENV_MOUNT = "/run/trialground-venv"  # where they see `harness_venv` when its own path cannot be shown
 ANSWER_FILE = ".trialground_answer"  # relative to the workspace
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
@@ -52,15 +53,21 @@ def harness_sandbox_config(base: SandboxConfig, env: object, socket_dir: str) ->
     shown = [View(source=socket_dir, target=GATEWAY_MOUNT, kept=False)]
     if env.harness_dir is not None:
         shown.append(View(source=os.path.realpath(env.harness_dir), target=HARNESS_MOUNT))
-    if env.harness_venv is not None:  # at its own path: its scripts and pyvenv.cfg name it
+    if env.harness_venv is not None:
         real = os.path.realpath(env.harness_venv)
-        try:
-            shown.append(View(source=real, target=real))
-        except ValueError as exc:
-            raise EnvError(
-                f"env.harness_venv: {real} cannot be shown at its own path ({exc})", kind="config"
-            ) from exc
+        shown.append(View(source=real, target=venv_target(real)))
     return base.model_copy(update={"views": (*base.views, *shown), "network": False})
+
+
+def venv_target(real: str) -> str:
+    """Where a harness sandbox sees the virtualenv at `real`: at its own path (its console scripts name
+    it), else, when that path is one the sandbox mounts itself (under /tmp, say), at `VENV_MOUNT`, where
+    its `python` still finds its packages (a virtualenv is found from its interpreter's location)."""
+    try:
+        View(source=real, target=real)
+    except ValueError:
+        return VENV_MOUNT
+    return real
 
 
 class HarnessEnv(ToolEnv):
@@ -82,7 +89,7 @@ class HarnessEnv(ToolEnv):
         if cfg.harness_dir is not None:
             path = f"{HARNESS_MOUNT}:{path}"
         if cfg.harness_venv is not None:
-            path = f"{os.path.realpath(cfg.harness_venv)}/bin:{path}"
+            path = f"{venv_target(os.path.realpath(cfg.harness_venv))}/bin:{path}"
         env = {
             "PATH": path,
             "OPENAI_API_KEY": key,
@@ -93,7 +100,7 @@ class HarnessEnv(ToolEnv):
         if cfg.harness_dir is not None:
             env["PYTHONPATH"] = HARNESS_MOUNT
         if cfg.harness_venv is not None:
-            env["VIRTUAL_ENV"] = os.path.realpath(cfg.harness_venv)
+            env["VIRTUAL_ENV"] = venv_target(os.path.realpath(cfg.harness_venv))
         return env
 
     async def play(self, path: str, key: str) -> Observation:
