@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from poolkit import make_task
-from reward_helpers import error_of, verdict_of
+from reward_helpers import error_of, reward_of, verdict_of
 
 from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
@@ -87,7 +87,7 @@ async def test_ray_episode_graded_and_worker_kill_is_env_error() -> None:
         ray.kill(s1.worker.handle)
         bash = format_tool_call("bash", {"command": "cat a.txt"})
         o1, o2 = await asyncio.gather(e1.step(bash), e2.step(bash))
-        assert o1.done and o1.reward is None and error_of(o1).kind == "worker_lost"
+        assert o1.done and reward_of(o1) is None and error_of(o1).kind == "worker_lost"
         assert error_of(o1).boundary == "sandbox"
         assert o2.text == "[exit 0]\ncontent 2" and not o2.done
         await pool.release(e1)
