@@ -102,6 +102,9 @@ async def test_unrepresentable_numbers_are_wrong_answers(answer: str) -> None:
 
 
 @pytest.mark.security
+@pytest.mark.xfail(
+    strict=True, reason="read_file still reads a file onto the host (within 256 MiB) before cutting it"
+)
 async def test_read_file_never_reads_a_huge_file_onto_the_host(sandbox: Sandbox) -> None:
     from trialground.envs.tools import READ_FILE_MAX_BYTES, Toolbox
 
