@@ -110,11 +110,6 @@ _ENV = {"PYTHONDONTWRITEBYTECODE": "1"}
 # does not read a larger file to compare, and edit_file refuses one.
 READ_FILE_MAX_BYTES = 256 << 10
 # The size of `$1` when it is a regular file (not a symlink) beneath the working directory; else nothing.
-_SIZE_PROBE = (
-    'r=$(realpath -e -- "$1" 2>/dev/null) || exit 0; case "$r" in "$(pwd -P)"/*) ;; *) exit 0;; esac; '
-    '[ -f "$1" ] && [ ! -L "$1" ] && stat -c %s -- "$1"'
-)
-_HEAD_TAIL = 'head -c "$2" -- "$1"; printf "\n[... %s bytes not shown ...]\n" "$3"; tail -c "$2" -- "$1"'
 _DIGEST = "export LC_ALL=C; find . -type f -print0 | sort -z | xargs -0 -r sha256sum | sha256sum"
 
 
@@ -253,26 +248,7 @@ class Toolbox:
             return ToolOutcome("submitted", True, False, submit=True, answer=a.get("answer"))
         raise AssertionError(f"unvalidated tool {name}")  # validate_call rejects unknown names
 
-    async def _large(self, path: str, limits: Limits) -> int | None:
-        """The size of `path` when it is a regular file in the workspace over `READ_FILE_MAX_BYTES`
-        (measured inside the sandbox), else None: such a file is never read onto the host whole."""
-        # Sizing by an exec per call made every file tool one command slower and stalls under a racing
-        # symlink swap (tests/security/test_host_access_races.py); until the sandbox interface can stat a
-        # file, files are read onto the host within beneath.READ_LIMIT as before.
-        return None
-
     async def _read_file(self, path: str, limits: Limits) -> ToolOutcome:
-        size = await self._large(path, limits)
-        if size is not None:
-            half = READ_FILE_MAX_BYTES // 2
-            shown = limits.model_copy(
-                update={"output_bytes": max(limits.output_bytes, READ_FILE_MAX_BYTES + 256)}
-            )
-            cmd = ["bash", "-c", _HEAD_TAIL, "read", path, str(half), str(size - 2 * half)]
-            res = await self._exec(cmd, shown)
-            if not res.ok:
-                return ToolOutcome(f"error: cannot read {path}: {render_exec(res)}", False, False, path)
-            return ToolOutcome(res.stdout, True, False, path)
         try:
             data = await self._read(path)
         except FileError as e:
@@ -286,8 +262,7 @@ class Toolbox:
             return None
 
     async def _write(self, path: str, content: str, limits: Limits) -> ToolOutcome:
-        # A large file is taken as changed rather than read onto the host to compare.
-        before = None if await self._large(path, limits) is not None else await self._read_text(path)
+        before = await self._read_text(path)
         try:
             await self._write_raw(path, content)
         except FileError as e:
@@ -295,15 +270,6 @@ class Toolbox:
         return ToolOutcome(f"wrote {len(content)} chars to {path}", True, before != content, path)
 
     async def _edit(self, path: str, old: str, new: str, limits: Limits) -> ToolOutcome:
-        size = await self._large(path, limits)
-        if size is not None:
-            return ToolOutcome(
-                f"error: {path} is {size} bytes; edit_file edits files up to {READ_FILE_MAX_BYTES} bytes "
-                "(use bash or python for larger ones)",
-                False,
-                False,
-                path,
-            )
         text = await self._read_text(path)
         if text is None:
             return ToolOutcome(f"error: cannot edit {path}: no such file", False, False, path)
