@@ -42,6 +42,20 @@ def test_correlation_logged_at_every_evaluation(tmp_path: Path) -> None:
     assert not any("monitor/reward_eval_spearman" in r for r in rows if r.get("probe/pass@1") is None)
 
 
+def test_an_evaluation_between_probes_still_logs_the_correlation(tmp_path: Path) -> None:
+    """A full evaluation at a step with no probe (eval_interval not a multiple of probe_interval)."""
+    with Monitor(tmp_path, MonitorConfig(console=False)) as mon:
+        for s in range(0, 11):
+            m = _hacking_step(s)
+            if s in (5, 10):
+                m["eval/pass@1"] = 0.25
+            mon.observe(s, m)
+    rows = {r["step"]: r for r in read_metrics(tmp_path / "metrics.jsonl")}
+    assert rows[5]["monitor/reward_eval_points"] == 1  # the probe pair at step 3 stands
+    assert rows[10]["monitor/reward_eval_points"] == 3  # probe pairs at 3, 6 and 9
+    assert "monitor/reward_eval_points" not in rows[4]  # neither a probe nor an evaluation
+
+
 def test_divergence_on_probes_names_the_cause(tmp_path: Path) -> None:
     with Monitor(tmp_path, MonitorConfig(console=False)) as mon:
         alerts = [a for a in _run(mon, range(0, 30)) if a.rule == "reward_eval_divergence"]

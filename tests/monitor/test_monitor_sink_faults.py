@@ -54,7 +54,14 @@ def test_jsonl_keeps_every_real_key(tmp_path: Path) -> None:
         assert not mon.failed_sinks
     rows = read_metrics(tmp_path / "metrics.jsonl")
     got = {(r["step"], k): v for r in rows for k, v in r.items() if k not in ("step", "time")}
-    assert got == {(int(row["_step"]), k): v for row in REAL_ROWS for k, v in row.items() if k != "_step"}
+    fed = {(int(row["_step"]), k): v for row in REAL_ROWS for k, v in row.items() if k != "_step"}
+    assert {key: got.get(key) for key in fed} == fed
+    _assert_only_derived(set(got) - set(fed))
+
+
+def _assert_only_derived(extra: set[tuple[int, str]]) -> None:
+    """Keys a sink holds beyond the ones fed: only the monitor's own (the reward-evaluation check)."""
+    assert all(k.startswith("monitor/reward_eval_") for _, k in extra), sorted(extra)
 
 
 def test_mlflow_keeps_every_real_key_apart(tmp_path: Path) -> None:
@@ -98,7 +105,9 @@ def test_tensorboard_keeps_every_real_key(tmp_path: Path) -> None:
     # tensorboardX turns characters a tag may not hold into `_` (`eval/pass@1` is `eval/pass_1`)
     expected = {(step, re.sub(r"[^-/\w.]", "_", k)): v for (step, k), v in _expected().items()}
     assert len(expected) == len(_expected())
-    assert got == pytest.approx(expected, rel=1e-6, abs=1e-30)  # stored as float32
+    kept = {key: got.get(key) for key in expected}
+    assert kept == pytest.approx(expected, rel=1e-6, abs=1e-30)  # stored as float32
+    _assert_only_derived(set(got) - set(expected))
 
 
 @pytest.mark.slow
@@ -182,5 +191,6 @@ def test_a_missing_optional_sink_library_is_a_config_error(
 ) -> None:
     for module in modules:  # None in sys.modules makes `import module` raise ImportError
         monkeypatch.setitem(sys.modules, module, None)
-    with pytest.raises(ConfigError, match=rf"the {sink} sink needs .*pip install 'trialground\[monitor\]'"):
+    # each sink is its own extra, named like the sink
+    with pytest.raises(ConfigError, match=rf"the {sink} sink needs .*pip install 'trialground\[{sink}\]'"):
         open_sink(sink, tmp_path)

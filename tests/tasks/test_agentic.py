@@ -21,6 +21,7 @@ from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.agentic import FAMILIES, Instance, agent_instances, agent_tasks, parse_families
 from trialground.tasks.dedup import exact_duplicates
 from trialground.tasks.sources import load_source
+from trialground.verify.config import RewardConfig
 from trialground.verify.grader import Grader, make_grader
 from trialground.verify.validate import validate_tasks
 
@@ -54,7 +55,13 @@ def test_unknown_family_is_a_clear_error() -> None:
         parse_families("repair,bogus")
 
 
-async def _play(grader: Grader, inst: Instance, calls: list[tuple[str, dict]], turns: int = 8) -> float:
+async def _play(
+    grader: Grader,
+    inst: Instance,
+    calls: list[tuple[str, dict]],
+    turns: int = 8,
+    scoring: RewardConfig | None = None,
+) -> float:
     env = ToolEnv(grader, ENV.model_copy(update={"max_turns": turns}), SandboxConfig())
     try:
         obs = await env.reset(inst.task)
@@ -63,8 +70,9 @@ async def _play(grader: Grader, inst: Instance, calls: list[tuple[str, dict]], t
             obs = await env.step(format_tool_call(name, args, "json_tags"))
             if obs.done:
                 break
-        assert obs.done and reward_of(obs) is not None and error_of(obs) is None
-        return reward_of(obs).total
+        reward = reward_of(obs, scoring)
+        assert obs.done and reward is not None and error_of(obs) is None
+        return reward.total
     finally:
         await env.close()
 
@@ -94,11 +102,13 @@ async def test_expert_solves_every_family_and_guessing_or_one_turn_fails(grader:
 
 
 async def test_redundant_repeat_costs_and_tests_before_submit_pay(grader: Grader) -> None:
+    # the config family's check is `bash python3 app.py`: bash counts as running the tests, as in the recipes
+    scoring = RewardConfig(test_tools=("run_tests", "bash"))
     inst = agent_instances(3, seed=5, split="train", families=("config",))[0]
-    clean = await _play(grader, inst, list(inst.expert))
+    clean = await _play(grader, inst, list(inst.expert), scoring=scoring)
     probe = inst.expert[0]
-    repeated = await _play(grader, inst, [probe, probe, *inst.expert[1:]])
-    unchecked = await _play(grader, inst, [c for i, c in enumerate(inst.expert) if i != 2])
+    repeated = await _play(grader, inst, [probe, probe, *inst.expert[1:]], scoring=scoring)
+    unchecked = await _play(grader, inst, [c for i, c in enumerate(inst.expert) if i != 2], scoring=scoring)
     assert clean > repeated > 1.0  # a repeated probe is redundant: -0.01 and a lower process score
     assert clean > unchecked > 1.0  # submitting without re-running after the edit earns less process
 

@@ -4,7 +4,8 @@ At each evaluation step the training side is the mean training reward (`train_ke
 the previous evaluation; the evaluation side is the evaluation metric at that step. The evaluation metric
 is `probe_key` (the cheap frequent probe, `loop.probe_interval`) when the run logs it, else `eval_key`.
 
-`correlation_metrics` adds, at every step that has an evaluation value:
+`correlation_metrics` adds, at every step that has a probe or an evaluation (a full evaluation at a step
+without a probe logs the pairs of the probe series as they stand):
 
 - `monitor/reward_eval_spearman`: Spearman's rank correlation of the last `k_evals` pairs (once there are
   at least 3; with 2 or fewer it is not logged, since no rank correlation exists yet);
@@ -46,9 +47,9 @@ def eval_pairs(history: MetricHistory, train_key: str, eval_key: str, k: int) ->
 
 
 def correlation_metrics(history: MetricHistory, cfg: DivergenceRuleConfig) -> dict[str, float]:
-    """The `monitor/reward_eval_*` metrics for the latest step (empty when it has no evaluation value)."""
+    """The `monitor/reward_eval_*` metrics for the latest step (empty when it has no probe or evaluation)."""
     key = eval_key_of(cfg, history)
-    if key not in history.updated:
+    if key not in history.updated and cfg.eval_key not in history.updated:
         return {}
     pairs = eval_pairs(history, cfg.train_key, key, cfg.k_evals)
     out = {"monitor/reward_eval_points": float(len(pairs))}
