@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,17 @@ QUICKSTART = ROOT / "examples" / "quickstart.yaml"
 def tg(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "trialground", *args], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+
+
+def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "trialground", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
     )
 
 
@@ -92,3 +104,33 @@ def test_a_missing_extra_is_a_clear_error_before_the_run_starts(tmp_path: Path) 
     assert res.returncode == 2
     assert "pip install 'trialground[vllm]'" in res.stderr and "Traceback" not in res.stderr
     assert not any(tmp_path.iterdir())  # nothing was started
+
+
+def test_step_line_reads_like_a_training_tool() -> None:
+    from trialground.cli.run_cmd import StepLine, format_loss
+
+    assert format_loss(2.28e-08) == "+2.28e-08"  # not +0.0000
+    assert format_loss(-0.5) == "-0.5000" and format_loss(0.0) == "+0.0000"
+    line = StepLine()
+    assert line(0, {"eval/pass@1": 0.367, "probe/pass@1": 0.3}) == "eval 36.7% @ step 0"
+    step1 = line(1, {"reward/mean": 0.25, "train/loss": 1e-6})
+    assert step1 == "reward 0.250  loss +1.00e-06  eval 36.7% @ step 0"
+    step10 = line(10, {"reward/mean": 0.5, "train/loss": 0.01, "probe/pass@1": 0.5})
+    assert step10.endswith("probe 50.0% @ step 10")
+
+
+@pytest.mark.slow
+def test_train_and_eval_show_progress_without_third_party_bars(tmp_path: Path) -> None:
+    small = [
+        "loop.steps=2", "loop.batch_tasks=2", "loop.samples_per_task=2", "tasks.num_train=20",
+        "tasks.num_eval=3", "loop.probe_interval=0", f"output_dir={tmp_path}", "name=progress",
+    ]  # fmt: skip
+    sets = [arg for kv in small for arg in ("--set", kv)]
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    train = _cli(["train", str(QUICKSTART), *sets], env=env)
+    assert train.returncode == 0, train.stderr
+    assert "Loading weights" not in train.stderr and "Writing model shards" not in train.stderr
+    assert "eta" in train.stderr and "2/2" in train.stderr and "eval " in train.stderr
+    ev = _cli(["eval", str(QUICKSTART), *sets[:-2]], env=env)
+    assert ev.returncode == 0, ev.stderr
+    assert "Loading weights" not in ev.stderr and "Traceback" not in ev.stderr

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import typer
 
 from trialground.cli import (
@@ -51,6 +53,9 @@ def _options(
     ),
 ) -> None:
     """Environment-first RL post-training for language-model agents on execution-verified tasks."""
+    # transformers' and the hub's own bars ("Loading weights", "Writing model shards") would break into the
+    # command's progress display; HF_HUB_DISABLE_PROGRESS_BARS=0 brings them back
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 def main() -> None:

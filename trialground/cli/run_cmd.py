@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from trialground.cli.common import EXIT_INFRA, fail
@@ -54,6 +61,32 @@ def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
+def format_loss(value: float) -> str:
+    """A loss that stays readable at every scale (GRPO losses near zero are not `+0.0000`)."""
+    return f"{value:+.4f}" if value == 0.0 or abs(value) >= 1e-3 else f"{value:+.2e}"
+
+
+class StepLine:
+    """The progress line's text: the latest step's reward and loss, and the latest held-out evaluation."""
+
+    def __init__(self) -> None:
+        self.evaluation = ""
+
+    def __call__(self, step: int, metrics: dict[str, float]) -> str:
+        for key, name in (("eval/pass@1", "eval"), ("probe/pass@1", "probe")):
+            if key in metrics:
+                self.evaluation = f"{name} {_percent(metrics[key])} @ step {step}"
+                break
+        parts = []
+        if "reward/mean" in metrics:
+            parts.append(f"reward {metrics['reward/mean']:.3f}")
+        if "train/loss" in metrics:
+            parts.append(f"loss {format_loss(metrics['train/loss'])}")
+        if self.evaluation:
+            parts.append(self.evaluation)
+        return "  ".join(parts)
+
+
 def train(
     config: Path | None = typer.Argument(None, help="YAML run configuration (- reads standard input)"),
     overrides: list[str] = typer.Option([], "--set", help="Dotted override KEY=VALUE, repeatable"),
@@ -79,14 +112,16 @@ def _train(cfg: RunConfig, resume: Path | None) -> None:
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
         TextColumn("{task.fields[info]}"),
     )
+    line = StepLine()
     with Progress(*columns, console=console, transient=False) as bar:
         task = bar.add_task("train", total=cfg.loop.steps, info="evaluating the starting policy")
 
         def on_step(step: int, metrics: dict[str, float]) -> None:
-            info = f"reward {metrics.get('reward/mean', 0.0):.3f}  loss {metrics.get('train/loss', 0.0):+.4f}"
-            bar.update(task, completed=step, info=info)
+            bar.update(task, completed=step, info=line(step, metrics))
 
         try:
             summary = asyncio.run(run(cfg, resume=resume is not None, progress=on_step))
@@ -126,9 +161,18 @@ def evaluate(
             f"--checkpoint {checkpoint}: no hf/ or adapter/ directory there "
             "(expected runs/<name>/checkpoints/step_N)"
         )
+    done_tasks = TextColumn("{task.completed} tasks done")
+    columns = (TextColumn("[bold]eval"), BarColumn(), done_tasks, TimeElapsedColumn())
     try:
-        with console.status("evaluating"):
-            metrics = asyncio.run(evaluate_run(cfg, checkpoint=checkpoint, samples=samples))
+        with Progress(*columns, console=console, transient=True) as bar:
+            task = bar.add_task("eval", total=None)  # the task count is known only once the sources are built
+            done = [0]
+
+            def on_task() -> None:
+                done[0] += 1
+                bar.update(task, completed=done[0])
+
+            metrics = asyncio.run(evaluate_run(cfg, checkpoint=checkpoint, samples=samples, on_task=on_task))
     except TrialgroundError as exc:
         fail(f"{exc.boundary} failure: {exc}", code=EXIT_INFRA)
     if as_json:

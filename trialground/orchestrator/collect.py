@@ -80,11 +80,12 @@ class Collector:
         branch: BranchPoint | Literal["off"] = "off",
         branch_k: int | None = None,
         overlong_budget: int | None = None,
+        on_group: Callable[[], None] | None = None,
     ) -> list[list[Trajectory]]:
         """The `k` trajectories of each task, in task order, each scored by the rubric (the overlong part
         against `overlong_budget` policy tokens; None: no penalty). A failed rollout is a trajectory with
         `error` set; one failure never cancels its siblings. With `branch`, they come from `k // branch_k`
-        branched groups (`branch_k` default: k)."""
+        branched groups (`branch_k` default: k). `on_group` is called as each task's group ends."""
         s = self.settings
         concurrency = min(len(tasks), s.concurrency)
         limit = asyncio.Semaphore(concurrency)
@@ -105,6 +106,12 @@ class Collector:
             await gateway.start()
 
         async def one(task: Task) -> list[Trajectory]:
+            group = await one_group(task)
+            if on_group is not None:
+                on_group()
+            return group
+
+        async def one_group(task: Task) -> list[Trajectory]:
             async with limit:
                 if gateway is not None:
                     return await harness_group(

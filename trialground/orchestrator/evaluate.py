@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from trialground.monitor.eval_stats import EvalOutcome, summarise
@@ -30,15 +30,17 @@ async def evaluate(
     params: SamplingParams,
     samples: int = 1,
     prefix: str = "eval",
+    on_task: Callable[[], None] | None = None,
 ) -> EvalResult:
     """`{prefix}/pass@1`, `{prefix}/pass@{samples}` (over tasks with that many valid samples), per-domain
     values, `{prefix}/n_tasks` and the infra error rate.
 
     Infrastructure failures are left out of the estimate (and counted), never scored as wrong answers.
+    `on_task` is called as each task's samples are done (a progress count).
     """
     if not tasks:
         return EvalResult(metrics={})
-    groups = await collector.collect(tasks, samples, params)
+    groups = await collector.collect(tasks, samples, params, on_group=on_task)
     outcomes: list[EvalOutcome] = []
     errors = 0
     for task, group in zip(tasks, groups, strict=True):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from trialground.orchestrator.evaluate import evaluate
@@ -10,9 +11,14 @@ from trialground.orchestrator.wiring import build
 
 
 async def evaluate_run(
-    config: RunConfig, *, checkpoint: Path | None = None, samples: int = 1
+    config: RunConfig,
+    *,
+    checkpoint: Path | None = None,
+    samples: int = 1,
+    on_task: Callable[[], None] | None = None,
 ) -> dict[str, float]:
-    """Greedy pass@1 (`eval/…`) and, when `samples > 1`, sampled pass@1 and pass@k (`eval_sampled/…`)."""
+    """Greedy pass@1 (`eval/…`) and, when `samples > 1`, sampled pass@1 and pass@k (`eval_sampled/…`).
+    `on_task` is called as each task of each pass is done (`len(tasks)` times, twice with `samples > 1`)."""
     w = build(config, None, train=False)
     try:
         if checkpoint is not None:  # its peft adapter on the run's base model, else its hf/ weights
@@ -21,7 +27,9 @@ async def evaluate_run(
 
             state = checkpoint_weights(checkpoint, base_model_dir(config.policy))
             w.policy.load_weights(state, version=0)
-        metrics = (await evaluate(w.collector, w.eval_tasks, params=config.policy.eval_sampling)).metrics
+        metrics = (
+            await evaluate(w.collector, w.eval_tasks, params=config.policy.eval_sampling, on_task=on_task)
+        ).metrics
         if samples > 1:
             sampled = await evaluate(
                 w.collector,
@@ -29,6 +37,7 @@ async def evaluate_run(
                 params=config.policy.sampling,
                 samples=samples,
                 prefix="eval_sampled",
+                on_task=on_task,
             )
             metrics |= sampled.metrics
         return metrics

@@ -64,6 +64,8 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
                 start |= await _probe(w, start)
             if monitor is not None:
                 monitor.observe(0, start)
+            if progress:
+                progress(0, start)
     except BaseException:
         if built is not None:
             await built.close()
