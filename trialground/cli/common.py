@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 from typing import NoReturn
 
@@ -33,3 +34,15 @@ def require(modules: tuple[str, ...], extra: str, what: str) -> None:
 
 def not_built(what: str) -> NoReturn:
     fail(f"`trialground {what}` is not built yet", code=EXIT_USAGE)
+
+
+def listen_or_fail(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port, or exit 3 with one line (a port in use, a bad address)."""
+    from trialground.ports import listen, listen_error
+
+    if not 0 <= port <= 65535:
+        fail(f"--port: {port} is not a TCP port (0..65535)", EXIT_USAGE)
+    try:
+        return listen(host, port)
+    except OSError as exc:
+        fail(listen_error(host, port, exc), EXIT_INFRA)

@@ -8,8 +8,9 @@ from typing import Annotated, Literal
 
 import typer
 
-from trialground.cli.common import EXIT_USAGE, err_console, fail
+from trialground.cli.common import EXIT_USAGE, err_console, fail, listen_or_fail
 from trialground.errors import TaskError
+from trialground.ports import ENV_SERVE_PORT
 
 app = typer.Typer(help="Environment servers.", no_args_is_help=True)
 
@@ -21,7 +22,9 @@ def serve(
     n: Annotated[int | None, typer.Option("--n", "-n", help="Number of tasks")] = None,
     split: Annotated[str | None, typer.Option(help="train or eval (default: the source's)")] = None,
     host: Annotated[str, typer.Option(help="Address to listen on")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on (0: any free port, printed at start)")] = 8000,
+    port: Annotated[
+        int, typer.Option(help="Port to listen on (0: any free port, printed at start)")
+    ] = ENV_SERVE_PORT,
     token_file: Annotated[Path | None, typer.Option(help="File holding the token (required)")] = None,
     max_sessions: Annotated[int, typer.Option(help="Concurrent sessions at most")] = 8,
     idle_s: Annotated[float, typer.Option(help="Seconds before an idle session is closed")] = 300.0,
@@ -55,6 +58,7 @@ def serve(
         names = {"max_turns": "--max-turns", "tool_format": "--tool-format"}
         problems = sorted({f"{names.get(str(e['loc'][-1]), e['loc'][-1])}: {e['msg']}" for e in exc.errors()})
         fail(f"invalid option: {'; '.join(problems)}", EXIT_USAGE)
+    sock = listen_or_fail(host, port)  # before the tasks load: a port in use fails at once
     from trialground.tasks.sources import load_source
 
     chosen: Literal["train", "eval"] | None = split  # type: ignore[assignment]
@@ -69,5 +73,5 @@ def serve(
 
     serve_forever(
         tasks, host=host, port=port, token=token, env_config=env_config, max_sessions=max_sessions,
-        idle_s=idle_s, max_body_bytes=int(max_body_mb * (1 << 20)),
+        idle_s=idle_s, max_body_bytes=int(max_body_mb * (1 << 20)), sock=sock,
     )  # fmt: skip

@@ -11,7 +11,8 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
-from trialground.cli.common import EXIT_INFRA, EXIT_USAGE, fail
+from trialground.cli.common import EXIT_USAGE, fail, listen_or_fail
+from trialground.ports import POLICY_SERVE_PORT
 
 app = typer.Typer(help="Policy commands.", no_args_is_help=True)
 
@@ -20,7 +21,9 @@ app = typer.Typer(help="Policy commands.", no_args_is_help=True)
 def serve(
     model: Annotated[str, typer.Option(help="'tiny', 'tiny-agent' or a local HF model directory")] = "tiny",
     host: Annotated[str, typer.Option(help="Address to bind")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port; 0 picks a free one (printed on start)")] = 8001,
+    port: Annotated[
+        int, typer.Option(help="TCP port; 0 picks a free one (printed on start)")
+    ] = POLICY_SERVE_PORT,
     api_key_file: Annotated[
         Path | None,
         typer.Option(
@@ -66,16 +69,13 @@ def serve(
             fail(f"--api-key-file: cannot read {api_key_file}: {exc.strerror}", EXIT_USAGE)
         if not api_key:
             fail(f"--api-key-file: {api_key_file} is empty", EXIT_USAGE)
+    sock = listen_or_fail(host, port)  # before the model loads: a port in use fails at once
     try:
         policy = HFPolicy(config)
     except (PolicyError, FileNotFoundError) as exc:
+        sock.close()
         fail(str(exc), EXIT_USAGE)
-    try:
-        server = ReferenceServer(
-            policy, served_name=served_model_name or model, host=host, port=port, api_key=api_key
-        )
-    except OSError as exc:
-        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}", EXIT_INFRA)
+    server = ReferenceServer(policy, served_name=served_model_name or model, sock=sock, api_key=api_key)
 
     def stop(_signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt

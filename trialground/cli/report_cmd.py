@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from trialground.cli.common import EXIT_INFRA, fail, require
+from trialground.ports import DASHBOARD_PORT, listen_error
 
 
 def report(
@@ -33,7 +34,7 @@ def report(
 def dashboard(
     run_dir: Annotated[Path, typer.Argument(help="Run directory (holds metrics.jsonl)")],
     host: Annotated[str, typer.Option(help="Interface to bind (loopback by default)")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free port)")] = 8765,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free port)")] = DASHBOARD_PORT,
     refresh: Annotated[float, typer.Option(min=0.2, help="Seconds between page refreshes")] = 3.0,
 ) -> None:
     """Serve a live dashboard of a run that refreshes as the run goes."""
@@ -45,7 +46,7 @@ def dashboard(
     try:
         dash = Dashboard(run_dir, host=host, port=port, refresh_s=refresh)
     except OSError as exc:
-        fail(f"could not listen on {host}:{port}: {exc}", code=EXIT_INFRA)
+        fail(listen_error(host, port, exc), code=EXIT_INFRA)
     Console(soft_wrap=True).print(f"dashboard of {run_dir} at {dash.url} (Ctrl-C to stop)", highlight=False)
     try:
         dash.serve_forever()

@@ -12,8 +12,9 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from trialground.cli.common import EXIT_INFRA, EXIT_USAGE, fail
+from trialground.cli.common import EXIT_INFRA, EXIT_USAGE, fail, listen_or_fail
 from trialground.errors import SandboxError
+from trialground.ports import SANDBOX_SERVE_PORT
 from trialground.sandbox.base import ExecResult, Limits, SandboxConfig
 
 app = typer.Typer(help="Sandbox commands.", no_args_is_help=True)
@@ -90,7 +91,9 @@ async def _run_once(config: SandboxConfig, files: dict[str, bytes] | None, cmd: 
 @app.command("serve")
 def serve(
     host: Annotated[str, typer.Option(help="Address to listen on")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on (0: any free port, printed at start)")] = 8765,
+    port: Annotated[
+        int, typer.Option(help="Port to listen on (0: any free port, printed at start)")
+    ] = SANDBOX_SERVE_PORT,
     token_file: Annotated[Path | None, typer.Option(help="File holding the bearer token (required)")] = None,
     max_sessions: Annotated[int, typer.Option(help="Concurrent sandboxes at most")] = 32,
     idle_s: Annotated[float, typer.Option(help="Seconds before an idle session is reaped")] = 300.0,
@@ -113,6 +116,7 @@ def serve(
         fail("--port must be 0..65535, --max-sessions >= 1, --idle-s > 0", EXIT_USAGE)
     if max_body_mb <= 0 or header_timeout_s <= 0 or body_timeout_s <= 0:
         fail("--max-body-mb, --header-timeout-s and --body-timeout-s must be > 0", EXIT_USAGE)
+    sock = listen_or_fail(host, port)
     from trialground.integrations import sandbox_fusion
     from trialground.sandbox.service.app import serve_forever
 
@@ -120,5 +124,5 @@ def serve(
     serve_forever(
         host=host, port=port, token=token, max_sessions=max_sessions, idle_s=idle_s,
         max_body_bytes=int(max_body_mb * (1 << 20)), header_timeout_s=header_timeout_s,
-        body_timeout_s=body_timeout_s, extend=sandbox_fusion.install,
+        body_timeout_s=body_timeout_s, extend=sandbox_fusion.install, sock=sock,
     )  # fmt: skip

@@ -43,8 +43,9 @@ from trialground.gateway.app import Sessions, bearer, error_response, guarded, m
 from trialground.gateway.session import GatewayError, Session
 from trialground.policy.base import Generation, SamplingParams
 from trialground.policy.weight_files import RELOAD_METHOD, read_weights, tensor_digest
+from trialground.ports import POLICY_SERVE_PORT, listen
 
-DEFAULT_PORT = 8001  # env serve: 8000; sandbox serve and the dashboard have their own
+DEFAULT_PORT = POLICY_SERVE_PORT  # every server's default: trialground/ports.py
 WEIGHT_ROUTES = ("/collective_rpc", "/weight_checker", "/reset_prefix_cache")
 
 
@@ -79,7 +80,9 @@ class ReferenceServer:
         host: str = "127.0.0.1",
         port: int = 0,
         api_key: str | None = None,
+        sock: socket.socket | None = None,
     ) -> None:
+        """`sock`: a socket already listening (then `host` and `port` are not used)."""
         self.policy = policy
         self.served_name = served_name
         self.api_key = api_key or None
@@ -87,15 +90,7 @@ class ReferenceServer:
         self.weight_loads = 0
         limit = getattr(policy.model.config, "max_position_embeddings", None)
         self.max_positions: int | None = int(limit) if isinstance(limit, int) else None
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.sock = socket.socket(family, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            self.sock.bind((host, port))
-        except OSError:
-            self.sock.close()
-            raise
-        self.sock.listen(128)
+        self.sock = sock if sock is not None else listen(host, port, backlog=128)
         self.sock.setblocking(False)
         self._generator: _Locked | None = None
         self._server: uvicorn.Server | None = None

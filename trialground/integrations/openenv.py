@@ -41,6 +41,7 @@ import contextlib
 import itertools
 import json
 import secrets
+import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -474,12 +475,14 @@ async def _send_error(websocket: WebSocket, message: str, code: str) -> None:
 
 def serve_forever(
     tasks: Sequence[Task], *, host: str, port: int, token: str, env_config: EnvConfig, max_sessions: int,
-    idle_s: float, max_body_bytes: int, header_timeout_s: float = 10.0,
+    idle_s: float, max_body_bytes: int, header_timeout_s: float = 10.0, sock: socket.socket | None = None,
 ) -> None:  # fmt: skip
-    """Serve until interrupted, grading with a `Grader` of the default sandbox and reward settings."""
+    """Serve until interrupted, grading with a `Grader` of the default sandbox and reward settings.
+    `sock`: a socket already listening on host:port (else one is opened here)."""
     import uvicorn
 
-    from trialground.sandbox.service.app import listen, uvicorn_config
+    from trialground.ports import listen
+    from trialground.sandbox.service.app import uvicorn_config
     from trialground.verify.grader import make_grader
 
     sandbox_config = SandboxConfig()
@@ -488,7 +491,8 @@ def serve_forever(
         tasks, grader, token, env_config=env_config, sandbox_config=sandbox_config, max_sessions=max_sessions,
         idle_s=idle_s, max_body_bytes=max_body_bytes, close_grader=grader.close,
     )  # fmt: skip
-    sock = listen(host, port)
+    if sock is None:
+        sock = listen(host, port)
     shown = f"[{host}]" if ":" in host else host
     print(f"trialground env server: listening on http://{shown}:{sock.getsockname()[1]}", flush=True)
     config = uvicorn_config(

@@ -219,7 +219,11 @@ class CostConfig(_Frozen):
 class MonitorConfig(_Frozen):
     sinks: tuple[SinkName, ...] = Field(("jsonl",), description="jsonl, tensorboard, wandb, mlflow")
     prometheus_port: int | None = Field(
-        None, ge=0, le=65535, description="Serve live metrics here (0: any free port)"
+        None,
+        ge=0,
+        le=65535,
+        description="Serve live metrics on this port (off unless set; 9108 is the documented choice, "
+        "0: any free port)",
     )
     prometheus_host: str = Field("127.0.0.1", description="Interface the Prometheus endpoint binds")
     prometheus_prefixes: tuple[str, ...] = Field(

@@ -18,8 +18,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from trialground.errors import ConfigError
 from trialground.monitor.alerts import Alert
 from trialground.monitor.sinks import finite
+from trialground.ports import listen_error
 
 _BAD = re.compile(r"[^a-zA-Z0-9_]")
 
@@ -42,7 +44,11 @@ class PrometheusExporter:
         )
         self._live = _LiveCollector(self._gauges)
         self.registry.register(self._live)
-        self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        try:
+            self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:
+            why = listen_error(host, port, exc, "monitor.prometheus_port")
+            raise ConfigError(f"monitor.prometheus_port: {why}") from exc
         self.host = host
         self.port: int = self._server.server_address[1]
 

@@ -32,6 +32,7 @@ from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from trialground.errors import SandboxError
+from trialground.ports import listen
 from trialground.sandbox.base import Limits, Sandbox, SandboxConfig
 from trialground.sandbox.factory import open_sandbox
 from trialground.sandbox.service.http_guard import (
@@ -373,9 +374,10 @@ def serve_forever(
     *, host: str, port: int, token: str, max_sessions: int, idle_s: float,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S, extend: Callable[[FastAPI], None] | None = None,
+    sock: socket.socket | None = None,
 ) -> None:  # fmt: skip
     """Serve the app until interrupted; `extend(app)` adds further routes first (the CLI's SandboxFusion
-    API)."""
+    API). `sock`: a socket already listening on host:port (else one is opened here)."""
     import uvicorn
 
     app = create_app(
@@ -384,23 +386,14 @@ def serve_forever(
     )  # fmt: skip
     if extend is not None:
         extend(app)
-    sock = listen(host, port)
+    if sock is None:
+        sock = listen(host, port)
     print(
         f"trialground sandbox service: listening on http://{_url_host(host)}:{sock.getsockname()[1]}",
         flush=True,
     )
     config = uvicorn_config(app, header_timeout_s=header_timeout_s, log_level="info")
     uvicorn.Server(config).run(sockets=[sock])
-
-
-def listen(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on (host, port); port 0 takes any free port (read it from the socket)."""
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    sock = socket.socket(family, kind, proto)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(address)
-    sock.listen(2048)
-    return sock
 
 
 def _url_host(host: str) -> str:

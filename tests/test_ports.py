@@ -1,0 +1,104 @@
+"""Every server has its own default port, and a port already in use is a one-line error, not a traceback."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+
+from trialground.cli import app
+from trialground.monitor.config import MonitorConfig
+from trialground.ports import DEFAULT_PORTS, PROMETHEUS_PORT
+
+
+def _port_default(*path: str) -> int:
+    command: Any = typer.main.get_command(app)
+    for name in path:
+        command = command.commands[name]
+    (param,) = [p for p in command.params if p.name == "port"]
+    assert isinstance(param.default, int)
+    return param.default
+
+
+def test_default_ports_are_pairwise_distinct_and_match_the_cli() -> None:
+    defaults = {
+        "env serve": _port_default("env", "serve"),
+        "policy serve": _port_default("policy", "serve"),
+        "sandbox serve": _port_default("sandbox", "serve"),
+        "dashboard": _port_default("dashboard"),
+        "prometheus": PROMETHEUS_PORT,
+    }
+    assert defaults == DEFAULT_PORTS
+    assert len(set(defaults.values())) == len(defaults), defaults
+    assert 8000 not in defaults.values()  # vLLM's default, which the remote backend and judges talk to
+    # the exporter is off unless configured; its field names the documented port
+    assert MonitorConfig().prometheus_port is None
+    assert str(PROMETHEUS_PORT) in str(MonitorConfig.model_fields["prometheus_port"].description)
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A port held by a listening socket of this process for the test's duration."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        yield held.getsockname()[1]
+
+
+def _write_run(run: Path) -> Path:
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 0, "time": 1.0, "reward/mean": 0.2}) + "\n")
+    return run
+
+
+def _has(*modules: str) -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in modules)
+
+
+COMMANDS = {
+    "sandbox serve": (["sandbox", "serve", "--token-file", "{token}"], ()),
+    "env serve": (["env", "serve", "codegen", "--n", "1", "--token-file", "{token}"], ("websockets",)),
+    "policy serve": (["policy", "serve", "--model", "tiny"], ("torch", "transformers")),
+    "dashboard": (["dashboard", "{run}"], ("pyarrow", "scipy")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_a_port_in_use_is_a_one_line_error(name: str, taken_port: int, tmp_path: Path) -> None:
+    args, needs = COMMANDS[name]
+    if not _has(*needs):
+        pytest.skip(f"{name} needs {needs}")
+    token = tmp_path / "token"
+    token.write_text("t" * 32)
+    run = _write_run(tmp_path / "run")
+    argv = [a.format(token=token, run=run) for a in args]
+    proc = subprocess.run(
+        [sys.executable, "-m", "trialground", *argv, "--host", "127.0.0.1", "--port", str(taken_port)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "80"},  # a narrow terminal must not wrap the line
+    )
+    assert proc.returncode in (2, 3), (proc.returncode, proc.stdout, proc.stderr)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert f"127.0.0.1:{taken_port}" in lines[0] and "already in use" in lines[0], lines[0]
+
+
+def test_a_prometheus_port_in_use_names_the_setting(taken_port: int, tmp_path: Path) -> None:
+    from trialground.errors import ConfigError
+    from trialground.monitor.monitor import Monitor
+
+    expected = rf"monitor.prometheus_port.*127.0.0.1:{taken_port}.*already in use"
+    with pytest.raises(ConfigError, match=expected):
+        Monitor(tmp_path, MonitorConfig(console=False, prometheus_port=taken_port))
