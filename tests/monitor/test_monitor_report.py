@@ -87,15 +87,35 @@ def test_dashboard_json_endpoint_follows_the_run(tmp_path: Path) -> None:
     try:
         page = httpx.get(dash.url, timeout=10)
         assert page.status_code == 200 and "api/state" in page.text and "<svg" in page.text
+        assert page.headers["content-type"].startswith("text/html")
+        assert page.headers["cache-control"] == "no-store" and page.headers["server"] == "uvicorn"
+        assert httpx.get(dash.url + "index.html", timeout=10).text.count("api/state") >= 1
+        static = httpx.get(dash.url + "report.html", timeout=10)
+        assert static.status_code == 200 and "<svg" in static.text and "<script" not in static.text
         s1 = httpx.get(dash.url + "api/state", timeout=10).json()
         assert s1["last_step"] == 0 and "Reward" in s1["html"]
         with (run / "metrics.jsonl").open("a") as f:
             f.write(json.dumps({"step": 1, "time": 2.0, "reward/mean": 0.4}) + "\n")
         s2 = httpx.get(dash.url + "api/state", timeout=10).json()
         assert s2["last_step"] == 1 and s2["version"] != s1["version"]
-        assert httpx.get(dash.url + "nope", timeout=10).status_code == 404
+        missing = httpx.get(dash.url + "nope", timeout=10)
+        assert missing.status_code == 404 and missing.text == "not found"
+        shutil.rmtree(run)  # the run directory went away: a 404 naming it, the server still up
+        gone = httpx.get(dash.url + "api/state", timeout=10)
+        assert gone.status_code == 404 and str(run) in gone.text
     finally:
         dash.close()
+    with pytest.raises(httpx.TransportError):  # closed: nothing listens any more
+        httpx.get(dash.url, timeout=2)
+
+
+def test_dashboard_port_in_use_raises_at_construction(tmp_path: Path) -> None:
+    first = Dashboard(tmp_path, port=0)
+    try:
+        with pytest.raises(OSError):
+            Dashboard(tmp_path, port=first.port)
+    finally:
+        first.close()
 
 
 @pytest.mark.slow

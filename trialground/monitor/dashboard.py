@@ -5,21 +5,27 @@
     GET /report.html a fresh static report
 
 The run directory is re-read only when one of its files changed (size or mtime), so polling is cheap.
-Standard-library HTTP server on its own thread; bind to loopback unless you mean to share it.
+FastAPI on uvicorn (on its own thread, or the caller's); bind to loopback unless you mean to share it.
+Every answer carries `Cache-Control: no-store`; any other path is a 404.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
 from trialground.monitor.report import render_page, render_sections
 from trialground.monitor.rundata import RunData, load_run
+from trialground.ports import listen
 
 
 class RunState:
@@ -64,49 +70,61 @@ def _script(refresh_s: float, version: str) -> str:
     return f"<script>{init}{js}</script>"
 
 
-def make_handler(state: RunState, refresh_s: float) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:  # keep the console for the run
-            return
+_NO_STORE = {"Cache-Control": "no-store"}
 
-        def _send(self, body: bytes, ctype: str, status: int = 200) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write(body)
 
-        def do_GET(self) -> None:
-            route = self.path.split("?", 1)[0]
-            try:
-                data, html, version = state.current()
-            except FileNotFoundError as exc:
-                self._send(str(exc).encode(), "text/plain; charset=utf-8", 404)
-                return
-            if route in ("/", "/index.html"):
-                page = render_page(data, script=_script(refresh_s, version))
-                self._send(page.encode(), "text/html; charset=utf-8")
-            elif route == "/api/state":
-                body = {
-                    "version": version,
-                    "last_step": data.last_step,
-                    "alerts": len(data.alerts),
-                    "updated": time.time(),
-                    "path": str(data.path),
-                    "html": html,
-                }
-                self._send(json.dumps(body).encode(), "application/json")
-            elif route == "/report.html":
-                self._send(render_page(data).encode(), "text/html; charset=utf-8")
-            else:
-                self._send(b"not found", "text/plain", 404)
+def make_app(state: RunState, refresh_s: float) -> FastAPI:
+    """The dashboard's routes over `state` (module docstring)."""
+    app = FastAPI(title="trialground dashboard", docs_url=None, redoc_url=None, openapi_url=None)
 
-    return Handler
+    def text(body: str, status: int) -> PlainTextResponse:
+        return PlainTextResponse(body, status_code=status, headers=_NO_STORE)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_request: Request, exc: StarletteHTTPException) -> Response:
+        return text("not found" if exc.status_code == 404 else str(exc.detail), exc.status_code)
+
+    # plain `def` routes: reading and rendering the run directory blocks, so they run in the thread pool
+    @app.get("/")
+    @app.get("/index.html")
+    def page() -> Response:
+        try:
+            data, _html, version = state.current()
+        except FileNotFoundError as exc:
+            return text(str(exc), 404)
+        return HTMLResponse(render_page(data, script=_script(refresh_s, version)), headers=_NO_STORE)
+
+    @app.get("/api/state")
+    def api_state() -> Response:
+        try:
+            data, html, version = state.current()
+        except FileNotFoundError as exc:
+            return text(str(exc), 404)
+        body = {
+            "version": version,
+            "last_step": data.last_step,
+            "alerts": len(data.alerts),
+            "updated": time.time(),
+            "path": str(data.path),
+            "html": html,
+        }
+        return JSONResponse(body, headers=_NO_STORE)
+
+    @app.get("/report.html")
+    def report() -> Response:
+        try:
+            data, _html, _version = state.current()
+        except FileNotFoundError as exc:
+            return text(str(exc), 404)
+        return HTMLResponse(render_page(data), headers=_NO_STORE)
+
+    return app
 
 
 class Dashboard:
-    """Serves the live dashboard of `run_dir` on host:port (port 0: a free port) from a daemon thread."""
+    """Serves the live dashboard of `run_dir` on host:port (port 0: a free port): `start()` on a daemon
+    thread, or `serve_forever()` on the calling one. The port is bound by the constructor (`OSError` when
+    it is taken)."""
 
     def __init__(
         self, run_dir: str | Path, host: str = "127.0.0.1", port: int = 0, refresh_s: float = 3.0
@@ -114,25 +132,36 @@ class Dashboard:
         path = Path(run_dir)
         if not path.is_dir():
             raise FileNotFoundError(f"no run directory at {path}")
-        self.server = ThreadingHTTPServer((host, port), make_handler(RunState(path), refresh_s))
-        self.server.daemon_threads = True
+        self.app = make_app(RunState(path), refresh_s)
+        self.sock = listen(host, port, backlog=128)
         self.host = host
-        self.port: int = self.server.server_address[1]
-        self._thread = threading.Thread(target=self.server.serve_forever, name="dashboard", daemon=True)
+        self.port: int = self.sock.getsockname()[1]
+        config = uvicorn.Config(
+            self.app, log_level="warning", lifespan="off", access_log=False, timeout_graceful_shutdown=2
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self.serve_forever, name="dashboard", daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/"
+        return f"http://{f'[{self.host}]' if ':' in self.host else self.host}:{self.port}/"
 
-    def start(self) -> Dashboard:
+    def start(self, timeout_s: float = 30.0) -> Dashboard:
+        """Serve from a daemon thread; returns once the server accepts requests."""
         self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started and self._thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not self._server.started:
+            raise RuntimeError(f"the dashboard did not start within {timeout_s:g} s")
         return self
 
     def serve_forever(self) -> None:
-        self.server.serve_forever()
+        """Serve until `close()` (from another thread) or an interrupt (on the main thread)."""
+        asyncio.run(self._server.serve(sockets=[self.sock]))
 
     def close(self) -> None:
+        self._server.should_exit = True
         if self._thread.is_alive():
-            self.server.shutdown()
-            self._thread.join(timeout=5)
-        self.server.server_close()
+            self._thread.join(timeout=10)
+        self.sock.close()
