@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from trialground.policy.base import SamplingParams
+from trialground.retry import Backoff
 
 
 class PolicyConfig(BaseModel):
@@ -68,7 +69,21 @@ class PolicyConfig(BaseModel):
         60.0, gt=0, le=3600, description="openai and remote backends: seconds per request"
     )
     max_retries: int = Field(
-        2, ge=0, le=10, description="openai and remote backends: retries on connection errors and 5xx"
+        2,
+        ge=0,
+        le=10,
+        description="openai and remote backends: retries of a request after a connection error, a 429 or "
+        "a 5xx (exponential backoff with jitter; Retry-After honoured)",
+    )
+    retry_base_s: float = Field(
+        0.5, ge=0, le=60, description="openai and remote backends: the first retry's wait (doubling after)"
+    )
+    retry_total_s: float = Field(
+        120.0,
+        ge=0,
+        le=3600,
+        description="openai and remote backends: no retry wait of a request ends later than this after "
+        "its first try",
     )
     max_concurrency: int = Field(16, ge=1, le=1024, description="openai backend: requests in flight at once")
     responses: tuple[str, ...] = Field(
@@ -91,3 +106,7 @@ class PolicyConfig(BaseModel):
         "where each step's weights are written for the servers to load (None: a private temporary "
         "directory, which only works when the servers run on this machine)",
     )
+
+    def backoff(self) -> Backoff:
+        """The retry bounds of the openai and remote backends' requests (`trialground.retry`)."""
+        return Backoff(attempts=self.max_retries + 1, base_s=self.retry_base_s, total_s=self.retry_total_s)

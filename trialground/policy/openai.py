@@ -21,8 +21,9 @@ chat-templated prompt arrives as rendered) and the returned text is encoded back
 `Generation.logprobs` holds the endpoint's per-token logprobs only when it returned one for each token of
 the local re-encoding of its text (the endpoint's tokenizer split the text the same way); otherwise,
 and for the appended end-of-turn token, NaN. They are informative only: nothing trains on them. Requests
-run concurrently (at most `max_concurrency`), with `max_retries` retries on connection errors and 5xx
-answers; anything else raises `PolicyError`.
+run concurrently (at most `max_concurrency`). A connection error, a 429 or a 5xx answer is retried up to
+`max_retries` times with exponential backoff and jitter, waiting at least what `Retry-After` asks, within
+`retry_total_s` (`trialground.retry`); anything else raises `PolicyError`.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import httpx
 from trialground.errors import PolicyError
 from trialground.policy.base import Generation, Policy, SamplingParams
 from trialground.policy.config import PolicyConfig
+from trialground.retry import RetriesExhausted, send_with_retries
 
 _FINISH = {"stop": "stop", "length": "length", "eos": "eos"}
 
@@ -111,26 +113,23 @@ class OpenAIPolicy(Policy):
 
     async def _post(self, client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> dict[str, Any]:
         url = self._base + path
-        last = ""
-        for _attempt in range(self.config.max_retries + 1):
-            try:
-                async with self._semaphore:
-                    resp = await client.post(url, json=body)
-            except httpx.HTTPError as exc:
-                last = f"{type(exc).__name__}: {exc}"
-                continue
-            if resp.status_code >= 500:
-                last = f"HTTP {resp.status_code}: {resp.text[:200]}"
-                continue
-            if resp.status_code != 200:
-                raise PolicyError(f"POST {url}: HTTP {resp.status_code}: {resp.text[:200]}", kind="http")
-            try:
-                return dict(resp.json()["choices"][0])
-            except (ValueError, KeyError, IndexError, TypeError) as exc:
-                raise PolicyError(
-                    f"POST {url}: malformed answer: {resp.text[:200]}", kind="protocol"
-                ) from exc
-        raise PolicyError(f"POST {url} failed after {self.config.max_retries + 1} tries: {last}", kind="http")
+
+        async def send(_attempt: int) -> httpx.Response:
+            async with self._semaphore:  # held for the request only, not for the wait before a retry
+                return await client.post(url, json=body)
+
+        try:
+            resp = await send_with_retries(send, self.config.backoff())
+        except RetriesExhausted as exc:
+            raise PolicyError(f"POST {exc}", kind="http") from exc
+        except httpx.HTTPError as exc:
+            raise PolicyError(f"POST {url}: {type(exc).__name__}: {exc}", kind="http") from exc
+        if resp.status_code != 200:
+            raise PolicyError(f"POST {url}: HTTP {resp.status_code}: {resp.text[:200]}", kind="http")
+        try:
+            return dict(resp.json()["choices"][0])
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise PolicyError(f"POST {url}: malformed answer: {resp.text[:200]}", kind="protocol") from exc
 
     def _generation(
         self, text: str, choice: Mapping[str, Any], logprobs: Sequence[Any] | None, params: SamplingParams

@@ -12,8 +12,9 @@ serve`, or `trialground policy serve` on a machine without a GPU) with token ids
   raises `PolicyError` naming the server. For logprobs after temperature and top-p (the trainer's
   contract) start vLLM with `--logprobs-mode processed_logprobs`.
 - Routing: a request goes to the server with the fewest sequences in flight from this policy (ties: the
-  first listed). Connection errors and 5xx answers are retried, on another server where there is one,
-  `max_retries` times.
+  first listed). A connection error, a 429 or a 5xx answer is retried, on another server where there is
+  one, `max_retries` times, with exponential backoff and jitter, waiting at least what `Retry-After`
+  asks, within `retry_total_s` (`trialground.retry`).
 - Weight push (`load_weights`, after every trainer step): the weights are written as safetensors into a
   new version directory under `policy.weight_dir` (a path every server can read), then each server is
   told to load it with `POST /collective_rpc {"method": "trialground_load_weights", "args": [DIR]}`
@@ -49,6 +50,7 @@ from trialground.policy.base import Generation, Policy, SamplingParams
 from trialground.policy.config import PolicyConfig
 from trialground.policy.decoding import completion_text
 from trialground.policy.weight_files import RELOAD_METHOD, prune, write_weights
+from trialground.retry import RetriesExhausted, retryable, send_with_retries
 
 _PUSH_TIMEOUT_S = 900.0  # a multi-GB load from a network file system takes minutes
 _VLLM_HINT = (
@@ -158,30 +160,36 @@ class RemotePolicy(Policy):
         if params.stop:
             body["stop"] = list(params.stop)
         failed: set[int] = set()
-        last = ""
-        for _attempt in range(self.config.max_retries + 1):
+        used: list[str] = []
+
+        async def send(_attempt: int) -> httpx.Response:
             index = self._pick(failed)  # chosen and counted with no await between: no two pick blind
-            server = self.servers[index]
+            used.append(self.servers[index])
             self._inflight[index] += n
             self.requests[index] += 1
             try:
-                resp = await client.post(server + "/v1/completions", json=body)
-            except httpx.HTTPError as exc:
-                last = f"{server}: {type(exc).__name__}: {exc}"
+                resp = await client.post(self.servers[index] + "/v1/completions", json=body)
+            except httpx.TransportError:
                 failed.add(index)
-                continue
+                raise
             finally:
                 self._inflight[index] -= n
-            if resp.status_code >= 500:
-                last = f"{server}: HTTP {resp.status_code}: {resp.text[:300]}"
+            if retryable(resp):
                 failed.add(index)
-                continue
-            if resp.status_code != 200:
-                raise PolicyError(
-                    f"POST {server}/v1/completions: HTTP {resp.status_code}: {resp.text[:300]}", kind="http"
-                )
-            return server, _choices(server, resp, n)
-        raise PolicyError(f"completion failed after {self.config.max_retries + 1} tries: {last}", kind="http")
+            return resp
+
+        try:
+            resp = await send_with_retries(send, self.config.backoff())
+        except RetriesExhausted as exc:
+            raise PolicyError(f"completion {exc}", kind="http") from exc
+        except httpx.HTTPError as exc:
+            raise PolicyError(f"{used[-1]}: {type(exc).__name__}: {exc}", kind="http") from exc
+        server = used[-1]
+        if resp.status_code != 200:
+            raise PolicyError(
+                f"POST {server}/v1/completions: HTTP {resp.status_code}: {resp.text[:300]}", kind="http"
+            )
+        return server, _choices(server, resp, n)
 
     def _generation(self, server: str, choice: Mapping[str, Any], version: int) -> Generation:
         ids = _token_ids(server, choice)

@@ -51,6 +51,13 @@ class JudgeConfig(BaseModel):
         description="openai: deadline of the whole call (connect, retry and every byte of the reply)",
     )
     max_tokens: int = Field(256, ge=1, le=32_768, description="openai: reply tokens")
+    max_retries: int = Field(
+        2,
+        ge=0,
+        le=10,
+        description="openai: retries after a connection error, a 429 or a 5xx, within timeout_s "
+        "(exponential backoff with jitter; Retry-After honoured)",
+    )
     threshold: float = Field(0.5, ge=0.0, le=1.0, description="A score at or above this counts as a pass")
 
     @model_validator(mode="after")
@@ -89,5 +96,10 @@ def make_judge(config: JudgeConfig | None) -> Judge | None:
                 f"reward.judge.api_key_env: environment variable {config.api_key_env} is not set"
             )
     return OpenAIJudge(
-        config.base_url, config.model, api_key=key, timeout_s=config.timeout_s, max_tokens=config.max_tokens
+        config.base_url,
+        config.model,
+        api_key=key,
+        timeout_s=config.timeout_s,
+        max_tokens=config.max_tokens,
+        max_retries=config.max_retries,
     )

@@ -7,8 +7,9 @@
   line exactly that format (fractions, exponents, percentages and scores outside [0, 1] are refused).
   Anything else is a `VerifierError` (never a silent 0). The submission is quoted between two boundary
   lines carrying a fresh random tag that the submission does not contain, so it cannot close the quote
-  and add sections of its own. `timeout_s` bounds the whole call (connect, a retry, every byte of the
-  reply); a request whose connection failed is sent once more within it.
+  and add sections of its own. `timeout_s` bounds the whole call (connect, retries, every byte of the
+  reply). A connection error, a 429 or a 5xx answer is retried up to `max_retries` times within it, with
+  exponential backoff and jitter, waiting at least what `Retry-After` asks (`trialground.retry`).
 - `HFClassifierJudge`: a local Hugging Face sequence-classification model; the score is the softmax
   probability of label `positive_label` for the text `prompt [SEP] submission`. Needs the `train` extra.
 - `disagreement_rate`: on a sample, how often the judge (score >= threshold) disagrees with rule verdicts.
@@ -30,6 +31,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict
 
 from trialground.errors import VerifierError
+from trialground.retry import Backoff, RetriesExhausted, send_with_retries
 from trialground.tasks.model import Task
 
 JUDGE_PROMPT = (
@@ -96,10 +98,14 @@ class OpenAIJudge(Judge):
         prompt: str = JUDGE_PROMPT,
         timeout_s: float = 60.0,
         max_tokens: int = 256,
+        max_retries: int = 2,
+        retry_base_s: float = 0.5,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
         self.model, self.prompt, self.max_tokens, self.timeout_s = model, prompt, max_tokens, timeout_s
+        # every wait ends within the call's deadline; a Retry-After past it gives up at once
+        self.backoff = Backoff(attempts=max_retries + 1, base_s=retry_base_s, total_s=timeout_s)
 
     async def score(self, task: Task, submission: str) -> float:
         tag, quoted = quote_submission(submission)
@@ -110,14 +116,17 @@ class OpenAIJudge(Judge):
             "temperature": 0.0,
             "max_tokens": self.max_tokens,
         }
+
+        async def send(_attempt: int) -> httpx.Response:
+            return await self._client.post("/chat/completions", json=body)
+
         try:
-            async with asyncio.timeout(self.timeout_s):  # the whole call, not each read
-                try:
-                    resp = await self._client.post("/chat/completions", json=body)
-                except httpx.TransportError:  # a dropped or refused connection: once more, on a new one
-                    resp = await self._client.post("/chat/completions", json=body)
+            async with asyncio.timeout(self.timeout_s):  # the whole call, retries included, not each read
+                resp = await send_with_retries(send, self.backoff)
         except TimeoutError as e:
             raise VerifierError(f"judge call took over {self.timeout_s:g} s", kind="judge_timeout") from e
+        except RetriesExhausted as e:
+            raise VerifierError(f"judge endpoint {e}", kind="judge_http") from e
         except httpx.HTTPError as e:
             raise VerifierError(f"judge endpoint failed: {type(e).__name__}: {e}", kind="judge_http") from e
         if resp.is_error:
