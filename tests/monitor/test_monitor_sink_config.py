@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from trialground.monitor import Monitor, MonitorConfig
@@ -208,3 +209,16 @@ def test_tensorboard_logs_the_config_as_hparams_once(tmp_path: Path) -> None:
     metrics = HParamsPluginData.FromString(exp.metadata.plugin_data.content).experiment.metric_infos
     assert {m.name.tag for m in metrics} == {"reward/mean", "eval/pass_1"}  # as the scalars are stored
     assert ("reward/mean" in tags) and ("eval/pass_1" in tags)
+
+
+# --- Prometheus ---------------------------------------------------------------------------------------
+
+
+def test_prometheus_exports_reward_and_eval_by_default(tmp_path: Path) -> None:
+    with Monitor(tmp_path, MonitorConfig(console=False, prometheus_port=0)) as mon:
+        assert mon.prometheus is not None
+        mon.observe(3, {"reward/mean": 0.4, "reward/mean/code": 0.25, "eval/pass@1": 0.3, "train/loss": 1.0})
+        text = httpx.get(mon.prometheus.url, timeout=10).text
+    assert "trialground_reward_mean 0.4" in text and "trialground_reward_mean_code 0.25" in text
+    assert "trialground_eval_pass_at_1 0.3" in text
+    assert "trialground_train_loss" not in text  # trainer metrics stay in the sinks

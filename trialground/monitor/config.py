@@ -234,7 +234,7 @@ class MonitorConfig(_Frozen):
     )
     prometheus_host: str = Field("127.0.0.1", description="Interface the Prometheus endpoint binds")
     prometheus_prefixes: tuple[str, ...] = Field(
-        ("pool/", "env/", "sandbox/", "rollout/", "cost/", "queue/"),
+        ("pool/", "env/", "sandbox/", "rollout/", "cost/", "queue/", "reward/", "eval/"),
         description="Metric namespaces exported as Prometheus gauges",
     )
     webhook_url: str | None = Field(None, description="POST alerts here")
