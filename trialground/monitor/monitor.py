@@ -9,7 +9,7 @@
 
 Files it owns in the run directory: `metrics.jsonl` (via the jsonl sink), `alerts.jsonl` (created at
 once, empty until an alert fires), `flagged.jsonl`, `regressions.jsonl`, plus the optional sinks'
-folders (`tensorboard/`, `wandb/`, `mlruns/`).
+folders (`tensorboard/`, `wandb/`, `mlruns/`) and run ids (`wandb_run_id`, `mlflow_run_id`).
 
 A sink never ends a run: one that raises while writing is closed and dropped, reported once (a log
 warning, a `sink_failed` alert in `alerts.jsonl` and on the console, and the metric
