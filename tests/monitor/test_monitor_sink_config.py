@@ -102,9 +102,8 @@ def test_wandb_honours_the_users_mode_and_project_logs_the_config_and_resumes(
     (first,) = list((run / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb"))
     got_id, project, config = _wandb_config(first)
     assert got_id == run_id and project == "my-project"
-    cfg = {k: v.get("value", v) if isinstance(v, dict) else v for k, v in config.items()}
-    assert cfg["seed"] == 7 and cfg["name"] == "cfgrun"
-    assert cfg["policy"]["sampling"] == RUN_CONFIG["policy"]["sampling"]
+    assert config["seed"] == 7 and config["name"] == "cfgrun"
+    assert config["policy"]["sampling"] == RUN_CONFIG["policy"]["sampling"]
 
     _feed(run, "wandb", range(3, 5))  # --resume: a new monitor on the same run directory
     assert (run / "wandb_run_id").read_text().strip() == run_id
@@ -222,3 +221,48 @@ def test_prometheus_exports_reward_and_eval_by_default(tmp_path: Path) -> None:
     assert "trialground_reward_mean 0.4" in text and "trialground_reward_mean_code 0.25" in text
     assert "trialground_eval_pass_at_1 0.3" in text
     assert "trialground_train_loss" not in text  # trainer metrics stay in the sinks
+
+
+# --- A real run ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_short_run_records_its_config_in_every_sink_and_a_resume_continues_the_same_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The quickstart for one step then resumed for a second: the orchestrator hands the resolved config
+    to the sinks, and the resumed run writes to the same W&B and MLflow runs."""
+    pytest.importorskip("torch")
+    for lib in ("wandb", "mlflow", "tensorboardX"):
+        pytest.importorskip(lib, reason=f"{lib} not installed (monitor extra)")
+    import asyncio
+
+    from trialground.orchestrator.loop import run
+    from trialground.orchestrator.run_config import load_config
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    quickstart = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
+    sets = [
+        "loop.eval_interval=0", "loop.probe_interval=0", "loop.batch_tasks=2", "loop.samples_per_task=2",
+        "loop.checkpoint_interval=1", "tasks.num_train=20", "tasks.num_eval=2", "reward.canaries=0",
+        "policy.sampling.max_new_tokens=8", "policy.eval_sampling.max_new_tokens=8",
+        "monitor.sinks=[jsonl,wandb,mlflow,tensorboard]", "monitor.console=false",
+        f"output_dir={tmp_path}", "name=sinks",
+    ]  # fmt: skip
+    asyncio.run(run(load_config(quickstart, [*sets, "loop.steps=1"])))
+    run_dir = tmp_path / "sinks"
+    wandb_id = (run_dir / "wandb_run_id").read_text().strip()
+    mlflow_id = (run_dir / "mlflow_run_id").read_text().strip()
+    asyncio.run(run(load_config(quickstart, [*sets, "loop.steps=2"]), resume=True))
+
+    assert (run_dir / "wandb_run_id").read_text().strip() == wandb_id
+    files = sorted((run_dir / "wandb").glob("offline-run-*/*.wandb"))
+    assert len(files) == 2 and all(f.name == f"run-{wandb_id}.wandb" for f in files)
+    got_id, _, config = _wandb_config(files[0])
+    assert got_id == wandb_id and config["name"] == "sinks" and config["loop"]["batch_tasks"] == 2
+    client, mlrun = _mlflow_run((run_dir / "mlruns").resolve().as_uri())
+    assert mlrun.info.run_id == mlflow_id and mlrun.data.params["loop.batch_tasks"] == "2"
+    assert {m.step for m in client.get_metric_history(mlflow_id, "reward.mean")} >= {1, 2}
+    tags = [v.tag for e in _tb_events(run_dir / "tensorboard") for v in e.summary.value]
+    assert tags.count("_hparams_/experiment") == 1
