@@ -9,10 +9,13 @@ import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trialground.monitor.config import MlflowConfig
 from trialground.monitor.sinks import finite, flatten_config, missing
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +78,7 @@ class MlflowSink:
         if run_config is not None:
             self._log_params(config_params(run_config), logged)
 
-    def _existing_run(self, run_id: str) -> Any:
+    def _existing_run(self, run_id: str) -> Run | None:
         """The stored run, when this tracking store has it and it is not deleted; else None."""
         from mlflow.exceptions import MlflowException
 
