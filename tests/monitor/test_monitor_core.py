@@ -163,7 +163,7 @@ def test_prometheus_scraped_over_http(tmp_path: Path) -> None:
         assert "trialground_env_error_rate 0.25" in text
         assert "trialground_pool_active 3.0" in text and "trialground_sandbox_open 5.0" in text
         assert "trialground_step 7.0" in text
-        assert "trialground_reward_mean" not in text  # training metrics stay in the sinks
+        assert "trialground_reward_mean 0.4" in text and "trialground_eval_pass_at_1 0.3" in text
         spike(mon)
         text = httpx.get(url, timeout=10).text
         assert 'trialground_alerts_total{action="warn",rule="env_anomaly"} 1.0' in text

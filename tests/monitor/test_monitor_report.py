@@ -159,3 +159,51 @@ def test_dashboard_command_serves_over_http(synth_run: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_report_shows_the_config_and_escaped_sample_completions_of_the_latest_step(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from trialground.orchestrator.run_config import RunConfig, dump_config
+
+    (tmp_path / "config.yaml").write_text(dump_config(RunConfig(name="<b>cfg</b>", seed=11)))
+    (tmp_path / "metrics.jsonl").write_text('{"step": 10, "time": 1, "reward/mean": 0.5}\n')
+    traj = tmp_path / "trajectories"
+    traj.mkdir()
+
+    def write(step: int, rows: list[tuple[str, float, str]]) -> None:
+        pq.write_table(
+            pa.table({
+                "step": [step] * len(rows),
+                "task_id": [r[0] for r in rows],
+                "domain": ["code"] * len(rows),
+                "reward": [r[1] for r in rows],
+                "flags": [["test_tampering"] if r[1] > 1 else [] for r in rows],
+                "completion": [r[2] for r in rows],
+            }),
+            traj / f"step_{step}.parquet",
+        )  # fmt: skip
+
+    write(9, [("old", 0.0, "from step nine")])
+    write(10, [
+        ("t1", 1.0, "<script>alert(1)</script> & done"),
+        ("t1", 0.0, "second sample of t1"),
+        ("t2", 2.0, "def f():\n    return 1"),
+    ])  # fmt: skip
+    (traj / "step_11.parquet").write_bytes(b"half-written")  # unreadable: the step before is the latest
+    data = load_run(tmp_path)
+    assert [(s.step, s.task_id) for s in data.samples] == [(10, "t1"), (10, "t2")]  # one per task
+    html = write_report(tmp_path).read_text()
+    assert 'id="samples"' in html and 'id="config"' in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; done" in html and "<script" not in html
+    assert "from step nine" not in html and "second sample of t1" not in html
+    assert "return 1" in html and "test_tampering" in html
+    assert "&lt;b&gt;cfg&lt;/b&gt;" in html and "seed: 11" in html and "<b>cfg" not in html
+
+
+def test_report_without_config_or_trajectories_says_so(tmp_path: Path) -> None:
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0, "time": 1, "reward/mean": 0.1}\n')
+    html = write_report(tmp_path).read_text()
+    assert "no config.yaml in the run directory" in html
+    assert "no completions in the trajectories yet" in html

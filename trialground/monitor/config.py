@@ -216,6 +216,17 @@ class CostConfig(_Frozen):
     usd_per_million_tokens: float = Field(0.1, ge=0.0, description="Generating one million tokens")
 
 
+class MlflowConfig(_Frozen):
+    """Where the `mlflow` sink records the run."""
+
+    tracking_uri: str | None = Field(
+        None,
+        description="MLflow tracking URI (a server, a database, a file store); None: MLFLOW_TRACKING_URI "
+        "when set, else the file store <run>/mlruns",
+    )
+    experiment: str = Field("trialground", min_length=1, description="MLflow experiment the run belongs to")
+
+
 class MonitorConfig(_Frozen):
     sinks: tuple[SinkName, ...] = Field(("jsonl",), description="jsonl, tensorboard, wandb, mlflow")
     prometheus_port: int | None = Field(
@@ -227,7 +238,7 @@ class MonitorConfig(_Frozen):
     )
     prometheus_host: str = Field("127.0.0.1", description="Interface the Prometheus endpoint binds")
     prometheus_prefixes: tuple[str, ...] = Field(
-        ("pool/", "env/", "sandbox/", "rollout/", "cost/", "queue/"),
+        ("pool/", "env/", "sandbox/", "rollout/", "cost/", "queue/", "reward/", "eval/"),
         description="Metric namespaces exported as Prometheus gauges",
     )
     webhook_url: str | None = Field(None, description="POST alerts here")
@@ -236,3 +247,6 @@ class MonitorConfig(_Frozen):
     history: int = Field(2000, ge=50, le=10_000_000, description="Observations kept per metric for rules")
     rules: RulesConfig = Field(default_factory=RulesConfig, description="Alert rules")
     cost: CostConfig = Field(default_factory=CostConfig, description="Prices for cost accounting")
+    mlflow: MlflowConfig = Field(
+        default_factory=MlflowConfig, description="The mlflow sink's tracking server"
+    )

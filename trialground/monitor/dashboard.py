@@ -40,7 +40,8 @@ class RunState:
 
     def _signature(self) -> tuple[Any, ...]:
         files = [
-            self.run_dir / n for n in ("metrics.jsonl", "alerts.jsonl", "flagged.jsonl", "regressions.jsonl")
+            self.run_dir / n
+            for n in ("metrics.jsonl", "alerts.jsonl", "flagged.jsonl", "regressions.jsonl", "config.yaml")
         ]
         files += sorted((self.run_dir / "trajectories").glob("*.parquet"))
         sig = []

@@ -9,7 +9,7 @@
 
 Files it owns in the run directory: `metrics.jsonl` (via the jsonl sink), `alerts.jsonl` (created at
 once, empty until an alert fires), `flagged.jsonl`, `regressions.jsonl`, plus the optional sinks'
-folders (`tensorboard/`, `wandb/`, `mlruns/`).
+folders (`tensorboard/`, `wandb/`, `mlruns/`) and run ids (`wandb_run_id`, `mlflow_run_id`).
 
 A sink never ends a run: one that raises while writing is closed and dropped, reported once (a log
 warning, a `sink_failed` alert in `alerts.jsonl` and on the console, and the metric
@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from rich.console import Console
 
@@ -45,8 +46,15 @@ class Monitor:
     """Writes metrics to the configured sinks and evaluates the alert rules, step by step."""
 
     def __init__(
-        self, run_dir: str | Path, config: MonitorConfig | None = None, *, console: Console | None = None
+        self,
+        run_dir: str | Path,
+        config: MonitorConfig | None = None,
+        *,
+        console: Console | None = None,
+        run_config: Mapping[str, Any] | None = None,
     ) -> None:
+        """`run_config` is the run's resolved configuration (`RunConfig.model_dump(mode="json")`): the
+        W&B, MLflow and TensorBoard sinks record it with the run."""
         self.run_dir = Path(run_dir)
         self.config = config or MonitorConfig()
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -68,7 +76,8 @@ class Monitor:
         self.prometheus: PrometheusExporter | None = None
         try:
             for name in dict.fromkeys(self.config.sinks):
-                self._sinks.append((name, open_sink(name, self.run_dir)))  # one by one: close() sees them
+                sink = open_sink(name, self.run_dir, run_config=run_config, mlflow=self.config.mlflow)
+                self._sinks.append((name, sink))  # one by one: close() sees them
             if self.config.prometheus_port is not None:
                 self.prometheus = PrometheusExporter(
                     self.config.prometheus_host, self.config.prometheus_port, self.config.prometheus_prefixes

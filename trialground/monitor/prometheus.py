@@ -1,4 +1,4 @@
-"""A Prometheus endpoint with the live infrastructure metrics (pool, sandboxes, queue, rates).
+"""A Prometheus endpoint with the live metrics: pool, sandboxes, queue, rates, reward and evaluation.
 
 Every metric whose key starts with one of the configured prefixes becomes a gauge named
 `trialground_<key with non-alphanumerics as _>` (`pool/queue_depth` -> `trialground_pool_queue_depth`).

@@ -2,7 +2,8 @@
 
 Sections: summary, reward by domain, training reward vs evaluation, pass rates, environment latency and
 error rates, pool utilisation, reward-hacking signals, training, alert timeline and table, most-flagged
-trajectories with their evidence, the regression loop, cost. A section with no data says so.
+trajectories with their evidence, sample completions of the latest step, the regression loop, cost, the
+run's configuration. A section with no data says so. Everything taken from the run is HTML-escaped.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import time
 from html import escape
 from pathlib import Path
 
-from trialground.monitor.rundata import RunData, load_run
+from trialground.monitor.rundata import CONFIG_CHARS, RunData, load_run
 from trialground.monitor.svgplot import bar_chart, line_chart, timeline
 
 CSS = """
@@ -27,6 +28,7 @@ padding:4px 6px;text-align:left;vertical-align:top}th{background:#f9fafb}
 .kpi span{font-size:11px;color:#6b7280}.warning{color:#b45309}.critical{color:#b91c1c;font-weight:600}
 .empty{color:#6b7280;font-style:italic}pre{white-space:pre-wrap;font-size:11px;margin:0;max-height:120px;
 overflow:auto;background:#f9fafb;padding:4px}.ok{color:#15803d}.no{color:#b91c1c}
+pre.tall{max-height:480px}
 """
 
 
@@ -256,6 +258,30 @@ def _flagged(d: RunData) -> str:
     return f"<table>{head}{''.join(rows)}</table>"
 
 
+def _samples(d: RunData) -> str:
+    if not d.samples:
+        return _empty("no completions in the trajectories yet")
+    rows = []
+    for s in d.samples:
+        reward = "-" if s.reward is None else f"{s.reward:.4g}"
+        outcome = "" if s.outcome is None else f" (outcome {s.outcome:.4g})"
+        notes = ", ".join(escape(x) for x in [*s.flags, *([s.error] if s.error else [])])
+        rows.append(
+            f"<tr><td><code>{escape(s.task_id[:24])}</code><br>{escape(s.domain)}</td>"
+            f"<td>{reward}{outcome}</td><td>{notes}</td><td><pre>{escape(s.completion)}</pre></td></tr>"
+        )
+    head = "<tr><th>task</th><th>reward</th><th>flags / error</th><th>completion</th></tr>"
+    return f"<p>Step {d.samples[0].step}, one completion per task.</p><table>{head}{''.join(rows)}</table>"
+
+
+def _config(d: RunData) -> str:
+    if d.config_text is None:
+        return _empty("no config.yaml in the run directory")
+    text = d.config_text
+    cut = f"<p>(first {CONFIG_CHARS} characters)</p>" if len(text) > CONFIG_CHARS else ""
+    return f'{cut}<pre class="tall">{escape(text[:CONFIG_CHARS])}</pre>'
+
+
 def _regressions(d: RunData) -> str:
     if not d.regressions:
         return _empty("nothing sent to the regression queue")
@@ -308,8 +334,10 @@ SECTIONS = (
     ("Training", "training", _training),
     ("Alerts", "alerts", _alerts),
     ("Most-flagged trajectories", "flagged", _flagged),
+    ("Sample completions", "samples", _samples),
     ("Regression loop", "regressions", _regressions),
     ("Cost", "cost", _cost),
+    ("Config", "config", _config),
 )
 
 

@@ -1,9 +1,9 @@
 """Read a run directory for the report and dashboard, tolerating missing files and columns.
 
-Reads `metrics.jsonl`, `alerts.jsonl`, `flagged.jsonl`, `regressions.jsonl` and `trajectories/*.parquet`
-(columns used when present: step, task_id, domain, reward, outcome, flags, flag_evidence,
-error_boundary/error_kind/error_message or error, completion). A run still being written is fine: a
-half-written line or Parquet file is skipped.
+Reads `config.yaml`, `metrics.jsonl`, `alerts.jsonl`, `flagged.jsonl`, `regressions.jsonl` and
+`trajectories/*.parquet` (columns used when present: step, task_id, domain, reward, outcome, flags,
+flag_evidence, error_boundary/error_kind/error_message or error, completion). A run still being written
+is fine: a half-written line or Parquet file is skipped.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ _WANTED = (
     "completion",
 )
 _STEP = re.compile(r"(\d+)")
+CONFIG_CHARS = 200_000  # a config.yaml larger than this is shown cut
 
 
 @dataclass
@@ -59,6 +60,20 @@ class RegressionRow:
 
 
 @dataclass
+class Sample:
+    """One trajectory of the latest step, for the report's sample completions."""
+
+    step: int
+    task_id: str
+    domain: str
+    reward: float | None
+    outcome: float | None
+    flags: list[str]
+    error: str
+    completion: str
+
+
+@dataclass
 class RunData:
     path: Path
     metrics: list[dict[str, Any]]
@@ -69,6 +84,8 @@ class RunData:
     trajectory_rows: int = 0
     error_rows: int = 0
     errors_by_kind: Counter[str] = field(default_factory=Counter)
+    config_text: str | None = None  # the run's config.yaml, when it has one
+    samples: list[Sample] = field(default_factory=list)  # a few completions of the latest trajectories
 
     def series(self, key: str) -> list[tuple[float, float]]:
         out = []
@@ -114,7 +131,56 @@ def _read_rows_cached(path: str, size: int, mtime_ns: int) -> tuple[dict[str, An
     return tuple(rows)
 
 
-def load_run(run_dir: str | Path, *, top_flagged: int = 20) -> RunData:
+def _file_step(file: Path) -> int:
+    m = _STEP.search(file.stem)
+    return int(m.group(1)) if m else 0
+
+
+def _number(v: object) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _samples(files: list[Path], n: int) -> list[Sample]:
+    """Up to `n` completions (one per task, in file order) of the newest readable trajectories file."""
+    for file in sorted(files, key=_file_step, reverse=True):
+        rows = _read_rows(file)
+        if not rows:
+            continue
+        out: list[Sample] = []
+        seen: set[str] = set()
+        for r in rows:
+            tid = str(r.get("task_id"))
+            if not r.get("completion") or tid in seen:
+                continue
+            seen.add(tid)
+            raw_step = r.get("step")
+            out.append(
+                Sample(
+                    step=raw_step if isinstance(raw_step, int) else _file_step(file),
+                    task_id=tid,
+                    domain=str(r.get("domain") or ""),
+                    reward=_number(r.get("reward")),
+                    outcome=_number(r.get("outcome")),
+                    flags=[str(x) for x in (r.get("flags") or [])],
+                    error=str(r.get("error_kind") or r.get("error") or ""),
+                    completion=str(r["completion"]),
+                )
+            )
+            if len(out) == n:
+                break
+        return out
+    return []
+
+
+def _config_text(path: Path) -> str | None:
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            return f.read(CONFIG_CHARS + 1)
+    except OSError:
+        return None
+
+
+def load_run(run_dir: str | Path, *, top_flagged: int = 20, samples: int = 5) -> RunData:
     """Everything the report shows, from the files of `run_dir` (which must exist)."""
     path = Path(run_dir)
     if not path.is_dir():
@@ -151,12 +217,12 @@ def load_run(run_dir: str | Path, *, top_flagged: int = 20) -> RunData:
     domain_sum: dict[tuple[str, float], list[float]] = defaultdict(list)
     n_rows = n_err = 0
     kinds: Counter[str] = Counter()
-    for file in sorted((path / "trajectories").glob("*.parquet")):
+    files = sorted((path / "trajectories").glob("*.parquet"))
+    for file in files:
         rows = _read_rows(file)
         if rows is None:
             continue
-        m = _STEP.search(file.stem)
-        file_step = int(m.group(1)) if m else 0
+        file_step = _file_step(file)
         for r in rows:
             n_rows += 1
             raw_step = r.get("step")
@@ -198,6 +264,8 @@ def load_run(run_dir: str | Path, *, top_flagged: int = 20) -> RunData:
         trajectory_rows=n_rows,
         error_rows=n_err,
         errors_by_kind=kinds,
+        config_text=_config_text(path / "config.yaml"),
+        samples=_samples(files, samples),
     )
 
 

@@ -121,7 +121,11 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Wirin
 
         backend = RayBackend(config.sandbox, config.pool)
     grader = make_grader(config.sandbox, config.reward, opener=backend.opener() if backend else None)
-    monitor = Monitor(run.path, config.monitor) if run is not None else None
+    monitor = (
+        Monitor(run.path, config.monitor, run_config=config.model_dump(mode="json"))
+        if run is not None
+        else None
+    )
     env_pool = None
     gateway = None
     sandbox_config = config.sandbox

@@ -7,12 +7,16 @@ lazily (install the extra of the same name, or `monitor` for all three) and fail
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from trialground.errors import ConfigError
+from trialground.monitor.config import MlflowConfig
+
+Param = str | int | float | bool
 
 
 class Sink(Protocol):
@@ -32,8 +36,36 @@ def finite(metrics: Mapping[str, float]) -> dict[str, float]:
     }
 
 
-def open_sink(name: str, run_dir: Path) -> Sink:
-    """The sink called `name`, writing under `run_dir`."""
+def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Param]:
+    """A nested config as flat dotted keys (`policy.sampling.temperature`), for backends whose
+    parameters are flat. Strings, numbers and booleans stay as they are; `None`, lists and empty
+    mappings become their JSON text."""
+    out: dict[str, Param] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(flatten_config(value, prefix=f"{name}."))
+        elif isinstance(value, str | int | float | bool):
+            out[name] = value
+        else:
+            out[name] = json.dumps(value, default=str, sort_keys=True)
+    return out
+
+
+def open_sink(
+    name: str,
+    run_dir: Path,
+    *,
+    run_config: Mapping[str, Any] | None = None,
+    mlflow: MlflowConfig | None = None,
+) -> Sink:
+    """The sink called `name`, writing under `run_dir`.
+
+    `run_config` is the run's resolved configuration (`RunConfig` as a JSON-able dict): W&B stores it
+    as the run config, MLflow as params, TensorBoard as hparams. A sink that keeps a remote run
+    (W&B, MLflow) stores that run's id in `run_dir`, and continues the same run when it is opened
+    again on the same directory (`--resume`).
+    """
     if name == "jsonl":
         from trialground.monitor.sinks.jsonl import JsonlSink
 
@@ -41,15 +73,15 @@ def open_sink(name: str, run_dir: Path) -> Sink:
     if name == "tensorboard":
         from trialground.monitor.sinks.tensorboard import TensorBoardSink
 
-        return TensorBoardSink(run_dir / "tensorboard")
+        return TensorBoardSink(run_dir / "tensorboard", run_config=run_config)
     if name == "wandb":
         from trialground.monitor.sinks.wandb import WandbSink
 
-        return WandbSink(run_dir)
+        return WandbSink(run_dir, run_config=run_config)
     if name == "mlflow":
         from trialground.monitor.sinks.mlflow import MlflowSink
 
-        return MlflowSink(run_dir / "mlruns", run_name=run_dir.name)
+        return MlflowSink(run_dir, mlflow or MlflowConfig(), run_config=run_config)
     raise ConfigError(f"unknown metric sink {name!r}: expected jsonl, tensorboard, wandb or mlflow")
 
 
