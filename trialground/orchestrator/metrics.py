@@ -49,6 +49,8 @@ def rollout_metrics(
     out |= context_metrics(trajs, domains)
     errors = [t for t in trajs if t.error is not None]
     out["env/error_rate"] = len(errors) / len(trajs)
+    # episodes started again after the infrastructure lost their environment (rollout.agent)
+    out["env/episodes_retried"] = float(sum(t.retries for t in trajs))
     out["env/timeout_rate"] = sum("timeout" in (t.error.kind if t.error else "") for t in trajs) / len(trajs)
     kinds: dict[str, int] = defaultdict(int)
     for t in errors:

@@ -299,6 +299,17 @@ async def rollout_group(
     renderer = ChatRenderer(policy.tokenizer)
 
     async def one(index: int) -> Trajectory:
+        # An episode whose environment the infrastructure lost (a Ray worker died under it) is started
+        # again from the task on a fresh environment: the policy did nothing wrong, and dropping it would
+        # lose a sample of the group. Failures an episode can cause itself are never retried.
+        retries = 0
+        while True:
+            traj = await attempt(index)
+            if not _lost_by_infrastructure(traj) or retries >= LOST_ENV_RETRIES:
+                return traj.model_copy(update={"retries": retries}) if retries else traj
+            retries += 1
+
+    async def attempt(index: int) -> Trajectory:
         env: Environment | None = None
         try:
             t0 = time.perf_counter()
@@ -328,11 +339,25 @@ async def rollout_group(
             )
             return traj.model_copy(update={"timings": {"acquire_s": acquire_s, **traj.timings}})
         finally:
-            batcher.episode_done()
             if env is not None:
                 await release_env(env, release)
 
-    return list(await asyncio.gather(*(one(i) for i in range(k))))
+    async def counted(index: int) -> Trajectory:
+        try:
+            return await one(index)
+        finally:
+            batcher.episode_done()
+
+    return list(await asyncio.gather(*(counted(i) for i in range(k))))
+
+
+LOST_ENV_RETRIES = 2  # fresh starts of one episode whose environment the infrastructure lost
+LOST_ENV_KINDS = frozenset({"worker_lost"})  # SandboxError kinds no submission can cause
+
+
+def _lost_by_infrastructure(traj: Trajectory) -> bool:
+    err = traj.error
+    return err is not None and err.boundary == "sandbox" and err.kind in LOST_ENV_KINDS
 
 
 async def make_env(env_factory: EnvFactory) -> Environment:

@@ -66,6 +66,9 @@ class Trajectory(BaseModel):
     truncated: bool = Field(False, description="The context budget cut the episode")
     finish_reason: str = ""
     timings: dict[str, float] = Field(default_factory=dict, description="Seconds per phase")
+    retries: int = Field(
+        0, ge=0, description="Fresh starts of the episode after the infrastructure lost its environment"
+    )
     workspace_digest: str | None = Field(
         None, description="Hash of the workspace the episode started from (tool environments)"
     )
