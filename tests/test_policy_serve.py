@@ -186,3 +186,51 @@ def test_async_mode_trains_through_the_servers(servers: list[str], tmp_path: Pat
     after = [httpx.get(url + "/trialground/info", headers=AUTH).json()["weight_loads"] for url in servers]
     # the starting weights (the servers held the previous run's), then one push per step
     assert [a - b for a, b in zip(after, before, strict=True)] == [3, 3]
+
+
+def test_a_server_killed_mid_run_is_dropped_and_the_run_finishes(tmp_path: Path) -> None:
+    """One of two servers killed by its pid after the first step: requests fail over to the other, the
+    dead one is dropped at the next weight push, and the run trains every step."""
+    import os
+    import signal
+
+    from trialground.orchestrator.loop import run
+
+    key_file = tmp_path / "key"
+    key_file.write_text(KEY)
+    procs = [_start(key_file) for _ in range(2)]
+    try:
+        urls = [_url(p) for p in procs]
+        cfg = load_config(
+            QUICKSTART,
+            [
+                *SMALL,
+                "loop.steps=3",
+                "policy.backend=remote",
+                f"policy.servers=[{urls[0]}, {urls[1]}]",
+                f"output_dir={tmp_path}",
+                "name=failover",
+            ],
+        )
+        before: list[int] = []
+
+        def kill_after_first_step(step: int, _metrics: dict[str, float]) -> None:
+            if step == 1:
+                before.append(httpx.get(urls[1] + "/trialground/info", headers=AUTH).json()["requests"])
+                os.kill(procs[0].pid, signal.SIGKILL)
+                procs[0].wait(30)
+
+        summary = asyncio.run(run(cfg, progress=kill_after_first_step))
+        assert summary.steps == 3 and before
+        info = httpx.get(urls[1] + "/trialground/info", headers=AUTH).json()
+        assert info["weight_loads"] == 4  # the starting weights and one push per step
+        assert info["requests"] > before[0]  # the survivor answered what the dead one would have
+        run_dir = Path(summary.run_dir)
+        trained = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x]
+        assert [m["step"] for m in trained if "train/loss" in m] == [1, 2, 3]
+        assert all(m["env/error_rate"] == 0.0 for m in trained if "env/error_rate" in m)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(60)

@@ -20,7 +20,9 @@ serve`, or `trialground policy serve` on a machine without a GPU) with token ids
   told to load it with `POST /collective_rpc {"method": "trialground_load_weights", "args": [DIR]}`
   followed by `POST /reset_prefix_cache`. On vLLM both routes need `VLLM_SERVER_DEV_MODE=1` and the
   worker extension `--worker-extension-cls trialground.policy.vllm_worker.WeightReload`. The two newest
-  version directories are kept.
+  version directories are kept. A server that cannot be reached during a push (it died) is dropped for
+  the rest of the run, with a warning: it missed a version, so it never samples again; the others go on.
+  A server that answers with an error, or every server failing, raises `PolicyError`.
 - Version stamps: a generation is stamped with the version pushed when its request was sent. A vLLM
   server applies a load between engine steps, so a request in flight during a push may finish under the
   new weights; its logprobs are still those it was sampled with, and its stamp is the older version.
@@ -34,6 +36,7 @@ run's weights are corrected; an evaluation without `--checkpoint` samples whatev
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import random
 import shutil
@@ -51,6 +54,8 @@ from trialground.policy.config import PolicyConfig
 from trialground.policy.decoding import completion_text
 from trialground.policy.weight_files import RELOAD_METHOD, prune, write_weights
 from trialground.retry import RetriesExhausted, retryable, send_with_retries
+
+log = logging.getLogger(__name__)
 
 _PUSH_TIMEOUT_S = 900.0  # a multi-GB load from a network file system takes minutes
 _VLLM_HINT = (
@@ -88,6 +93,7 @@ class RemotePolicy(Policy):
         self.servers = [base_url(u) for u in config.servers]
         self.requests = [0] * len(self.servers)
         self._inflight = [0] * len(self.servers)
+        self.dropped: set[int] = set()  # servers that missed a weight push: never asked again
         self.eos_ids = _eos_ids(config, tokenizer)
         self.model_name = config.served_model or self._discover_model()
         self._seeds = random.Random(0)
@@ -137,7 +143,8 @@ class RemotePolicy(Policy):
         return [g for g in out if g is not None]
 
     def _pick(self, avoid: set[int]) -> int:
-        candidates = [i for i in range(len(self.servers)) if i not in avoid] or list(range(len(self.servers)))
+        live = [i for i in range(len(self.servers)) if i not in self.dropped]
+        candidates = [i for i in live if i not in avoid] or live
         return min(candidates, key=lambda i: self._inflight[i])
 
     async def _complete(
@@ -222,31 +229,46 @@ class RemotePolicy(Policy):
     # ------------------------------------------------------------------ weights
 
     def load_weights(self, state_dict: Mapping[str, Any], version: int) -> None:
-        """Write the weights under `weight_dir` and have every server load them (module docstring).
-        Returns when every server has loaded them; raises `PolicyError` naming each server that did
-        not."""
+        """Write the weights under `weight_dir` and have every live server load them (module docstring).
+        Returns when they have; a server that could not be reached is dropped; raises `PolicyError`
+        naming each server that answered with an error, or when none could be reached."""
         directory = write_weights(state_dict, self.weight_root, version)
-        with ThreadPoolExecutor(max_workers=len(self.servers)) as pool:
-            errors = [e for e in pool.map(lambda s: self._push(s, directory), self.servers) if e]
-        if errors:
-            raise PolicyError("weight push failed: " + "; ".join(errors), kind="weights")
+        live = [i for i in range(len(self.servers)) if i not in self.dropped]
+        with ThreadPoolExecutor(max_workers=len(live)) as pool:
+            results = dict(
+                zip(live, pool.map(lambda i: self._push(self.servers[i], directory), live), strict=True)
+            )
+        failed = {i: why for i, (why, _) in results.items() if why}
+        gone = {i for i, (why, unreachable) in results.items() if why and unreachable}
+        if failed.keys() - gone or gone == set(live):
+            raise PolicyError("weight push failed: " + "; ".join(failed.values()), kind="weights")
+        for i in sorted(gone):
+            self.dropped.add(i)
+            log.warning(
+                "policy server dropped for the rest of the run (it missed weights v%d): %s",
+                version,
+                failed[i],
+            )
         prune(self.weight_root, keep=2)
         self.version = version
 
-    def _push(self, server: str, directory: Path) -> str | None:
+    def _push(self, server: str, directory: Path) -> tuple[str | None, bool]:
+        """(what went wrong or None, whether the server could not be reached at all)."""
         rpc = {"method": RELOAD_METHOD, "args": [str(directory)], "timeout": _PUSH_TIMEOUT_S}
         try:
             with httpx.Client(timeout=_PUSH_TIMEOUT_S, headers=self._headers()) as client:
                 resp = client.post(server + "/collective_rpc", json=rpc)
                 if resp.status_code == 200:
                     resp = client.post(server + "/reset_prefix_cache")
+        except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            return f"{server}: {type(exc).__name__}: {exc}", True
         except httpx.HTTPError as exc:
-            return f"{server}: {type(exc).__name__}: {exc}"
+            return f"{server}: {type(exc).__name__}: {exc}", False
         if resp.status_code == 404:
-            return f"{server}: {resp.request.url.path} not found ({_VLLM_HINT})"
+            return f"{server}: {resp.request.url.path} not found ({_VLLM_HINT})", False
         if resp.status_code != 200:
-            return f"{server}{resp.request.url.path}: HTTP {resp.status_code}: {resp.text[:300]}"
-        return None
+            return f"{server}{resp.request.url.path}: HTTP {resp.status_code}: {resp.text[:300]}", False
+        return None, False
 
     # ------------------------------------------------------------------ run plumbing
 
