@@ -82,7 +82,13 @@ def test_an_infrastructure_failure_is_an_error_not_a_zero() -> None:
     assert trace.info["trialground"]["error"]
 
 
-@pytest.mark.skipif(shutil.which("uv") is None, reason="verifiers' harness programs run through uv")
+BIN = str(Path(sys.executable).parent)  # the environment's own uv (the dev extra), else one on PATH
+UV_PATH = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+@pytest.mark.skipif(
+    shutil.which("uv", path=UV_PATH) is None, reason="verifiers' harness programs run through uv"
+)
 def test_vf_eval_runs_the_taskset_end_to_end(tmp_path: Path) -> None:
     """`vf-eval trialground-verifiers`: verifiers' null harness (one chat turn, its program run by uv in a
     subprocess runtime) asks a scripted model; trialground grades each reply in a sandbox."""
@@ -92,7 +98,7 @@ def test_vf_eval_runs_the_taskset_end_to_end(tmp_path: Path) -> None:
         wrong.prompt: _fenced("def f(xs):\n    return []\n"),
     }
     root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": str(root), "PRIME_API_KEY": "not-a-real-key"}
+    env = {**os.environ, "PATH": UV_PATH, "PYTHONPATH": str(root), "PRIME_API_KEY": "not-a-real-key"}
     with ScriptedOpenAI(answers) as server:
         done = subprocess.run(
             [
