@@ -25,11 +25,23 @@ class Served:
 
 
 @contextmanager
-def serve(args: list[str], *, start_timeout_s: float = 120.0) -> Iterator[Served]:
-    """Run `trialground ARGS` (a `serve` command with `--port 0`) until the block ends; its URL is read
-    from the line it prints once it listens."""
+def serve(
+    args: list[str],
+    *,
+    start_timeout_s: float = 120.0,
+    command: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Iterator[Served]:
+    """Run `trialground ARGS` (a `serve` command with `--port 0`; or `command` + ARGS) until the block
+    ends; its URL is read from the line it prints once it listens."""
     proc = subprocess.Popen(
-        [TRIALGROUND, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ}
+        [*(command or [TRIALGROUND]), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
     )
     assert proc.stdout is not None and proc.stderr is not None
     served = Served("", proc)

@@ -1,7 +1,8 @@
 """A scripted OpenAI-compatible chat server over real HTTP (bound to port 0), for client-side tests.
 
 `ScriptedOpenAI(answers, default=None)` answers `POST .../chat/completions` with `answers[last user
-message]`, else `default` (a 404 body when there is none) and records every request body it got.
+message]`, else `default` (a 404 body when there is none) and records every request body it got. A
+request with `"stream": true` gets the answer as server-sent chunks.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ class ScriptedOpenAI:
                 text = outer.answers.get(content, outer.default) if isinstance(content, str) else None
                 if text is None:
                     return self._send(404, {"error": {"message": "unscripted prompt"}})
+                if body.get("stream"):
+                    return self._stream(body, text)
                 self._send(
                     200,
                     {
@@ -54,6 +57,31 @@ class ScriptedOpenAI:
                         "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
                     },
                 )
+
+            def _stream(self, body: dict[str, Any], text: str) -> None:
+                """The answer as server-sent events: one content chunk, the finish (with usage), [DONE]."""
+                head = {
+                    "id": f"chatcmpl-{len(outer.requests)}",
+                    "object": "chat.completion.chunk",
+                    "created": int(time.time()),
+                    "model": body.get("model", "scripted"),
+                }
+                delta = {"role": "assistant", "content": text}
+                chunks = [
+                    {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+                    {
+                        **head,
+                        "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                        "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
+                    },
+                ]
+                events = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+                data = events.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def _send(self, status: int, payload: dict[str, Any]) -> None:
                 data = json.dumps(payload).encode()

@@ -121,7 +121,8 @@ def test_mapping_over_a_parquet_directory(tmp_path: Path) -> None:
     [
         ("?prompt=question&answer=nope", "no column 'nope'; the dataset has question, final, level"),
         ("?prompt=question&answer=final&colour=red", "unknown key 'colour'"),
-        ("?prompt=question&answer=final&verifier=code_tests", "verifier must be one of"),
+        ("?prompt=question&answer=final&verifier=judge", "verifier must be one of"),
+        ("?prompt=question&answer=final&verifier=code_tests", "graded by their tests"),
         ("?prompt=question&answer=final&part=validation", "part 'validation' not in the dataset"),
         ("?prompt=question", "needs prompt=COLUMN and answer=COLUMN"),
         ("", "not a trialground task row"),

@@ -25,7 +25,11 @@ session and returns its `episode_id`, 128 random bits issued by the server (neve
 chose); `POST /step`, `GET /state` and a further `POST /reset` of that session name it (`episode_id` in
 the body / the query). An id the server did not issue is a 404, so under the one shared token a client
 cannot step, reset or read another client's episode without being given its id. `GET /health` (no
-token), `GET /schema`, `GET /metadata`.
+token), `GET /schema`, `GET /metadata`, and `POST /mcp`, a JSON-RPC 2.0 route that answers as OpenEnv's
+own server does for an environment without MCP tools (tools/list and tools/call: error -32603; the tools
+are called inside episodes). `/openapi.json` declares OpenEnv's HTTP API version (`OPENENV_API_VERSION`),
+so `openenv validate URL` passes; `app_from_environ` builds the app for the OpenEnv environment directory
+`deploy/trialground_env` (`server.app:app`).
 
 Limits: at most `max_sessions` sessions of both kinds at once (a WebSocket beyond it gets an error
 message with code `CAPACITY_REACHED` and is closed, an HTTP reset a 429); a session unused for `idle_s`
@@ -44,7 +48,7 @@ import secrets
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +74,9 @@ from trialground.verify.reward.model import Reward
 from trialground.verify.reward.rubric import Rubric
 
 PREFIX = "/oe"
+# The OpenEnv HTTP API this server speaks (OpenAPI info.version; `openenv validate URL` reads its profile,
+# openenv-http/1.x, from it); trialground's own version is in /metadata.
+OPENENV_API_VERSION = "1.0.0"
 
 
 class EnvAction(BaseModel):
@@ -220,6 +227,35 @@ class Session:
         return {"observation": observation.model_dump(mode="json"), "reward": value, "done": obs.done}
 
 
+def mcp_reply(body: bytes) -> dict[str, Any]:
+    """The JSON-RPC 2.0 answer of `POST /mcp`: OpenEnv's reply for an environment without MCP tools (its
+    tools are played through reset/step episodes), errors for anything malformed."""
+
+    def error(code: int, message: str, request_id: Any = None) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "error": {"code": code, "message": message}, "id": request_id}
+
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return error(-32700, "Parse error")
+    if not isinstance(request, dict):
+        return error(-32600, "Invalid Request: a JSON-RPC request is a JSON object")
+    request_id = request.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int | None):
+        request_id = None
+    method = request.get("method")
+    if request.get("jsonrpc") != "2.0" or not isinstance(method, str):
+        return error(-32600, 'Invalid Request: needs "jsonrpc": "2.0" and a "method"', request_id)
+    if method.startswith("tools/"):
+        return error(
+            -32603,
+            "Environment does not support MCP: its tools are called inside episodes (the /ws session, or "
+            "POST /reset and /step)",
+            request_id,
+        )
+    return error(-32601, f"Method not found: {method}", request_id)
+
+
 def _components(reward: Reward) -> dict[str, float]:
     return {"outcome": reward.outcome, **{c.name: c.value for c in reward.components}}
 
@@ -330,7 +366,9 @@ def create_app(
         return Session(new_env(), picker, rubric, new_env, kind=kind)
 
     app = FastAPI(
-        title="trialground OpenEnv environment server", lifespan=reaping_lifespan(table, idle_s, close_grader)
+        title="trialground OpenEnv environment server",
+        version=OPENENV_API_VERSION,
+        lifespan=reaping_lifespan(table, idle_s, close_grader),
     )
     app.state.table = table
     app.add_middleware(GuardMiddleware, settings=GuardSettings(token, max_body_bytes=max_body_bytes))
@@ -367,6 +405,10 @@ def create_app(
             "observation": EnvObservation.model_json_schema(),
             "state": EnvState.model_json_schema(),
         }
+
+    @app.post("/mcp")
+    async def mcp(request: Request) -> dict[str, Any]:
+        return mcp_reply(await request.body())
 
     @app.post("/reset")
     async def reset(body: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -471,6 +513,35 @@ async def _serve_messages(websocket: WebSocket, table: SessionTable, key: str) -
 async def _send_error(websocket: WebSocket, message: str, code: str) -> None:
     with contextlib.suppress(Exception):
         await websocket.send_text(json.dumps({"type": "error", "data": {"message": message, "code": code}}))
+
+
+ENV_VARS = {
+    "TRIALGROUND_ENV_SOURCE": "the task source (default codegen)",
+    "TRIALGROUND_ENV_N": "how many tasks (default: the source's)",
+    "TRIALGROUND_ENV_TOKEN": "the token (or TRIALGROUND_ENV_TOKEN_FILE: a file holding it); required",
+}
+
+
+def app_from_environ(environ: Mapping[str, str]) -> FastAPI:
+    """The server as an ASGI app configured by `ENV_VARS`, for hosts that import `module:app` (the OpenEnv
+    manifest's `server.app:app`, `uvicorn server.app:app`); default sandbox, reward and episode settings."""
+    from trialground.tasks.sources import load_source
+    from trialground.verify.grader import make_grader
+
+    token = environ.get("TRIALGROUND_ENV_TOKEN", "").strip()
+    token_file = environ.get("TRIALGROUND_ENV_TOKEN_FILE")
+    if not token and token_file:
+        with open(token_file, encoding="utf-8") as f:
+            token = f.read().strip()
+    if len(token) < 16:
+        raise ValueError(
+            "set TRIALGROUND_ENV_TOKEN (or TRIALGROUND_ENV_TOKEN_FILE): a token of 16+ characters"
+        )
+    n_text = environ.get("TRIALGROUND_ENV_N")
+    tasks = load_source(environ.get("TRIALGROUND_ENV_SOURCE", "codegen"), n=int(n_text) if n_text else None)
+    sandbox_config = SandboxConfig()
+    grader = make_grader(sandbox_config)
+    return create_app(tasks, grader, token, sandbox_config=sandbox_config, close_grader=grader.close)
 
 
 def serve_forever(

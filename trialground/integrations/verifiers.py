@@ -45,9 +45,22 @@ def _task_id(info: Any) -> str:
     return task_id
 
 
+def _classic() -> Any:
+    """verifiers with its classic API (0.2.1), or an ImportError pointing at the 0.4 taskset."""
+    import verifiers as vf
+
+    if not hasattr(vf, "SingleTurnEnv"):
+        raise ImportError(
+            f"verifiers {getattr(vf, '__version__', '?')} has no classic API (vf.SingleTurnEnv, vf.Rubric): "
+            "this module needs verifiers 0.2.1; with verifiers >= 0.4 use the taskset "
+            "`trialground-verifiers` (trialground.integrations.verifiers_v1, docs/verifiers.md)"
+        )
+    return vf
+
+
 def make_rubric(grading: TaskGrading) -> Any:
     """A `vf.Rubric` over `grading` (see the module docstring)."""
-    import verifiers as vf
+    vf = _classic()
 
     async def trialground(completion: Any, info: Any, state: Any) -> float:
         [graded] = await grading.agrade_many([(_task_id(info), completion_text(completion))])
@@ -110,7 +123,7 @@ def load_environment(
 ) -> Any:
     """verifiers' entry point: a `vf.SingleTurnEnv` over the tasks (see the module docstring). Other
     keyword arguments go to `vf.SingleTurnEnv`."""
-    import verifiers as vf
+    vf = _classic()
     from datasets import Dataset
 
     train = resolve_tasks(tasks, seed=seed, n=n, split=split)

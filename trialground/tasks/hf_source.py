@@ -1,8 +1,8 @@
 """`hf:PATH[?MAPPING]`: tasks from a local Hugging Face dataset, and `write_hf` to export tasks as one.
 
 PATH is a directory written by `datasets.Dataset.save_to_disk` (or `DatasetDict.save_to_disk`), a
-`.parquet` file, or a directory of `.parquet` files (read in name order; the layout of a dataset
-downloaded from the Hub). Rows are read in order.
+`.parquet` or `.jsonl` file, or a directory of `.parquet` files (read in name order; the layout of a dataset
+downloaded from the Hub), else of `.jsonl` files. Rows are read in order. Hub names are not fetched.
 
 Two kinds of dataset:
 
@@ -24,11 +24,16 @@ Two kinds of dataset:
   | `rel_tol`, `abs_tol` | tolerances of `numeric` | 1e-6, 1e-9 |
   | `case_sensitive` | `exact`: compare case (`true`/`false`) | `false` |
 
-  e.g. `hf:data/gsm8k?prompt=question&answer=final&verifier=numeric&split=eval`. The prompt is the
-  column's text as it is; the verifier takes the answer from the completion's last `\\boxed{}`, else its
-  last `Answer:` line, else the whole text. A `math` task is built as the `math` source builds one
-  (prompt + "Put your final answer in \\boxed{}."). A `DatasetDict` part named `train` gives train tasks
-  and any other part eval tasks, unless `split` says otherwise.
+  Code datasets (`format=mbpp` or `format=apps`, or `verifier=code_tests` with `tests=COLUMN`) become
+  `code_tests` tasks (`check_program` for APPS's stdin/stdout rows), built by `code_rows.py`, with the keys
+  `tests`, `setup`, `reference` (columns; defaults per format) and `show_tests` (how many tests the
+  prompt shows, default 1).
+
+  e.g. `hf:data/gsm8k?prompt=question&answer=final&verifier=numeric&split=eval` or
+  `hf:data/mbpp?format=mbpp`. The prompt is the column's text as it is; the verifier takes the answer from
+  the completion's last `\\boxed{}`, else its last `Answer:` line, else the whole text. A `math` task is
+  built as the `math` source builds one (prompt + "Put your final answer in \\boxed{}."). A `DatasetDict`
+  part named `train` gives train tasks and any other part eval tasks, unless `split` says otherwise.
 
 Errors raise `TaskError` naming the spec and, for a row, `row N` (0-based) and the column: a missing
 column lists the dataset's columns; an unknown key lists the known ones. Nothing is skipped silently.
@@ -42,6 +47,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from trialground.errors import TaskError
+from trialground.tasks import code_rows
 from trialground.tasks.io import task_from_dict
 from trialground.tasks.math_source import math_task
 from trialground.tasks.model import Task, VerifierSpec
@@ -59,8 +65,29 @@ MAPPING_KEYS = (
     "rel_tol",
     "abs_tol",
     "case_sensitive",
+    "format",
+    "tests",
+    "setup",
+    "reference",
+    "show_tests",
 )
 ANSWER_VERIFIERS = ("exact", "math", "numeric", "regex")
+CODE_FORMATS = ("mbpp", "apps")
+# a code format's columns when the mapping does not name them: the first one the row has
+_CODE_COLUMNS: dict[str, dict[str, tuple[str, ...]]] = {
+    "mbpp": {
+        "prompt": ("text", "prompt"),
+        "tests": ("test_list",),
+        "setup": ("test_setup_code", "test_imports"),
+        "reference": ("code",),
+    },
+    "apps": {"prompt": ("question", "prompt"), "tests": ("input_output",), "reference": ("solutions",)},
+}
+CODE_PROMPT = (
+    "{text}\n\n{shown}Write the complete Python {what}; it is saved as {path}. Put it in one ```python block."
+)
+MODULE = "module"
+PROGRAM = "program (it reads standard input and prints to standard output)"
 _SCALARS = (str, int, float, bool, type(None))
 
 
@@ -95,22 +122,46 @@ def check_local(arg: str) -> None:
     path, _ = parse_spec(arg)
     if path.exists():
         return
-    hub = (
-        ""
-        if path.is_absolute() or str(path).startswith(".")
-        else (
-            f"; {path} looks like a Hugging Face Hub name, and only local paths are read (no download, so a "
-            f"run works offline): fetch it once, e.g. `huggingface-cli download {path} --repo-type dataset "
-            f"--local-dir data/{path.name}`, then use hf:data/{path.name}"
+    hub = ""
+    if not path.is_absolute() and not str(path).startswith(".") and len(path.parts) <= 2:
+        local = f"data/{path.name}"
+        hub = (
+            f". {path} looks like a Hugging Face Hub name: hf: reads only local datasets (a save_to_disk "
+            f"directory, a .parquet or .jsonl file, or a directory of them), so a run works offline and "
+            f'reads the same rows every time. Make one once, e.g. `python -c "import datasets; '
+            f"datasets.load_dataset('{path}').save_to_disk('{local}')\"` (add the config name for a dataset "
+            f"that has several, e.g. load_dataset('{path}', 'main')), or `hf download {path} --repo-type "
+            f"dataset --local-dir {local}` (its Parquet files; name one config's folder if it has several); "
+            f"then use hf:{local}"
         )
-    )
     raise TaskError(f"hf:{arg}: {path} does not exist{hub}", kind="unreadable")
 
 
-def _parquet_files(path: Path) -> list[Path]:
+def _data_files(path: Path) -> list[Path]:
+    """The Parquet files of `path` (itself, or those beneath it in name order), else its JSON Lines ones."""
     if path.is_file():
         return [path]
-    return sorted(p for p in path.rglob("*.parquet") if p.is_file())
+    for pattern in ("*.parquet", "*.jsonl"):
+        files = sorted(p for p in path.rglob(pattern) if p.is_file())
+        if files:
+            return files
+    return []
+
+
+def _jsonl_rows(file: Path, where: str) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    with file.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise TaskError(f"{where}: {file} line {n}: not JSON ({e.msg})", kind="unreadable") from e
+            if not isinstance(row, dict):
+                raise TaskError(f"{where}: {file} line {n}: not a JSON object", kind="unreadable")
+            rows.append(row)
+    return rows
 
 
 def read_parts(path: Path, where: str) -> list[tuple[str | None, list[dict[str, Any]]]]:
@@ -132,16 +183,20 @@ def read_parts(path: Path, where: str) -> list[tuple[str | None, list[dict[str, 
         if isinstance(loaded, datasets.DatasetDict):
             return [(name, loaded[name].to_list()) for name in loaded]
         return [(None, loaded.to_list())]
-    files = _parquet_files(path)
+    files = _data_files(path)
     if not files:
         raise TaskError(
-            f"{where}: {path} is neither a save_to_disk directory nor Parquet (no *.parquet files)",
+            f"{where}: {path} is neither a save_to_disk directory nor Parquet or JSON Lines (no *.parquet or "
+            "*.jsonl files)",
             kind="unreadable",
         )
     import pyarrow.parquet as pq
 
     rows: list[dict[str, Any]] = []
     for file in files:
+        if file.suffix in (".jsonl", ".json"):
+            rows.extend(_jsonl_rows(file, where))
+            continue
         try:
             rows.extend(pq.read_table(file).to_pylist())
         except Exception as e:  # pyarrow raises ArrowInvalid, OSError, ...
@@ -212,8 +267,15 @@ def _text(value: Any, column: str, where: str) -> str:
 
 
 def _mapped(row: dict[str, Any], mapping: dict[str, str], part: str | None, where: str) -> Task:
+    if "format" in mapping or mapping.get("verifier") == "code_tests":
+        return _code_task(row, mapping, part, where)
     if "prompt" not in mapping or "answer" not in mapping:
         raise TaskError(f"{where}: the mapping needs prompt=COLUMN and answer=COLUMN", kind="bad_spec")
+    code_only = [k for k in ("tests", "setup", "reference", "show_tests") if k in mapping]
+    if code_only:
+        raise TaskError(
+            f"{where}: {', '.join(code_only)} go with code tasks (format=mbpp or apps)", kind="bad_spec"
+        )
     kind = mapping.get("verifier", "exact")
     if kind not in ANSWER_VERIFIERS:
         raise TaskError(
@@ -222,12 +284,7 @@ def _mapped(row: dict[str, Any], mapping: dict[str, str], part: str | None, wher
     prompt = _text(_column(row, mapping["prompt"], where), mapping["prompt"], where)
     answer = _text(_column(row, mapping["answer"], where), mapping["answer"], where)
     split = _split(row, mapping, part, where)
-    metadata: dict[str, Any] = {}
-    for column in filter(None, mapping.get("metadata", "").split(",")):
-        value = _column(row, column, where)
-        if not isinstance(value, _SCALARS):
-            raise TaskError(f"{where}: {column}: metadata columns must hold scalars", kind="invalid_task")
-        metadata[column] = value
+    metadata = _metadata(row, mapping, where)
     if kind == "math":
         task = math_task(prompt, answer, split=split, metadata={"source": "hf", **metadata})
         return task if "domain" not in mapping else task.model_copy(update={"domain": mapping["domain"]})
@@ -254,6 +311,133 @@ def _mapped(row: dict[str, Any], mapping: dict[str, str], part: str | None, wher
         split=split,  # type: ignore[arg-type]  # checked in _split
         metadata={"source": "hf", **metadata},
     )
+
+
+def _code_column(row: dict[str, Any], mapping: dict[str, str], key: str, where: str) -> str | None:
+    """The column `key` (prompt, tests, setup, reference) is read from: the mapping's, else the format's
+    first column the row has (None for an optional one it lacks)."""
+    if key in mapping:
+        return mapping[key]
+    for column in _CODE_COLUMNS.get(mapping.get("format", ""), {}).get(key, ()):
+        if column in row:
+            return column
+    if key in ("prompt", "tests"):
+        raise TaskError(
+            f"{where}: name the {key} column ({key}=COLUMN); the dataset has {', '.join(row)}",
+            kind="bad_spec",
+        )
+    return None
+
+
+def _code_task(row: dict[str, Any], mapping: dict[str, str], part: str | None, where: str) -> Task:
+    """A code row as a task (`code_rows.py`): MBPP-style asserts (`format=mbpp`, or `verifier=code_tests`
+    with `tests=COLUMN`) or APPS-style input/output pairs (`format=apps`)."""
+    fmt = mapping.get("format", "mbpp")
+    if fmt not in CODE_FORMATS:
+        raise TaskError(
+            f"{where}: format must be one of {', '.join(CODE_FORMATS)}, got {fmt!r}", kind="bad_spec"
+        )
+    if mapping.get("verifier", "code_tests") != "code_tests" or "answer" in mapping:
+        raise TaskError(
+            f"{where}: format={fmt} makes code tasks graded by their tests (tests=COLUMN): drop verifier= "
+            "and answer=",
+            kind="bad_spec",
+        )
+    try:
+        shown_n = int(mapping.get("show_tests", "1"))
+        if shown_n < 0:
+            raise ValueError
+    except ValueError:
+        raise TaskError(
+            f"{where}: show_tests must be a count >= 0, got {mapping['show_tests']!r}", kind="bad_spec"
+        ) from None
+    columns = {
+        key: _code_column(row, mapping, key, where) for key in ("prompt", "tests", "setup", "reference")
+    }
+    text = _text(_column(row, str(columns["prompt"]), where), str(columns["prompt"]), where)
+    tests = _column(row, str(columns["tests"]), where)
+    reference = _reference(row, columns["reference"], where)
+    metadata = {"source": "hf", "format": fmt, **_metadata(row, mapping, where)}
+    split = _split(row, mapping, part, where)
+    label = f"{where}: {columns['tests']}"
+    if fmt == "apps":
+        inputs, outputs, fn_name = code_rows.io_pairs(tests, label)
+        if fn_name is None:
+            examples = [
+                f"input:\n{code_rows.as_text(i)}\noutput:\n{code_rows.as_text(o)}"
+                for i, o in zip(inputs[:shown_n], outputs[:shown_n], strict=True)
+            ]
+            shown = "".join(f"Example {n}:\n```\n{e}\n```\n\n" for n, e in enumerate(examples, start=1))
+            return Task(
+                domain="code",
+                prompt=CODE_PROMPT.format(
+                    text=text.rstrip(), shown=shown, what=PROGRAM, path=code_rows.SOLUTION
+                ),
+                hidden_checks=code_rows.io_checks(inputs, outputs),
+                reference=reference,
+                verifier=VerifierSpec(kind="check_program", params={"solution_path": code_rows.SOLUTION}),
+                split=split,  # type: ignore[arg-type]  # checked in _split
+                metadata=metadata,
+            )
+        hidden, entry = code_rows.io_test_file(inputs, outputs, fn_name), fn_name
+        count = len(inputs)
+        shown_tests = [
+            f"{fn_name}(*{i!r})  # returns {o!r}"
+            for i, o in zip(inputs[:shown_n], outputs[:shown_n], strict=True)
+        ]
+    else:
+        snippets, extra = code_rows.split_tests(tests, label)
+        setup_column = columns["setup"]
+        setup = code_rows.setup_text(
+            row.get(setup_column) if setup_column else None, f"{where}: {setup_column}"
+        )
+        setup = "\n".join(filter(None, (setup.strip(), extra)))
+        hidden, functions = code_rows.assert_test_file(snippets, setup, label)
+        if not functions:
+            raise TaskError(f"{label}: the tests call no function of the submission", kind="invalid_task")
+        entry, count, shown_tests = functions[0], len(snippets), list(snippets[:shown_n])
+    shown = (
+        "Your code should pass tests like:\n```python\n" + "\n".join(shown_tests) + "\n```\n\n"
+        if shown_tests
+        else ""
+    )
+    return Task(
+        domain="code",
+        prompt=CODE_PROMPT.format(text=text.rstrip(), shown=shown, what=MODULE, path=code_rows.SOLUTION),
+        hidden_checks={code_rows.HIDDEN: hidden},
+        reference=reference,
+        verifier=VerifierSpec(
+            kind="code_tests",
+            params={"solution_path": code_rows.SOLUTION, "expected_tests": count, "entry_point": entry},
+        ),
+        split=split,  # type: ignore[arg-type]  # checked in _split
+        metadata=metadata,
+    )
+
+
+def _reference(row: dict[str, Any], column: str | None, where: str) -> str | None:
+    """The reference solution: the column's text, or the first of a list (APPS stores a JSON list)."""
+    if column is None:
+        return None
+    value = _column(row, column, where)
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    if isinstance(value, list):
+        value = next((v for v in value if isinstance(v, str) and v.strip()), None)
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def _metadata(row: dict[str, Any], mapping: dict[str, str], where: str) -> dict[str, Any]:
+    metadata: dict[str, Any] = {}
+    for column in filter(None, mapping.get("metadata", "").split(",")):
+        value = _column(row, column, where)
+        if not isinstance(value, _SCALARS):
+            raise TaskError(f"{where}: {column}: metadata columns must hold scalars", kind="invalid_task")
+        metadata[column] = value
+    return metadata
 
 
 def _split(row: dict[str, Any], mapping: dict[str, str], part: str | None, where: str) -> str:

@@ -1,0 +1,1 @@
+"""trialground's environment server as an OpenEnv environment package (see README.md)."""

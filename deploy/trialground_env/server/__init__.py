@@ -1,0 +1,1 @@
+"""The server entry points: `main` (`uv run --project . server`) and `app` (`server.app:app`)."""
