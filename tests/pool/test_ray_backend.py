@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -92,9 +93,10 @@ async def test_ray_episode_graded_and_worker_kill_is_env_error() -> None:
         assert o2.text == "[exit 0]\ncontent 2" and not o2.done
         await pool.release(e1)
         await pool.release(e2)
-        for _ in range(100):  # the replacement worker comes up
-            if len(backend.workers) == 2:
-                break
+        # the replacement worker comes up: a Ray actor start (a new Python process importing the sandbox
+        # modules) takes seconds on a busy machine, so the wait allows minutes, not seconds
+        deadline = time.monotonic() + 150
+        while len(backend.workers) < 2 and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         assert len(backend.workers) == 2 and backend.lost == 1
         roots += [w.root for w in backend.workers if w.root not in roots]
