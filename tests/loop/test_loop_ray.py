@@ -5,7 +5,6 @@ the same seed."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,15 +12,7 @@ from loopkit import BAD, GOOD, HIDDEN, code_task, config, parquet_rows, tool_cal
 
 pytest.importorskip("torch")
 ray = pytest.importorskip("ray")
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_cluster() -> Iterator[None]:
-    """One local cluster for the module's runs (a run joins a running cluster instead of starting one)."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
 
 
 def test_single_turn_grading_runs_on_ray_with_the_local_results(tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,14 +15,7 @@ from loopkit import code_task, config, parquet_rows, tool_call, trained_rows
 
 pytest.importorskip("torch")
 ray = pytest.importorskip("ray")
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_cluster() -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
 
 
 def _cmdline(pid: int) -> str:
