@@ -1,6 +1,6 @@
 """trialground's verifiers 0.4 taskset (`trialground-verifiers`, trialground.integrations.verifiers_v1)
 through verifiers' own plugin loader and scoring: right, wrong and hacking replies graded in real sandboxes.
-Runs where verifiers >= 0.4 is installed (the project's environment pins 0.2.1: see docs/verifiers.md)."""
+Runs where verifiers >= 0.4 is installed (the project pins 0.4.0; see docs/verifiers.md)."""
 
 from __future__ import annotations
 
