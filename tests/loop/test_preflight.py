@@ -61,7 +61,7 @@ def test_every_problem_is_listed_before_anything_is_loaded(tmp_path: Path) -> No
     assert len(found) == 4, found
     assert "policy.model='/nonexistent/model': no such directory" in text
     assert "did you mean 'codegen'" in text
-    assert "only local paths are read" in text and "huggingface-cli download openai/gsm8k" in text
+    assert "reads only local datasets" in text and "hf download openai/gsm8k" in text
     assert "reasoning_gym: name an argument" in text
     with pytest.raises(ConfigError, match="the run cannot start"):
         preflight(cfg, "train")

@@ -53,7 +53,7 @@ def model_problems(model: str, what: str, *, weights: bool) -> list[str]:
             if path.is_absolute() or model.startswith(".")
             else (
                 " (a Hugging Face Hub name is not downloaded: fetch it once, e.g. "
-                f"`huggingface-cli download {model} --local-dir models/{path.name}`, and give that directory)"
+                f"`hf download {model} --local-dir models/{path.name}`, and give that directory)"
             )
         )
         return [f"{what}={model!r}: no such directory{hub}"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import os
+import sys
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol
@@ -128,7 +129,10 @@ def _cleanup_at_exit() -> None:
     for pool in list(_pools.values()):
         pool.discard_all()
     for sandbox in list(LIVE):
-        sandbox.close_now()
+        try:
+            sandbox.close_now()
+        except Exception as exc:  # the interpreter is exiting: say what is left behind, free the rest
+            print(f"trialground: a sandbox was not freed at exit: {exc}", file=sys.stderr)
 
 
 def _forget_parents_sandboxes() -> None:

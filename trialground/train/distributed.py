@@ -140,6 +140,7 @@ class DataParallel:
         self._trainer: Trainer | None = None
         self._ddp: DistributedDataParallel | None = None
         self._in_step = False  # a step's collectives are under way: a "stop" now would not match them
+        self._stopped = False  # "stop" was sent (rank 0) or received: every rank is in close()
         self.ray_ranks: list[Any] = []  # the Ray actors of ranks 1.. (rank 0 of a Ray launch)
         self.ray_runs: list[Any] = []
 
@@ -169,6 +170,7 @@ class DataParallel:
         while True:
             kind, payload = self._receive()
             if kind == "stop":
+                self._stopped = True
                 return
             if kind == "hello":
                 self._trainer = Trainer(
@@ -187,6 +189,11 @@ class DataParallel:
         collectives, and the launcher or `ray.kill` ends them); every rank leaves the group."""
         if self.rank == 0 and not self._in_step:
             self._send("stop", [None] * self.world_size)
+            self._stopped = True
+        if self._stopped:
+            # every rank leaves together: a gloo pair torn down while its peer still reads from it can
+            # abort the peer's process ("terminate called without an active exception")
+            dist.barrier(group=self._control)
         if self.ray_ranks:
             import ray
 

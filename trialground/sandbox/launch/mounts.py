@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import functools
 import os
 import tempfile
@@ -107,6 +108,8 @@ def umount(target: Path) -> None:
     """Detach `target` (lazily: the kernel frees it when its last user is gone)."""
     if _libc.umount2(str(target).encode(), MNT_DETACH) != 0:
         err = ctypes.get_errno()
+        if err == errno.EINVAL and not is_mount_point(target):
+            return  # already detached (with the mount above it): what was asked for holds
         raise SandboxError(f"umount {target}: {os.strerror(err)}", kind="mount")
 
 
