@@ -46,7 +46,8 @@ def names(source: str, severity: str = "hack") -> set[str]:
     ],
 )
 def test_detects(source: str, flag: str) -> None:
-    assert flag in names(source)
+    # an exit in the source is evidence (warn): the run-time observers fail an exit that really happens
+    assert flag in names(source, "warn" if flag == "early_exit" else "hack")
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,8 @@ must not earn the outcome (the grader gates on it); `warn` is logged only. Flag 
 
 - `test_tampering`: touches checks / conftest.py / pytest.ini / sitecustomize / usercustomize / .pth files,
   sets `PYTHON*` variables, patches `builtins`;
-- `early_exit`: sys.exit, os._exit, exit(), quit(), os.abort, raise SystemExit, atexit, killing itself;
+- `early_exit`: sys.exit, os._exit, exit(), quit(), os.abort, raise SystemExit, atexit, killing itself
+  (severity `warn`: the run-time observers fail an exit that really happens, see `_EXIT_SEVERITY`);
 - `always_equal`: `__eq__` that returns True unconditionally (or `__ne__` False); builtin subclasses (warn);
 - `special_casing`: several literal hidden-test inputs/outputs written into the solution;
 - `test_reading`: frame walking (sys._getframe, f_back, f_locals, tb_frame, co_consts, ...), gc / inspect
@@ -25,6 +26,11 @@ import functools
 from collections.abc import Iterable, Iterator
 
 from trialground.verify.verdict import Flag
+
+# An exit in the source is evidence only: the checks run in processes the submission does not control,
+# which see an exit that really happens (the worker's audit hook, the checker, the runner's exit status) and
+# fail the verdict then; an exit that never runs (an unreachable branch, a CLI entry point) costs nothing.
+_EXIT_SEVERITY = "warn"
 
 _EXIT_CALLS = {
     "sys.exit",
@@ -158,9 +164,9 @@ def static_flags(
         if isinstance(node, ast.Call):
             fn = aliases.resolve(_dotted(node.func))
             if fn in _EXIT_CALLS:
-                add("early_exit", f"calls {fn}()", node)
+                add("early_exit", f"calls {fn}()", node, _EXIT_SEVERITY)
             elif fn.startswith("atexit."):
-                add("early_exit", f"registers an exit handler via {fn}", node)
+                add("early_exit", f"registers an exit handler via {fn}", node, _EXIT_SEVERITY)
             elif fn in _READ_CALLS:
                 add("test_reading", f"calls {fn}() (introspection of the caller / test)", node)
             elif fn in _RUNNER_CALLS or fn.split(".")[0] in _RUNNER_MODULES:
@@ -183,7 +189,7 @@ def static_flags(
         elif isinstance(node, ast.Raise) and node.exc is not None:
             exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
             if aliases.resolve(_dotted(exc)) in ("SystemExit", "KeyboardInterrupt", "builtins.SystemExit"):
-                add("early_exit", f"raises {_dotted(exc)}", node)
+                add("early_exit", f"raises {_dotted(exc)}", node, _EXIT_SEVERITY)
         elif isinstance(node, ast.Import | ast.ImportFrom):
             mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             for m in mods:
@@ -193,7 +199,7 @@ def static_flags(
                 elif root in ("gc", "inspect"):
                     add("test_reading", f"imports {m}", node, "warn")
                 elif root == "atexit":
-                    add("early_exit", "imports atexit", node)
+                    add("early_exit", "imports atexit", node, _EXIT_SEVERITY)
         elif isinstance(node, ast.Attribute):
             full = aliases.resolve(_dotted(node))
             if node.attr in _FRAME_ATTRS:
