@@ -77,6 +77,10 @@ async def test_remote_sandbox_full_interface(server: Server) -> None:
         assert r.status is ExecStatus.OK and r.stdout == "A\ufffdin"
         await sb.write("b.bin", b"\x00\x01")
         assert await sb.read("b.bin") == b"\x00\x01"
+        assert await sb.read("b.bin", limit=2) == b"\x00\x01"
+        with pytest.raises(SandboxError) as over:  # refused by its size, not read and cut
+            await sb.read("b.bin", limit=1)
+        assert over.value.kind == "too_large"
         with pytest.raises(FileNotFoundError):
             await sb.read("missing")
         sid = await sb.snapshot()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,15 +107,19 @@ _ENV = {"PYTHONDONTWRITEBYTECODE": "1"}
 
 # Paths sorted bytewise (LC_ALL=C) so the digest does not depend on a locale.
 # read_file shows files up to this size whole; of a larger regular file it shows only the first and last
-# half of this, read inside the sandbox, so the host never holds more than this for one call. write_file
-# does not read a larger file to compare, and edit_file refuses one.
+# half of this, cut inside the sandbox, so the host never holds more than this for one call (the host-side
+# read stops at the file's size). write_file does not read a larger file to compare, and edit_file
+# refuses one.
 READ_FILE_MAX_BYTES = 256 << 10
-# The size of `$1` when it is a regular file (not a symlink) beneath the working directory; else nothing.
 _DIGEST = "export LC_ALL=C; find . -type f -print0 | sort -z | xargs -0 -r sha256sum | sha256sum"
 
 
 class FileError(Exception):
     """A file operation the model asked for failed (bad path, missing, a directory, quota)."""
+
+
+class FileTooLarge(FileError):
+    """The file is over the size a tool reads onto the host."""
 
 
 # SandboxError kinds that describe the path the model gave, not a broken sandbox.
@@ -204,8 +209,10 @@ class Toolbox:
 
     async def _read(self, path: str) -> bytes:
         try:
-            return await self.sandbox.read(path)
+            return await self.sandbox.read(path, READ_FILE_MAX_BYTES)
         except SandboxError as e:
+            if e.kind == "too_large":
+                raise FileTooLarge(str(e)) from e
             if e.kind in _PATH_KINDS:
                 raise FileError(str(e)) from e
             raise
@@ -251,9 +258,31 @@ class Toolbox:
     async def _read_file(self, path: str, limits: Limits) -> ToolOutcome:
         try:
             data = await self._read(path)
+        except FileTooLarge:
+            return await self._read_ends(path, limits)
         except FileError as e:
             return ToolOutcome(f"error: cannot read {path}: {e}", False, False, path)
         return ToolOutcome(data.decode("utf-8", errors="replace"), True, False, path)
+
+    async def _read_ends(self, path: str, limits: Limits) -> ToolOutcome:
+        """A file over READ_FILE_MAX_BYTES (the host-side read refused it by its size): its first and last
+        half of that, cut by `head` and `tail` inside the sandbox, and how much lies between."""
+        half = READ_FILE_MAX_BYTES // 2
+        quoted = shlex.quote(path)
+        cut = limits.model_copy(update={"output_bytes": max(limits.output_bytes, half + 64)})
+        size, head, tail = (
+            await self._exec(f"wc -c < {quoted}", cut),
+            await self._exec(f"head -c {half} -- {quoted}", cut),
+            await self._exec(f"tail -c {half} -- {quoted}", cut),
+        )
+        if not (size.ok and head.ok and tail.ok) or not size.stdout.strip().isdigit():
+            return ToolOutcome(f"error: cannot read {path}: it changed while being read", False, False, path)
+        hidden = max(0, int(size.stdout) - 2 * half)
+        note = (
+            f"\n[... {hidden} bytes not shown: read_file shows {READ_FILE_MAX_BYTES} bytes of a file at "
+            "most; search and read_lines reach the rest ...]\n"
+        )
+        return ToolOutcome(head.stdout + note + tail.stdout, True, False, path)
 
     async def _read_text(self, path: str) -> str | None:
         try:
@@ -270,7 +299,18 @@ class Toolbox:
         return ToolOutcome(f"wrote {len(content)} chars to {path}", True, before != content, path)
 
     async def _edit(self, path: str, old: str, new: str, limits: Limits) -> ToolOutcome:
-        text = await self._read_text(path)
+        try:
+            text: str | None = (await self._read(path)).decode("utf-8", errors="surrogateescape")
+        except FileTooLarge:
+            return ToolOutcome(
+                f"error: cannot edit {path}: edit_file edits files up to {READ_FILE_MAX_BYTES} bytes "
+                "(write_file replaces a larger one)",
+                False,
+                False,
+                path,
+            )
+        except FileError:
+            text = None
         if text is None:
             return ToolOutcome(f"error: cannot edit {path}: no such file", False, False, path)
         if not old:

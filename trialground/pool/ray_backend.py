@@ -78,7 +78,7 @@ class SandboxWorker:
                 cmd, stdin, env, cwd, limits = args
                 return "ok", await box.exec(cmd, stdin=stdin, env=env, cwd=cwd, limits=limits)
             if op == "read":
-                return "ok", await box.read(args[0])
+                return "ok", await box.read(args[0], args[1] if len(args) > 1 else None)
             if op == "write":
                 await box.write(args[0], args[1])
                 return "ok", None
@@ -180,8 +180,8 @@ class RaySandbox(Sandbox):
     async def write(self, path: str, data: bytes | str) -> None:
         await self._call("write", path, data)
 
-    async def read(self, path: str) -> bytes:
-        data: bytes = await self._call("read", path)
+    async def read(self, path: str, limit: int | None = None) -> bytes:
+        data: bytes = await self._call("read", path, limit)
         return data
 
     async def snapshot(self) -> str:

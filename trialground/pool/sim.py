@@ -18,6 +18,7 @@ from trialground.envs.base import Environment, EpisodeEnd, Observation
 from trialground.errors import ErrorInfo, SandboxError
 from trialground.pool.backend import SandboxBackend
 from trialground.sandbox.base import Command, ExecResult, ExecStatus, Limits, Sandbox
+from trialground.sandbox.beneath import read_limit
 from trialground.tasks.model import Task
 
 
@@ -96,11 +97,16 @@ class SimSandbox(Sandbox):
         self._check()
         self.files[path] = data.encode() if isinstance(data, str) else data
 
-    async def read(self, path: str) -> bytes:
+    async def read(self, path: str, limit: int | None = None) -> bytes:
         self._check()
         if path not in self.files:
             raise FileNotFoundError(path)
-        return self.files[path]
+        data = self.files[path]
+        if len(data) > read_limit(limit):
+            raise SandboxError(
+                f"cannot read {path!r}: over the {read_limit(limit)}-byte cap", kind="too_large"
+            )
+        return data
 
     async def snapshot(self) -> str:
         self._check()

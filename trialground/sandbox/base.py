@@ -169,10 +169,12 @@ class Sandbox(abc.ABC):
         (kind `bad_path`) and never into a FIFO, socket, device or directory (kind `not_a_file`)."""
 
     @abc.abstractmethod
-    async def read(self, path: str) -> bytes:
+    async def read(self, path: str, limit: int | None = None) -> bytes:
         """Read a regular file from the workspace. Raises FileNotFoundError when it does not exist, and
         SandboxError for a path through a symlink (`bad_path`), anything but a regular file (`not_a_file`)
-        or one over `beneath.READ_LIMIT` bytes (`too_large`); it never blocks on what the sandbox left."""
+        or one over `limit` bytes (default and most `beneath.READ_LIMIT`; `too_large`, found from the
+        file's size before reading: the host never holds more than `limit` + 1 bytes of it); it never
+        blocks on what the sandbox left."""
 
     @abc.abstractmethod
     async def snapshot(self) -> str:

@@ -199,6 +199,15 @@ def _regular(fd: int, path: str, verb: str) -> os.stat_result:
     return st
 
 
+def read_limit(limit: int | None) -> int:
+    """The cap of one read: `limit` when given (a positive number of bytes), never over `READ_LIMIT`."""
+    if limit is None:
+        return READ_LIMIT
+    if limit < 0:
+        raise SandboxError(f"a read limit of {limit} bytes", kind="read")
+    return min(limit, READ_LIMIT)
+
+
 def read_file(root: str | Path, path: str, limit: int = READ_LIMIT) -> bytes:
     """The bytes of regular file `path` beneath directory `root`, at most `limit` of them. Raises
     FileNotFoundError when it does not exist, SandboxError for anything else that is wrong."""

@@ -38,6 +38,7 @@ from pathlib import Path
 from trialground.errors import SandboxError
 from trialground.sandbox import offload, prewarm
 from trialground.sandbox.base import WORKSPACE, Command, ExecResult, Limits, Sandbox, SandboxConfig
+from trialground.sandbox.beneath import read_limit
 from trialground.sandbox.launch import cgroup, forkserver, netns, reaping, reset, seccomp, teardown, views
 from trialground.sandbox.launch.channel import ChannelClosed, Collected, collect, read_frame, send_request
 from trialground.sandbox.launch.forkserver import SandboxProcess
@@ -520,10 +521,10 @@ class BwrapSandbox(Sandbox):
         async with self._io:
             await offload.run(self.workspace.write, path, data)
 
-    async def read(self, path: str) -> bytes:
+    async def read(self, path: str, limit: int | None = None) -> bytes:
         self._check_open()
         async with self._io:
-            return await offload.run(self.workspace.read, path)
+            return await offload.run(self.workspace.read, path, read_limit(limit))
 
     async def _settled(self) -> None:
         """Wait until a just-started sandbox has set up its mounts (its hello): an overlay mounted on the

@@ -92,8 +92,8 @@ class SyncSandbox:
     def write(self, path: str, data: bytes | str) -> None:
         _Loop.run(self.sandbox.write(path, data))
 
-    def read(self, path: str) -> bytes:
-        return _Loop.run(self.sandbox.read(path))
+    def read(self, path: str, limit: int | None = None) -> bytes:
+        return _Loop.run(self.sandbox.read(path, limit))
 
     def snapshot(self) -> str:
         return _Loop.run(self.sandbox.snapshot())

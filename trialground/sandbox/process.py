@@ -19,6 +19,7 @@ from collections.abc import Mapping
 
 from trialground.errors import SandboxError
 from trialground.sandbox.base import Command, ExecResult, Limits, Sandbox, SandboxConfig
+from trialground.sandbox.beneath import read_limit
 from trialground.sandbox.launch.channel import Collected
 from trialground.sandbox.results import build_result
 from trialground.sandbox.workspace import Workspace
@@ -140,8 +141,8 @@ class ProcessSandbox(Sandbox):
     async def write(self, path: str, data: bytes | str) -> None:
         self.workspace.write(path, data)
 
-    async def read(self, path: str) -> bytes:
-        return self.workspace.read(path)
+    async def read(self, path: str, limit: int | None = None) -> bytes:
+        return self.workspace.read(path, read_limit(limit))
 
     async def snapshot(self) -> str:
         return self.workspace.snapshot()

@@ -18,6 +18,7 @@ import httpx
 
 from trialground.errors import SandboxError
 from trialground.sandbox.base import Command, ExecResult, Limits, Sandbox, SandboxConfig
+from trialground.sandbox.beneath import read_limit
 
 
 def _b64(data: bytes | str) -> str:
@@ -94,9 +95,12 @@ class RemoteSandbox(Sandbox):
     async def write(self, path: str, data: bytes | str) -> None:
         await self._call("PUT", "/files", json={"path": path, "data_b64": _b64(data)})
 
-    async def read(self, path: str) -> bytes:
+    async def read(self, path: str, limit: int | None = None) -> bytes:
+        params: dict[str, str | int] = {"path": path}
+        if limit is not None:
+            params["limit"] = read_limit(limit)
         try:
-            body = await self._call("GET", "/files", params={"path": path})
+            body = await self._call("GET", "/files", params=params)
         except SandboxError as exc:
             if exc.kind == "http_404":
                 raise FileNotFoundError(path) from exc

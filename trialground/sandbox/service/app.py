@@ -34,6 +34,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from trialground.errors import SandboxError
 from trialground.ports import listen
 from trialground.sandbox.base import Limits, Sandbox, SandboxConfig
+from trialground.sandbox.beneath import read_limit
 from trialground.sandbox.factory import open_sandbox
 from trialground.sandbox.service.http_guard import (
     DEFAULT_BODY_TIMEOUT_S,
@@ -305,11 +306,11 @@ def create_app(
             return {"ok": True}
 
     @app.get("/sessions/{sid}/files")
-    async def read(sid: str, path: str) -> dict[str, str]:
+    async def read(sid: str, path: str, limit: int | None = None) -> dict[str, str]:
         _no_nul_query(path)
         async with table.use(sid) as sandbox:
             try:
-                return {"data_b64": _b64(await sandbox.read(path))}
+                return {"data_b64": _b64(await sandbox.read(path, read_limit(limit)))}
             except SandboxError as exc:
                 raise _sandbox_failed(exc, "read") from exc
             except OSError as exc:
