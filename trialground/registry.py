@@ -86,6 +86,10 @@ class Registry(Generic[T]):
         """The registered names (plugins' dotted aliases left out)."""
         return sorted(k for k in self._entries if ":" not in k)
 
+    def entries(self) -> list[T]:
+        """The registered entries, by name (plugins' dotted aliases left out)."""
+        return [self._entries[name] for name in self.names()]
+
     def __contains__(self, name: object) -> bool:
         return name in self._entries
 
