@@ -7,13 +7,15 @@ and rubric parts.
     KINDS.lookup("my_pkg.verifiers:EDIT")     # a plugin: imported on first use, registered under its name
 
 An entry is any object with a `name`; entries that take settings carry their own frozen pydantic params
-model, and `Registry.params` validates a mapping against it with an error that names each bad field. A user
-adds an entry without editing the package: `register` from their own module, or its dotted path
-`package.module:NAME` wherever a name is accepted (a task file, the run config).
+model, and `Registry.params` validates a mapping against it with an error that names each bad field (and,
+for a misspelt one, the closest field the model has). A user adds an entry without editing the package:
+`register` from their own module, or its dotted path `package.module:NAME` wherever a name is accepted (a
+task file, the run config).
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from collections.abc import Mapping
 from typing import Any, Generic, Protocol, TypeVar
@@ -86,6 +88,10 @@ class Registry(Generic[T]):
         """The registered names (plugins' dotted aliases left out)."""
         return sorted(k for k in self._entries if ":" not in k)
 
+    def entries(self) -> list[T]:
+        """The registered entries, by name (plugins' dotted aliases left out)."""
+        return [self._entries[name] for name in self.names()]
+
     def __contains__(self, name: object) -> bool:
         return name in self._entries
 
@@ -94,10 +100,17 @@ class Registry(Generic[T]):
         try:
             return model.model_validate(dict(values))
         except ValidationError as e:
-            problems = "; ".join(
-                f"{'.'.join(map(str, err['loc'])) or '-'}: {err['msg']}" for err in e.errors()
-            )
+            problems = "; ".join(_problem(model, err) for err in e.errors())
             raise self._error(f"{where}params: {problems}", kind=self._kind) from None
+
+
+def _problem(model: type[BaseModel], err: Any) -> str:
+    """One field's problem; a field the model does not have names the closest one it has."""
+    text = f"{'.'.join(map(str, err['loc'])) or '-'}: {err['msg']}"
+    if err["type"] == "extra_forbidden" and len(err["loc"]) == 1:
+        close = difflib.get_close_matches(str(err["loc"][0]), list(model.model_fields), n=1)
+        text += f" (did you mean {close[0]!r}?)" if close else ""
+    return text
 
 
 def import_path(path: str, *, what: str, error: type[TrialgroundError], kind: str = "bad_name") -> Any:

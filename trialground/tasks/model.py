@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from trialground.errors import TaskError
 from trialground.sandbox.base import Limits
@@ -18,6 +18,7 @@ from trialground.sandbox.base import Limits
 JSONScalar = str | int | float | bool | None
 
 _NAME_MAX, _PART_MAX = 4096, 255
+P = TypeVar("P", bound=BaseModel)
 
 
 def check_file_name(name: str) -> str:
@@ -56,7 +57,8 @@ def split_of(key: str, *, namespace: str = "") -> Split:
 class VerifierSpec(BaseModel):
     """Which verifier grades a task, and its parameters (e.g. the gold answer, a tolerance). `kind` is a
     registered kind or a plugin's dotted path (`trialground.tasks.verifiers`); `params` must validate
-    against that kind's params model, so a typo or a missing gold answer fails when the task is made."""
+    against that kind's params model, so a typo or a missing gold answer fails when the task is made; the
+    validated object (`typed_params`) is kept, and verifiers read it, never the raw `params` dict."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -76,15 +78,37 @@ class VerifierSpec(BaseModel):
             raise ValueError(str(e)) from None
         return kind
 
+    _typed: BaseModel | None = PrivateAttr(None)
+
     @model_validator(mode="after")
     def _valid_params(self) -> VerifierSpec:
         from trialground.tasks.verifiers import lookup
 
         try:
-            lookup(self.kind).validate(self.params)
+            self._typed = lookup(self.kind).validate(self.params)
         except TaskError as e:
             raise ValueError(str(e)) from None
         return self
+
+    @property
+    def typed_params(self) -> BaseModel:
+        """`params` validated once, when the spec was made, into the kind's params model (defaults filled
+        in): what the verifier reads."""
+        if self._typed is None:  # built without validation (model_construct)
+            from trialground.tasks.verifiers import lookup
+
+            self._typed = lookup(self.kind).validate(self.params)
+        return self._typed
+
+    def params_as(self, model: type[P]) -> P:
+        """`typed_params` as the `model` a verifier expects; a `TaskError` when the kind declares another."""
+        typed = self.typed_params
+        if not isinstance(typed, model):
+            raise TaskError(
+                f"verifier {self.kind!r}: params are {type(typed).__name__}, not {model.__name__}",
+                kind="bad_task",
+            )
+        return typed
 
 
 class Task(BaseModel):

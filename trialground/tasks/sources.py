@@ -49,9 +49,11 @@ from pathlib import Path
 from typing import Literal
 
 from trialground.errors import TaskError
+from trialground.registry import Registry
 from trialground.tasks.model import Split, Task
 
 __all__ = [
+    "SOURCES",
     "SourceRequest",
     "Split",
     "TaskSource",
@@ -102,44 +104,38 @@ class TaskSource:
         return self.load
 
 
-_REGISTRY: dict[str, TaskSource] = {}
+SOURCES: Registry[TaskSource] = Registry("task source", TaskSource, TaskError, error_kind="bad_spec")
 
 
 def register(source: TaskSource, *, replace: bool = False) -> TaskSource:
-    old = _REGISTRY.get(source.name)
-    if old is not None and old is not source and not replace:
-        raise ValueError(f"task source {source.name!r} is already registered ({old.doc})")
-    _REGISTRY[source.name] = source
-    return source
+    """Add `source` under its name (another source under a taken name is a ValueError unless `replace`)."""
+    return SOURCES.register(source, replace=replace)
 
 
 def known() -> list[TaskSource]:
-    return [s for name, s in sorted(_REGISTRY.items()) if ":" not in name]
+    return SOURCES.entries()
 
 
 def lookup(spec: str) -> tuple[TaskSource, str] | None:
     """(source, arg) for a registered `NAME[:ARG]` or a plugin `package.module:NAME[:ARG]`; None: neither
     (the spec may be a path)."""
     name, _, arg = spec.partition(":")
-    if name in _REGISTRY:
-        return _REGISTRY[name], arg
+    if name in SOURCES:
+        return SOURCES.lookup(name), arg
     if not arg or not re.fullmatch(r"[A-Za-z_][\w.]*", name) or Path(spec).exists():
         return None
     attr, _, arg = arg.partition(":")
     try:
-        obj = getattr(importlib.import_module(name), attr)
-    except (ImportError, AttributeError) as e:
-        if isinstance(e, ModuleNotFoundError) and e.name == name.split(".")[0]:
+        return SOURCES.lookup(f"{name}:{attr}"), arg
+    except TaskError as e:
+        cause = e.__cause__
+        if isinstance(cause, ModuleNotFoundError) and cause.name == name.split(".")[0]:
             return None  # not a module at all: treated as a (missing) path
-        raise TaskError(
-            f"{spec}: cannot import task source plugin {name}:{attr}: {e}", kind="bad_spec"
-        ) from e
-    if not isinstance(obj, TaskSource):
-        raise TaskError(f"{spec}: {name}:{attr} is a {type(obj).__name__}, not a TaskSource", kind="bad_spec")
-    if _REGISTRY.get(obj.name, obj) is not obj:
-        raise TaskError(f"{spec}: plugin is named {obj.name!r}, already another source", kind="bad_spec")
-    _REGISTRY[obj.name] = obj
-    return obj, arg
+        if isinstance(cause, (ImportError, AttributeError)):
+            raise TaskError(
+                f"{spec}: cannot import task source plugin {name}:{attr}: {cause}", kind="bad_spec"
+            ) from cause
+        raise TaskError(f"{spec}: {e}", kind="bad_spec") from None
 
 
 def check_spec(spec: str) -> tuple[TaskSource, str] | Path:
@@ -354,4 +350,4 @@ for _source in (
         "hf", _hf, "a local Hugging Face dataset, hf:PATH[?column mapping]", arg="required", check=_check_hf
     ),
 ):
-    register(_source)
+    SOURCES.register(_source)

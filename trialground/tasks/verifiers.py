@@ -44,8 +44,9 @@ class CodeTestsParams(Params):
     test_timeout_s: float | None = Field(None, gt=0, description="Override of grading.test_timeout_s")
 
 
+# `bool` first in the answer unions: a gold `true` stays `True` (not the int 1), as the task file wrote it.
 class AnswerParams(Params):
-    answer: str | int | float | list[str | int | float] = Field(
+    answer: bool | str | int | float | list[bool | str | int | float] = Field(
         description="The gold answer, or accepted ones"
     )
     extract: Extract = Field("auto", description="auto: last \\boxed{} / 'answer:' line / last line")
@@ -53,7 +54,7 @@ class AnswerParams(Params):
 
 
 class NumericParams(Params):
-    answer: float | int | str = Field(description="The gold number")
+    answer: bool | float | int | str = Field(description="The gold number")
     rel_tol: float = Field(1e-6, ge=0.0)
     abs_tol: float = Field(1e-9, ge=0.0)
     extract: Extract = "auto"
@@ -66,7 +67,7 @@ class RegexParams(Params):
 
 
 class MathParams(Params):
-    answer: str | int | float = Field(description="The gold answer, LaTeX or plain")
+    answer: bool | str | int | float = Field(description="The gold answer, LaTeX or plain")
 
 
 class CheckProgramParams(Params):

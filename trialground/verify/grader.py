@@ -16,7 +16,11 @@ become a silent 0: `Verdict.error` is set, and the rubric drops such a reward.
 - `math`: math-verify in a worker process; `exact` / `regex` / `numeric`: `kinds/answers.py`;
 - `check_program`: the task's check programs against the episode's files;
 - `swe_tests`: a repository task's FAIL_TO_PASS and PASS_TO_PASS tests on a pristine copy;
-- `judge`: the configured `Judge`, score >= params["threshold"] (default 0.5) passes.
+- `judge`: the configured `Judge`, score >= the params' `threshold` (default 0.5) passes.
+
+Each kind declares its params model once (`trialground.tasks.verifiers`); a task's params are validated into
+it when the task is made (`VerifierSpec.typed_params`), and the kind's function receives that typed object
+(`VerifyRequest.params`).
 """
 
 from __future__ import annotations
@@ -84,7 +88,9 @@ class Grader:
         """The verifier's decision with every flag attached; raises TrialgroundError on infrastructure
         failure (an unknown kind or bad params is a `TaskError`, kind `bad_task`)."""
         kind = lookup(task.verifier.kind)
-        params = kind.validate(task.verifier.params, where=f"task {task.id}: ")
+        params = task.verifier.typed_params  # validated once, when the task was made
+        if not isinstance(params, kind.params):  # the kind was registered again since
+            params = kind.validate(task.verifier.params, where=f"task {task.id}: ")
         request = VerifyRequest(task, submission, params, workspace=workspace, actions=tuple(actions))
         return await kind.function()(self, request)
 

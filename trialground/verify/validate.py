@@ -30,6 +30,14 @@ from rich.table import Table
 
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task
+from trialground.tasks.verifiers import (
+    CheckProgramParams,
+    CodeTestsParams,
+    MathParams,
+    NumericParams,
+    RegexParams,
+    SweTestsParams,
+)
 from trialground.verify.config import RewardConfig
 from trialground.verify.grader import Grader, make_grader
 from trialground.verify.kinds.answers import compile_pattern, parse_number
@@ -130,7 +138,8 @@ class Validator:
             n_tests = (
                 sum(len(test_names(src)) for src in task.hidden_checks.values()) if task.hidden_checks else 0
             )
-            expected = int(task.verifier.params.get("expected_tests", n_tests))
+            declared = task.verifier.params_as(CodeTestsParams).expected_tests
+            expected = n_tests if declared is None else declared
             if n_tests < self.min_tests:
                 problems.append(f"only {n_tests} hidden tests (< {self.min_tests})")
             if expected != n_tests:
@@ -138,8 +147,8 @@ class Validator:
         elif kind == "check_program":
             n_tests = len(task.hidden_checks)
         elif kind == "swe_tests":
-            params = task.verifier.params
-            n_tests = len(params.get("fail_to_pass", [])) + len(params.get("pass_to_pass", []))
+            swe = task.verifier.params_as(SweTestsParams)
+            n_tests = len(swe.fail_to_pass) + len(swe.pass_to_pass)
         flaky: list[str] = []
         if task.reference is None:
             problems.append("no reference solution")
@@ -183,37 +192,38 @@ class Validator:
         kind = task.verifier.kind
         if kind == "code_tests":
             functions = _functions(task.reference)
-            entry = task.verifier.params.get("entry_point")
+            entry = task.verifier.params_as(CodeTestsParams).entry_point
             if entry and entry not in functions:
-                functions.append(str(entry))
+                functions.append(entry)
             return hack_submissions(functions or ["solve"])
         if kind == "swe_tests":
             from trialground.tasks.swe.hostile import hostile_patches
 
             return hostile_patches(task)
         if kind == "check_program":
-            path = task.verifier.params.get("solution_path")
-            untouched = task.files.get(str(path), "") if path else ""
+            path = task.verifier.params_as(CheckProgramParams).solution_path
+            untouched = task.files.get(path, "") if path else ""
             return {"untouched_workspace": untouched, "empty": ""}
         return answer_trivia()
 
     def _static_problems(self, task: Task) -> list[str]:
-        params, kind = task.verifier.params, task.verifier.kind
-        if kind in ("exact", "numeric", "math") and "answer" not in params:
-            return ["no gold answer (params['answer'])"]
-        if kind == "numeric" and parse_number(str(params["answer"])) is None:
-            return [f"gold answer {params['answer']!r} is not a number"]
-        if kind == "regex":
+        # The params models already require every gold answer and both swe test lists.
+        kind, params = task.verifier.kind, task.verifier.typed_params
+        if (
+            kind == "numeric"
+            and isinstance(params, NumericParams)
+            and parse_number(str(params.answer)) is None
+        ):
+            return [f"gold answer {params.answer!r} is not a number"]
+        if kind == "regex" and isinstance(params, RegexParams):
             try:
-                compile_pattern(str(params.get("pattern", "")), str(params.get("flags", "")))
+                compile_pattern(params.pattern, params.flags)
             except ValueError as e:
                 return [f"regex does not compile (RE2 syntax): {e}"]
-        if kind == "math":  # the gold answer must parse and verify against itself
-            ok, detail = self.grader.math.call(str(params["answer"]), f"${params['answer']}$")
+        if kind == "math" and isinstance(params, MathParams):  # the gold must verify against itself
+            ok, detail = self.grader.math.call(str(params.answer), f"${params.answer}$")
             if not ok:
                 return [f"gold answer does not verify against itself: {detail}"]
-        if kind == "swe_tests" and not (params.get("fail_to_pass") and params.get("pass_to_pass")):
-            return ["needs at least one FAIL_TO_PASS and one PASS_TO_PASS test"]
         if kind in ("code_tests", "check_program", "swe_tests") and not task.hidden_checks:
             return ["no hidden checks"]
         return []

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from trialground.tasks.model import Task
 from trialground.tasks.swe.bundle import LAUNCHER
+from trialground.tasks.verifiers import SweTestsParams
 
 MAX_ISOLATED = 8
 # The agent's tools run every program with exactly these variables (`trialground.envs.tools`); so does
@@ -57,8 +58,8 @@ def _spread(tests: Sequence[str], parts: int) -> list[tuple[str, ...]]:
 
 def test_runs(task: Task) -> list[TestRun]:
     """The runs of `task` (see the module docstring), FAIL_TO_PASS first."""
-    f2p = [str(t) for t in task.verifier.params.get("fail_to_pass", [])]
-    p2p = [str(t) for t in task.verifier.params.get("pass_to_pass", [])]
+    params = task.verifier.params_as(SweTestsParams)
+    f2p, p2p = list(params.fail_to_pass), list(params.pass_to_pass)
     runs = [TestRun("fail_to_pass", group) for group in _spread(f2p, MAX_ISOLATED)] if f2p else []
     by_file: dict[str, list[str]] = {}
     for t in p2p:

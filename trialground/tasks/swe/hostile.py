@@ -14,6 +14,7 @@ import re
 from trialground.tasks.model import Task
 from trialground.tasks.swe.patch import make_patch
 from trialground.tasks.swe.paths import is_test_path
+from trialground.tasks.verifiers import SweTestsParams
 
 _NOOP_PLUGIN = (
     "import pytest\n\n\n@pytest.hookimpl(tryfirst=True)\ndef pytest_runtest_call(item):\n"
@@ -64,7 +65,7 @@ _REWRITE_TESTS = (
 def hostile_patches(task: Task) -> dict[str, str]:
     """{label: patch} (see the module docstring)."""
     files = task.files
-    f2p = [str(t) for t in task.verifier.params.get("fail_to_pass", [])]
+    f2p = task.verifier.params_as(SweTestsParams).fail_to_pass
     test_files = sorted({t.split("::", 1)[0] for t in f2p if t.split("::", 1)[0] in files})
     library = str(task.metadata.get("bug_path") or "")
     if library not in files:

@@ -1,4 +1,5 @@
-"""`reward.judge`: which judge (reward model) a run uses, and building it.
+"""`reward.judge`: which judge (reward model) a run uses, and building it, through the registry of judge
+kinds.
 
     reward:
       judge_sample_rate: 0.1             # share of rule-graded submissions also sent to the judge
@@ -12,94 +13,160 @@
         model: my-judge
         api_key_env: JUDGE_API_KEY       # the key is read from this environment variable, never the config
 
-`make_judge(config)` builds the `trialground.verify.judges.judge.Judge`; a path that is not a model
-directory, or an endpoint config without a model, is a `ConfigError` naming the field before the run starts.
+`kind` is a registered `JudgeKind` (`JUDGES`) or a plugin's dotted path `package.module:NAME`; every other
+field but `threshold` belongs to the kind and is validated by its own params model when the config loads
+(`JudgeConfig.params` is the typed object). `make_judge(config)` builds the
+`trialground.verify.judges.judge.Judge`; a path that is not a model directory, or a missing or misspelt
+field, is a `ConfigError` naming the field before the run starts.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from trialground.errors import ConfigError
+from trialground.registry import Registry, import_path
 from trialground.verify.judges.judge import Judge
 
 
-class JudgeConfig(BaseModel):
+class HFClassifierParams(BaseModel):
+    """`kind: hf_classifier`: a local Hugging Face sequence-classification model (needs the train extra)."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: Literal["hf_classifier", "openai"] = Field(
-        description="hf_classifier: a local Hugging Face sequence-classification model (needs the train "
-        "extra); openai: an OpenAI-compatible chat endpoint whose complete reply ends in a line "
-        "`SCORE: x` (x a decimal in [0, 1])"
-    )
-    path: str | None = Field(None, description="hf_classifier: the local model directory")
-    positive_label: int = Field(
-        1, ge=0, description="hf_classifier: the label whose probability is the score"
-    )
-    max_length: int = Field(512, ge=8, le=32_768, description="hf_classifier: tokens of prompt + submission")
-    base_url: str | None = Field(None, description="openai: the endpoint, e.g. http://127.0.0.1:8000/v1")
-    model: str | None = Field(None, description="openai: the model name sent with each request")
-    api_key_env: str | None = Field(None, description="openai: environment variable holding the API key")
+    path: str = Field(min_length=1, description="The local model directory")
+    positive_label: int = Field(1, ge=0, description="The label whose probability is the score")
+    max_length: int = Field(512, ge=8, le=32_768, description="Tokens of prompt + submission")
+
+
+class OpenAIJudgeParams(BaseModel):
+    """`kind: openai`: an OpenAI-compatible chat endpoint whose complete reply ends in a line `SCORE: x`
+    (x a decimal in [0, 1])."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    base_url: str = Field(min_length=1, description="The endpoint, e.g. http://127.0.0.1:8000/v1")
+    model: str = Field(min_length=1, description="The model name sent with each request")
+    api_key_env: str | None = Field(None, description="Environment variable holding the API key")
     timeout_s: float = Field(
-        60.0,
-        gt=0.0,
-        le=3600.0,
-        description="openai: deadline of the whole call (connect, retry and every byte of the reply)",
+        60.0, gt=0.0, le=3600.0, description="Deadline of the whole call (connect, retry and every byte)"
     )
-    max_tokens: int = Field(256, ge=1, le=32_768, description="openai: reply tokens")
+    max_tokens: int = Field(256, ge=1, le=32_768, description="Reply tokens")
     max_retries: int = Field(
         2,
         ge=0,
         le=10,
-        description="openai: retries after a connection error, a 429 or a 5xx, within timeout_s "
-        "(exponential backoff with jitter; Retry-After honoured)",
+        description="Retries after a connection error, a 429 or a 5xx, within timeout_s (exponential backoff "
+        "with jitter; Retry-After honoured)",
+    )
+
+
+JudgeBuild = Callable[[Any], Judge]
+
+
+@dataclass(frozen=True)
+class JudgeKind:
+    """A registered judge: `name` (what `reward.judge.kind` says), `params` (its typed settings), and
+    `build`, `(params) -> Judge` or its dotted path (resolved on first use)."""
+
+    name: str
+    params: type[BaseModel]
+    build: JudgeBuild | str
+    doc: str = ""
+    _resolved: list[JudgeBuild] = field(default_factory=list, repr=False, compare=False)
+
+    def function(self) -> JudgeBuild:
+        if not isinstance(self.build, str):
+            return self.build
+        if not self._resolved:
+            self._resolved.append(
+                import_path(self.build, what=f"judge kind {self.name!r}", error=ConfigError, kind="config")
+            )
+        return self._resolved[0]
+
+
+JUDGES: Registry[JudgeKind] = Registry("judge kind", JudgeKind, ConfigError, error_kind="config")
+
+
+class JudgeConfig(BaseModel):
+    """`reward.judge`: `kind`, `threshold`, and the kind's own fields (validated by its params model)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    kind: str = Field(
+        min_length=1,
+        description="hf_classifier: a local Hugging Face sequence-classification model (needs the train "
+        "extra; path, positive_label, max_length); openai: an OpenAI-compatible chat endpoint whose "
+        "complete reply ends in a line `SCORE: x` (base_url, model, api_key_env, timeout_s, max_tokens, "
+        "max_retries); or a plugin `package.module:NAME`",
     )
     threshold: float = Field(0.5, ge=0.0, le=1.0, description="A score at or above this counts as a pass")
+    _params: BaseModel | None = PrivateAttr(None)
 
     @model_validator(mode="after")
-    def _fields_of_kind(self) -> JudgeConfig:
-        if self.kind == "hf_classifier" and not self.path:
-            raise ValueError("reward.judge.path is required for kind hf_classifier (a local model directory)")
-        if self.kind == "openai" and (not self.base_url or not self.model):
-            raise ValueError("reward.judge.base_url and reward.judge.model are required for kind openai")
+    def _kind_params(self) -> JudgeConfig:
+        try:
+            kind = JUDGES.lookup(self.kind)
+            self._params = JUDGES.params(
+                kind.params, self.model_extra or {}, where=f"judge kind {kind.name!r} "
+            )
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
         return self
+
+    @property
+    def params(self) -> BaseModel:
+        """The kind's validated params (an instance of its params model)."""
+        assert self._params is not None
+        return self._params
 
 
 def make_judge(config: JudgeConfig | None) -> Judge | None:
     """The configured judge, or None. Raises `ConfigError` naming the field that is wrong."""
     if config is None:
         return None
-    if config.kind == "hf_classifier":
-        from trialground.verify.judges.judge import HFClassifierJudge
+    return JUDGES.lookup(config.kind).function()(config.params)
 
-        assert config.path is not None
-        path = Path(config.path).expanduser()
-        if not (path / "config.json").is_file():
-            raise ConfigError(
-                f"reward.judge.path: {config.path!r} is not a Hugging Face model directory (no config.json)"
-            )
-        return HFClassifierJudge(
-            str(path), positive_label=config.positive_label, max_length=config.max_length
+
+def _hf_classifier(params: HFClassifierParams) -> Judge:
+    from trialground.verify.judges.judge import HFClassifierJudge
+
+    path = Path(params.path).expanduser()
+    if not (path / "config.json").is_file():
+        raise ConfigError(
+            f"reward.judge.path: {params.path!r} is not a Hugging Face model directory (no config.json)"
         )
+    return HFClassifierJudge(str(path), positive_label=params.positive_label, max_length=params.max_length)
+
+
+def _openai(params: OpenAIJudgeParams) -> Judge:
     from trialground.verify.judges.judge import OpenAIJudge
 
-    assert config.base_url is not None and config.model is not None
     key = None
-    if config.api_key_env:
-        key = os.environ.get(config.api_key_env)
+    if params.api_key_env:
+        key = os.environ.get(params.api_key_env)
         if not key:
             raise ConfigError(
-                f"reward.judge.api_key_env: environment variable {config.api_key_env} is not set"
+                f"reward.judge.api_key_env: environment variable {params.api_key_env} is not set"
             )
     return OpenAIJudge(
-        config.base_url,
-        config.model,
+        params.base_url,
+        params.model,
         api_key=key,
-        timeout_s=config.timeout_s,
-        max_tokens=config.max_tokens,
-        max_retries=config.max_retries,
+        timeout_s=params.timeout_s,
+        max_tokens=params.max_tokens,
+        max_retries=params.max_retries,
     )
+
+
+for _kind in (
+    JudgeKind("hf_classifier", HFClassifierParams, _hf_classifier, "a local sequence-classification model"),
+    JudgeKind("openai", OpenAIJudgeParams, _openai, "an OpenAI-compatible chat endpoint"),
+):
+    JUDGES.register(_kind)

@@ -4,11 +4,12 @@ The answer is extracted from the completion (`extract_answer`), in this order:
 1. the content of the LAST `\\boxed{...}` (braces balanced);
 2. else the text after the LAST line starting with `Answer:` (case-insensitive; `Final answer:` too);
 3. else the whole completion, stripped.
-`params["extract"] = "whole"` skips 1-2. Never partial credit: the verdict is pass or fail.
+`extract: whole` skips 1-2. Never partial credit: the verdict is pass or fail.
 
-Params: exact: `answer` (str or list of accepted strings), `case_sensitive` (default False);
-regex: `pattern` (full match against the extracted answer), `flags` ("i", "s", "m");
-numeric: `answer` (number), `rel_tol` (default 1e-6), `abs_tol` (default 1e-9).
+Params (typed, with their defaults, in `trialground.tasks.verifiers`): exact `AnswerParams` (`answer`, a
+string or a list of accepted ones; `case_sensitive`), regex `RegexParams` (`pattern`, a full match against
+the extracted answer; `flags`, any of "i", "s", "m"), numeric `NumericParams` (`answer`; `rel_tol`,
+`abs_tol`). Each function takes the kind's validated params, by default the task's own.
 
 The submission controls the text these run on, on the host, so every step is linear in its length:
 `regex` patterns run on RE2 (no backtracking; RE2 syntax, so no back-references or look-around; its
@@ -28,6 +29,7 @@ import re2
 
 from trialground.errors import VerifierError
 from trialground.tasks.model import Task
+from trialground.tasks.verifiers import AnswerParams, NumericParams, RegexParams
 from trialground.verify.verdict import Verdict
 
 # Horizontal whitespace only before `answer`: a `\s*` there spans newlines, and is quadratic in them.
@@ -88,21 +90,12 @@ def parse_number(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _param(task: Task, name: str) -> Any:
-    if name not in task.verifier.params:
-        raise VerifierError(
-            f"task {task.id}: {task.verifier.kind} verifier needs params[{name!r}]", kind="bad_task"
-        )
-    return task.verifier.params[name]
-
-
-def verify_exact(task: Task, submission: str) -> Verdict:
-    cs = bool(task.verifier.params.get("case_sensitive", False))
-    gold = _param(task, "answer")
-    accepted = {normalise(str(g), case_sensitive=cs) for g in (gold if isinstance(gold, list) else [gold])}
-    got = normalise(
-        extract_answer(submission, task.verifier.params.get("extract", "auto")), case_sensitive=cs
-    )
+def verify_exact(task: Task, submission: str, params: AnswerParams | None = None) -> Verdict:
+    p = params or task.verifier.params_as(AnswerParams)
+    cs = p.case_sensitive
+    golds = p.answer if isinstance(p.answer, list) else [p.answer]
+    accepted = {normalise(str(g), case_sensitive=cs) for g in golds}
+    got = normalise(extract_answer(submission, p.extract), case_sensitive=cs)
     ok = got in accepted
     return Verdict(passed=ok, score=float(ok), detail=f"answer {got[:80]!r}: {'match' if ok else 'no match'}")
 
@@ -121,25 +114,25 @@ def compile_pattern(pattern: str, flags: str = "") -> Any:
         raise ValueError(detail) from e
 
 
-def verify_regex(task: Task, submission: str) -> Verdict:
+def verify_regex(task: Task, submission: str, params: RegexParams | None = None) -> Verdict:
+    p = params or task.verifier.params_as(RegexParams)
     try:
-        pattern = compile_pattern(str(_param(task, "pattern")), str(task.verifier.params.get("flags", "")))
+        pattern = compile_pattern(p.pattern, p.flags)
     except ValueError as e:
         raise VerifierError(f"task {task.id}: bad regex (RE2 syntax): {e}", kind="bad_task") from e
-    got = extract_answer(submission, task.verifier.params.get("extract", "auto"))
+    got = extract_answer(submission, p.extract)
     ok = pattern.fullmatch(got) is not None
     return Verdict(
         passed=ok, score=float(ok), detail=f"answer {got[:80]!r} {'matches' if ok else 'does not match'}"
     )
 
 
-def verify_numeric(task: Task, submission: str) -> Verdict:
-    gold = parse_number(str(_param(task, "answer")))
+def verify_numeric(task: Task, submission: str, params: NumericParams | None = None) -> Verdict:
+    p = params or task.verifier.params_as(NumericParams)
+    gold = parse_number(str(p.answer))
     if gold is None:
         raise VerifierError(f"task {task.id}: gold answer is not a number", kind="bad_task")
-    rel = float(task.verifier.params.get("rel_tol", 1e-6))
-    abs_tol = float(task.verifier.params.get("abs_tol", 1e-9))
-    got_text = extract_answer(submission, task.verifier.params.get("extract", "auto"))
+    got_text = extract_answer(submission, p.extract)
     got = parse_number(got_text)
-    ok = got is not None and math.isclose(got, gold, rel_tol=rel, abs_tol=abs_tol)
+    ok = got is not None and math.isclose(got, gold, rel_tol=p.rel_tol, abs_tol=p.abs_tol)
     return Verdict(passed=ok, score=float(ok), detail=f"answer {got_text[:60]!r} vs {gold:g}")

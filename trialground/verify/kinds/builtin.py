@@ -7,7 +7,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trialground.errors import VerifierError
-from trialground.tasks.verifiers import JudgeParams
+from trialground.tasks.verifiers import (
+    AnswerParams,
+    JudgeParams,
+    MathParams,
+    NumericParams,
+    RegexParams,
+)
 from trialground.verify.detectors.hacks import static_flags
 from trialground.verify.detectors.tamper import workspace_flags
 from trialground.verify.kinds.answers import verify_exact, verify_numeric, verify_regex
@@ -54,19 +60,23 @@ async def check_program(grader: Grader, req: VerifyRequest) -> Verdict:
 
 
 async def math(grader: Grader, req: VerifyRequest) -> Verdict:
-    return await verify_math(req.task, req.submission, grader.math)
+    assert isinstance(req.params, MathParams)
+    return await verify_math(req.task, req.submission, grader.math, req.params)
 
 
 async def exact(grader: Grader, req: VerifyRequest) -> Verdict:
-    return verify_exact(req.task, req.submission)
+    assert isinstance(req.params, AnswerParams)
+    return verify_exact(req.task, req.submission, req.params)
 
 
 async def regex(grader: Grader, req: VerifyRequest) -> Verdict:
-    return verify_regex(req.task, req.submission)
+    assert isinstance(req.params, RegexParams)
+    return verify_regex(req.task, req.submission, req.params)
 
 
 async def numeric(grader: Grader, req: VerifyRequest) -> Verdict:
-    return verify_numeric(req.task, req.submission)
+    assert isinstance(req.params, NumericParams)
+    return verify_numeric(req.task, req.submission, req.params)
 
 
 async def judge(grader: Grader, req: VerifyRequest) -> Verdict:

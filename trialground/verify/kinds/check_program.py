@@ -2,10 +2,11 @@
 
 After the episode, the agent's workspace is forked into a fresh sandbox (no process of the episode
 survives; see `Sandbox.fork`). Without an agent sandbox, a fresh sandbox is made from the task's files with
-the submission written to `params["solution_path"]` (when set). Each hidden check runs there: `*.py` with
+the submission written to the params' `solution_path` (when set). Each hidden check runs there: `*.py` with
 `python3 -I` (so workspace `sitecustomize.py`, `*.pth` files and `PYTHON*` variables have no effect), any
 other file with `bash`; the program text arrives over stdin and never exists on the sandbox's disk. A check
-passes when it exits 0; the task passes when every check passes. Params: `check_timeout_s` (optional).
+passes when it exits 0; the task passes when every check passes. Params: `CheckProgramParams`
+(`solution_path`, `check_timeout_s`: both optional).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from trialground.errors import VerifierError
 from trialground.sandbox.base import WORKSPACE, Sandbox, SandboxConfig
 from trialground.tasks.model import Task
+from trialground.tasks.verifiers import CheckProgramParams
 from trialground.verify.config import GradingConfig
 from trialground.verify.kinds.code_tests import Opener, default_opener
 from trialground.verify.verdict import TestResult, Verdict
@@ -32,14 +34,16 @@ class CheckProgramVerifier:
         if workspace is not None:
             return await workspace.fork()
         files: dict[str, str | bytes] = dict(task.files)
-        if "solution_path" in task.verifier.params:
-            files[str(task.verifier.params["solution_path"])] = submission
+        path = task.verifier.params_as(CheckProgramParams).solution_path
+        if path is not None:
+            files[path] = submission
         return await self.opener(self.sandbox_config, files)
 
     async def verify(self, task: Task, submission: str, *, workspace: Sandbox | None = None) -> Verdict:
         if not task.hidden_checks:
             raise VerifierError(f"task {task.id}: check_program needs hidden checks", kind="bad_task")
-        timeout = float(task.verifier.params.get("check_timeout_s", self.grading.check_timeout_s))
+        override = task.verifier.params_as(CheckProgramParams).check_timeout_s
+        timeout = self.grading.check_timeout_s if override is None else override
         limits = (task.limits or self.sandbox_config.limits).model_copy(update={"wall_s": timeout})
         results: list[TestResult] = []
         sandbox = await self._sandbox(task, submission, workspace)

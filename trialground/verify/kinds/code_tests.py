@@ -1,8 +1,8 @@
 """The `code_tests` verifier: hidden tests run after the episode in a fresh sandbox.
 
-Contract: the submission is a full Python module written to
-`params["solution_path"]` (default `solution.py`); hidden and visible checks are `test_*.py` files with
-`def test_*():` functions that import the solution; `params["expected_tests"]` hidden tests must actually run.
+Contract (params: `CodeTestsParams`, read from the task's validated params): the submission is a full Python
+module written to `solution_path`; hidden and visible checks are `test_*.py` files with `def test_*():`
+functions that import the solution; `expected_tests` hidden tests (default: every one) must actually run.
 
 How a grading goes:
 1. a fresh sandbox is opened holding only the task's untouched `files` and the solution (from the
@@ -50,17 +50,19 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from types import CodeType
-from typing import Any
+from typing import Any, TypeVar
 
 from trialground.errors import SandboxError, TrialgroundError, VerifierError
 from trialground.sandbox.base import WORKSPACE, ExecResult, Limits, Sandbox, SandboxConfig
 from trialground.sandbox.launch import reset
 from trialground.tasks.checks import test_function_names
 from trialground.tasks.model import Task
+from trialground.tasks.verifiers import CodeTestsParams
 from trialground.verify.config import GradingConfig
 from trialground.verify.kinds.submitted import UnreadableSubmission, read_submitted
 from trialground.verify.verdict import Flag, TestResult, Verdict
 
+T = TypeVar("T")
 Opener = Callable[[SandboxConfig, Mapping[str, str | bytes]], Awaitable[Sandbox]]
 
 # The runner arrives on stdin as a marshalled code object (no source compile in the sandbox); marshal
@@ -91,8 +93,13 @@ async def default_opener(config: SandboxConfig, files: Mapping[str, str | bytes]
     return await open_sandbox(config, files)
 
 
+def code_params(task: Task) -> CodeTestsParams:
+    """The task's validated `CodeTestsParams` (made once, when the task was)."""
+    return task.verifier.params_as(CodeTestsParams)
+
+
 def solution_path(task: Task) -> str:
-    return str(task.verifier.params.get("solution_path", "solution.py"))
+    return code_params(task).solution_path
 
 
 def _module_name(path: str) -> str:
@@ -260,8 +267,8 @@ def job_header(task: Task, grading: GradingConfig, token: str, *, visible: bool)
             - {_module_name(solution_path(task))}
         ),
         "solution_module": _module_name(solution_path(task)),
-        "strict_types": bool(task.verifier.params.get("strict_types", grading.strict_types)),
-        "test_timeout_s": float(task.verifier.params.get("test_timeout_s", grading.test_timeout_s)),
+        "strict_types": _or(code_params(task).strict_types, grading.strict_types),
+        "test_timeout_s": _or(code_params(task).test_timeout_s, grading.test_timeout_s),
         "total_timeout_s": grading.total_timeout_s,
     }
 
@@ -310,12 +317,12 @@ def parse_report(stdout: str, host_key: bytes) -> dict | None:
 
 
 async def solution_files(task: Task, submission: str, workspace: Sandbox | None) -> dict[str, str | bytes]:
-    """The files copied into the grading sandbox: the solution module (+ `params['solution_files']`).
+    """The files copied into the grading sandbox: the solution module (+ the params' `solution_files`).
     Raises `UnreadableSubmission` when one in the agent's workspace is not a readable regular file."""
     main = solution_path(task)
     if workspace is None:
         return {main: submission}
-    names = [main, *task.verifier.params.get("solution_files", [])]
+    names = [main, *code_params(task).solution_files]
     out: dict[str, str | bytes] = {}
     for name in names:
         data = await read_submitted(workspace, name)  # UnreadableSubmission: a FIFO, directory, ...
@@ -513,7 +520,7 @@ class CodeTestsVerifier:
             Flag(name=f[0], evidence=f[1], severity=f[2] if len(f) > 2 else "hack")
             for f in _unique(report["flags"])
         ]
-        expected = int(task.verifier.params.get("expected_tests", len(hidden)))
+        expected = _or(code_params(task).expected_tests, len(hidden))
         ran = [t for t in hidden if t.outcome != "missing"]
         passed_n = sum(1 for t in hidden if t.outcome == "passed")
         detail = f"{passed_n}/{max(expected, len(hidden))} hidden tests passed"
@@ -531,6 +538,11 @@ class CodeTestsVerifier:
             )
         score = passed_n / max(expected, len(hidden), 1)
         return Verdict(passed=passed, score=min(score, 1.0), tests=tests, flags=tuple(flags), detail=detail)
+
+
+def _or(override: T | None, default: T) -> T:
+    """A task's override (None: not set) or the run's default."""
+    return default if override is None else override
 
 
 def _check_task(task: Task) -> None:

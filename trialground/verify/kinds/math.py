@@ -4,7 +4,7 @@ math-verify's own timeouts are signal based and break in threads, so every call 
 of a dedicated worker process; a call that overruns `timeout_s` kills the worker (it is restarted on the
 next call) and the answer fails with `detail="timeout"`. One known false positive is blocked: math-verify
 judges the set `{1,2}` equal to the open interval `(1,2)`; answers whose structure differs (set vs
-interval vs tuple) never pay. Params: `answer` (gold, LaTeX or plain text).
+interval vs tuple) never pay. Params: `MathParams` (`answer`, gold, LaTeX or plain text).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 from trialground.errors import VerifierError
 from trialground.tasks.model import Task
+from trialground.tasks.verifiers import MathParams
 from trialground.verify.kinds.answers import last_boxed
 from trialground.verify.verdict import Verdict
 
@@ -115,9 +116,9 @@ def answer_text(completion: str) -> str:
     return f"${boxed}$" if boxed is not None else completion
 
 
-async def verify_math(task: Task, submission: str, worker: MathWorker) -> Verdict:
-    gold = task.verifier.params.get("answer")
-    if gold is None:
-        raise VerifierError(f"task {task.id}: math verifier needs params['answer']", kind="bad_task")
+async def verify_math(
+    task: Task, submission: str, worker: MathWorker, params: MathParams | None = None
+) -> Verdict:
+    gold = (params or task.verifier.params_as(MathParams)).answer
     ok, detail = await asyncio.to_thread(worker.call, str(gold), answer_text(submission))
     return Verdict(passed=ok, score=float(ok), detail=detail)

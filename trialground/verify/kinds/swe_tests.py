@@ -32,6 +32,7 @@ from trialground.errors import SandboxError, VerifierError
 from trialground.sandbox.base import WORKSPACE, ExecResult, ExecStatus, Limits, Sandbox, SandboxConfig
 from trialground.tasks.model import Task
 from trialground.tasks.swe.harness import TEST_ENV, TestRun, test_runs
+from trialground.tasks.verifiers import SweTestsParams
 from trialground.verify.config import GradingConfig
 from trialground.verify.verdict import Flag, TestResult, Verdict
 
@@ -61,14 +62,8 @@ class SweTestsVerifier:
         from trialground.tasks.swe.paths import classify, is_test_path
         from trialground.tasks.swe.repos import repo_files, repo_spec
 
-        params = task.verifier.params
-        f2p = [str(t) for t in params.get("fail_to_pass", [])]
-        p2p = [str(t) for t in params.get("pass_to_pass", [])]
-        if not f2p or not p2p or "repo" not in params:
-            raise VerifierError(
-                f"task {task.id}: swe_tests needs repo, fail_to_pass, pass_to_pass", kind="bad_task"
-            )
-        spec = repo_spec(str(params["repo"]))
+        params = task.verifier.params_as(SweTestsParams)
+        spec = repo_spec(params.repo)
         if workspace is not None:
             changes = await workspace_changes(task.files, workspace)
         else:
