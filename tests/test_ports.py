@@ -88,7 +88,8 @@ def test_a_port_in_use_is_a_one_line_error(name: str, taken_port: int, tmp_path:
         timeout=300,
         env={**os.environ, "COLUMNS": "80"},  # a narrow terminal must not wrap the line
     )
-    assert proc.returncode in (2, 3), (proc.returncode, proc.stdout, proc.stderr)
+    # docs/serving.md, Ports: a port in use ends the command with exit status 3 (an infrastructure failure)
+    assert proc.returncode == 3, (proc.returncode, proc.stdout, proc.stderr)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
