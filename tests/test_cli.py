@@ -233,3 +233,17 @@ def test_tasks_validate_answers_in_json_and_keeps_the_report_file(tmp_path: Path
     assert res.exit_code in (0, 1), res.output
     data = json.loads(res.stdout)  # stdout is the report and nothing else
     assert len(data["tasks"]) == 2 and data == json.loads(report.read_text())
+
+
+def test_eval_progress_counts_tasks_done_of_all(tmp_path: Path) -> None:
+    """`trialground eval` says how many held-out tasks there are (N/M), not only how many are done."""
+    small = [
+        "tasks.num_train=8", "tasks.num_eval=3", "policy.eval_sampling.max_new_tokens=8",
+        f"output_dir={tmp_path}",
+    ]  # fmt: skip
+    sets = [arg for kv in small for arg in ("--set", kv)]
+    env = {**os.environ, "COLUMNS": "120", "OMP_NUM_THREADS": "1"}
+    ev = _cli(["eval", str(QUICKSTART), *sets, "--json"], env=env)
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    assert "3/3 tasks" in ev.stderr, ev.stderr[-3000:]
+    assert "eval/pass@1" in json.loads(ev.stdout)  # stdout stays one JSON object
