@@ -25,7 +25,7 @@ from rich.table import Table
 from trialground.cli.common import EXIT_INFRA, EXIT_USAGE, STDIN, err_console, fail, load_tasks
 from trialground.errors import TaskError
 from trialground.sandbox.base import SandboxConfig
-from trialground.tasks.io import jsonl_rows
+from trialground.tasks.io import STDIN_NAME, jsonl_rows
 from trialground.tasks.model import Task
 from trialground.verify.config import RewardConfig
 from trialground.verify.grader import make_grader
@@ -121,7 +121,8 @@ def verify(
     rows = read_solutions(solutions)
     unknown = sorted({tid for tid, _ in rows if tid not in by_key})
     if unknown:
-        fail(f"{len(unknown)} unknown task id(s) in {solutions}: {', '.join(unknown[:5])}", EXIT_USAGE)
+        where = STDIN_NAME if str(solutions) == STDIN else solutions
+        fail(f"{len(unknown)} unknown task id(s) in {where}: {', '.join(unknown[:5])}", EXIT_USAGE)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err_console, transient=True) as progress:
         results = asyncio.run(grade_all(by_key, rows, concurrency, progress))
