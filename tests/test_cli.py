@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from trialground.cli import app
+from trialground.tasks.model import Task
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"
@@ -44,6 +47,10 @@ COMMANDS = [
     ["tasks", "show"],
     ["tasks", "export"],
     ["tasks", "validate"],
+    ["tasks", "from-failures"],
+    ["config", "validate"],
+    ["policy", "check-template"],
+    ["export"],
     ["sandbox"],
     ["sandbox", "run"],
     ["sandbox", "serve"],
@@ -134,3 +141,113 @@ def test_train_and_eval_show_progress_without_third_party_bars(tmp_path: Path) -
     ev = _cli(["eval", str(QUICKSTART), *sets[:-2]], env=env)
     assert ev.returncode == 0, ev.stderr
     assert "Loading weights" not in ev.stderr and "Traceback" not in ev.stderr
+
+
+# `--json` and `-` are uniform: every command that prints a result can print it as JSON on stdout, and
+# every command that reads an input file (or a task source) reads standard input for `-`.
+JSON_COMMANDS = [
+    ["config", "show"],
+    ["config", "validate"],
+    ["tasks", "list"],
+    ["tasks", "show"],
+    ["tasks", "validate"],
+    ["tasks", "from-failures"],
+    ["verify"],
+    ["eval"],
+    ["policy", "check-template"],
+    ["sandbox", "run"],
+]
+
+
+@pytest.mark.parametrize("command", JSON_COMMANDS, ids=" ".join)
+def test_every_reporting_command_takes_json(command: list[str]) -> None:
+    import typer
+
+    cmd: Any = typer.main.get_command(app)
+    for name in command:
+        cmd = cmd.commands[name]
+    flags = {opt for p in cmd.params for opt in p.opts}
+    assert "--json" in flags, (command, sorted(flags))
+
+
+def _math_tasks(tmp_path: Path, n: int) -> tuple[list[Task], str]:
+    from trialground.tasks.io import write_jsonl
+    from trialground.tasks.sources import load_source
+
+    tasks = load_source("math", n=n)
+    write_jsonl(tasks, tmp_path / "tasks.jsonl")
+    return tasks, (tmp_path / "tasks.jsonl").read_text()
+
+
+def test_tasks_list_and_show_read_a_task_file_on_stdin(tmp_path: Path) -> None:
+    tasks, text = _math_tasks(tmp_path, 3)
+    res = CliRunner().invoke(app, ["tasks", "list", "-", "--json"], input=text)
+    assert res.exit_code == 0, res.output
+    assert [json.loads(line)["id"] for line in res.stdout.splitlines()] == [t.id for t in tasks]
+    res = CliRunner().invoke(app, ["tasks", "show", "-", tasks[1].id, "--json"], input=text)
+    assert res.exit_code == 0, res.output
+    assert len(res.stdout.strip().splitlines()) == 1 and json.loads(res.stdout)["id"] == tasks[1].id
+    res = CliRunner().invoke(app, ["tasks", "list", "-"], input="not json\n")
+    assert res.exit_code == 2 and "<stdin>:1" in res.output
+
+
+def test_verify_reads_solutions_or_tasks_on_stdin(tmp_path: Path) -> None:
+    tasks, text = _math_tasks(tmp_path, 2)
+    gold = [t.reference or "" for t in tasks]
+    rows = "".join(
+        json.dumps({"task_id": t.id, "solution": s}) + "\n"
+        for t, s in zip(tasks, [gold[0], "nope"], strict=True)
+    )
+    res = CliRunner().invoke(
+        app, ["verify", str(tmp_path / "tasks.jsonl"), "--solutions", "-", "--json"], input=rows
+    )
+    assert res.exit_code == 0, res.output
+    assert [json.loads(line)["passed"] for line in res.stdout.splitlines()] == [True, False]
+    (tmp_path / "s.jsonl").write_text(rows)
+    res = CliRunner().invoke(
+        app, ["verify", "-", "--solutions", str(tmp_path / "s.jsonl"), "--json"], input=text
+    )
+    assert res.exit_code == 0, res.output
+    assert [json.loads(line)["passed"] for line in res.stdout.splitlines()] == [True, False]
+    res = CliRunner().invoke(app, ["verify", "-", "--solutions", "-"], input=text)
+    assert res.exit_code == 2 and "both be -" in res.output
+    res = CliRunner().invoke(app, ["verify", "math", "--solutions", "-"], input="{broken\n")
+    assert res.exit_code == 2 and "<stdin>:1" in res.output
+
+
+def test_tasks_from_failures_reads_stdin_and_answers_in_json(tmp_path: Path) -> None:
+    record = json.dumps({"prompt": "What is 6*7?", "answer": "42", "origin": "log"}) + "\n"
+    out = tmp_path / "online.jsonl"
+    res = CliRunner().invoke(app, ["tasks", "from-failures", "-", "--out", str(out), "--json"], input=record)
+    assert res.exit_code == 0, res.output
+    (row,) = [json.loads(line) for line in res.stdout.splitlines()]
+    assert row["origin"] == "log" and row["failure_record"] == 1 and row["id"] in out.read_text()
+    bad = json.dumps({"prompt": "p", "origin": "o"}) + "\n"
+    res = CliRunner().invoke(
+        app, ["tasks", "from-failures", "-", "--out", str(tmp_path / "x.jsonl")], input=bad
+    )
+    assert res.exit_code == 2 and "<stdin>:1" in res.output and not (tmp_path / "x.jsonl").exists()
+
+
+def test_tasks_validate_answers_in_json_and_keeps_the_report_file(tmp_path: Path) -> None:
+    _, text = _math_tasks(tmp_path, 2)
+    report = tmp_path / "report.json"
+    args = ["tasks", "validate", "-", "--runs", "1", "--json", "--json-report", str(report)]
+    res = CliRunner().invoke(app, args, input=text)
+    assert res.exit_code in (0, 1), res.output
+    data = json.loads(res.stdout)  # stdout is the report and nothing else
+    assert len(data["tasks"]) == 2 and data == json.loads(report.read_text())
+
+
+def test_eval_progress_counts_tasks_done_of_all(tmp_path: Path) -> None:
+    """`trialground eval` says how many held-out tasks there are (N/M), not only how many are done."""
+    small = [
+        "tasks.num_train=8", "tasks.num_eval=3", "policy.eval_sampling.max_new_tokens=8",
+        f"output_dir={tmp_path}",
+    ]  # fmt: skip
+    sets = [arg for kv in small for arg in ("--set", kv)]
+    env = {**os.environ, "COLUMNS": "120", "OMP_NUM_THREADS": "1"}
+    ev = _cli(["eval", str(QUICKSTART), *sets, "--json"], env=env)
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    assert "3/3 tasks" in ev.stderr, ev.stderr[-3000:]
+    assert "eval/pass@1" in json.loads(ev.stdout)  # stdout stays one JSON object

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -107,14 +108,28 @@ def test_config_validate_reads_stdin_and_answers_in_json(tmp_path: Path) -> None
     assert shown.returncode == 0 and json.loads(shown.stdout)["loop"]["steps"] == 3
 
 
-@pytest.mark.slow
-def test_train_with_a_missing_model_fails_at_once_and_the_fixed_command_runs(tmp_path: Path) -> None:
+def _train_with_a_missing_model(tmp_path: Path) -> None:
+    """Exit 2 at once (before any model or task loads: well under a minute even on a loaded machine), the
+    field named, no run directory left behind."""
     sets = _sets(*TINY, f"output_dir={tmp_path}", "name=first")
+    started = time.monotonic()
     bad = _cli("train", str(QUICKSTART), *sets, "--set", "policy.model=/nonexistent/model", cwd=tmp_path)
+    seconds = time.monotonic() - started
     assert bad.returncode == 2, bad.stderr
     assert "policy.model='/nonexistent/model': no such directory" in bad.stderr
     assert "Traceback" not in bad.stderr
-    assert not (tmp_path / "first").exists()
+    assert not (tmp_path / "first").exists() and not any(tmp_path.iterdir())
+    assert seconds < 60, f"the failed start took {seconds:.0f} s"
+
+
+def test_train_with_a_missing_model_fails_at_once(tmp_path: Path) -> None:
+    _train_with_a_missing_model(tmp_path)
+
+
+@pytest.mark.slow
+def test_train_with_a_missing_model_fails_at_once_and_the_fixed_command_runs(tmp_path: Path) -> None:
+    _train_with_a_missing_model(tmp_path)
+    sets = _sets(*TINY, f"output_dir={tmp_path}", "name=first")
     good = _cli("train", str(QUICKSTART), *sets, cwd=tmp_path)
     assert good.returncode == 0, good.stderr[-3000:]
     assert (tmp_path / "first" / "checkpoints" / "step_1" / "meta.json").is_file()

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import socket
 import sys
-from typing import NoReturn
+from typing import TYPE_CHECKING, Literal, NoReturn
 
 from rich.console import Console
 from rich.markup import escape
 
+if TYPE_CHECKING:
+    from trialground.tasks.model import Task
+
 err_console = Console(stderr=True)
+
+STDIN = "-"  # an input file or task source given as `-` is read from standard input
 
 EXIT_USAGE = 2
 EXIT_INFRA = 3
@@ -46,3 +51,18 @@ def listen_or_fail(host: str, port: int) -> socket.socket:
         return listen(host, port)
     except OSError as exc:
         fail(listen_error(host, port, exc), EXIT_INFRA)
+
+
+def load_tasks(
+    spec: str, *, seed: int = 0, n: int | None = None, split: Literal["train", "eval"] | None = None
+) -> list[Task]:
+    """The tasks of a source spec (`trialground.tasks.sources.load_source`), or with `-` the JSONL tasks on
+    standard input (cut to the first `n`, filtered by `split` as a task file is). Raises `TaskError`."""
+    if spec.strip() != STDIN:
+        from trialground.tasks.sources import load_source
+
+        return load_source(spec, seed=seed, n=n, split=split)
+    from trialground.tasks.io import read_jsonl
+
+    tasks = [t for t in read_jsonl(STDIN) if split is None or t.split == split]
+    return tasks[:n] if n is not None else tasks

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from trialground.cli.common import EXIT_USAGE, err_console, fail, listen_or_fail
+from trialground.cli.common import EXIT_USAGE, err_console, fail, listen_or_fail, load_tasks
 from trialground.errors import TaskError
 from trialground.ports import ENV_SERVE_PORT
 
@@ -17,7 +17,12 @@ app = typer.Typer(help="Environment servers.", no_args_is_help=True)
 
 @app.command("serve")
 def serve(
-    source: Annotated[str, typer.Argument(help="Task source (as `trialground tasks list` takes it)")],
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="Task source (as `trialground tasks list` takes it; - reads JSONL tasks on stdin)"
+        ),
+    ],
     seed: Annotated[int, typer.Option(help="Seed of generated sources")] = 0,
     n: Annotated[int | None, typer.Option("--n", "-n", help="Number of tasks")] = None,
     split: Annotated[str | None, typer.Option(help="train or eval (default: the source's)")] = None,
@@ -59,12 +64,10 @@ def serve(
         problems = sorted({f"{names.get(str(e['loc'][-1]), e['loc'][-1])}: {e['msg']}" for e in exc.errors()})
         fail(f"invalid option: {'; '.join(problems)}", EXIT_USAGE)
     sock = listen_or_fail(host, port)  # before the tasks load: a port in use fails at once
-    from trialground.tasks.sources import load_source
-
     chosen: Literal["train", "eval"] | None = split  # type: ignore[assignment]
     try:
         with err_console.status(f"loading {source} ..."):
-            tasks = load_source(source, seed=seed, n=n, split=chosen)
+            tasks = load_tasks(source, seed=seed, n=n, split=chosen)
     except TaskError as e:
         fail(str(e), EXIT_USAGE)
     if not tasks:

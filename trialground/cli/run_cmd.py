@@ -142,7 +142,9 @@ def _train(cfg: RunConfig, resume: Path | None) -> None:
 
 
 def evaluate(
-    config: Path = typer.Argument(..., help="YAML run configuration (its eval split is used)"),
+    config: Path = typer.Argument(
+        ..., help="YAML run configuration, its eval split is used (- reads standard input)"
+    ),
     overrides: list[str] = typer.Option([], "--set", help="Dotted override KEY=VALUE, repeatable"),
     checkpoint: Path | None = typer.Option(None, help="A checkpoints/step_N directory to evaluate"),
     samples: int = typer.Option(
@@ -161,18 +163,29 @@ def evaluate(
             f"--checkpoint {checkpoint}: no hf/ or adapter/ directory there "
             "(expected runs/<name>/checkpoints/step_N)"
         )
-    done_tasks = TextColumn("{task.completed} tasks done")
-    columns = (TextColumn("[bold]eval"), BarColumn(), done_tasks, TimeElapsedColumn())
+    columns = (
+        TextColumn("[bold]eval"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("tasks"),
+        TimeElapsedColumn(),
+    )
     try:
-        with Progress(*columns, console=console, transient=True) as bar:
+        # kept on screen when done (`eval ━━━ 128/128 tasks 0:01:02`), like train's line
+        with Progress(*columns, console=console, transient=False) as bar:
             task = bar.add_task("eval", total=None)  # the task count is known only once the sources are built
             done = [0]
+
+            def on_start(total: int) -> None:
+                bar.update(task, total=total)
 
             def on_task() -> None:
                 done[0] += 1
                 bar.update(task, completed=done[0])
 
-            metrics = asyncio.run(evaluate_run(cfg, checkpoint=checkpoint, samples=samples, on_task=on_task))
+            metrics = asyncio.run(
+                evaluate_run(cfg, checkpoint=checkpoint, samples=samples, on_task=on_task, on_start=on_start)
+            )
     except TrialgroundError as exc:
         fail(f"{exc.boundary} failure: {exc}", code=EXIT_INFRA)
     if as_json:

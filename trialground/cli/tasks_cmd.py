@@ -1,12 +1,14 @@
 """`trialground tasks list|show|export|validate SOURCE`.
 
 SOURCE is any spec `trialground.tasks.sources.load_source` accepts (codegen, humaneval,
-reasoning_gym:<dataset>, math, math:FILE, data, ops, FILE.jsonl, DIR). Bad input (unknown source, broken
-task file, unknown id) prints one clear line on stderr and exits 2.
+reasoning_gym:<dataset>, math, math:FILE, data, ops, FILE.jsonl, DIR), or `-`: JSONL tasks on standard
+input. Every command that prints a result takes `--json` (JSON on stdout, nothing else there). Bad
+input (unknown source, broken task file, unknown id) prints one clear line on stderr and exits 2.
 
 `validate` loads the tasks here and hands them to the verify component:
-`trialground.verify.validate.run_validation(tasks, *, source, runs, eval_tasks, eval_name, json_report)`
-prints its table, writes the JSON report and returns the exit status (0: every task valid).
+`trialground.verify.validate.run_validation(tasks, *, source, runs, eval_tasks, eval_name, json_report,
+as_json)` prints its table (or with `as_json` the report as JSON), writes the JSON report and returns the
+exit status (0: every task valid).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from trialground.cli.common import EXIT_USAGE, err_console, fail
+from trialground.cli.common import EXIT_USAGE, STDIN, err_console, fail, load_tasks
 from trialground.errors import TaskError
 from trialground.tasks.model import Task
 
@@ -30,7 +32,8 @@ SourceArg = Annotated[
     str,
     typer.Argument(
         help="codegen, humaneval, reasoning_gym:<name>, math[:FILE], hf:PATH[?MAPPING], data, ops, agent, "
-        "longctx, swe:<repo>, FILE.jsonl, DIR, or a plugin package.module:NAME[:ARG]"
+        "longctx, swe:<repo>, FILE.jsonl, DIR, a plugin package.module:NAME[:ARG], or - (JSONL tasks on "
+        "standard input)"
     ),
 ]
 SeedOpt = Annotated[int, typer.Option(help="Seed of generated sources")]
@@ -41,14 +44,12 @@ SplitOpt = Annotated[
 
 
 def _load(source: str, seed: int, n: int | None, split: str | None) -> list[Task]:
-    from trialground.tasks.sources import load_source
-
     if split not in (None, "train", "eval"):
         fail(f"--split must be train or eval, got {split!r}", EXIT_USAGE)
     chosen: Literal["train", "eval"] | None = split  # type: ignore[assignment]
     try:
         with err_console.status(f"loading {source} ..."):
-            return load_source(source, seed=seed, n=n, split=chosen)
+            return load_tasks(source, seed=seed, n=n, split=chosen)
     except TaskError as e:
         fail(str(e), EXIT_USAGE)
 
@@ -106,10 +107,13 @@ def show(
     seed: SeedOpt = 0,
     n: NOpt = None,
     split: SplitOpt = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="The task as one line of JSON (default: indented JSON)")
+    ] = False,
 ) -> None:
     """One task as JSON (every field, checks included)."""
     task = _find(_load(source, seed, n, split), task_id)
-    print(json.dumps(task.model_dump(mode="json"), indent=2, ensure_ascii=False))
+    print(json.dumps(task.model_dump(mode="json"), indent=None if as_json else 2, ensure_ascii=False))
 
 
 @app.command("export")
@@ -155,8 +159,13 @@ def export(
 
 @app.command("from-failures")
 def from_failures(
-    file: Annotated[Path, typer.Argument(help="JSONL of recorded failed interactions")],
+    file: Annotated[
+        Path, typer.Argument(help="JSONL of recorded failed interactions (- reads standard input)")
+    ],
     out: Annotated[Path, typer.Option("--out", "-o", help="FILE.jsonl to write the tasks to")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object per task (id, origin, failure_record) on stdout")
+    ] = False,
 ) -> None:
     """Turn recorded failed interactions into validated tasks with provenance (trialground.tasks.failures);
     a run puts them in its regression queue with --set 'tasks.regression_files=[OUT]'."""
@@ -174,7 +183,11 @@ def from_failures(
     except (OSError, TaskError) as e:
         fail(f"cannot write {out}: {e}", EXIT_USAGE)
     for t in tasks:
-        print(f"{t.id}\t{t.metadata.get('origin')}\tline {t.metadata.get('failure_record')}")
+        origin, line = t.metadata.get("origin"), t.metadata.get("failure_record")
+        if as_json:
+            print(json.dumps({"id": t.id, "origin": origin, "failure_record": line}))
+        else:
+            print(f"{t.id}\t{origin}\tline {line}")
     err_console.print(f"wrote {len(tasks)} tasks to {out}")
 
 
@@ -185,6 +198,9 @@ def validate(
     json_report: Annotated[
         Path | None, typer.Option("--json-report", help="Write the report as JSON here")
     ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the report as JSON on stdout instead of the table")
+    ] = False,
     eval_set: Annotated[
         str | None, typer.Option("--eval-set", help="Source to check overlap against")
     ] = None,
@@ -194,16 +210,23 @@ def validate(
 ) -> None:
     """Check every task: the reference passes N times identically, trivial and hack submissions fail,
     gold answers parse, enough tests; duplicates and eval-set overlap. Exit 1 when a task is invalid."""
+    if source.strip() == STDIN and eval_set is not None and eval_set.strip() == STDIN:
+        fail("SOURCE and --eval-set cannot both be - (standard input is read once)", EXIT_USAGE)
     tasks = _load(source, seed, n, split)
     # The eval split of the named set (generators make it on request); a set without one counts whole.
-    eval_tasks = (
-        (_load(eval_set, seed, None, "eval") or _load(eval_set, seed, None, None)) if eval_set else []
-    )
+    if not eval_set:
+        eval_tasks: list[Task] = []
+    elif eval_set.strip() == STDIN:  # read once: its eval tasks, else all of them
+        every = _load(eval_set, seed, None, None)
+        eval_tasks = [t for t in every if t.split == "eval"] or every
+    else:
+        eval_tasks = _load(eval_set, seed, None, "eval") or _load(eval_set, seed, None, None)
     try:
         from trialground.verify.validate import run_validation
     except ImportError as e:
         fail(f"`trialground tasks validate` is not built yet (trialground.verify.validate: {e})", EXIT_USAGE)
     code = run_validation(
-        tasks, source=source, runs=runs, eval_tasks=eval_tasks, eval_name=eval_set, json_report=json_report
-    )
+        tasks, source=source, runs=runs, eval_tasks=eval_tasks, eval_name=eval_set, json_report=json_report,
+        as_json=as_json,
+    )  # fmt: skip
     sys.exit(int(code))

@@ -1,6 +1,7 @@
 """`trialground verify TASKS --solutions SOLUTIONS.jsonl [--json] [--concurrency N]`.
 
-TASKS is any source spec (`humaneval`, `codegen`, `FILE.jsonl`, `DIR`, ...). Each solutions line is
+TASKS is any source spec (`humaneval`, `codegen`, `FILE.jsonl`, `DIR`, ...) or `-` (JSONL tasks on standard
+input); `--solutions -` reads the solutions from standard input (not both at once). Each solutions line is
 `{"task_id": ..., "solution": "<full program or answer text>"}`; `task_id` is a task's id or its
 `metadata.name` (e.g. `HumanEval/0`). Solutions are graded in parallel (at most `--concurrency` at once)
 with the real `Grader`. With `--json`, stdout gets exactly one JSON object per solutions line, in input
@@ -21,10 +22,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from trialground.cli.common import EXIT_INFRA, EXIT_USAGE, err_console, fail
+from trialground.cli.common import EXIT_INFRA, EXIT_USAGE, STDIN, err_console, fail, load_tasks
 from trialground.errors import TaskError
 from trialground.sandbox.base import SandboxConfig
-from trialground.tasks.io import jsonl_rows
+from trialground.tasks.io import STDIN_NAME, jsonl_rows
 from trialground.tasks.model import Task
 from trialground.verify.config import RewardConfig
 from trialground.verify.grader import make_grader
@@ -35,8 +36,9 @@ from trialground.verify.verdict import Verdict
 
 
 def read_solutions(path: Path) -> list[tuple[str, str]]:
-    """(task_id, solution) of every line; a bad line exits 2 naming the file and line."""
-    if not path.is_file():
+    """(task_id, solution) of every line (`-`: standard input); a bad line exits 2 naming the file and
+    line."""
+    if str(path) != STDIN and not path.is_file():
         fail(f"{path}: no such file", EXIT_USAGE)
     out: list[tuple[str, str]] = []
     try:
@@ -89,19 +91,25 @@ async def grade_all(
 
 def verify(
     tasks_spec: Annotated[
-        str, typer.Argument(metavar="TASKS", help="Task source: humaneval, FILE.jsonl, DIR, ...")
+        str,
+        typer.Argument(
+            metavar="TASKS",
+            help="Task source: humaneval, FILE.jsonl, DIR, ..., or - (JSONL on standard input)",
+        ),
     ],
-    solutions: Annotated[Path, typer.Option("--solutions", help="JSONL of {task_id, solution}")],
+    solutions: Annotated[
+        Path, typer.Option("--solutions", help="JSONL of {task_id, solution} (- reads standard input)")
+    ],
     as_json: Annotated[bool, typer.Option("--json", help="One JSON line per solution on stdout")] = False,
     concurrency: Annotated[int, typer.Option(min=1, max=256, help="Gradings at once")] = 4,
     seed: Annotated[int, typer.Option(help="Seed of generated sources")] = 0,
     n: Annotated[int | None, typer.Option("--n", "-n", help="Number of tasks of a generator")] = None,
 ) -> None:
     """Verify solutions against tasks: hidden tests, verifiers, hack detection and the composite reward."""
-    from trialground.tasks.sources import load_source
-
+    if tasks_spec.strip() == STDIN and str(solutions) == STDIN:
+        fail("TASKS and --solutions cannot both be - (standard input is read once)", EXIT_USAGE)
     try:
-        loaded = load_source(tasks_spec, seed=seed, n=n)
+        loaded = load_tasks(tasks_spec, seed=seed, n=n)
     except TaskError as e:
         fail(str(e), EXIT_USAGE)
     by_key: dict[str, Task] = {}
@@ -113,7 +121,8 @@ def verify(
     rows = read_solutions(solutions)
     unknown = sorted({tid for tid, _ in rows if tid not in by_key})
     if unknown:
-        fail(f"{len(unknown)} unknown task id(s) in {solutions}: {', '.join(unknown[:5])}", EXIT_USAGE)
+        where = STDIN_NAME if str(solutions) == STDIN else solutions
+        fail(f"{len(unknown)} unknown task id(s) in {where}: {', '.join(unknown[:5])}", EXIT_USAGE)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err_console, transient=True) as progress:
         results = asyncio.run(grade_all(by_key, rows, concurrency, progress))

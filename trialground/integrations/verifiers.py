@@ -47,7 +47,17 @@ def _task_id(info: Any) -> str:
 
 def _classic() -> Any:
     """verifiers with its classic API (0.2.1), or an ImportError pointing at the 0.4 taskset."""
-    import verifiers as vf
+    try:
+        import verifiers as vf
+    except ModuleNotFoundError as e:
+        if e.name != "verifiers":
+            raise
+        raise ModuleNotFoundError(
+            "trialground.integrations.verifiers needs the `verifiers` package (0.2.1, its classic API), not "
+            "installed: pip install 'verifiers==0.2.1'; or install 'trialground[verifiers]' (verifiers 0.4) "
+            "and use the taskset `trialground-verifiers` (docs/verifiers.md)",
+            name="verifiers",
+        ) from None
 
     if not hasattr(vf, "SingleTurnEnv"):
         raise ImportError(

@@ -26,13 +26,23 @@ import json
 from collections import OrderedDict
 from typing import Any, Literal
 
-import verifiers
-import verifiers.v1 as vf
 from pydantic import Field
 
 from trialground.integrations.grading import GradedCompletion, TaskGrading, resolve_tasks
 from trialground.sandbox.base import SandboxConfig
 from trialground.verify.config import RewardConfig
+
+try:
+    import verifiers
+except ModuleNotFoundError as _absent:
+    if _absent.name != "verifiers":
+        raise
+    raise ModuleNotFoundError(
+        "trialground.integrations.verifiers_v1 (the taskset `trialground-verifiers`) needs the `verifiers` "
+        "package, not installed: pip install 'trialground[verifiers]'",
+        name="verifiers",
+    ) from None
+import verifiers.v1 as vf
 
 __all__ = ["TrialgroundTaskset"]
 

@@ -16,11 +16,15 @@ async def evaluate_run(
     checkpoint: Path | None = None,
     samples: int = 1,
     on_task: Callable[[], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> dict[str, float]:
     """Greedy pass@1 (`eval/…`) and, when `samples > 1`, sampled pass@1 and pass@k (`eval_sampled/…`).
-    `on_task` is called as each task of each pass is done (`len(tasks)` times, twice with `samples > 1`)."""
+    `on_start` is called once the tasks are built, with how many `on_task` calls will follow; `on_task` is
+    called as each task of each pass is done (`len(tasks)` times, twice with `samples > 1`)."""
     w = build(config, None, train=False)
     try:
+        if on_start is not None:
+            on_start(len(w.eval_tasks) * (2 if samples > 1 else 1))
         if checkpoint is not None:  # its peft adapter on the run's base model, else its hf/ weights
             from trialground.policy.loading import base_model_dir
             from trialground.train.hf_checkpoint import checkpoint_weights

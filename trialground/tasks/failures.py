@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trialground.errors import TaskError
 from trialground.tasks.checks import test_function_names
+from trialground.tasks.io import STDIN_NAME
 from trialground.tasks.model import Task, VerifierSpec
 
 ORIGIN_KEY = "origin"
@@ -91,10 +93,16 @@ def _task(record: FailureRecord, line_no: int, sha: str) -> Task:
 
 
 def tasks_from_failures(path: str | Path) -> list[Task]:
-    """Every record of `path` as a validated task; raises `TaskError` naming the first bad line."""
+    """Every record of `path` (`-`: standard input) as a validated task; raises `TaskError` naming the
+    first bad line."""
     out: list[Task] = []
+    if str(path) == "-":
+        path = STDIN_NAME
+        read = sys.stdin.buffer.read
+    else:
+        read = Path(path).read_bytes
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        lines = read().decode("utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise TaskError(f"{path}: cannot read: {e}", kind="bad_file") from None
     for n, line in enumerate(lines, 1):

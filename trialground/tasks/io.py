@@ -23,6 +23,7 @@ at the wrong task.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -64,16 +65,20 @@ def task_from_dict(data: Any, where: str, *, check_id: bool = True) -> Task:
     return task
 
 
+STDIN_NAME = "<stdin>"  # how messages name standard input, read for the path `-`
+
+
 def jsonl_rows(path: str | Path) -> Iterator[tuple[str, int, Any]]:
-    """(`FILE:LINE`, line number, parsed value) of every non-blank line of a JSONL file, in order.
-    Raises `TaskError` naming the file (unreadable) or the file and line (not UTF-8, not JSON)."""
-    path = Path(path)
+    """(`FILE:LINE`, line number, parsed value) of every non-blank line of a JSONL file, in order; `-`
+    reads standard input (named `<stdin>`). Raises `TaskError` naming the file (unreadable) or the file
+    and line (not UTF-8, not JSON)."""
+    name = STDIN_NAME if str(path) == "-" else str(path)
     try:
-        raw = path.read_bytes()
+        raw = sys.stdin.buffer.read() if str(path) == "-" else Path(path).read_bytes()
     except OSError as e:
-        raise TaskError(f"{path}: cannot read: {e.strerror or e}", kind="unreadable") from e
+        raise TaskError(f"{name}: cannot read: {e.strerror or e}", kind="unreadable") from e
     for lineno, line in enumerate(raw.splitlines(), start=1):
-        where = f"{path}:{lineno}"
+        where = f"{name}:{lineno}"
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError as e:

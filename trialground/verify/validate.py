@@ -323,8 +323,10 @@ def run_validation(
     eval_name: str | None = None,
     json_report: Path | str | None = None,
     concurrency: int = 64,
+    as_json: bool = False,
 ) -> int:
-    """CLI entry point: validate, print the table (stdout), write the JSON report; 0 if all valid, else 1."""
+    """CLI entry point: validate, print the table (stdout; with `as_json` the report as JSON instead), write
+    the JSON report; 0 if all valid, else 1."""
     err = Console(stderr=True)
     with Progress(console=err, transient=True) as progress:
         report = asyncio.run(
@@ -333,7 +335,10 @@ def run_validation(
                 concurrency=concurrency, progress=progress,
             )
         )  # fmt: skip
-    print_report(report, Console(), all_rows=len(report.tasks) <= 50)
+    if as_json:
+        print(report.model_dump_json())
+    else:
+        print_report(report, Console(), all_rows=len(report.tasks) <= 50)
     if json_report is not None:
         Path(json_report).parent.mkdir(parents=True, exist_ok=True)
         Path(json_report).write_text(report.model_dump_json(indent=2))

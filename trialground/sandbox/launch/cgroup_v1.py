@@ -5,13 +5,13 @@ root. The sandbox's processes enter the group before they exec (see `spawn.py`),
 is ever outside it.
 
 Moving a process into a cgroup takes the kernel's global `cgroup_threadgroup_rwsem` for writing, which by
-default waits for an RCU grace period (2-35 ms measured on a 2-core host, most of a fresh sandbox's overhead).
-The kernel's `favordynmods` option (Linux >= 6.0) keeps that lock in the mode where writers do not wait (forks
-and exits then take a slightly slower shared path). It is a property of any cgroup hierarchy and acts
-machine-wide, so the first sandbox of a process mounts our own empty, controller-less v1 hierarchy with it
-(`favor_dynamic_moves`) rather than touching the system's mounts; the mount is kept, like the runtime view.
-`TRIALGROUND_SANDBOX_FAVORDYNMODS=0` leaves the kernel as it is; on a kernel without the option nothing
-changes but the cost."""
+default waits for an RCU grace period (milliseconds to tens of milliseconds per move: most of a fresh
+sandbox's overhead). The kernel's `favordynmods` option (Linux >= 6.0) keeps that lock in the mode where
+writers do not wait (forks and exits then take a slightly slower shared path). It is a property of any
+cgroup hierarchy and acts machine-wide, so the first sandbox of a process mounts our own empty,
+controller-less v1 hierarchy with it (`favor_dynamic_moves`) rather than touching the system's mounts; the
+mount is kept, like the runtime view. `TRIALGROUND_SANDBOX_FAVORDYNMODS=0` leaves the kernel as it is; on a
+kernel without the option nothing changes but the cost."""
 
 from __future__ import annotations
 
