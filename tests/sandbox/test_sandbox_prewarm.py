@@ -7,10 +7,11 @@ import os
 from pathlib import Path
 
 from trialground.sandbox import prewarm
-from trialground.sandbox.base import SandboxConfig
+from trialground.sandbox.base import Limits, SandboxConfig
 from trialground.sandbox.factory import open_sandbox
 
-CFG = SandboxConfig(prewarm=1)
+# a wall limit a machine at any load allows: what is asserted is what the commands print
+CFG = SandboxConfig(prewarm=1, limits=Limits(wall_s=300, cpu_s=60))
 
 
 def sandbox_processes() -> set[int]:
@@ -45,6 +46,7 @@ async def test_spares_are_fresh_and_only_made_for_repeated_configs() -> None:
     async with await open_sandbox(CFG, {"mine.txt": "3"}) as third:
         assert third is spare
         r = await third.exec("ls -A /workspace /tmp")
+        assert r.ok, r
         assert r.stdout.split() == ["/tmp:", "/workspace:", "mine.txt"]
 
 

@@ -33,8 +33,11 @@ class Server:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    app = create_app(TOKEN, max_sessions=3, idle_s=0.6, max_concurrent_execs=2)
+def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Server]:
+    # idle_s (the param, 0.6 s by default) reaps a session whose client went quiet; a test that holds
+    # sessions across several calls asks for more, so a busy machine's pauses do not reap them
+    idle_s = float(getattr(request, "param", 0.6))
+    app = create_app(TOKEN, max_sessions=3, idle_s=idle_s, max_concurrent_execs=2)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -93,6 +96,7 @@ async def test_remote_sandbox_full_interface(server: Server) -> None:
             await child.close()
 
 
+@pytest.mark.parametrize("server", [120.0], indirect=True)
 async def test_concurrent_sessions_and_session_limit(server: Server) -> None:
     boxes = await asyncio.gather(*(open_sandbox(server.config()) for _ in range(3)))
     try:
