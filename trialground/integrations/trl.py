@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from trialground.envs.base import EpisodeEnd, Observation
 from trialground.envs.config import EnvConfig
@@ -56,11 +56,10 @@ from trialground.policy.tiny import TINY_NAME
 from trialground.rollout.scoring import score_end
 from trialground.rollout.trajectory import CONTEXT_BUDGET
 from trialground.sandbox.base import SandboxConfig
-from trialground.tasks.model import Task
+from trialground.tasks.model import Split, Task
 from trialground.verify.config import RewardConfig
 from trialground.verify.judges.judge import Judge
 
-Split = Literal["train", "eval"]
 TASK_COLUMN = "task_id"
 
 

@@ -100,7 +100,7 @@ def _episode_metrics(trajs: Sequence[Trajectory], ok: Sequence[Trajectory]) -> d
         out["reward/process_mean"] = float(np.mean(process))
     if redundant:
         out["reward/redundant_actions_mean"] = float(np.mean([r for r, _ in redundant]))
-        solved = [r for r, t in redundant if t.reward is not None and t.reward.outcome > 0]
+        solved = [r for r, t in redundant if t.reward is not None and t.reward.solved]
         if solved:
             out["reward/redundant_per_solved"] = float(np.mean(solved))
     return out
