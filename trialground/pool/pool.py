@@ -162,6 +162,7 @@ class EnvPool:
         if self._maint is None:
             if self.needs_sandbox:
                 await self.backend.start()
+                self.backend.reserve(self._most_sandboxes(self._gate.limit))
             self._maint = asyncio.get_running_loop().create_task(self._maintenance())
 
     async def acquire(self, task: Task, *, timeout: float | None = None) -> Environment:
@@ -254,6 +255,8 @@ class EnvPool:
 
     def set_max_active(self, n: int) -> None:
         """Change the concurrency limit; raising it admits waiters at once, lowering it drains."""
+        if self.needs_sandbox and self._maint is not None and n > self._gate.limit:
+            self.backend.reserve(self._most_sandboxes(n))
         self._gate.resize(n)
 
     def observe_generation(self, seconds: float, concurrency: int) -> None:
@@ -281,8 +284,12 @@ class EnvPool:
             "pool/wait_p99_s": self._waits.quantile(0.99),
             "pool/create_s": self._create.mean(),
             "pool/restore_s": self._restore_s.mean(),
+            "pool/restore_p50_s": self._restore_s.quantile(0.5),
+            "pool/restore_p95_s": self._restore_s.quantile(0.95),
             "pool/restore_p99_s": self._restore_s.quantile(0.99),
             "pool/reseed_s": self._reseed_s.mean(),
+            "pool/reseed_p50_s": self._reseed_s.quantile(0.5),
+            "pool/reseed_p95_s": self._reseed_s.quantile(0.95),
             "pool/exec_s": self._exec.mean(),
             "pool/exec_p99_s": self._exec.quantile(0.99),
             "env/exec_s": self._exec.mean(),
@@ -320,6 +327,10 @@ class EnvPool:
         await self.backend.close()
 
     # --- capacity -----------------------------------------------------------------------------------
+
+    def _most_sandboxes(self, max_active: int) -> int:
+        """Sandboxes open at once at most, leased and idle (the few being closed fit in FDS_BASE)."""
+        return max_active + self.config.max_idle
 
     def _tick(self, start_ns: int) -> None:
         self._sched_ns += self._sched_clock() - start_ns
