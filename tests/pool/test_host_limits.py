@@ -26,10 +26,10 @@ from trialground.pool.sim import SimBackend
 class Recording(SimBackend):
     def __init__(self) -> None:
         super().__init__()
-        self.reserved: list[int] = []
+        self.reserved: list[tuple[int, int]] = []
 
-    def reserve(self, sandboxes: int) -> None:
-        self.reserved.append(sandboxes)
+    def reserve(self, leased: int, idle: int) -> None:
+        self.reserved.append((leased, idle))
 
 
 async def test_the_pool_reserves_room_for_its_most_sandboxes() -> None:
@@ -39,10 +39,10 @@ async def test_the_pool_reserves_room_for_its_most_sandboxes() -> None:
         backend=backend,
     )  # fmt: skip
     await pool.release(await pool.acquire(make_task(0)))
-    assert backend.reserved == [8]  # leased + idle
+    assert backend.reserved == [(3, 5)]  # leased, idle
     pool.set_max_active(10)
     pool.set_max_active(4)  # shrinking needs no room
-    assert backend.reserved == [8, 15]
+    assert backend.reserved == [(3, 5), (10, 5)]
     await pool.close()
 
 
@@ -67,11 +67,12 @@ def test_a_hard_limit_too_low_is_a_warning_and_a_clear_error() -> None:
         "from trialground.pool.backend import host_limit_error, reserve_open_files\n"
         "logging.basicConfig(level=logging.WARNING)\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (300, 300))\n"
+        "print(reserve_open_files(100, required=2))\n"  # 2 fit in 300: no warning
         "print(reserve_open_files(100))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
-    assert out.stdout.strip() == f"(300, {open_files_needed(100)})"
-    assert "may open 300 (RLIMIT_NOFILE hard limit)" in out.stderr and "ulimit -Hn" in out.stderr
+    assert out.stdout.split() == ["(300,", f"{open_files_needed(100)})"] * 2
+    assert out.stderr.count("may open 300 (RLIMIT_NOFILE hard limit)") == 1 and "ulimit -Hn" in out.stderr
 
     err = host_limit_error(OSError(errno.EMFILE, "Too many open files"))
     assert err is not None and err.kind == "host_limit" and "RLIMIT_NOFILE soft" in str(err)

@@ -1,15 +1,16 @@
 """Where the pool's sandboxes come from. One small interface; one module per backend.
 
 `SandboxBackend.create(task)` returns a sandbox whose workspace holds the task's files and visible checks
-(`trialground.envs.tool_env.workspace_files`). Failures raise `SandboxError`. `reserve(n)` is told how
-many sandboxes the pool may hold at once, so a backend can make room for them on the host.
+(`trialground.envs.tool_env.workspace_files`). Failures raise `SandboxError`. `reserve(leased, idle)` is
+told how many sandboxes the pool may lease and keep idle at once, so a backend can make room on the host.
 
 Open files: every sandbox of `LocalBackend` holds a few file descriptors in this process for as long as it
 is open (with the fork-server launcher 4: its request and reply pipes, its stderr pipe and a pidfd;
 `FDS_PER_SANDBOX` allows for more), so 1,024 of them need ~4,000 more than a bare process, over the
 1,024 soft `RLIMIT_NOFILE` most hosts start a process with. `reserve` raises the soft limit, never above
-the hard limit and never lowering it, when the pool's most sandboxes need more; where the hard limit is
-too low it logs a warning at once, and a sandbox that cannot be opened for lack of descriptors raises
+the hard limit and never lowering it, when the pool's most sandboxes (leased and idle) need more; where
+the hard limit is too low for the leased ones alone it logs a warning at once (`max_idle` is a cap, often
+set far above what a run keeps), and a sandbox that cannot be opened for lack of descriptors raises
 `SandboxError(kind="host_limit")` that names the limit and how to raise it.
 """
 
@@ -35,9 +36,10 @@ def open_files_needed(sandboxes: int) -> int:
     return FDS_BASE + FDS_PER_SANDBOX * max(0, sandboxes)
 
 
-def reserve_open_files(sandboxes: int) -> tuple[int, int]:
+def reserve_open_files(sandboxes: int, required: int | None = None) -> tuple[int, int]:
     """Raise this process's soft RLIMIT_NOFILE to fit `sandboxes` open sandboxes, as far as the hard limit
-    allows (never lowering it); returns (soft limit now, descriptors needed) and warns when short."""
+    allows (never lowering it); returns (soft limit now, descriptors needed) and warns when it does not fit
+    `required` of them (default: all)."""
     need = open_files_needed(sandboxes)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < need:
@@ -45,12 +47,14 @@ def reserve_open_files(sandboxes: int) -> tuple[int, int]:
         if new > soft:
             resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
             soft = new
-    if soft != resource.RLIM_INFINITY and soft < need:
+    must = need if required is None else open_files_needed(required)
+    if soft != resource.RLIM_INFINITY and soft < must:
         log.warning(
             "%d sandboxes at once need ~%d open files, but this process may open %d (RLIMIT_NOFILE hard "
             "limit): sandboxes beyond ~%d will fail; raise the hard limit (ulimit -Hn, systemd LimitNOFILE=, "
             "docker --ulimit nofile=) or lower the pool's max_active/max_idle",
-            sandboxes, need, soft, max(0, (soft - FDS_BASE) // FDS_PER_SANDBOX),
+            sandboxes if required is None else required, must, soft,
+            max(0, (soft - FDS_BASE) // FDS_PER_SANDBOX),
         )  # fmt: skip
     return soft, need
 
@@ -87,9 +91,9 @@ class SandboxBackend(abc.ABC):
         """Free backend resources. Sandboxes it created must already be closed."""
         return None
 
-    def reserve(self, sandboxes: int) -> None:
-        """Make room on the host for `sandboxes` open at once (called by the pool when it starts and when
-        its size changes)."""
+    def reserve(self, leased: int, idle: int) -> None:
+        """Make room on the host for `leased` + `idle` sandboxes open at once (called by the pool when it
+        starts and when it grows)."""
         return None
 
     def metrics(self) -> dict[str, float]:
@@ -123,9 +127,9 @@ class LocalBackend(SandboxBackend):
                 f"could not open a sandbox: {type(e).__name__}: {e}", kind="open_failed"
             ) from e
 
-    def reserve(self, sandboxes: int) -> None:
+    def reserve(self, leased: int, idle: int) -> None:
         if self.config.backend != "remote":  # remote sandboxes hold no descriptor here while idle
-            reserve_open_files(sandboxes)
+            reserve_open_files(leased + idle, required=leased)
 
     async def create(self, task: Task) -> Sandbox:
         return await self.open(workspace_files(task))

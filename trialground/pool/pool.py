@@ -162,7 +162,7 @@ class EnvPool:
         if self._maint is None:
             if self.needs_sandbox:
                 await self.backend.start()
-                self.backend.reserve(self._most_sandboxes(self._gate.limit))
+                self.backend.reserve(self._gate.limit, self.config.max_idle)
             self._maint = asyncio.get_running_loop().create_task(self._maintenance())
 
     async def acquire(self, task: Task, *, timeout: float | None = None) -> Environment:
@@ -256,7 +256,7 @@ class EnvPool:
     def set_max_active(self, n: int) -> None:
         """Change the concurrency limit; raising it admits waiters at once, lowering it drains."""
         if self.needs_sandbox and self._maint is not None and n > self._gate.limit:
-            self.backend.reserve(self._most_sandboxes(n))
+            self.backend.reserve(n, self.config.max_idle)
         self._gate.resize(n)
 
     def observe_generation(self, seconds: float, concurrency: int) -> None:
@@ -327,10 +327,6 @@ class EnvPool:
         await self.backend.close()
 
     # --- capacity -----------------------------------------------------------------------------------
-
-    def _most_sandboxes(self, max_active: int) -> int:
-        """Sandboxes open at once at most, leased and idle (the few being closed fit in FDS_BASE)."""
-        return max_active + self.config.max_idle
 
     def _tick(self, start_ns: int) -> None:
         self._sched_ns += self._sched_clock() - start_ns
