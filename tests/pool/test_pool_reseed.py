@@ -4,12 +4,15 @@ pool counts it."""
 
 from __future__ import annotations
 
+import asyncio
+
 from poolkit import NoGrader, make_task
 
 from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
 from trialground.envs.toolcalls import format_tool_call
 from trialground.pool import EnvPool, PoolConfig
+from trialground.pool.sim import SimBackend
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task, VerifierSpec
 
@@ -80,4 +83,50 @@ async def test_reseed_off_makes_a_new_sandbox() -> None:
         pass
     m = pool.metrics()
     assert m["pool/created"] == 2 and m["pool/reused"] == 0
+    await pool.close()
+
+
+async def _queued(pool: EnvPool, task: Task) -> asyncio.Task:  # type: ignore[type-arg]
+    waiter = asyncio.ensure_future(pool.acquire(task))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not waiter.done() and pool.queue_depth > 0
+    return waiter
+
+
+async def test_a_sandbox_someone_waits_for_is_not_reseeded_for_another_task() -> None:
+    """Capacity 1: B and then another A queue behind A's holder. When A's sandbox is parked, B (first in
+    line) gets a new sandbox; the A waiter gets A's sandbox warm, with no reseed at all. Reseeding it for B
+    would make the A waiter reseed yet another one back: under saturation with repeating tasks, every
+    acquire would pay a reseed inside its capacity unit (benchmarks/pool.py, utilisation)."""
+    pool = EnvPool(PoolConfig(max_active=1), env_config=TOOL, grader=NoGrader(), backend=SimBackend())
+    a, b = make_task(1), make_task(2)
+    env = await pool.acquire(a)
+    sandbox_a = env.sandbox  # type: ignore[attr-defined]
+    wait_b = await _queued(pool, b)
+    wait_a = await _queued(pool, a)
+    await pool.release(env)
+    env_b = await wait_b
+    assert env_b.sandbox is not sandbox_a  # type: ignore[attr-defined]
+    await pool.release(env_b)
+    env_a = await wait_a
+    assert env_a.sandbox is sandbox_a  # type: ignore[attr-defined]
+    await pool.release(env_a)
+    m = pool.metrics()
+    assert m["pool/reseeded"] == 0 and m["pool/created"] == 2 and m["pool/reused"] == 1
+    await pool.close()
+
+
+async def test_with_nobody_waiting_for_its_task_an_idle_sandbox_is_reseeded() -> None:
+    pool = EnvPool(PoolConfig(max_active=1), env_config=TOOL, grader=NoGrader(), backend=SimBackend())
+    a, b = make_task(1), make_task(2)
+    env = await pool.acquire(a)
+    sandbox_a = env.sandbox  # type: ignore[attr-defined]
+    wait_b = await _queued(pool, b)
+    await pool.release(env)
+    env_b = await wait_b
+    assert env_b.sandbox is sandbox_a  # type: ignore[attr-defined]
+    await pool.release(env_b)
+    m = pool.metrics()
+    assert m["pool/reseeded"] == 1 and m["pool/created"] == 1
     await pool.close()

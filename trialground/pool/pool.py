@@ -4,8 +4,9 @@ Contract:
 - ``env = await pool.acquire(task)`` waits for one of `max_active` capacity units (FIFO, at most
   `max_queue` waiters, each at most `acquire_timeout_s`), then hands out an environment whose sandbox holds
   the task's pristine workspace: a warm idle sandbox of that task restored from its snapshot (and
-  health-checked), else (with `reseed`) the least recently used idle sandbox of another task, restored,
-  emptied from inside and seeded with this task's files, else a new one. The caller then calls
+  health-checked), else (with `reseed`) the least recently used idle sandbox of another task that no
+  queued acquirer is waiting for, restored, emptied from inside and seeded with this task's files, else a
+  new one. The caller then calls
   ``env.reset(task)`` and runs the episode. `pool/reused` counts warm hand-outs, `pool/reseeded` those
   of them that changed task.
 - ``await pool.release(env)`` returns it. The sandbox goes back to the warm set unless the episode failed,
@@ -49,6 +50,8 @@ from trialground.tasks.model import Task
 EnvFactory = Callable[[Task, Sandbox | None, str | None, Callable[[float], None]], Environment]
 _HEALTH_LIMITS = Limits(wall_s=10.0, cpu_s=5.0)
 _EMPTY_WORKSPACE = ["find", WORKSPACE, "-mindepth", "1", "-delete"]
+# Idle sandboxes looked at (oldest first) for one to reseed whose task nobody waits for: keeps acquire O(1).
+_RESEED_SCAN = 8
 
 
 @dataclass(eq=False)
@@ -108,6 +111,7 @@ class EnvPool:
         self._leases: dict[int, _Lease] = {}  # id(env) -> lease
         self._lease_heap: list[tuple[float, int, int]] = []  # (deadline, seq, id(env)), lazily pruned
         self._ids = itertools.count()
+        self._wanted: dict[str, int] = {}  # task id -> acquirers queued for capacity
         self._sandboxes = 0
         self._bg: set[asyncio.Task[None]] = set()
         self._maint: asyncio.Task[None] | None = None
@@ -158,6 +162,7 @@ class EnvPool:
         if self._maint is None:
             if self.needs_sandbox:
                 await self.backend.start()
+                self.backend.reserve(self._gate.limit, self.config.max_idle)
             self._maint = asyncio.get_running_loop().create_task(self._maintenance())
 
     async def acquire(self, task: Task, *, timeout: float | None = None) -> Environment:
@@ -171,7 +176,17 @@ class EnvPool:
         granted = self._gate.try_acquire()
         self._tick(s0)
         if not granted:
-            await self._gate.wait(self.config.acquire_timeout_s if timeout is None else timeout)
+            # Queued acquirers are counted per task, so that the sandbox parked for this task meanwhile is
+            # kept for it rather than reseeded for another (see _take_slot).
+            wanted = self._wanted
+            wanted[task.id] = wanted.get(task.id, 0) + 1
+            try:
+                await self._gate.wait(self.config.acquire_timeout_s if timeout is None else timeout)
+            finally:
+                if (n := wanted[task.id] - 1) > 0:
+                    wanted[task.id] = n
+                else:
+                    del wanted[task.id]
         self._waits.add(loop.time() - t0)
         try:
             slot = await self._take_slot(task)
@@ -240,6 +255,8 @@ class EnvPool:
 
     def set_max_active(self, n: int) -> None:
         """Change the concurrency limit; raising it admits waiters at once, lowering it drains."""
+        if self.needs_sandbox and self._maint is not None and n > self._gate.limit:
+            self.backend.reserve(n, self.config.max_idle)
         self._gate.resize(n)
 
     def observe_generation(self, seconds: float, concurrency: int) -> None:
@@ -267,8 +284,12 @@ class EnvPool:
             "pool/wait_p99_s": self._waits.quantile(0.99),
             "pool/create_s": self._create.mean(),
             "pool/restore_s": self._restore_s.mean(),
+            "pool/restore_p50_s": self._restore_s.quantile(0.5),
+            "pool/restore_p95_s": self._restore_s.quantile(0.95),
             "pool/restore_p99_s": self._restore_s.quantile(0.99),
             "pool/reseed_s": self._reseed_s.mean(),
+            "pool/reseed_p50_s": self._reseed_s.quantile(0.5),
+            "pool/reseed_p95_s": self._reseed_s.quantile(0.95),
             "pool/exec_s": self._exec.mean(),
             "pool/exec_p99_s": self._exec.quantile(0.99),
             "env/exec_s": self._exec.mean(),
@@ -336,13 +357,23 @@ class EnvPool:
             if await self._restore(slot):
                 self._counts["reused"] += 1
                 return slot
-        while self.config.reseed and self._lru:
-            slot = self._pop_idle(next(iter(self._lru.values())))  # the idle one of another task used last
-            if await self._reseed(slot, task):
+        while self.config.reseed and (other := self._reseedable()) is not None:
+            self._pop_idle(other)
+            if await self._reseed(other, task):
                 self._counts["reused"] += 1
                 self._counts["reseeded"] += 1
-                return slot
+                return other
         return await self._create_slot(task)
+
+    def _reseedable(self) -> Slot | None:
+        """The least recently used idle sandbox whose task no queued acquirer waits for (among the oldest
+        few). A sandbox someone is queued for would be reseeded back for them a moment later: under
+        saturation with repeating tasks every acquire would then pay a reseed inside its capacity unit
+        instead of a warm restore, so such a sandbox stays and a new one is made instead."""
+        for slot in itertools.islice(self._lru.values(), _RESEED_SCAN):
+            if slot.task_id not in self._wanted:
+                return slot
+        return None
 
     async def _reseed(self, slot: Slot, task: Task) -> bool:
         """Turn a warm sandbox of another task into one for `task`: restored (its processes gone, /tmp and

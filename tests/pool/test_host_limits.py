@@ -1,0 +1,98 @@
+"""The pool makes room for its sandboxes' file descriptors (RLIMIT_NOFILE), and says clearly when the host
+limit is too low."""
+
+from __future__ import annotations
+
+import errno
+import resource
+import subprocess
+import sys
+
+import pytest
+from poolkit import NoGrader, make_task
+
+from trialground.envs.config import EnvConfig
+from trialground.pool import EnvPool, PoolConfig
+from trialground.pool.backend import (
+    FDS_BASE,
+    FDS_PER_SANDBOX,
+    host_limit_error,
+    open_files_needed,
+    reserve_open_files,
+)
+from trialground.pool.sim import SimBackend
+
+
+class Recording(SimBackend):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reserved: list[tuple[int, int]] = []
+
+    def reserve(self, leased: int, idle: int) -> None:
+        self.reserved.append((leased, idle))
+
+
+async def test_the_pool_reserves_room_for_its_most_sandboxes() -> None:
+    backend = Recording()
+    pool = EnvPool(
+        PoolConfig(max_active=3, max_idle=5), env_config=EnvConfig(kind="tool"), grader=NoGrader(),
+        backend=backend,
+    )  # fmt: skip
+    await pool.release(await pool.acquire(make_task(0)))
+    assert backend.reserved == [(3, 5)]  # leased, idle
+    pool.set_max_active(10)
+    pool.set_max_active(4)  # shrinking needs no room
+    assert backend.reserved == [(3, 5), (10, 5)]
+    await pool.close()
+
+
+def test_the_soft_limit_is_raised_to_what_the_sandboxes_need() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = open_files_needed(100)
+    assert need == FDS_BASE + 100 * FDS_PER_SANDBOX
+    if hard != resource.RLIM_INFINITY and hard < need:
+        pytest.skip(f"hard RLIMIT_NOFILE {hard} is below {need}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (FDS_BASE, hard))
+    try:
+        assert reserve_open_files(100) == (need, need)
+        assert resource.getrlimit(resource.RLIMIT_NOFILE) == (need, hard)
+        assert reserve_open_files(10)[0] == need  # never lowered
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_hard_limit_too_low_is_a_warning_and_a_clear_error() -> None:
+    code = (
+        "import errno, logging, resource\n"
+        "from trialground.pool.backend import host_limit_error, reserve_open_files\n"
+        "logging.basicConfig(level=logging.WARNING)\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (300, 300))\n"
+        "print(reserve_open_files(100, required=2))\n"  # 2 fit in 300: no warning
+        "print(reserve_open_files(100))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["(300,", f"{open_files_needed(100)})"] * 2
+    assert out.stderr.count("may open 300 (RLIMIT_NOFILE hard limit)") == 1 and "ulimit -Hn" in out.stderr
+
+    err = host_limit_error(OSError(errno.EMFILE, "Too many open files"))
+    assert err is not None and err.kind == "host_limit" and "RLIMIT_NOFILE soft" in str(err)
+    enfile = host_limit_error(OSError(errno.ENFILE, "Too many open files in system"))
+    assert enfile is not None and "fs.file-max" in str(enfile)
+    assert host_limit_error(OSError(errno.ENOENT, "missing")) is None
+
+
+async def test_local_backend_names_the_host_limit_when_out_of_descriptors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from trialground.errors import SandboxError
+    from trialground.pool.backend import LocalBackend
+    from trialground.sandbox import factory
+    from trialground.sandbox.base import SandboxConfig
+
+    async def out_of_fds(*args: object) -> None:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(factory, "open_sandbox", out_of_fds)
+    with pytest.raises(SandboxError) as e:
+        await LocalBackend(SandboxConfig()).create(make_task(0))
+    assert e.value.kind == "host_limit" and "ulimit -Hn" in str(e.value)

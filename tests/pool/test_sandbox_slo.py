@@ -1,0 +1,47 @@
+"""benchmarks/sandbox_slo.py at a tiny concurrency: every reported field is there, nothing failed, and a
+wrong tool output is counted as a failure (so the 0 is a measurement, not a default)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "sandbox_slo.py"
+
+
+@pytest.fixture(scope="module")
+def slo() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("sandbox_slo", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tiny_run_reports_every_field_and_no_failure(slo: ModuleType) -> None:
+    row = asyncio.run(slo.level(3, execs=2, timeout_s=120.0, wall_s=60.0))
+    assert set(slo.FIELDS) <= set(row)
+    assert row["failures"] == 0 and row["failure_rate"] == 0.0, row["failure_kinds"]
+    assert row["pool_errors"] == 0, row["pool_error_kinds"]
+    assert row["n"] == 3 and row["episodes"] == 6 and row["created"] == 3
+    for key in ("acquire_cold_p50_ms", "acquire_warm_p95_ms", "exec_p50_ms", "exec_p95_ms", "restore_p50_ms"):
+        assert math.isfinite(row[key]) and row[key] > 0, key
+    assert row["reseeded"] >= 1 and row["reseed_p50_ms"] > 0  # odd workers changed task
+    # the memory sample was taken while all 3 held a sandbox: this process, the fork server, 3 supervisors
+    assert row["processes"] >= 4 and row["pss_per_sandbox_mib"] > 0 and row["fds_self"] > 0
+    assert "| 3 | 6 | 0 |" in slo.table([row])
+
+
+def test_a_wrong_tool_output_is_a_failure(slo: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(slo, "probe", lambda k, e: ("echo nope", f"{k}:{e}"))
+    row = asyncio.run(slo.level(2, execs=1, timeout_s=120.0, wall_s=60.0))
+    assert row["failures"] == 4 and row["failure_rate"] == 1.0 and row["pool_errors"] == 0
+    assert row["failure_kinds"] == {"wrong_output": 4}
+    assert row["failure_examples"][0] == "[exit 0]\nnope"
