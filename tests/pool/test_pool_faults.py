@@ -16,6 +16,7 @@ from trialground.envs.tool_env import ToolEnv
 from trialground.envs.toolcalls import format_tool_call
 from trialground.pool import EnvPool, LocalBackend, PoolConfig
 from trialground.sandbox.base import Sandbox, SandboxConfig
+from trialground.sandbox.factory import open_sandbox
 from trialground.tasks.model import Task
 from trialground.verify.grader import make_grader
 
@@ -56,8 +57,11 @@ BASH = format_tool_call("bash", {"command": "echo alive"})
 
 def test_killed_sandbox_is_episode_error_others_go_on_nothing_leaks() -> None:
     """Run on its own loop, checked after the loop is gone (the sandbox layer's spares live as long as it)."""
-    before = child_pids()
     sandbox_config = SandboxConfig()
+    # The fork server's template lives as long as this process, whichever test starts it first: start it
+    # before counting, so what is counted is what the episodes leave.
+    asyncio.run(_open_and_close(sandbox_config))
+    before = child_pids()
     backend = RecordingBackend(sandbox_config)
     asyncio.run(episodes(sandbox_config, backend))
     assert len(backend.roots) == 4
@@ -65,6 +69,11 @@ def test_killed_sandbox_is_episode_error_others_go_on_nothing_leaks() -> None:
     assert not left, [Path(f"/proc/{p}/cmdline").read_bytes()[:200] for p in left]
     assert mounts_under(backend.roots) == []
     assert [r for r in backend.roots if r.exists()] == []
+
+
+async def _open_and_close(config: SandboxConfig) -> None:
+    async with await open_sandbox(config) as box:
+        assert (await box.exec(["true"])).ok
 
 
 async def episodes(sandbox_config: SandboxConfig, backend: RecordingBackend) -> None:
