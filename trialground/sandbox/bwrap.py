@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import marshal
 import os
 import shutil
 import signal
-import sys
 import time
 import typing
 import uuid
@@ -40,6 +38,7 @@ from trialground.sandbox import offload, prewarm
 from trialground.sandbox.base import WORKSPACE, Command, ExecResult, Limits, Sandbox, SandboxConfig
 from trialground.sandbox.beneath import read_limit
 from trialground.sandbox.launch import cgroup, forkserver, netns, reaping, reset, seccomp, teardown, views
+from trialground.sandbox.launch.boot import python_prefix, supervisor_payload
 from trialground.sandbox.launch.channel import ChannelClosed, Collected, collect, read_frame, send_request
 from trialground.sandbox.launch.forkserver import SandboxProcess
 from trialground.sandbox.launch.spawn import spawn_bwrap
@@ -53,46 +52,19 @@ SUPERVISOR_SLACK_BYTES = 32 << 20  # the supervisor's own memory, on top of the 
 # Processes in the sandbox's cgroup besides the command's: the supervisor, and bubblewrap's outer process
 # under its launcher (the fork server's intermediate stays outside the cgroup).
 SUPERVISOR_PIDS = {"bwrap": 2, "forkserver": 1}
-SUPERVISOR_SOURCE = (Path(__file__).parent / "launch" / "supervisor.py").read_text()
 # The supervisor's reset request at every restore: the scratch directories it empties, and the code that
 # does it and lists what is left (`reset.py`), compiled once by the supervisor.
 RESET_REQUEST = {"reset": {"dirs": ["/tmp", "/dev/shm"], "source": Path(reset.__file__).read_text()}}
-# The supervisor's code reaches it on its stdin, marshalled when the sandbox runs this very Python version
-# (skips compiling it at every start), as source otherwise. The bootstrap reads exactly that many bytes
-# (with `posix`: importing `os` would cost ~2 ms).
-_BOOT = (
-    "import posix,marshal\nb=b''\nwhile len(b)<{n}:\n c=posix.read(0,{n}-len(b))\n"
-    " if not c:raise SystemExit(1)\n b+=c\n"
-    "exec(marshal.loads(b) if {compiled} else compile(b,'supervisor.py','exec'),{{'__name__':'__main__'}})"
-)
-
-
-def supervisor_payload(config: SandboxConfig) -> tuple[str, bytes]:
-    """(bootstrap code for `python3 -c`, bytes to write to the supervisor's stdin right after start)."""
-    same = not config.rootfs and os.path.realpath(_python_prefix(config)) == os.path.realpath(sys.base_prefix)
-    key = "compiled" if same else "source"
-    if key not in _PAYLOADS:
-        code = compile(SUPERVISOR_SOURCE, "supervisor.py", "exec")
-        data = marshal.dumps(code) if same else SUPERVISOR_SOURCE.encode()
-        _PAYLOADS[key] = (_BOOT.format(n=len(data), compiled=same), data)
-    return _PAYLOADS[key]
-
-
-_PAYLOADS: dict[str, tuple[str, bytes]] = {}
 
 
 def bwrap_available() -> bool:
     return os.path.exists(BWRAP) and os.access(BWRAP, os.X_OK)
 
 
-def _python_prefix(config: SandboxConfig) -> str:
-    return config.python_prefix or sys.base_prefix
-
-
 def default_env(config: SandboxConfig) -> dict[str, str]:
     path = "/usr/local/bin:/usr/bin:/bin"
     if not config.rootfs:
-        path = f"{_python_prefix(config)}/bin:{path}"
+        path = f"{python_prefix(config)}/bin:{path}"
     return {"PATH": path, "HOME": WORKSPACE, "LANG": "C.UTF-8", "TMPDIR": "/tmp", "USER": "sandbox"}
 
 
@@ -119,7 +91,7 @@ def sandbox_views(config: SandboxConfig) -> list[tuple[str, str]]:
     else:
         etc = views.etc_view(views.ETC_FILES)
     shown = [(str(etc), "/etc")]
-    prefix = _python_prefix(config)
+    prefix = python_prefix(config)
     if not prefix.startswith("/usr/"):
         shown.append((views.runtime_source(prefix), prefix))
     for view in config.views:
@@ -166,7 +138,7 @@ def bwrap_argv(
     argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/"]
     argv += ["--seccomp", str(seccomp_fd)]
     argv += ["--clearenv", "--setenv", "PATH", default_env(config)["PATH"], "--setenv", "LANG", "C.UTF-8"]
-    python = "python3" if config.rootfs else f"{_python_prefix(config)}/bin/python3"
+    python = "python3" if config.rootfs else f"{python_prefix(config)}/bin/python3"
     return [*argv, "--", python, "-I", "-S", "-c", supervisor_payload(config)[0]]
 
 
@@ -310,7 +282,7 @@ class BwrapSandbox(Sandbox):
         if self.forked():
             # Cancelled half-way, the start leaves nothing behind itself (forkserver.start).
             self._proc = await forkserver.start(
-                python_prefix=_python_prefix(self.config),
+                python_prefix=python_prefix(self.config),
                 uid=self._uid,
                 workspace=self.workspace.ws,
                 views_=sandbox_views(self.config),
