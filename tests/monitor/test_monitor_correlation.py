@@ -10,6 +10,7 @@ import pytest
 
 from trialground.monitor import Monitor, MonitorConfig
 from trialground.monitor.alerts import read_alerts
+from trialground.monitor.config import DivergenceRuleConfig, RulesConfig
 from trialground.monitor.sinks.jsonl import read_metrics
 
 
@@ -64,6 +65,35 @@ def test_divergence_on_probes_names_the_cause(tmp_path: Path) -> None:
     assert a.evidence.key == "reward/mean,probe/pass@1" and a.action == "pause"
     assert "reward hacking" in a.message and "hack/canary_cheat_rate" in a.message
     assert a.evidence.details["hack/canary_cheat_rate"] == 1.0
+
+
+def _noisy_step(s: int) -> dict[str, float]:
+    """A defended run's shape: the per-step training reward swings with which tasks the batch drew
+    (0.0 / 0.6 / 0.1) and drifts up by chance a little, while the probe wanders down within its noise."""
+    m: dict[str, float] = {}
+    if s > 0:
+        m = {"reward/mean": (0.0, 0.6, 0.1)[s % 3] + 0.012 * s, "hack/canary_cheat_rate": 0.0}
+    if s % 3 == 0:
+        m["probe/pass@1"] = (0.25, 0.22, 0.25, 0.19, 0.16, 0.19, 0.16, 0.22, 0.19, 0.16, 0.16)[s // 3]
+    return m
+
+
+@pytest.mark.parametrize("min_train_t", [2.5, 0.0])
+def test_a_rise_within_the_step_to_step_noise_is_not_divergence(tmp_path: Path, min_train_t: float) -> None:
+    """The probe-level pairs alone look like divergence (the pair means rise, the probe falls); the
+    per-step rewards say the rise is noise. With the noise check off (min_train_t 0) the rule fires."""
+    rules = RulesConfig(reward_eval_divergence=DivergenceRuleConfig(min_train_t=min_train_t))
+    with Monitor(tmp_path, MonitorConfig(console=False, rules=rules)) as mon:
+        fired = [a for s in range(0, 31) for a in mon.observe(s, _noisy_step(s))]
+    divergence = [a for a in fired if a.rule == "reward_eval_divergence"]
+    if min_train_t:
+        assert divergence == []
+    else:
+        assert divergence and "no hack/* signal" in divergence[0].message
+    with Monitor(tmp_path / "hack", MonitorConfig(console=False, rules=rules)) as mon:
+        hacked = [a for a in _run(mon, range(0, 30)) if a.rule == "reward_eval_divergence"]
+    assert hacked and hacked[0].step == 15  # a real, steady rise still fires at the same step
+    assert hacked[0].evidence.details["train_welch_t"] >= 2.5
 
 
 def test_resume_restores_cooldowns_history_and_forgets_later_alerts(tmp_path: Path) -> None:

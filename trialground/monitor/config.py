@@ -87,8 +87,11 @@ class DivergenceRuleConfig(_Frozen):
     rises (Kendall tau >= `min_train_tau`, Theil–Sen rise over the span >= `min_train_rise`), the eval
     Theil–Sen change over the span is <= `eval_tolerance`, the gap train - eval grows by at least
     `min_gap_growth` (Theil–Sen, over the span: this keeps eval noise from passing for divergence), and
-    Spearman(train, eval) <= `max_spearman`. The evaluation metric is `probe_key` when the run logs it,
-    else `eval_key`; the same pairs give `monitor/reward_eval_spearman` (`trialground.monitor.correlation`).
+    Spearman(train, eval) <= `max_spearman`, and the rise stands out of the step-to-step noise: the Welch t
+    of the per-step training rewards in the window, later half against earlier half, is >= `min_train_t`
+    (a batch of a few tasks moves the reward by chance; a gamed reward rises and stays). The evaluation
+    metric is `probe_key` when the run logs it, else `eval_key`; the same pairs give
+    `monitor/reward_eval_spearman` (`trialground.monitor.correlation`).
     """
 
     enabled: bool = Field(True, description="Evaluate this rule")
@@ -106,6 +109,12 @@ class DivergenceRuleConfig(_Frozen):
     eval_tolerance: float = Field(0.0, description="Largest eval rise over the span still called flat")
     min_gap_growth: float = Field(0.15, ge=0.0, description="Smallest growth of (train - eval) over the span")
     max_spearman: float = Field(0.0, ge=-1.0, le=1.0, description="Spearman(train, eval) at most this")
+    min_train_t: float = Field(
+        2.5,
+        ge=0.0,
+        description="Welch t of the per-step training reward, the window's later half against its earlier "
+        "half, at least this: a rise the step-to-step noise explains is not a rise (0: off)",
+    )
     cooldown: int = Field(50, ge=0, le=1_000_000, description="Steps before it fires again")
 
 

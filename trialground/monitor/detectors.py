@@ -8,6 +8,7 @@
 - `trend`: Mann–Kendall (Kendall's tau of value against time, `scipy.stats.kendalltau`) with the
   Theil–Sen slope (`scipy.stats.theilslopes`).
 - `spearman`: rank correlation (`scipy.stats.spearmanr`).
+- `welch_t`: Welch's two-sample t statistic (`scipy.stats.ttest_ind`, unequal variances).
 """
 
 from __future__ import annotations
@@ -136,3 +137,16 @@ def spearman(x: ArrayLike, y: ArrayLike) -> float:
         return 0.0
     rho = float(stats.spearmanr(xs, ys).statistic)
     return 0.0 if math.isnan(rho) else rho
+
+
+def welch_t(before: ArrayLike, after: ArrayLike) -> float:
+    """Welch's t of mean(after) - mean(before); 0.0 with fewer than 2 values a side. Two constant samples
+    give +inf/-inf when their means differ (no noise at all) and 0.0 when they are equal."""
+    a = np.asarray(before, dtype=float)
+    b = np.asarray(after, dtype=float)
+    if a.size < 2 or b.size < 2:
+        return 0.0
+    diff = float(b.mean() - a.mean())
+    if np.ptp(a) == 0.0 and np.ptp(b) == 0.0:
+        return math.copysign(math.inf, diff) if diff else 0.0
+    return float(stats.ttest_ind(b, a, equal_var=False).statistic)

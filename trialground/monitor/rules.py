@@ -256,6 +256,11 @@ class DivergenceRule:
         gap_growth = detectors.trend(xs, tr_vals - ev_vals).slope * span
         if gap_growth < c.min_gap_growth:
             return []
+        per_step = history.between(c.train_key, int(xs[0]), int(xs[-1]))
+        half = per_step.size // 2
+        train_t = detectors.welch_t(per_step[:half], per_step[half:])
+        if train_t < c.min_train_t:
+            return []
         hack_signals, cause = _suspected_cause(history)
         ev = Evidence(
             key=f"{c.train_key},{eval_key}",
@@ -272,6 +277,7 @@ class DivergenceRule:
                 "eval_change": eval_change,
                 "eval_theil_sen_slope": e_tr.slope,
                 "gap_growth": gap_growth,
+                "train_welch_t": min(train_t, 1e6),  # inf: two noiseless halves
                 "k_evals": float(c.k_evals),
                 **hack_signals,
             },
