@@ -192,9 +192,9 @@ class ToolEnv(Environment, Forkable):
         self._toolbox = Toolbox(self.sandbox, task, limits, self.config.python)
         digest = await self._toolbox.workspace_digest() if self.config.workspace_digest else None
         if self.config.visible_check_hashes and task.visible_checks:
-            start = await self._check_hashes()
-            if start is not None and all(h is not None for h in start.values()):
-                self.state.checks_start = {p: h for p, h in start.items() if h is not None}
+            hashes = await self._check_hashes()
+            if hashes is not None and all(h is not None for h in hashes.values()):
+                self.state.checks_start = {p: h for p, h in hashes.items() if h is not None}
         fmt: ToolFormat = "xml" if self.config.tool_format == "xml" else "json_tags"
         example = format_tool_call("bash", {"command": "ls"}, fmt)
         text = (
