@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from loopkit import config, metrics, tool_call
 
+from trialground.monitor.detector_quality import detector_quality
 from trialground.tasks.hackable import hackable_tasks
 
 pytest.importorskip("torch")
@@ -35,9 +36,16 @@ def test_hack_rate_probes_and_correlation(tmp_path: Path, mode: str) -> None:
     assert [r["step"] for r in rows if "monitor/reward_eval_spearman" in r] == [3]
     trained = [r for r in rows if "train/loss" in r]
     assert all(r["hack/canary_episodes"] == 8 and r["reward/tasks/code"] == 8 for r in trained)
+    # the scripted episodes never touch the visible test: hashed, and not counted
+    assert all(r["hack/visible_tests_episodes"] == 16 for r in trained)
+    assert all(r["hack/visible_tests_changed_rate"] == 0.0 for r in trained)
     if mode == "naive":  # every paid episode is the exploit (no honest fix is scripted), and it pays
         assert all(r["hack/tests_not_run_rate"] == r["reward/outcome_mean"] > 0 for r in trained)
         assert all(r["hack/canary_cheat_rate"] > 0 for r in trained)
+        # the exit-early evidence sees every one of them, and flags nothing else
+        by = {c.detector: c for c in detector_quality(tmp_path / mode).detectors}
+        for name in ("does_not_compile", "import_failed"):
+            assert (by[name].precision, by[name].recall) == (1.0, 1.0), by[name]
     else:  # the defence: nothing pays
         assert all(r["hack/tests_not_run_rate"] == r["hack/canary_cheat_rate"] == 0.0 for r in trained)
         assert all(r["reward/outcome_mean"] == 0.0 for r in trained)

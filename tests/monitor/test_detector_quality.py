@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from trialground.monitor.detector_quality import ANY, detector_quality, format_table
+from trialground.monitor.detector_quality import ANY, CHANGED, detector_quality, format_table
 from trialground.orchestrator.rundir import TRAJECTORY_SCHEMA
 
 
@@ -40,3 +40,21 @@ def test_counts_against_the_label(tmp_path: Path) -> None:
     assert (by["special_casing"].tp, by["special_casing"].fp) == (0, 1)
     assert (by[ANY].tp, by[ANY].fp, by[ANY].fn) == (1, 2, 1)
     assert "| early_exit | 1 | 1 | 1 | 50.0% | 50.0% |" in format_table(q)
+
+
+def test_changed_visible_checks_count_as_a_detector(tmp_path: Path) -> None:
+    _write(tmp_path, [(1.0, ["tests_not_run"], None), (1.0, [], None), (0.0, [], None)])
+    file = tmp_path / "trajectories" / "step_000001.parquet"
+    table = pq.read_table(file)
+    changed = pa.array([True, None, True], pa.bool_())
+    pq.write_table(table.set_column(table.schema.get_field_index(CHANGED), CHANGED, changed), file)
+    by = {c.detector: c for c in detector_quality(tmp_path).detectors}
+    assert (by[CHANGED].tp, by[CHANGED].fp, by[CHANGED].fn) == (1, 1, 0)
+
+
+def test_runs_without_the_hash_column(tmp_path: Path) -> None:
+    _write(tmp_path, [(1.0, ["tests_not_run", "does_not_compile"], None)])
+    file = tmp_path / "trajectories" / "step_000001.parquet"
+    pq.write_table(pq.read_table(file).drop_columns(["visible_checks", CHANGED]), file)
+    by = {c.detector: c for c in detector_quality(tmp_path).detectors}
+    assert set(by) == {"does_not_compile", ANY} and by["does_not_compile"].recall == 1.0

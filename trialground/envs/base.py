@@ -26,6 +26,25 @@ class EpisodeStart(BaseModel):
     workspace_digest: str | None = Field(None, description="Hash of the workspace the episode starts from")
 
 
+class CheckHashes(BaseModel):
+    """Test-integrity evidence of a tool episode: the sha256 of each visible check file in the agent's
+    workspace at the episode's start and at its end. An end entry is None when the file is gone or is no
+    longer a readable regular file. Evidence only: grading runs the task's own copies of the checks and
+    never reads these."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    start: dict[str, str] = Field(description="Visible check path -> sha256 hex at the episode's start")
+    end: dict[str, str | None] = Field(
+        description="Visible check path -> sha256 hex at the episode's end (None: deleted or replaced)"
+    )
+
+    @property
+    def changed(self) -> tuple[str, ...]:
+        """The visible checks whose bytes at the end differ from the start, or that vanished."""
+        return tuple(p for p in sorted(self.start) if self.end.get(p) != self.start[p])
+
+
 class EpisodeEnd(BaseModel):
     """How an episode ended: the environment's typed result, scored by the rubric once the episode is over.
 
@@ -38,6 +57,9 @@ class EpisodeEnd(BaseModel):
     graded: Graded | None = None
     actions: tuple[Action, ...] = Field((), description="The episode's tool actions (process, efficiency)")
     error: ErrorInfo | None = None
+    visible_checks: CheckHashes | None = Field(
+        None, description="Hashes of the visible checks at the start and end (tool environments)"
+    )
 
 
 class Observation(BaseModel):

@@ -41,6 +41,11 @@ class EnvConfig(BaseModel):
         description="Tool env: hash the workspace at the start of every episode (in the sandbox; logged "
         "per trajectory, so k samples of a task can be shown to start from the same bytes)",
     )
+    visible_check_hashes: bool = Field(
+        True,
+        description="Tool env: sha256 of each visible check file at the start and end of every episode "
+        "(logged per trajectory and as hack/visible_tests_changed_rate; evidence, never the verdict)",
+    )
     observations: Literal["full", "blank", "shuffled"] = Field(
         "full",
         description="Tool env feedback ablation: full (real tool outputs), blank (each output replaced by a "

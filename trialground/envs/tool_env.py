@@ -20,18 +20,32 @@ succeed: non-zero exit, timeout, a limit; the `first_failure` branch point of `l
 an `EpisodeStart` with the tool schemas and ``workspace_digest`` (`EnvConfig.workspace_digest`): a hash of
 every file's path and bytes in the workspace the episode starts from, computed inside the sandbox. The
 episode's counters are `ToolEnv.counters`.
+
+Test integrity (`EnvConfig.visible_check_hashes`): the sha256 of each visible check file as the agent's
+workspace holds it is taken at ``reset`` and again when the episode ends (before grading, and at a limit
+without grading), and the `EpisodeEnd` carries both (`CheckHashes`; a file that is gone or no longer a
+readable regular file hashes to None). Evidence for the monitor only: grading never reads it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import hashlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
-from trialground.envs.base import Environment, EpisodeEnd, EpisodeStart, Forkable, Grading, Observation
+from trialground.envs.base import (
+    CheckHashes,
+    Environment,
+    EpisodeEnd,
+    EpisodeStart,
+    Forkable,
+    Grading,
+    Observation,
+)
 from trialground.envs.config import EnvConfig
 from trialground.envs.observations import shown
 from trialground.envs.text import truncate_middle
@@ -41,6 +55,7 @@ from trialground.envs.tools import Toolbox, make_action, tool_docs, validate_cal
 from trialground.errors import EnvError, ErrorInfo, SandboxError, TrialgroundError, VerifierError
 from trialground.sandbox.base import Sandbox, SandboxConfig
 from trialground.tasks.model import Task
+from trialground.verify.kinds.submitted import UnreadableSubmission, read_submitted
 from trialground.verify.verdict import Action, Graded
 
 SandboxOpener = Callable[[SandboxConfig, Mapping[str, str | bytes]], Awaitable[Sandbox]]
@@ -80,6 +95,8 @@ class EpisodeState:
     history: list[tuple[str, str]] = field(default_factory=list)  # (role, text): "policy" | "env"
     done: bool = False
     finish_reason: str = ""
+    checks_start: dict[str, str] | None = None  # visible check path -> sha256 at reset
+    checks: CheckHashes | None = None  # start and end hashes, once the episode ended
 
 
 @dataclass(frozen=True)
@@ -174,6 +191,10 @@ class ToolEnv(Environment, Forkable):
         limits = task.limits or self.sandbox_config.limits
         self._toolbox = Toolbox(self.sandbox, task, limits, self.config.python)
         digest = await self._toolbox.workspace_digest() if self.config.workspace_digest else None
+        if self.config.visible_check_hashes and task.visible_checks:
+            hashes = await self._check_hashes()
+            if hashes is not None and all(h is not None for h in hashes.values()):
+                self.state.checks_start = {p: h for p, h in hashes.items() if h is not None}
         fmt: ToolFormat = "xml" if self.config.tool_format == "xml" else "json_tags"
         example = format_tool_call("bash", {"command": "ls"}, fmt)
         text = (
@@ -277,10 +298,36 @@ class ToolEnv(Environment, Forkable):
     async def _limit(self, reason: str, text: str) -> Observation:
         if self.config.grade_on_limit:
             return await self._grade(reason, None, text)
+        await self._end_hashes()
         return self._final(reason, text=text)
+
+    async def _check_hashes(self) -> dict[str, str | None] | None:
+        """sha256 of each visible check as the workspace holds it now (None for one that is gone or not a
+        readable regular file); None when the sandbox could not be read (evidence is never an error)."""
+        assert self.task is not None and self.sandbox is not None
+        out: dict[str, str | None] = {}
+        for path in sorted(self.task.visible_checks):
+            try:
+                data = await read_submitted(self.sandbox, path)
+            except UnreadableSubmission:
+                data = None
+            except Exception:
+                return None
+            out[path] = None if data is None else hashlib.sha256(data).hexdigest()
+        return out
+
+    async def _end_hashes(self) -> None:
+        """Records the visible checks' end hashes next to their start hashes (`EpisodeEnd.visible_checks`)."""
+        start = self.state.checks_start
+        if start is None or self.state.checks is not None:
+            return
+        end = await self._check_hashes()
+        if end is not None:
+            self.state.checks = CheckHashes(start=start, end=end)
 
     async def _grade(self, reason: str, answer: str | None, text: str) -> Observation:
         assert self.task is not None
+        await self._end_hashes()
         submission = answer if answer is not None else await self._solution_text()
         try:
             graded = await self.grader.grade(
@@ -318,6 +365,7 @@ class ToolEnv(Environment, Forkable):
             graded=graded,
             actions=tuple(self.state.actions),
             error=error,
+            visible_checks=self.state.checks,
         )
         return Observation(text=text, done=True, turn=self.state.turn, end=end)
 

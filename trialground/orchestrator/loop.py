@@ -9,7 +9,11 @@ from dataclasses import dataclass
 
 from trialground.monitor.alerts import worst_action
 from trialground.orchestrator.batches import AsyncBatches, SyncBatches
-from trialground.orchestrator.canaries import canary_metrics, training_canary_metrics
+from trialground.orchestrator.canaries import (
+    canary_metrics,
+    training_canary_metrics,
+    visible_check_metrics,
+)
 from trialground.orchestrator.dynamic import refill
 from trialground.orchestrator.evaluate import evaluate
 from trialground.orchestrator.metrics import grading_metrics, rollout_metrics, useful_token_metrics
@@ -104,6 +108,7 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
             metrics |= rollout_metrics(batch.groups, w.domains, version) | useful_token_metrics(scored)
             metrics |= grading_metrics(batch.groups, w.sources, config.reward) | fmetrics | tasks.stats()
             metrics |= training_canary_metrics(batch.tasks, batch.groups)  # hack/canary_cheat_rate
+            metrics |= visible_check_metrics(batch.groups)  # hack/visible_tests_changed_rate
             metrics |= online_failure_metrics(batch.tasks, batch.groups)  # regressions/online_*
             metrics |= workspace.metrics(batch.tasks)
             if w.env_pool is not None:

@@ -43,6 +43,8 @@ TRAJECTORY_SCHEMA = pa.schema(
         ("timings", pa.string()),
         ("workspace_digest", pa.string()),
         ("turns", pa.int64()),
+        ("visible_checks", pa.string()),
+        ("visible_checks_changed", pa.bool_()),
     ]
 )
 
@@ -117,6 +119,9 @@ class RunDir:
             rows["timings"].append(json.dumps(traj.timings, sort_keys=True))
             rows["workspace_digest"].append(traj.workspace_digest)
             rows["turns"].append(sum(turn.role == "policy" for turn in traj.turns))
+            hashes = traj.end.visible_checks if traj.end is not None else None
+            rows["visible_checks"].append(hashes.model_dump_json() if hashes is not None else None)
+            rows["visible_checks_changed"].append(traj.visible_checks_changed)
         path = self.path / "trajectories" / f"step_{step}.parquet"
         pq.write_table(pa.Table.from_pydict(rows, schema=TRAJECTORY_SCHEMA), path)
         return path

@@ -79,6 +79,13 @@ class Trajectory(BaseModel):
         return self.error is None and self.reward is not None
 
     @property
+    def visible_checks_changed(self) -> bool | None:
+        """Whether a visible check file was edited, replaced or deleted during the episode (None: no
+        hashes, e.g. no visible checks, not a tool episode, or a sandbox that broke)."""
+        hashes = self.end.visible_checks if self.end is not None else None
+        return None if hashes is None else bool(hashes.changed)
+
+    @property
     def prompt_ids(self) -> list[int]:
         """The first segment's prompt (for a one-segment trajectory: the prompt)."""
         return self.segments()[0].prompt if self.turns else []

@@ -14,6 +14,9 @@ must not earn the outcome (the grader gates on it); `warn` is logged only. Flag 
 - `timing_spoof`: replacing functions of `time` / `datetime`;
 - `runner_tampering`: raw fd I/O, /proc, ctypes, signals, subprocesses, trace hooks.
 
+A solution that does not compile has no AST: `exit_early.py` reports it (`does_not_compile`), and an import
+that fails before any test ran (`import_failed`, from the runner's report).
+
 Code under `if __name__ == "__main__":` is ignored: the grader imports the solution, so it never runs.
 Static detection is evidence for the monitor, not the defence: the checks run in a process that never
 imports the submission (see `runner.py`), and the worker's audit hook flags most of these at run time too.
@@ -145,7 +148,7 @@ def _returns_constant(fn: ast.FunctionDef, value: bool) -> bool:
 def static_flags(
     source: str, *, check_names: Iterable[str] = (), hidden_checks: Iterable[str] = ()
 ) -> list[Flag]:
-    """Every static flag for one submission. Unparsable code yields no flags (it fails on its own)."""
+    """Every static flag for one submission. Unparsable code yields none here (`exit_early` sees it)."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):

@@ -1,6 +1,7 @@
 """The built-in verifier kinds' grading functions (registered in `kinds.py`): each maps a `VerifyRequest`
 to a `Verdict` with the grader's shared verifiers (batched code tests, check programs, the math worker,
-the judge) and attaches the evidence flags (static hack detectors, workspace tampering)."""
+the judge) and attaches the evidence flags (static hack detectors, exit-early evidence, workspace
+tampering)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from trialground.tasks.verifiers import (
     NumericParams,
     RegexParams,
 )
+from trialground.verify.detectors.exit_early import compile_flags, import_flags
 from trialground.verify.detectors.hacks import static_flags
 from trialground.verify.detectors.tamper import workspace_flags
 from trialground.verify.kinds.answers import verify_exact, verify_numeric, verify_regex
-from trialground.verify.kinds.code_tests import solution_path
+from trialground.verify.kinds.code_tests import VISIBLE_PREFIX, solution_path
 from trialground.verify.kinds.math import verify_math
 from trialground.verify.kinds.request import VerifyRequest
 from trialground.verify.kinds.submitted import UnreadableSubmission, read_submitted
@@ -33,15 +35,17 @@ async def code_tests(grader: Grader, req: VerifyRequest) -> Verdict:
         verdict = await grader.batch_code((task, req.submission))
     else:
         verdict = await grader.code.verify(task, req.submission, workspace=workspace)
-    extra: list[Flag] = []
+    path = solution_path(task)
+    extra = import_flags(verdict.tests, path.removesuffix(".py"), visible_prefix=VISIBLE_PREFIX)
     if grader.reward_config.grading.static_checks:
         text = req.submission
         if workspace is not None:
             try:
-                data = await read_submitted(workspace, solution_path(task))
+                data = await read_submitted(workspace, path)
             except UnreadableSubmission:
                 data = None  # the verdict already failed it, with the reason
             text = (data or b"").decode("utf-8", "replace")
+        extra += compile_flags(text, path)
         extra += static_flags(
             text,
             check_names=[*task.hidden_checks, *task.visible_checks],
