@@ -14,7 +14,7 @@ WARMUP steps: start-up and pipeline fill left out), steps/s and samples/s, mean 
 samples and the trainer's idle time waiting for batches; and the async/sync speed-up, steady state and
 including start-up.
 
-    .venv/bin/python benchmarks/async_vs_sync.py --steps 8
+    .venv/bin/python benchmarks/async_vs_sync.py --steps 8 [--json out.json]
 """
 
 from __future__ import annotations
@@ -153,6 +153,7 @@ def main() -> None:
         default=True,
         help="both modes generate in a child process (policy.separate_process; default on)",
     )
+    ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
     if args.steps <= WARMUP:
         ap.error(f"--steps must be more than the {WARMUP} warm-up steps")
@@ -167,12 +168,10 @@ def main() -> None:
         rows = [run_mode(mode, args, out_dir) for mode in ("sync", "async")]
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
-    print(
-        json.dumps(
-            {"args": vars(args), "generation_s": round(gen_s, 2), "latency_s": latency, "results": rows},
-            indent=1,
-        )
-    )
+    out = {"args": vars(args), "generation_s": round(gen_s, 2), "latency_s": latency, "results": rows}
+    print(json.dumps(out, indent=1, default=str))
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1, default=str))
     total = rows[0]["seconds"] / rows[1]["seconds"]
     steady = rows[0]["steady_step_s"] / rows[1]["steady_step_s"]
     print(f"speed-up async/sync: {steady:.2f}x steady state, {total:.2f}x including start-up")

@@ -19,8 +19,10 @@ by our loop because its eos set is emptied), alternating rep by rep so a busy ma
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -39,6 +41,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--model", default="tiny", help="'tiny' or a local HF model directory")
+    ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
     policy = HFPolicy(PolicyConfig(model=args.model, cpu_threads=args.threads))
     print(f"{type(policy.model).__name__}: {sum(p.numel() for p in policy.model.parameters()) / 1e6:.1f}M")
@@ -103,6 +106,22 @@ def main() -> None:
             f"{name:9s} median {sec * 1000:7.1f} ms per batch  {mean_tokens:6.0f} tokens per batch  "
             f"{med['generate'] / sec:.2f}x generate()"
         )
+    if args.json:
+        params = sum(p.numel() for p in policy.model.parameters())
+        out = {
+            "model": args.model,
+            "architecture": type(policy.model).__name__,
+            "parameters": params,
+            "rows": len(prompts),
+            "prompts": len(tasks),
+            "group": args.group,
+            "tokens": args.tokens,
+            "eos": args.eos,
+            "reps": args.reps,
+            "median_s": med,
+            "tokens_per_batch": {k: statistics.mean(v[1:]) for k, v in generated.items()},
+        }
+        args.json.write_text(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """False-alarm rate and detection delay of the default alert rules on synthetic runs.
 
-    .venv/bin/python benchmarks/monitor_alarms.py --clean 200 --faulty 50
+    .venv/bin/python benchmarks/monitor_alarms.py --clean 200 --faulty 50 [--json out.json]
 
 Clean runs: the share of runs with at least one alert (any rule), and alerts per 1000 steps.
 Faulty runs (fault at step 100): the share where the expected rule fired, and its delay in steps.
@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import tempfile
 import time
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +46,7 @@ def main() -> None:
     ap.add_argument("--clean", type=int, default=200)
     ap.add_argument("--faulty", type=int, default=50)
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
     t0 = time.perf_counter()
     by_rule: collections.Counter[str] = collections.Counter()
@@ -58,6 +62,16 @@ def main() -> None:
     print(f"  alerts per 1000 steps: {1000 * total / (args.clean * args.steps):.3f}")
     for k, v in by_rule.most_common():
         print(f"    {k}: {v}")
+    results: dict[str, Any] = {
+        "clean": {
+            "runs": args.clean,
+            "steps": args.steps,
+            "runs_with_alert": runs_with_alert,
+            "alerts_per_1000_steps": 1000 * total / (args.clean * args.steps),
+            "by_rule": dict(by_rule),
+        },
+        "faulty": [],
+    }
     print(f"faulty runs: {args.faulty} seeds per fault, fault at step 100")
     for fault in FAULTS:
         delays, other = [], collections.Counter()
@@ -68,11 +82,24 @@ def main() -> None:
                 delays.append(hits[0] - 100)
             other.update(r for s, r, _ in fired if r != EXPECTED[fault])
         d = np.array(delays) if delays else np.array([np.nan])
+        results["faulty"].append(
+            {
+                "fault": fault,
+                "rule": EXPECTED[fault],
+                "detected": len(delays),
+                "runs": args.faulty,
+                "delay_median": float(np.median(d)),
+                "delay_max": float(np.max(d)),
+                "other_rules": dict(other),
+            }
+        )
         print(
             f"  {fault:17s} -> {EXPECTED[fault]:23s} detected {len(delays)}/{args.faulty}, "
             f"delay median {np.median(d):.0f} max {np.max(d):.0f} steps; other rules: {dict(other)}"
         )
     print(f"wall {time.perf_counter() - t0:.1f}s")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

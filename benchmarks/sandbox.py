@@ -1,6 +1,6 @@
 """Sandbox benchmarks, measured side by side in one run (interleaved, so machine load hits all alike).
 
-    .venv/bin/python benchmarks/sandbox.py [--iterations 30] [--seconds 10]
+    .venv/bin/python benchmarks/sandbox.py [--iterations 30] [--seconds 10] [--json out.json]
 
 - bare:  `python3 -I -S -c pass` spawned on the host (the sandbox's own interpreter, no sandbox)
 - cold:  the same command in a brand-new sandbox: open + exec + close, and the exec alone; without
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import sys
 import time
@@ -140,6 +141,7 @@ async def main() -> None:
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
     lat = await latency(args.iterations)
     bare = ms(lat["bare"])
@@ -167,6 +169,20 @@ async def main() -> None:
     print(f"| fresh sandboxes (fork server) per second, {args.workers} workers | {fresh_rps:.1f}/s | |")
     print(f"| fresh sandboxes (bubblewrap) per second, {args.workers} workers | {fresh_bwrap_rps:.1f}/s | |")
     print(f"| warm execs per second, {args.workers} workers | {warm_rps:.1f}/s | |")
+    if args.json:
+        out = {
+            "iterations": args.iterations,
+            "seconds": args.seconds,
+            "workers": args.workers,
+            "latency_ms": {key: ms(values) for key, values in lat.items()},
+            "restore_ms": {str(n): t for n, (t, _) in restores.items()},
+            "restore_mode": {str(n): mode for n, (_, mode) in restores.items()},
+            "fresh_per_s": fresh_rps,
+            "fresh_bwrap_per_s": fresh_bwrap_rps,
+            "warm_per_s": warm_rps,
+        }
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -4,15 +4,17 @@ For each size: one sandbox holding N files (a package tree of ~4 KiB modules) is
 iteration changes a file and adds one (what a graded run leaves), then restores the snapshot; the
 restore's wall time is recorded. Prints the median and p90 per size.
 
-    .venv/bin/python benchmarks/swe_restore.py --sizes 200 2000 8000 --iterations 30
+    .venv/bin/python benchmarks/swe_restore.py --sizes 200 2000 8000 --iterations 30 [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import time
+from pathlib import Path
 
 from trialground.sandbox.base import Limits, SandboxConfig
 from trialground.sandbox.factory import open_sandbox
@@ -47,11 +49,16 @@ async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=[200, 2000, 8000])
     ap.add_argument("--iterations", type=int, default=30)
+    ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
+    rows = []
     print(f"{'files':>7} {'image build s':>14} {'restore median ms':>18} {'restore p90 ms':>15}")
     for n in args.sizes:
         build, med, p90 = await measure(n, args.iterations)
         print(f"{n:>7} {build:>14.2f} {med * 1000:>18.2f} {p90 * 1000:>15.2f}")
+        rows.append({"files": n, "build_s": build, "restore_median_ms": med * 1000, "restore_p90_ms": p90 * 1000})
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
 
 
 if __name__ == "__main__":

