@@ -421,10 +421,10 @@ def render_scale(d: list[dict[str, Any]]) -> str:
             f"{r['wait_p50_s']:.2f} / {r['wait_p99_s']:.2f}",
             f"{r['sched_us_per_op']:.1f} µs",
             f"{r['cpu_us_per_episode']:.0f} µs",
-            f"{r['created']:,}",
+            f"{int(r['created']):,}",
             f"{r['env_errors']}"
             + ("" if r["env_errors"] == r["recycled"] else f" (recycled {r['recycled']})"),
-            f"{r['wall_s']:.0f} s",
+            f"{r['wall_s']:.0f} s" if r["wall_s"] >= 10 else f"{r['wall_s']:.1f} s",
         ]
         for r in d
     ]
@@ -620,7 +620,7 @@ def block(rec: dict[str, Any]) -> str:
             [[rec["name"], f"**failed**, exit {rec['returncode']}", cell]],
             "---|---|---|",
         )
-    return "\n".join(head) + body
+    return "\n".join(head) + "\n" + body
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -638,8 +638,11 @@ def write_doc(doc: Path, records: list[dict[str, Any]]) -> None:
             continue
         if GENERATED not in text:
             text = text.rstrip("\n") + f"\n\n{GENERATED}\n"
-        # a new subsection at the end of the generated section (it is the document's last)
-        text = text.rstrip("\n") + f"\n\n### {rec['title']}\n\n{content}\n"
+        # a new subsection at the end of the generated section
+        nxt = text.find("\n## ", text.index(GENERATED) + len(GENERATED))
+        cut = len(text) if nxt < 0 else nxt + 1
+        section = f"\n### {rec['title']}\n\n{content}\n"
+        text = text[:cut].rstrip("\n") + "\n" + section + ("\n" + text[cut:] if cut < len(text) else "")
     doc.write_text(text if text.endswith("\n") else text + "\n")
 
 
