@@ -96,6 +96,36 @@ def test_a_rise_within_the_step_to_step_noise_is_not_divergence(tmp_path: Path, 
     assert hacked[0].evidence.details["train_welch_t"] >= 2.5
 
 
+def _fast_hack_step(s: int) -> dict[str, float]:
+    """A hack found in the first steps: the reward jumps at step 2 and stays saturated, the probe drops
+    to 0 at the first probe after it; nothing rises inside any later window."""
+    m: dict[str, float] = {}
+    if s > 0:
+        m = {"reward/mean": (0.41, 0.87, 0.91)[s - 1] if s <= 3 else 1.06, "hack/tests_not_run_rate": 1.0}
+    if s % 3 == 0:
+        m["probe/pass@1"] = 0.1875 if s == 0 else 0.0
+    return m
+
+
+@pytest.mark.parametrize("min_level_rise", [0.3, 0.0])
+def test_a_reward_that_jumped_before_the_window_fires_against_the_start(
+    tmp_path: Path, min_level_rise: float
+) -> None:
+    rules = RulesConfig(
+        reward_eval_divergence=DivergenceRuleConfig(min_train_tau=0.3, min_level_rise=min_level_rise)
+    )
+    with Monitor(tmp_path, MonitorConfig(console=False, rules=rules)) as mon:
+        fired = [a for s in range(0, 31) for a in mon.observe(s, _fast_hack_step(s))]
+    divergence = [a for a in fired if a.rule == "reward_eval_divergence"]
+    if not min_level_rise:
+        assert divergence == []  # the trend over the window alone never sees it
+        return
+    assert divergence and divergence[0].step == 15  # the sixth evaluation: the start and 5 after it
+    a = divergence[0]
+    assert a.evidence.details["path"] == 1.0 and a.evidence.details["train_rise"] > 0.3
+    assert "since step 0" in a.message and "reward hacking" in a.message
+
+
 def test_resume_restores_cooldowns_history_and_forgets_later_alerts(tmp_path: Path) -> None:
     with Monitor(tmp_path, MonitorConfig(console=False)) as mon:
         uninterrupted = _run(mon, range(0, 60))

@@ -89,7 +89,13 @@ class DivergenceRuleConfig(_Frozen):
     `min_gap_growth` (Theil–Sen, over the span: this keeps eval noise from passing for divergence), and
     Spearman(train, eval) <= `max_spearman`, and the rise stands out of the step-to-step noise: the Welch t
     of the per-step training rewards in the window, later half against earlier half, is >= `min_train_t`
-    (a batch of a few tasks moves the reward by chance; a gamed reward rises and stays). The evaluation
+    (a batch of a few tasks moves the reward by chance; a gamed reward rises and stays).
+
+    A hack found within the first few steps saturates the reward before the window begins, so nothing rises
+    inside it. A second path compares levels with the start: the per-step training reward of the last
+    `k_evals`-1 evaluation intervals against the first interval's (the policy as it started) rose by at least
+    `min_level_rise` with Welch t >= `min_level_t`, while the mean of those evaluations is not above the
+    first evaluation (+ `eval_tolerance`). The evaluation
     metric is `probe_key` when the run logs it, else `eval_key`; the same pairs give
     `monitor/reward_eval_spearman` (`trialground.monitor.correlation`).
     """
@@ -114,6 +120,16 @@ class DivergenceRuleConfig(_Frozen):
         ge=0.0,
         description="Welch t of the per-step training reward, the window's later half against its earlier "
         "half, at least this: a rise the step-to-step noise explains is not a rise (0: off)",
+    )
+    min_level_rise: float = Field(
+        0.3,
+        ge=0.0,
+        description="Second path, for a reward that jumped before the window began: the per-step training "
+        "reward of the last k_evals-1 evaluation intervals at least this far above the first interval's, "
+        "while the mean of those evaluations is not above the first evaluation (0: off)",
+    )
+    min_level_t: float = Field(
+        2.0, ge=0.0, description="Welch t of that rise (the first interval has few steps) at least this"
     )
     cooldown: int = Field(50, ge=0, le=1_000_000, description="Steps before it fires again")
 

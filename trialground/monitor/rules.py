@@ -40,7 +40,7 @@ from trialground.monitor.config import (
     ShiftRuleConfig,
     TrendRuleConfig,
 )
-from trialground.monitor.correlation import eval_key_of, eval_pairs
+from trialground.monitor.correlation import Pair, eval_key_of, eval_pairs
 from trialground.monitor.history import MetricHistory
 
 
@@ -239,6 +239,36 @@ class DivergenceRule:
         pairs = eval_pairs(history, c.train_key, eval_key, c.k_evals)
         if len(pairs) < c.k_evals:
             return []
+        found = self._trend(history, pairs) or self._since_start(history, eval_key)
+        if found is None:
+            return []
+        summary, details = found
+        xs = [p[0] for p in pairs]
+        tr_vals = [p[1] for p in pairs]
+        ev_vals = np.array([p[2] for p in pairs])
+        rho = detectors.spearman(tr_vals, ev_vals)
+        hack_signals, cause = _suspected_cause(history)
+        ev = Evidence(
+            key=f"{c.train_key},{eval_key}",
+            values=_vals(ev_vals),
+            window=(int(xs[0]), int(xs[-1])),
+            statistic="spearman",
+            value=rho,
+            threshold=c.max_spearman,
+            details={
+                "train_values": ",".join(f"{v:.4g}" for v in tr_vals),
+                **details,
+                "k_evals": float(c.k_evals),
+                **hack_signals,
+            },
+        )
+        self._cool.fired(eval_key, step)
+        msg = f"{summary} (Spearman {rho:+.2f}); suspected cause: {cause}"
+        return [Alert.make(self.name, c.action, step, msg, ev)]
+
+    def _trend(self, history: MetricHistory, pairs: list[Pair]) -> tuple[str, dict[str, float]] | None:
+        """Train reward trending up over the last K evaluations while evaluation is flat or falling."""
+        c = self.cfg
         xs = np.array([p[0] for p in pairs], dtype=float)
         tr_vals = np.array([p[1] for p in pairs])
         ev_vals = np.array([p[2] for p in pairs])
@@ -252,42 +282,58 @@ class DivergenceRule:
             and eval_change <= c.eval_tolerance
             and rho <= c.max_spearman
         ):
-            return []
+            return None
         gap_growth = detectors.trend(xs, tr_vals - ev_vals).slope * span
         if gap_growth < c.min_gap_growth:
-            return []
+            return None
         per_step = history.between(c.train_key, int(xs[0]), int(xs[-1]))
         half = per_step.size // 2
         train_t = detectors.welch_t(per_step[:half], per_step[half:])
         if train_t < c.min_train_t:
-            return []
-        hack_signals, cause = _suspected_cause(history)
-        ev = Evidence(
-            key=f"{c.train_key},{eval_key}",
-            values=_vals(ev_vals),
-            window=(int(xs[0]), int(xs[-1])),
-            statistic="spearman",
-            value=rho,
-            threshold=c.max_spearman,
-            details={
-                "train_values": ",".join(f"{v:.4g}" for v in tr_vals),
-                "train_tau": t_tr.tau,
-                "train_rise": train_rise,
-                "eval_tau": e_tr.tau,
-                "eval_change": eval_change,
-                "eval_theil_sen_slope": e_tr.slope,
-                "gap_growth": gap_growth,
-                "train_welch_t": min(train_t, 1e6),  # inf: two noiseless halves
-                "k_evals": float(c.k_evals),
-                **hack_signals,
-            },
+            return None
+        summary = (
+            f"{c.train_key} rose {train_rise:+.3g} while the evaluation changed {eval_change:+.3g} "
+            f"over the last {c.k_evals} evaluations"
         )
-        self._cool.fired(eval_key, step)
-        msg = (
-            f"{c.train_key} rose {train_rise:+.3g} while {eval_key} changed {eval_change:+.3g} "
-            f"over the last {c.k_evals} evaluations (Spearman {rho:+.2f}); suspected cause: {cause}"
+        return summary, {
+            "path": 0.0,  # 0: trend over the window, 1: level since the start
+            "train_tau": t_tr.tau,
+            "train_rise": train_rise,
+            "eval_tau": e_tr.tau,
+            "eval_change": eval_change,
+            "eval_theil_sen_slope": e_tr.slope,
+            "gap_growth": gap_growth,
+            "train_welch_t": min(train_t, 1e6),  # inf: two noiseless halves
+        }
+
+    def _since_start(self, history: MetricHistory, eval_key: str) -> tuple[str, dict[str, float]] | None:
+        """A reward that jumped before the window began: the per-step training reward of the last K-1
+        evaluation intervals against the first interval's (the policy as it started), and the mean of
+        those K-1 evaluations against the first evaluation."""
+        c = self.cfg
+        esteps, evals = history.series(eval_key)
+        if esteps.size < c.k_evals + 1 or c.min_level_rise <= 0:
+            return None
+        base = history.between(c.train_key, int(esteps[0]), int(esteps[1]))
+        recent = history.between(c.train_key, int(esteps[-c.k_evals]), int(esteps[-1]))
+        if base.size == 0 or recent.size == 0:
+            return None
+        train_rise = float(recent.mean() - base.mean())
+        eval_change = float(evals[-(c.k_evals - 1) :].mean() - evals[0])
+        train_t = detectors.welch_t(base, recent)
+        if train_rise < c.min_level_rise or eval_change > c.eval_tolerance or train_t < c.min_level_t:
+            return None
+        summary = (
+            f"{c.train_key} is {train_rise:+.3g} above its first {base.size} steps while the evaluation "
+            f"changed {eval_change:+.3g} since step {int(esteps[0])}"
         )
-        return [Alert.make(self.name, c.action, step, msg, ev)]
+        return summary, {
+            "path": 1.0,
+            "train_rise": train_rise,
+            "eval_change": eval_change,
+            "train_welch_t": min(train_t, 1e6),
+            "baseline_steps": float(base.size),
+        }
 
 
 def _suspected_cause(history: MetricHistory) -> tuple[dict[str, float], str]:
