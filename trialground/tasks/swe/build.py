@@ -31,7 +31,8 @@ from trialground.tasks.swe.bundle import bundle_digest, bundle_files
 from trialground.tasks.swe.image import RepoImage
 from trialground.tasks.swe.mutate import Mutation, candidates
 from trialground.tasks.swe.pytest_run import PytestRun, run_pytest
-from trialground.tasks.swe.repos import RepoSpec, cache_dir, is_library, repo_files
+from trialground.tasks.swe.paths import is_test_path
+from trialground.tasks.swe.repos import RepoSpec, cache_dir, is_mutable, repo_files
 
 SUITE_LIMITS = Limits(wall_s=300.0, cpu_s=300.0, memory_mb=2048, pids=64, disk_mb=512, output_bytes=4_000_000)
 _FORMAT = 1
@@ -69,7 +70,7 @@ def problem_statement(spec: RepoSpec, failing: Sequence[str], details: dict[str,
     if len(excerpt) > 1500:
         excerpt = "...\n" + excerpt[-1500:]
     excerpt = excerpt.replace("```", "'''")
-    paths = " ".join(spec.tests)
+    paths = " ".join((*spec.pytest_args, *spec.tests))
     return (
         f"The `{spec.name}` library (version {spec.version}) in /workspace has a bug: some of its own "
         f"tests fail.\n\nFailing tests:\n" + "\n".join(f"- {t}" for t in shown) + more + "\n\n"
@@ -84,7 +85,9 @@ async def _suite(image: RepoImage, spec: RepoSpec, changed: dict[str, str] | Non
     async with image.lease() as sandbox:
         for path, text in (changed or {}).items():
             await sandbox.write(path, text)
-        return await run_pytest(sandbox, paths=spec.tests, tests=None, limits=SUITE_LIMITS)
+        return await run_pytest(
+            sandbox, paths=spec.tests, tests=None, limits=SUITE_LIMITS, args=spec.pytest_args
+        )
 
 
 async def _build(
@@ -102,7 +105,11 @@ async def _build(
         baseline = sorted(t for t in base[0].outcomes if all(r.passed(t) for r in base))
         if not baseline:
             raise TaskError(f"swe:{spec.name}: no test passes on the pristine repository", kind="suite")
-        library = {p: t for p, t in files.items() if is_library(spec, p) and p.endswith(".py")}
+        library = {
+            p: t
+            for p, t in files.items()
+            if is_mutable(spec, p) and p.endswith(".py") and not is_test_path(p)
+        }
         drawn = candidates(library, seed=seed, limit=n_candidates)
         sem = asyncio.Semaphore(concurrency)
 
