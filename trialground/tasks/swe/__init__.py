@@ -18,12 +18,11 @@ Each task (verifier kind `swe_tests`):
 from __future__ import annotations
 
 import hashlib
-
-from trialground.errors import TaskError
-from trialground.sandbox.base import Limits
 from collections.abc import Sequence
 from typing import Literal
 
+from trialground.errors import TaskError
+from trialground.sandbox.base import Limits
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.tasks.swe.build import BugRecord, build_records, record_id, workspace_image_files
 from trialground.tasks.swe.patch import make_patch

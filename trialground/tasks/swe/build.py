@@ -30,8 +30,8 @@ from trialground.sandbox.base import Limits, SandboxConfig
 from trialground.tasks.swe.bundle import bundle_digest, bundle_files
 from trialground.tasks.swe.image import RepoImage
 from trialground.tasks.swe.mutate import Mutation, candidates
-from trialground.tasks.swe.pytest_run import PytestRun, run_pytest
 from trialground.tasks.swe.paths import is_test_path
+from trialground.tasks.swe.pytest_run import PytestRun, run_pytest
 from trialground.tasks.swe.repos import RepoSpec, cache_dir, is_mutable, repo_files
 
 SUITE_LIMITS = Limits(wall_s=300.0, cpu_s=300.0, memory_mb=2048, pids=64, disk_mb=512, output_bytes=4_000_000)
