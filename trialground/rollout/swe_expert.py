@@ -72,12 +72,12 @@ class ExpertResult:
 
     task_id: str
     passed: bool
-    reward: float
     turns: int
     wall_s: float
     tried: list[Mutation] = field(default_factory=list)  # candidate edits applied, in order
     solved_by: Mutation | None = None
     finish_reason: str = ""
+    detail: str = ""  # the verdict's detail
     error: str | None = None
 
 
@@ -198,7 +198,7 @@ class Expert:
         ep = _Episode(env, self.max_candidates)
         obs = await env.reset(task)
         prompt = obs.text
-        result = ExpertResult(task.id, False, 0.0, 0, 0.0)
+        result = ExpertResult(task.id, False, 0, 0.0)
         with contextlib.suppress(_Budget):
             await self._work(ep, prompt, result)
         with contextlib.suppress(_Budget):
@@ -209,7 +209,7 @@ class Expert:
             result.finish_reason = end.finish_reason
             if end.graded is not None:
                 result.passed = end.graded.verdict.passed
-                result.reward = end.graded.reward
+                result.detail = end.graded.verdict.detail[:300]
             if end.error is not None:
                 result.error = end.error.message
         result.turns = env.state.turn
@@ -335,7 +335,6 @@ class ExpertReport:
                 {
                     "task_id": r.task_id,
                     "passed": r.passed,
-                    "reward": r.reward,
                     "turns": r.turns,
                     "edits_tried": len(r.tried),
                     "solved_by": r.solved_by.description if r.solved_by else None,

@@ -178,17 +178,17 @@ def _undo_sites(tree: ast.AST) -> Iterator[tuple[str, ast.AST, ast.AST]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOP_UNDO:
             for op in _BINOP_UNDO[type(node.op)]:
-                new = copy.deepcopy(node)
-                new.op = op()
-                yield "operator", node, new
+                binop = copy.deepcopy(node)
+                binop.op = op()
+                yield "operator", node, binop
         elif isinstance(node, ast.BoolOp) and type(node.op) in _BOOL_FLIPS:
-            new = copy.deepcopy(node)
-            new.op = _BOOL_FLIPS[type(node.op)]()
-            yield "operator", node, new
+            boolop = copy.deepcopy(node)
+            boolop.op = _BOOL_FLIPS[type(node.op)]()
+            yield "operator", node, boolop
         elif isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _CMP_FLIPS:
-            new = copy.deepcopy(node)
-            new.ops = [_CMP_FLIPS[type(node.ops[0])]()]
-            yield "compare", node, new
+            compare = copy.deepcopy(node)
+            compare.ops = [_CMP_FLIPS[type(node.ops[0])]()]
+            yield "compare", node, compare
         elif (
             isinstance(node, ast.Constant)
             and type(node.value) is int
@@ -206,9 +206,9 @@ def _undo_sites(tree: ast.AST) -> Iterator[tuple[str, ast.AST, ast.AST]]:
             and not any(isinstance(a, ast.Starred) for a in node.args[:2])
             and ast.dump(node.args[0]) != ast.dump(node.args[1])
         ):
-            new = copy.deepcopy(node)
-            new.args[0], new.args[1] = new.args[1], new.args[0]
-            yield "swap_args", node, new
+            call = copy.deepcopy(node)
+            call.args[0], call.args[1] = call.args[1], call.args[0]
+            yield "swap_args", node, call
 
 
 def inverse_mutations(path: str, source: str, lines: tuple[int, int] | None = None) -> list[Mutation]:
