@@ -186,3 +186,12 @@ def test_a_lib_layout_repository_injects_bugs_only_where_its_suite_looks() -> No
     assert not is_mutable(spec, "Lib/fontTools/ttLib/ttFont.py")
     assert is_mutable(repo_spec("inflection"), "inflection/__init__.py")  # no `mutate`: all library code
     assert spec.pytest_args == ("-o", "pythonpath=Lib")
+
+
+def test_candidates_of_a_larger_limit_start_with_those_of_a_smaller_one() -> None:
+    # what lets a larger task set extend a cached smaller one (build._cached_prefix)
+    files = {"a.py": SOURCE, "b.py": SOURCE.replace("clamp", "clip")}
+    for seed in range(3):
+        full = candidates(files, seed=seed, limit=30)
+        for m in (1, 5, 12, 29):
+            assert candidates(files, seed=seed, limit=m) == full[:m]

@@ -11,8 +11,9 @@
    failing tests' names and their first failure text (the buggy code as it runs; never the fix).
 
 Records are cached as JSON under `cache_dir()/tasks/` keyed by repository, version, bundled pytest, seed,
-candidates and runs; a cached set is read, never rebuilt. Building takes roughly
-`runs x (candidates + 1)` suite runs (candidates that break nothing cost one).
+candidates and runs; a cached set is read, never rebuilt. A larger set extends the largest cached smaller
+one of the same seed and runs: candidates are drawn as a prefix, so only the new candidates are judged.
+Building takes roughly `runs x (candidates + 1)` suite runs (candidates that break nothing cost one).
 """
 
 from __future__ import annotations
@@ -90,6 +91,25 @@ async def _suite(image: RepoImage, spec: RepoSpec, changed: dict[str, str] | Non
         )
 
 
+def _cached_prefix(spec: RepoSpec, *, seed: int, n_candidates: int, runs: int) -> tuple[int, list[BugRecord]]:
+    """The largest cached set of `spec` with the same seed and runs and fewer candidates: (its candidate
+    count, its records); (0, []) when there is none. Candidates are drawn as a prefix (`candidates` with a
+    larger limit starts with those of a smaller one), so its verdicts stand for the first candidates."""
+    best = 0
+    pattern = _cache_path(spec, seed=seed, n_candidates=0, runs=runs).name.replace("-c0-", "-c*-")
+    for path in (cache_dir() / "tasks").glob(pattern):
+        count = path.name.rsplit("-c", 1)[-1].split("-", 1)[0]
+        if count.isdigit() and best < int(count) < n_candidates:
+            best = int(count)
+    if not best:
+        return 0, []
+    path = _cache_path(spec, seed=seed, n_candidates=best, runs=runs)
+    try:
+        return best, [_record(r) for r in json.loads(path.read_text())["records"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0, []
+
+
 async def _build(
     spec: RepoSpec, config: SandboxConfig, *, seed: int, n_candidates: int, runs: int, concurrency: int
 ) -> list[BugRecord]:
@@ -111,6 +131,13 @@ async def _build(
             if is_mutable(spec, p) and p.endswith(".py") and not is_test_path(p)
         }
         drawn = candidates(library, seed=seed, limit=n_candidates)
+        done, prior = _cached_prefix(spec, seed=seed, n_candidates=n_candidates, runs=runs)
+        if done and [(m.path, m.text) for m in candidates(library, seed=seed, limit=done)] == [
+            (m.path, m.text) for m in drawn[:done]
+        ]:
+            drawn = drawn[done:]  # judged by the smaller cached set: its kept records stand
+        else:
+            prior = []
         sem = asyncio.Semaphore(concurrency)
 
         async def judge(m: Mutation) -> BugRecord | None:
@@ -135,7 +162,7 @@ async def _build(
         kept = await asyncio.gather(*(judge(m) for m in drawn))
     finally:
         await image.close()
-    return [r for r in kept if r is not None]
+    return [*prior, *(r for r in kept if r is not None)]
 
 
 def build_records(
