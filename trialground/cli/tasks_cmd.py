@@ -241,6 +241,9 @@ def expert(
     json_report: Annotated[
         Path | None, typer.Option("--json-report", help="Write the per-task results as JSON here")
     ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the report as JSON on stdout (progress on stderr)")
+    ] = False,
     max_edits: Annotated[int, typer.Option(min=1, help="Candidate edits the expert tries per task")] = 60,
     seed: SeedOpt = 0,
     n: NOpt = None,
@@ -256,7 +259,7 @@ def expert(
     tasks = _load(source, seed, n, split)
     if not tasks or any(t.verifier.kind != "swe_tests" for t in tasks):
         fail(f"{source}: the expert solves repository tasks (swe:<repo>) only", EXIT_USAGE)
-    out = Console()
+    out = err_console if as_json else Console()
 
     def show_one(task: Task, r: ExpertResult) -> None:
         how = r.solved_by.description if r.solved_by else (r.error or "no edit passed")
@@ -267,6 +270,8 @@ def expert(
         )
 
     report = asyncio.run(run_expert(tasks, source=source, expert=Expert(max_edits), on_result=show_one))
+    if as_json:
+        print(json.dumps(report.as_dict()))
     out.print(
         f"{source}: solved {report.solved} of {len(report.results)} ({report.share:.0%}) in "
         f"{report.wall_s:.0f} s",
