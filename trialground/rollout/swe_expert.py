@@ -6,7 +6,8 @@ engineer would, one tool call per turn:
 1. `run_tests()`: the failing tests as grading runs them, with pytest's tracebacks;
 2. it locates the bug from what those runs printed: library frames of the tracebacks (innermost first);
    then the failing tests' own lines (`read_lines`), whose called names it looks up with
-   `search("def NAME")`; then the functions those call;
+   `search("def NAME")`; then the functions those call; last, the functions the modules it has read call
+   at import (tables built by module-level calls);
 3. at each place, in that order, it reads the file (`read_file`) and tries the edits that undo one
    mutation of the bug catalogue (`trialground.tasks.swe.mutate.inverse_mutations`): nearest the located
    line first; each is applied with `edit_file` and checked by running the failing tests named in the
@@ -163,6 +164,23 @@ def _enclosing(source: str, line: int) -> tuple[int, int] | None:
     return best
 
 
+def _import_time_functions(source: str) -> list[int]:
+    """Definition lines of the module's functions that its top-level statements call (at import)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    defs = {n.name: n.lineno for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+    called: list[int] = []
+    for stmt in tree.body:
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in defs:
+                called.append(defs[node.func.id])
+    return list(dict.fromkeys(called))
+
+
 def _called_in(source: str, span: tuple[int, int]) -> list[str]:
     lines = source.splitlines()[span[0] - 1 : span[1]]
     return list(dict.fromkeys(n for n in _CALLED.findall("\n".join(lines)) if n not in _SKIP_NAMES))
@@ -303,6 +321,13 @@ class Expert:
                     more = [n for n in _called_in(source, span) if n not in known]
                     known.update(more)
                     queue += more
+        # Last, what the modules read so far run at import (tables built by module-level calls).
+        for path, source in list(texts.items()):
+            for line in _import_time_functions(source):
+                if (path, line) not in visited:
+                    visited.add((path, line))
+                    if await attempt(path, line + 1):
+                        return await self._submit(ep)
 
     async def _submit(self, ep: _Episode) -> None:
         await ep.call("submit")
