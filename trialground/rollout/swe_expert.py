@@ -44,12 +44,13 @@ from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task
 from trialground.tasks.swe.mutate import Mutation, inverse_mutations
 
-# The environment the expert works in: room for pytest's tracebacks, one call per turn, enough turns.
+# The environment the expert works in: observations that hold a whole file (read_file shows up to 256 KiB)
+# and every traceback, one call per turn, enough turns.
 EXPERT_ENV = EnvConfig(
     kind="tool",
     max_turns=400,
     max_episode_s=1800.0,
-    observation_budget_chars=24_000,
+    observation_budget_chars=300_000,
     tool_timeout_s=180.0,
     navigation_tools=True,
     max_calls_per_turn=1,
@@ -181,6 +182,35 @@ def _import_time_functions(source: str) -> list[int]:
     return list(dict.fromkeys(called))
 
 
+def _library_hits(hits: str) -> list[tuple[str, int]]:
+    """(path, line) of the `search` hits in library files."""
+    out = []
+    for hit in hits.splitlines():
+        parts = hit.split(":", 2)
+        if (
+            len(parts) == 3
+            and parts[1].isdigit()
+            and not parts[0].startswith(".tg/")
+            and not _is_test_file(parts[0])
+        ):
+            out.append((parts[0], int(parts[1])))
+    return out
+
+
+def _method_line(source: str, class_line: int, name: str) -> int | None:
+    """The line of method `name` of the class defined at `class_line`."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.lineno == class_line:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == name:
+                    return item.lineno
+    return None
+
+
 def _called_in(source: str, span: tuple[int, int]) -> list[str]:
     lines = source.splitlines()[span[0] - 1 : span[1]]
     return list(dict.fromkeys(n for n in _CALLED.findall("\n".join(lines)) if n not in _SKIP_NAMES))
@@ -207,7 +237,7 @@ def _edit_blocks(old: str, new: str) -> tuple[str, str]:
 class Expert:
     """See the module docstring. `max_candidates`: edits tried per task at most."""
 
-    def __init__(self, max_candidates: int = 60, max_searches: int = 12) -> None:
+    def __init__(self, max_candidates: int = 60, max_searches: int = 40) -> None:
         self.max_candidates = max_candidates
         self.max_searches = max_searches
 
@@ -256,6 +286,8 @@ class Expert:
         async def attempt(path: str, line: int) -> bool:
             """Try the inverse edits around `line` of `path`; True when one passed run_tests."""
             nonlocal tried
+            if not path.endswith(".py"):
+                return False  # stubs and data: no code runs there
             source = await read(path)
             if source is None:
                 return False
@@ -292,7 +324,7 @@ class Expert:
                 return await self._submit(ep)
         # The tracebacks end in the tests (a wrong value, not an exception): find what the tests call.
         names: list[str] = [t.rsplit("::", 1)[-1].split("[")[0].removeprefix("test_") for t in failing]
-        for path, line in test_frames:
+        for path, line in test_frames[:6]:
             page = await ep.call("read_lines", path=path, start=max(1, line - 12), count=14)
             lines = [ln.split("| ", 1)[-1] for ln in page.splitlines()[1:]]
             names = [*_CALLED.findall(lines[-1] if lines else ""), *names]
@@ -305,6 +337,14 @@ class Expert:
             name = queue.pop(0)
             searches += 1
             hits = await ep.call("search", pattern=f"def {name}(")
+            if not _library_hits(hits):  # a class: its constructor is where the work starts
+                found = _library_hits(await ep.call("search", pattern=f"class {name}"))
+                hits = ""
+                for path, line in found[:2]:
+                    source = await read(path)
+                    init = _method_line(source, line, "__init__") if source else None
+                    if init is not None:
+                        hits += f"{path}:{init}:\n"
             for hit in hits.splitlines():
                 parts = hit.split(":", 2)
                 if len(parts) < 3 or not parts[1].isdigit():
