@@ -47,6 +47,7 @@ COMMANDS = [
     ["tasks", "show"],
     ["tasks", "export"],
     ["tasks", "validate"],
+    ["tasks", "expert"],
     ["tasks", "from-failures"],
     ["config", "validate"],
     ["policy", "check-template"],
@@ -151,6 +152,7 @@ JSON_COMMANDS = [
     ["tasks", "list"],
     ["tasks", "show"],
     ["tasks", "validate"],
+    ["tasks", "expert"],
     ["tasks", "from-failures"],
     ["verify"],
     ["eval"],
@@ -251,3 +253,9 @@ def test_eval_progress_counts_tasks_done_of_all(tmp_path: Path) -> None:
     assert ev.returncode == 0, ev.stderr[-3000:]
     assert "3/3 tasks" in ev.stderr, ev.stderr[-3000:]
     assert "eval/pass@1" in json.loads(ev.stdout)  # stdout stays one JSON object
+
+
+def test_tasks_expert_takes_repository_tasks_only(tmp_path: Path) -> None:
+    _, text = _math_tasks(tmp_path, 2)
+    res = CliRunner().invoke(app, ["tasks", "expert", "-"], input=text)
+    assert res.exit_code == 2 and "repository tasks (swe:<repo>) only" in res.output

@@ -144,7 +144,7 @@ def test_a_cached_sdist_that_does_not_match_its_pin_is_refused(
 def test_bad_specs_are_named() -> None:
     from trialground.tasks.sources import load_source
 
-    with pytest.raises(TaskError, match=r"unknown repository 'nope'.*known: boltons, inflection"):
+    with pytest.raises(TaskError, match=r"unknown repository 'nope'.*known: boltons, fonttools, inflection"):
         load_source("swe:nope")
     with pytest.raises(TaskError, match="candidates must be an integer"):
         load_source("swe:inflection:many")
@@ -152,3 +152,46 @@ def test_bad_specs_are_named() -> None:
         TaskError, match=r"swe: name an argument, swe:ARG \(bugs injected into a real library"
     ):
         load_source("swe")
+
+
+def test_every_split_of_a_set_of_two_or_more_is_non_empty() -> None:
+    from trialground.tasks.swe import assign_splits
+
+    ids = [hashlib.sha256(str(i).encode()).hexdigest()[:12] for i in range(400)]
+    plain = assign_splits(ids)
+    assert 40 < sum(s == "eval" for s in plain.values()) < 120  # about one in five
+    for size in range(2, 12):
+        for start in range(0, 200, size):
+            chunk = ids[start : start + size]
+            splits = assign_splits(chunk)
+            assert set(splits.values()) == {"train", "eval"}, chunk
+            # at most one bug differs from the hash rule alone, so splits stay put as a set grows
+            assert sum(splits[r] != plain[r] for r in chunk) <= 1
+    only_train = [r for r in ids if plain[r] == "train"][:3]
+    assert list(assign_splits(only_train).values()).count("eval") == 1
+    only_eval = [r for r in ids if plain[r] == "eval"][:3]
+    assert list(assign_splits(only_eval).values()).count("train") == 1
+    assert assign_splits(ids[:1]) == {ids[0]: plain[ids[0]]}
+
+
+def test_a_lib_layout_repository_injects_bugs_only_where_its_suite_looks() -> None:
+    from trialground.tasks.swe.repos import is_mutable
+
+    spec = repo_spec("fonttools")
+    assert classify(spec, "Lib/fontTools/misc/arrayTools.py") == "library"
+    assert classify(spec, "Lib/fontTools/ttLib/ttFont.py") == "library"  # a fix may change any of it
+    assert classify(spec, "Tests/misc/arrayTools_test.py") == "protected"
+    assert classify(spec, "Tests/pens/utils.py") == "protected"  # Tests/ is a test directory
+    assert is_mutable(spec, "Lib/fontTools/pens/areaPen.py")
+    assert not is_mutable(spec, "Lib/fontTools/ttLib/ttFont.py")
+    assert is_mutable(repo_spec("inflection"), "inflection/__init__.py")  # no `mutate`: all library code
+    assert spec.pytest_args == ("-o", "pythonpath=Lib")
+
+
+def test_candidates_of_a_larger_limit_start_with_those_of_a_smaller_one() -> None:
+    # what lets a larger task set extend a cached smaller one (build._cached_prefix)
+    files = {"a.py": SOURCE, "b.py": SOURCE.replace("clamp", "clip")}
+    for seed in range(3):
+        full = candidates(files, seed=seed, limit=30)
+        for m in (1, 5, 12, 29):
+            assert candidates(files, seed=seed, limit=m) == full[:m]

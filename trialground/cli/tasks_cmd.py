@@ -1,4 +1,4 @@
-"""`trialground tasks list|show|export|validate SOURCE`.
+"""`trialground tasks list|show|export|validate|expert SOURCE`.
 
 SOURCE is any spec `trialground.tasks.sources.load_source` accepts (codegen, humaneval,
 reasoning_gym:<dataset>, math, math:FILE, data, ops, FILE.jsonl, DIR), or `-`: JSONL tasks on standard
@@ -9,6 +9,9 @@ input (unknown source, broken task file, unknown id) prints one clear line on st
 `trialground.verify.validate.run_validation(tasks, *, source, runs, eval_tasks, eval_name, json_report,
 as_json)` prints its table (or with `as_json` the report as JSON), writes the JSON report and returns the
 exit status (0: every task valid).
+
+`expert` runs the scripted expert of repository tasks (`trialground.rollout.swe_expert`) on each task
+through the tool environment and prints the share the grader passed.
 """
 
 from __future__ import annotations
@@ -230,3 +233,50 @@ def validate(
         as_json=as_json,
     )  # fmt: skip
     sys.exit(int(code))
+
+
+@app.command("expert")
+def expert(
+    source: SourceArg,
+    json_report: Annotated[
+        Path | None, typer.Option("--json-report", help="Write the per-task results as JSON here")
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the report as JSON on stdout (progress on stderr)")
+    ] = False,
+    max_edits: Annotated[int, typer.Option(min=1, help="Candidate edits the expert tries per task")] = 60,
+    seed: SeedOpt = 0,
+    n: NOpt = None,
+    split: SplitOpt = None,
+) -> None:
+    """Solve repository tasks (swe:<repo>) with the scripted expert, through the environment's tools only
+    (run_tests, read_file, search, read_lines, edit_file, bash), graded by the real grader; prints the
+    solve share. Exit 1 when it solves none."""
+    import asyncio
+
+    from trialground.rollout.swe_expert import Expert, ExpertResult, run_expert
+
+    tasks = _load(source, seed, n, split)
+    if not tasks or any(t.verifier.kind != "swe_tests" for t in tasks):
+        fail(f"{source}: the expert solves repository tasks (swe:<repo>) only", EXIT_USAGE)
+    out = err_console if as_json else Console()
+
+    def show_one(task: Task, r: ExpertResult) -> None:
+        how = r.solved_by.description if r.solved_by else (r.error or "no edit passed")
+        out.print(
+            f"{'solved' if r.passed else 'failed'}  {task.metadata.get('name', task.id)}  "
+            f"{len(r.tried)} edits, {r.turns} turns, {r.wall_s:.0f} s  {how}",
+            highlight=False,
+        )
+
+    report = asyncio.run(run_expert(tasks, source=source, expert=Expert(max_edits), on_result=show_one))
+    if as_json:
+        print(json.dumps(report.as_dict()))
+    out.print(
+        f"{source}: solved {report.solved} of {len(report.results)} ({report.share:.0%}) in "
+        f"{report.wall_s:.0f} s",
+        highlight=False,
+    )
+    if json_report is not None:
+        json_report.write_text(json.dumps(report.as_dict(), indent=2) + "\n")
+    sys.exit(0 if report.solved else 1)

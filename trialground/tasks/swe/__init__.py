@@ -10,12 +10,16 @@ Each task (verifier kind `swe_tests`):
 - `hidden_checks`: the suite's test files (and conftest files) at their pristine content;
 - `reference`: the gold patch, a unified diff that removes the bug;
 - `verifier.params`: `repo`, `version`, `fail_to_pass`, `pass_to_pass` (pytest node ids);
-- `split`: fixed per bug by a hash of it (about one in five is `eval`).
+- `split`: fixed per bug by a hash of it (about one in five is `eval`); a set of two or more tasks always
+  has both splits: when the hash puts none in `eval` (or none in `train`), the bug with the smallest (or
+  largest) hash moves there (`assign_splits`).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
+from typing import Literal
 
 from trialground.errors import TaskError
 from trialground.sandbox.base import Limits
@@ -44,13 +48,35 @@ def parse_spec(arg: str) -> tuple[RepoSpec, int]:
     return spec, int(count)
 
 
-def task_from_record(spec: RepoSpec, record: BugRecord) -> Task:
+def _rank(rid: str) -> int:
+    return int(hashlib.sha256(rid.encode()).hexdigest()[:8], 16)
+
+
+def assign_splits(ids: Sequence[str]) -> dict[str, Literal["train", "eval"]]:
+    """The split of each bug id: `eval` when its hash is 0 mod 5; in a set of two or more where that
+    leaves a split empty, the id with the smallest hash moves to `eval` (or the largest to `train`), so
+    neither split is ever empty. A bug keeps its split as the set grows unless it was the one moved."""
+    splits: dict[str, Literal["train", "eval"]] = {
+        rid: "eval" if _rank(rid) % 5 == 0 else "train" for rid in ids
+    }
+    if len(splits) >= 2:
+        if "eval" not in splits.values():
+            splits[min(splits, key=lambda r: (_rank(r), r))] = "eval"
+        elif "train" not in splits.values():
+            splits[max(splits, key=lambda r: (_rank(r), r))] = "train"
+    return splits
+
+
+def task_from_record(
+    spec: RepoSpec, record: BugRecord, split: Literal["train", "eval"] | None = None
+) -> Task:
+    """The task of one kept bug; `split` defaults to its hash rule alone (`assign_splits` of one id)."""
     pristine = repo_files(spec)
     files = dict(workspace_image_files(spec))
     files[record.path] = record.text
     hidden = {p: t for p, t in pristine.items() if is_test_path(p) and p.endswith(".py")}
     rid = record_id(record)
-    split = "eval" if int(hashlib.sha256(rid.encode()).hexdigest()[:8], 16) % 5 == 0 else "train"
+    split = split or assign_splits([rid])[rid]
     return Task(
         domain="swe",
         prompt=record.statement,
@@ -90,8 +116,8 @@ def swe_tasks(arg: str, *, seed: int = 0, n: int | None = None, split: str | Non
             "(swe:<repo>:<candidates>)",
             kind="generator",
         )
-    # A fixed set: a split may hold none of them (as for any stored set); the caller says if that is wrong.
-    tasks = [task_from_record(spec, r) for r in records]
+    splits = assign_splits([record_id(r) for r in records])
+    tasks = [task_from_record(spec, r, splits[record_id(r)]) for r in records]
     if split is not None:
         tasks = [t for t in tasks if t.split == split]
     return tasks[:n] if n is not None else tasks

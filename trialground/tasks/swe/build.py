@@ -11,8 +11,9 @@
    failing tests' names and their first failure text (the buggy code as it runs; never the fix).
 
 Records are cached as JSON under `cache_dir()/tasks/` keyed by repository, version, bundled pytest, seed,
-candidates and runs; a cached set is read, never rebuilt. Building takes roughly
-`runs x (candidates + 1)` suite runs (candidates that break nothing cost one).
+candidates and runs; a cached set is read, never rebuilt. A larger set extends the largest cached smaller
+one of the same seed and runs: candidates are drawn as a prefix, so only the new candidates are judged.
+Building takes roughly `runs x (candidates + 1)` suite runs (candidates that break nothing cost one).
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from trialground.sandbox.base import Limits, SandboxConfig
 from trialground.tasks.swe.bundle import bundle_digest, bundle_files
 from trialground.tasks.swe.image import RepoImage
 from trialground.tasks.swe.mutate import Mutation, candidates
+from trialground.tasks.swe.paths import is_test_path
 from trialground.tasks.swe.pytest_run import PytestRun, run_pytest
-from trialground.tasks.swe.repos import RepoSpec, cache_dir, is_library, repo_files
+from trialground.tasks.swe.repos import RepoSpec, cache_dir, is_mutable, repo_files
 
 SUITE_LIMITS = Limits(wall_s=300.0, cpu_s=300.0, memory_mb=2048, pids=64, disk_mb=512, output_bytes=4_000_000)
 _FORMAT = 1
@@ -69,7 +71,7 @@ def problem_statement(spec: RepoSpec, failing: Sequence[str], details: dict[str,
     if len(excerpt) > 1500:
         excerpt = "...\n" + excerpt[-1500:]
     excerpt = excerpt.replace("```", "'''")
-    paths = " ".join(spec.tests)
+    paths = " ".join((*spec.pytest_args, *spec.tests))
     return (
         f"The `{spec.name}` library (version {spec.version}) in /workspace has a bug: some of its own "
         f"tests fail.\n\nFailing tests:\n" + "\n".join(f"- {t}" for t in shown) + more + "\n\n"
@@ -84,7 +86,28 @@ async def _suite(image: RepoImage, spec: RepoSpec, changed: dict[str, str] | Non
     async with image.lease() as sandbox:
         for path, text in (changed or {}).items():
             await sandbox.write(path, text)
-        return await run_pytest(sandbox, paths=spec.tests, tests=None, limits=SUITE_LIMITS)
+        return await run_pytest(
+            sandbox, paths=spec.tests, tests=None, limits=SUITE_LIMITS, args=spec.pytest_args
+        )
+
+
+def _cached_prefix(spec: RepoSpec, *, seed: int, n_candidates: int, runs: int) -> tuple[int, list[BugRecord]]:
+    """The largest cached set of `spec` with the same seed and runs and fewer candidates: (its candidate
+    count, its records); (0, []) when there is none. Candidates are drawn as a prefix (`candidates` with a
+    larger limit starts with those of a smaller one), so its verdicts stand for the first candidates."""
+    best = 0
+    pattern = _cache_path(spec, seed=seed, n_candidates=0, runs=runs).name.replace("-c0-", "-c*-")
+    for path in (cache_dir() / "tasks").glob(pattern):
+        count = path.name.rsplit("-c", 1)[-1].split("-", 1)[0]
+        if count.isdigit() and best < int(count) < n_candidates:
+            best = int(count)
+    if not best:
+        return 0, []
+    path = _cache_path(spec, seed=seed, n_candidates=best, runs=runs)
+    try:
+        return best, [_record(r) for r in json.loads(path.read_text())["records"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0, []
 
 
 async def _build(
@@ -102,8 +125,19 @@ async def _build(
         baseline = sorted(t for t in base[0].outcomes if all(r.passed(t) for r in base))
         if not baseline:
             raise TaskError(f"swe:{spec.name}: no test passes on the pristine repository", kind="suite")
-        library = {p: t for p, t in files.items() if is_library(spec, p) and p.endswith(".py")}
+        library = {
+            p: t
+            for p, t in files.items()
+            if is_mutable(spec, p) and p.endswith(".py") and not is_test_path(p)
+        }
         drawn = candidates(library, seed=seed, limit=n_candidates)
+        done, prior = _cached_prefix(spec, seed=seed, n_candidates=n_candidates, runs=runs)
+        if done and [(m.path, m.text) for m in candidates(library, seed=seed, limit=done)] == [
+            (m.path, m.text) for m in drawn[:done]
+        ]:
+            drawn = drawn[done:]  # judged by the smaller cached set: its kept records stand
+        else:
+            prior = []
         sem = asyncio.Semaphore(concurrency)
 
         async def judge(m: Mutation) -> BugRecord | None:
@@ -128,7 +162,7 @@ async def _build(
         kept = await asyncio.gather(*(judge(m) for m in drawn))
     finally:
         await image.close()
-    return [r for r in kept if r is not None]
+    return [*prior, *(r for r in kept if r is not None)]
 
 
 def build_records(

@@ -4,7 +4,7 @@
 every FAIL_TO_PASS test alone (at most `MAX_ISOLATED` runs; more are spread over that many), then the
 PASS_TO_PASS tests of each test file together. Each run is
 
-    python3 -I -S .tg/pytest.py -q -rfE <node ids>
+    python3 -I -S .tg/pytest.py -q -rfE [the repository's pytest_args] <node ids>
 
 in /workspace with `TEST_ENV`, the environment the agent's tools run every program with: a grading and an
 agent's own run see the same command, the same variables and the same files. The bundled launcher makes
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from trialground.tasks.model import Task
 from trialground.tasks.swe.bundle import LAUNCHER
+from trialground.tasks.swe.repos import repo_spec
 from trialground.tasks.verifiers import SweTestsParams
 
 MAX_ISOLATED = 8
@@ -34,10 +35,11 @@ class TestRun:
 
     group: str  # "fail_to_pass" or "pass_to_pass"
     tests: tuple[str, ...]
+    args: tuple[str, ...] = ()  # the repository's own pytest arguments (`RepoSpec.pytest_args`)
 
     @property
     def argv(self) -> list[str]:
-        return ["python3", "-I", "-S", LAUNCHER, "-q", "-rfE", *self.tests]
+        return ["python3", "-I", "-S", LAUNCHER, "-q", "-rfE", *self.args, *self.tests]
 
     @property
     def label(self) -> str:
@@ -59,10 +61,11 @@ def _spread(tests: Sequence[str], parts: int) -> list[tuple[str, ...]]:
 def test_runs(task: Task) -> list[TestRun]:
     """The runs of `task` (see the module docstring), FAIL_TO_PASS first."""
     params = task.verifier.params_as(SweTestsParams)
+    args = repo_spec(params.repo).pytest_args
     f2p, p2p = list(params.fail_to_pass), list(params.pass_to_pass)
-    runs = [TestRun("fail_to_pass", group) for group in _spread(f2p, MAX_ISOLATED)] if f2p else []
+    runs = [TestRun("fail_to_pass", group, args) for group in _spread(f2p, MAX_ISOLATED)] if f2p else []
     by_file: dict[str, list[str]] = {}
     for t in p2p:
         by_file.setdefault(_file(t), []).append(t)
-    runs += [TestRun("pass_to_pass", tuple(tests)) for _, tests in sorted(by_file.items())]
+    runs += [TestRun("pass_to_pass", tuple(tests), args) for _, tests in sorted(by_file.items())]
     return runs

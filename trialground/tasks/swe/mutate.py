@@ -162,3 +162,75 @@ def candidates(files: dict[str, str], *, seed: int, limit: int) -> list[Mutation
             if by_kind[kind] and len(out) < limit:
                 out.append(by_kind[kind].pop())
     return out
+
+
+# The catalogue read backwards: for a node as it stands, the edits that would undo one mutation of the
+# catalogue (an operator that some flip produces, flipped back; a constant the off-by-one raised, lowered;
+# a `not` that was dropped, restored). A dropped else branch or a removed guard leaves nothing to undo
+# from: it has no inverse here.
+_BINOP_UNDO: dict[type, tuple[type, ...]] = {}
+for _old, _new in _BINOP_FLIPS.items():
+    _BINOP_UNDO[_new] = (*_BINOP_UNDO.get(_new, ()), _old)
+
+
+def _undo_sites(tree: ast.AST) -> Iterator[tuple[str, ast.AST, ast.AST]]:
+    """(kind, node, replacement) for every inverse edit of `tree`, in `ast.walk` order."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOP_UNDO:
+            for op in _BINOP_UNDO[type(node.op)]:
+                binop = copy.deepcopy(node)
+                binop.op = op()
+                yield "operator", node, binop
+        elif isinstance(node, ast.BoolOp) and type(node.op) in _BOOL_FLIPS:
+            boolop = copy.deepcopy(node)
+            boolop.op = _BOOL_FLIPS[type(node.op)]()
+            yield "operator", node, boolop
+        elif isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _CMP_FLIPS:
+            compare = copy.deepcopy(node)
+            compare.ops = [_CMP_FLIPS[type(node.ops[0])]()]
+            yield "compare", node, compare
+        elif (
+            isinstance(node, ast.Constant)
+            and type(node.value) is int
+            and 1 <= node.value <= 17
+            and hasattr(node, "end_col_offset")
+        ):
+            yield "off_by_one", node, ast.Constant(value=node.value - 1)
+        elif isinstance(node, ast.If) and not (
+            isinstance(node.test, ast.UnaryOp) and isinstance(node.test.op, ast.Not)
+        ):
+            yield "negate", node.test, ast.UnaryOp(op=ast.Not(), operand=copy.deepcopy(node.test))
+        elif (
+            isinstance(node, ast.Call)
+            and len(node.args) >= 2
+            and not any(isinstance(a, ast.Starred) for a in node.args[:2])
+            and ast.dump(node.args[0]) != ast.dump(node.args[1])
+        ):
+            call = copy.deepcopy(node)
+            call.args[0], call.args[1] = call.args[1], call.args[0]
+            yield "swap_args", node, call
+
+
+def inverse_mutations(path: str, source: str, lines: tuple[int, int] | None = None) -> list[Mutation]:
+    """Every edit of `source` that undoes one mutation of the catalogue, at nodes starting within
+    `lines` (first, last; 1-based, inclusive) when given; those that would not parse are left out. What a
+    repair may try at a place it has located; which one is right is for the tests to say."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    original = ast.dump(tree)
+    out: list[Mutation] = []
+    for kind, node, replacement in _undo_sites(tree):
+        line = node.lineno  # type: ignore[attr-defined]
+        if lines is not None and not lines[0] <= line <= lines[1]:
+            continue
+        try:
+            text = _replace(source, node, replacement)
+            changed = ast.dump(ast.parse(text)) != original
+        except (SyntaxError, ValueError, IndexError, UnicodeDecodeError):
+            continue
+        if changed:
+            what = ast.unparse(replacement)
+            out.append(Mutation(path, kind, line, f"{kind} at {path}:{line}: -> {what[:60]}", text))
+    return out

@@ -28,7 +28,7 @@ def is_test_path(path: str) -> bool:
     name = parts[-1]
     if name == "conftest.py" or name.startswith("test_") or name.endswith("_test.py"):
         return True
-    return any(p in ("tests", "test", "testing") for p in parts[:-1])
+    return any(p.lower() in ("tests", "test", "testing") for p in parts[:-1])
 
 
 def classify(spec: RepoSpec, path: str) -> PathClass:

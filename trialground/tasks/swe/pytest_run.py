@@ -132,7 +132,7 @@ class _Plugin:
 
 _plugin = _Plugin(_header["tests"])
 _args = ["-q", "-p", "no:cacheprovider", "-o", "addopts=", "--color=no", "--tb=short", "-rN",
-         "--rootdir", _header["root"], *_header["paths"]]
+         "--rootdir", _header["root"], *_header.get("args", []), *_header["paths"]]
 try:
     _code = int(pytest.main(_args, plugins=[_plugin]))
 except BaseException as _e:
@@ -167,14 +167,20 @@ class PytestRun:
 
 
 async def run_pytest(
-    sandbox: Sandbox, *, paths: Sequence[str], tests: Sequence[str] | None, limits: Limits
+    sandbox: Sandbox,
+    *,
+    paths: Sequence[str],
+    tests: Sequence[str] | None,
+    limits: Limits,
+    args: Sequence[str] = (),
 ) -> PytestRun:
-    """Run the suite at `paths` (only the node ids `tests`, when given) in `sandbox` (see the module
-    docstring). Raises SandboxError only when the sandbox itself failed."""
+    """Run the suite at `paths` (only the node ids `tests`, when given; `args` before the paths) in
+    `sandbox` (see the module docstring). Raises SandboxError only when the sandbox itself failed."""
     key = secrets.token_hex(32).encode()
     header = {
         "tests": None if tests is None else list(tests),
         "paths": list(paths),
+        "args": list(args),
         "root": WORKSPACE,
         "site": f"{WORKSPACE}/.tg/site",
     }

@@ -35,7 +35,10 @@ class RepoSpec:
 
     `library`: repository-relative paths (files, or directories ending in "/") of the library's code;
     `tests`: the paths handed to pytest; `drop`: paths left out of the workspace (tests that need packages
-    the sandbox has not got, or the network)."""
+    the sandbox has not got, or the network); `mutate`: where bugs are injected (default: all of
+    `library`; a large library whose suite is restricted to a subset names the modules that subset
+    tests); `pytest_args`: extra arguments of every pytest run, the build's, the grader's and the
+    agent's alike (e.g. `-o pythonpath=Lib` for a `Lib/` layout)."""
 
     name: str
     version: str
@@ -45,6 +48,8 @@ class RepoSpec:
     tests: tuple[str, ...]
     drop: tuple[str, ...] = ()
     description: str = ""
+    mutate: tuple[str, ...] = ()
+    pytest_args: tuple[str, ...] = ()
 
     @property
     def filename(self) -> str:
@@ -96,6 +101,19 @@ REPOS: dict[str, RepoSpec] = {
             library=("more_itertools/",),
             tests=("tests",),
             description="iterator building blocks: 7,000 lines, ~770 tests (a slow suite: ~15 s)",
+        ),
+        RepoSpec(
+            name="fonttools",
+            version="4.55.3",
+            url=f"{_PYPI}/76/61/a300d1574dc381393424047c0396a0e213db212e28361123af9830d71a8d/"
+            "fonttools-4.55.3.tar.gz",
+            sha256="3983313c2a04d6cc1fe9251f8fc647754cf49a61dac6cb1e7249ae67afaafc45",
+            library=("Lib/fontTools/",),
+            tests=("Tests/misc", "Tests/pens"),
+            mutate=("Lib/fontTools/misc/", "Lib/fontTools/pens/"),
+            pytest_args=("-o", "pythonpath=Lib"),
+            description="font tools: 2,480 files in the sdist, 100,000+ library lines; the suite is "
+            "restricted to Tests/misc and Tests/pens and bugs to the modules they test",
         ),
     )
 }
@@ -180,6 +198,16 @@ def repo_files(spec: RepoSpec) -> dict[str, str]:
     return unpack(spec, fetch(spec))
 
 
+def _under(path: str, entries: tuple[str, ...]) -> bool:
+    return any((entry.endswith("/") and path.startswith(entry)) or path == entry for entry in entries)
+
+
 def is_library(spec: RepoSpec, path: str) -> bool:
     """Whether `path` is library code of `spec` (a fix may change it)."""
-    return any((entry.endswith("/") and path.startswith(entry)) or path == entry for entry in spec.library)
+    return _under(path, spec.library)
+
+
+def is_mutable(spec: RepoSpec, path: str) -> bool:
+    """Whether bugs are injected into `path`: library code under `spec.mutate` (all library code when
+    `mutate` is empty)."""
+    return is_library(spec, path) and (not spec.mutate or _under(path, spec.mutate))
