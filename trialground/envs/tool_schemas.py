@@ -20,6 +20,11 @@ _DESCRIPTIONS = {
         "Replace the one exact occurrence of `old` with `new` in a file.",
         {"path": "file path, relative to /workspace", "old": "text to replace", "new": "replacement"},
     ),
+    "apply_patch": (
+        "Apply a unified diff (as `git diff` writes it; several files, new and deleted files) to the "
+        "workspace. All or nothing: a patch that does not apply changes nothing.",
+        {"patch": "the unified diff; paths relative to /workspace, with or without a/ b/ prefixes"},
+    ),
     "run_tests": ("Run the visible tests.", {}),
     "search": (
         "Lines containing a fixed string, as file:line:text (bounded; a summary line gives the totals).",

@@ -2,6 +2,7 @@
 
 Tools: ``bash(command)``, ``python(code)``, ``read_file(path)``, ``write_file(path, content)``,
 ``edit_file(path, old, new)`` (exact-match replace; no match or several matches is an error observation),
+``apply_patch(patch)`` (a unified diff, applied by ``git apply`` in the sandbox: `trialground.envs.patching`),
 ``run_tests()`` (the task's visible checks; on a repository task its failing tests and the rest of its
 suite, run as grading runs them), ``search(pattern, path?)`` and ``read_lines(path, start?, count?)``
 (bounded search and paged reading, run in the sandbox: `trialground.envs.navigate`) and ``submit(answer?)``.
@@ -18,7 +19,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from trialground.envs import navigate
+from trialground.envs import navigate, patching
 from trialground.errors import SandboxError
 from trialground.sandbox.base import ExecResult, ExecStatus, Limits, Sandbox
 from trialground.tasks.model import Task
@@ -31,6 +32,7 @@ TOOL_PARAMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "read_file": (("path",), ()),
     "write_file": (("path", "content"), ()),
     "edit_file": (("path", "old", "new"), ()),
+    "apply_patch": (("patch",), ()),
     "run_tests": ((), ()),
     "search": (("pattern",), ("path",)),
     "read_lines": (("path",), ("start", "count")),
@@ -50,12 +52,13 @@ TOOL_DOCS = """Tools (one or more calls per message):
 # trained on the shorter list keeps seeing the prompt it was trained on.
 NAVIGATION_DOCS = (
     "- search(pattern, path?): lines with `pattern` (file:line:text), under `path` or everywhere\n"
-    "- read_lines(path, start?, count?): `count` lines (default 20) of a file from line `start`"
+    "- read_lines(path, start?, count?): `count` lines (default 20) of a file from line `start`\n"
+    "- apply_patch(patch): apply a unified diff to the workspace"
 )
 
 
 def tool_docs(navigation: bool) -> str:
-    """The prompt's tool list, with `search` and `read_lines` when `navigation`."""
+    """The prompt's tool list, with `search`, `read_lines` and `apply_patch` when `navigation`."""
     if not navigation:
         return TOOL_DOCS
     head, _, last = TOOL_DOCS.rpartition("\n")
@@ -194,7 +197,9 @@ class Toolbox:
         self.limits = limits
         self.python = python
 
-    async def _exec(self, cmd: list[str] | str, limits: Limits, stdin: str | None = None) -> ExecResult:
+    async def _exec(
+        self, cmd: list[str] | str, limits: Limits, stdin: str | bytes | None = None
+    ) -> ExecResult:
         res = await self.sandbox.exec(cmd, stdin=stdin, env=_ENV, limits=limits)
         if res.status == ExecStatus.SANDBOX_ERROR:  # the sandbox broke, not the program: end the episode
             raise SandboxError(f"sandbox failed: {res.stderr.strip()[:300]}", kind="sandbox_died")
@@ -245,6 +250,8 @@ class Toolbox:
             return await self._write(a["path"], a["content"], limits)
         if name == "edit_file":
             return await self._edit(a["path"], a["old"], a["new"], limits)
+        if name == "apply_patch":
+            return await self._apply_patch(a["patch"], limits)
         if name == "run_tests":
             return await self._run_tests(limits)
         if name == "search":
@@ -331,6 +338,28 @@ class Toolbox:
         except FileError as e:
             return ToolOutcome(f"error: cannot write {path}: {e}", False, False, path)
         return ToolOutcome(f"edited {path} (1 replacement)", True, updated != text, path)
+
+    async def _apply_patch(self, patch: str, limits: Limits) -> ToolOutcome:
+        """`patching`: refused on the host by size and header paths, else applied by `git apply` in the
+        sandbox. `target` is the first file the patch touches, or the first of them that is one of the
+        task's checks (the tamper detector reads it)."""
+        refused = patching.refusal(patch)
+        if refused is not None:
+            return ToolOutcome(f"error: {refused}; nothing changed", False, False)
+        argv = patching.patch_argv(self.python, patch)
+        report = limits.model_copy(update={"output_bytes": patching.REPORT_BYTES})
+        res = await self._exec(argv, report, stdin=patching.patch_bytes(patch))
+        result = patching.parse_result(res.stdout) if res.ok else None
+        if result is None:  # killed or timed out: whether git had started writing is unknown
+            return ToolOutcome(f"error: apply_patch did not finish\n{render_exec(res)}", False, None)
+        checks = {*self.task.visible_checks, *self.task.hidden_checks}
+        target = next((f for f in result.files if f in checks), result.files[0] if result.files else None)
+        if not result.ok:
+            unchanged = "nothing changed" if result.changed is False else "the workspace may have changed"
+            return ToolOutcome(
+                f"error: the patch does not apply; {unchanged}\n{result.error}", False, result.changed, target
+            )
+        return ToolOutcome(patching.summary(result.files, result.changed), True, result.changed, target)
 
     async def _search(self, pattern: str, path: str, limits: Limits) -> ToolOutcome:
         if not pattern:

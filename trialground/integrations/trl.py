@@ -21,11 +21,12 @@ of that reward instead of learning from a made-up 0). With TRL's `log_metric`, i
 instance is one `ToolEnv` episode. `reset(**row)` opens a fresh sandbox for the row's `task_id` and returns
 the first observation (the task prompt and the tool list), which TRL appends to the row's (empty) user
 message. Its public methods are the `ToolEnv` tools (`bash`, `python`, `read_file`, `write_file`,
-`edit_file`, `run_tests`, `submit`), with type hints and docstrings TRL turns into tool schemas; each call
-is one `ToolEnv.step`, so the environment's turn limit, counters and tamper checks apply. `get_reward()`
-grades the episode: the reward of `submit`, or, when the model stopped without submitting, of the workspace
-as it is (`EnvConfig.grade_on_limit`); None after an infrastructure failure. Instances are reused between
-batches (TRL's pool); `close()` on the factory closes every sandbox they hold.
+`edit_file`, `apply_patch`, `run_tests`, `search`, `read_lines`, `submit`), with type hints and
+docstrings TRL turns into tool schemas; each call is one `ToolEnv.step`, so the environment's turn limit,
+counters and tamper checks apply. `get_reward()` grades the episode: the reward of `submit`, or, when the
+model stopped without submitting, of the workspace as it is (`EnvConfig.grade_on_limit`); None after an
+infrastructure failure. Instances are reused between batches (TRL's pool); `close()` on the factory closes
+every sandbox they hold.
 
 `bundled_tokenizer(name)` loads a bundled model's tokenizer with a tool-calling chat template (its own
 role markers, tool calls as `<tool_call>{json}</tool_call>` in the assistant turn, tool results as user
@@ -260,6 +261,18 @@ class TrialgroundToolEnv:
             What changed, or why nothing did.
         """
         return self._call("edit_file", {"path": path, "old": old, "new": new})
+
+    def apply_patch(self, patch: str) -> str:
+        """Apply a unified diff to the workspace, all or nothing.
+
+        Args:
+            patch: The unified diff (as `git diff` writes it): paths relative to /workspace, with or
+                without a/ b/ prefixes; several files, new and deleted files.
+
+        Returns:
+            The files changed, or why the patch does not apply (then nothing changed).
+        """
+        return self._call("apply_patch", {"patch": patch})
 
     def run_tests(self) -> str:
         """Run the task's visible tests.

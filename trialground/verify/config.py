@@ -109,7 +109,8 @@ class RewardConfig(BaseModel):
         ("run_tests",), description="Tool names that count as running the tests"
     )
     edit_tools: tuple[str, ...] = Field(
-        ("write_file", "edit_file"), description="Tool names that edit files (no-op edits are redundant)"
+        ("write_file", "edit_file", "apply_patch"),
+        description="Tool names that edit files (no-op edits are redundant)",
     )
     read_tools: tuple[str, ...] = Field(
         ("read_file",), description="Tool names that read files (re-reads of unchanged files are redundant)"

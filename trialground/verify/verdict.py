@@ -55,7 +55,8 @@ class Action(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     tool: str = Field(
-        description="Tool name: bash, python, read_file, write_file, edit_file, run_tests, submit"
+        description="Tool name: bash, python, read_file, write_file, edit_file, apply_patch, run_tests, "
+        "search, read_lines, submit"
     )
     argument_digest: str = Field(description="Hash of the normalised arguments (repeats have equal digests)")
     ok: bool = Field(description="The tool call was valid and did not error")
