@@ -199,12 +199,14 @@ async def test_a_git_repository_planted_in_the_workspace_configures_nothing(box:
     assert not out.ok and "patch failed: w.txt:1" in out.text, out.text
 
 
-def test_listed_in_the_prompt_only_with_navigation_tools_and_always_a_schema() -> None:
+def test_listed_in_the_prompt_only_with_patch_tool_and_always_a_schema() -> None:
     assert "apply_patch" not in TOOL_DOCS and tool_docs(False) == TOOL_DOCS
+    assert "apply_patch" not in tool_docs(True)  # the navigation prompt the bundled policy learnt stays
     line = "- apply_patch(patch): apply a unified diff to the workspace"
-    assert line in tool_docs(True) and tool_docs(True).endswith(
-        "\n- submit(answer?): finish; the workspace (or `answer`) is graded"
-    )
+    for navigation in (False, True):
+        docs = tool_docs(navigation, patch=True)
+        assert line in docs and ("read_lines(" in docs) == navigation
+        assert docs.endswith("\n- submit(answer?): finish; the workspace (or `answer`) is graded")
     schema = next(s["function"] for s in tool_schemas() if s["function"]["name"] == "apply_patch")
     assert schema["parameters"]["required"] == ["patch"]
     assert "apply_patch" in RewardConfig().edit_tools

@@ -27,8 +27,13 @@ class EnvConfig(BaseModel):
     )
     navigation_tools: bool = Field(
         False,
-        description="List search, read_lines and apply_patch in the prompt's tool list (they are callable "
-        "either way); on for tasks whose workspace is far larger than the context",
+        description="List search and read_lines in the prompt's tool list (they are callable either way); "
+        "on for tasks whose workspace is far larger than the context",
+    )
+    patch_tool: bool = Field(
+        False,
+        description="List apply_patch in the prompt's tool list (callable either way); on for repository "
+        "tasks",
     )
     max_calls_per_turn: int = Field(
         4, ge=1, le=64, description="Tool calls executed per model turn; further ones are invalid"

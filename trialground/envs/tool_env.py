@@ -198,7 +198,8 @@ class ToolEnv(Environment, Forkable):
         fmt: ToolFormat = "xml" if self.config.tool_format == "xml" else "json_tags"
         example = format_tool_call("bash", {"command": "ls"}, fmt)
         text = (
-            f"{task.prompt}\n\n{tool_docs(self.config.navigation_tools)}\nCall a tool like this:\n{example}"
+            f"{task.prompt}\n\n{tool_docs(self.config.navigation_tools, self.config.patch_tool)}\n"
+            f"Call a tool like this:\n{example}"
         )
         # the tools as JSON schemas too: a chat template that takes `tools=` renders them its own way
         start = EpisodeStart(tools=tuple(tool_schemas()), workspace_digest=digest)

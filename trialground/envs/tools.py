@@ -48,21 +48,23 @@ TOOL_DOCS = """Tools (one or more calls per message):
 - run_tests(): run the visible tests
 - submit(answer?): finish; the workspace (or `answer`) is graded"""
 
-# Listed in the prompt only where `env.navigation_tools` is on (they are callable everywhere): a policy
-# trained on the shorter list keeps seeing the prompt it was trained on.
+# Listed in the prompt only where `env.navigation_tools` / `env.patch_tool` is on (every tool is callable
+# everywhere): a policy trained on the shorter list keeps seeing the prompt it was trained on.
 NAVIGATION_DOCS = (
     "- search(pattern, path?): lines with `pattern` (file:line:text), under `path` or everywhere\n"
-    "- read_lines(path, start?, count?): `count` lines (default 20) of a file from line `start`\n"
-    "- apply_patch(patch): apply a unified diff to the workspace"
+    "- read_lines(path, start?, count?): `count` lines (default 20) of a file from line `start`"
 )
+PATCH_DOCS = "- apply_patch(patch): apply a unified diff to the workspace"
 
 
-def tool_docs(navigation: bool) -> str:
-    """The prompt's tool list, with `search`, `read_lines` and `apply_patch` when `navigation`."""
-    if not navigation:
+def tool_docs(navigation: bool, patch: bool = False) -> str:
+    """The prompt's tool list, with `search` and `read_lines` when `navigation`, `apply_patch` when
+    `patch`."""
+    extra = [d for d, on in ((NAVIGATION_DOCS, navigation), (PATCH_DOCS, patch)) if on]
+    if not extra:
         return TOOL_DOCS
     head, _, last = TOOL_DOCS.rpartition("\n")
-    return f"{head}\n{NAVIGATION_DOCS}\n{last}"
+    return "\n".join([head, *extra, last])
 
 
 # Runs the visible `test_*` functions of pytest-style files with the standard library only (the sandbox's
