@@ -119,6 +119,20 @@ async def test_a_lone_surrogate_from_a_json_call_is_text_not_a_crash(box: Toolbo
     assert out.ok and await _text(box.sandbox, "y.py") == "?\n", out.text
 
 
+async def test_lone_surrogates_in_python_code_and_written_files_are_data_not_a_crash(box: Toolbox) -> None:
+    # JSON tool arguments can decode to lone surrogates; stdin and files get them as bytes, never an
+    # encoding error that would end the episode as a broken sandbox
+    out = await box.run("python", {"code": "print(len('\ud800'))\n# \udcff"}, 10)
+    assert not out.ok and "SyntaxError: Non-UTF-8 code" in out.text, out.text  # Python's answer, not ours
+    out = await box.run("bash", {"command": "cat > r.bin; wc -c < r.bin # \udc80"}, 10)
+    assert out.ok and out.text.endswith("\n0"), out.text
+    out = await box.run("write_file", {"path": "s.txt", "content": "a\udcffb\ud800"}, 10)
+    assert out.ok, out.text
+    assert await box.sandbox.read("s.txt") == b"a\xed\xb3\xbfb\xed\xa0\x80"  # their 3-byte forms
+    out = await box.run("write_file", {"path": "e.txt", "content": "a\udcffb"}, 10)
+    assert out.ok and await box.sandbox.read("e.txt") == b"a\xffb"  # U+DCFF alone: the byte it escapes
+
+
 async def test_a_failing_hunk_is_named_and_nothing_changes(box: Toolbox) -> None:
     bad = TWO_FILES.replace(" one\n+two", " zero\n+two")  # x.py's hunk applies, y.py's does not
     before = await box.workspace_digest()

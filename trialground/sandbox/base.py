@@ -18,6 +18,21 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 WORKSPACE = "/workspace"
 
 
+def text_bytes(data: str | bytes | None) -> bytes:
+    """Text a sandbox is given (stdin, a file) as UTF-8 bytes; never raises. Model output decoded from JSON
+    can hold lone surrogates (`"\\ud800"`). Where they are all in U+DC80..U+DCFF they are the raw bytes they
+    escape (as text read with `surrogateescape` gives them back); otherwise each is written in its 3-byte
+    form."""
+    if data is None:
+        return b""
+    if isinstance(data, bytes):
+        return data
+    try:
+        return data.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return data.encode("utf-8", "surrogatepass")
+
+
 class Limits(BaseModel):
     """Resource limits of one `exec`. Every limit is enforced and its breach reported in `ExecResult`."""
 

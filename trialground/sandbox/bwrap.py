@@ -35,7 +35,15 @@ from pathlib import Path
 
 from trialground.errors import SandboxError
 from trialground.sandbox import offload, prewarm
-from trialground.sandbox.base import WORKSPACE, Command, ExecResult, Limits, Sandbox, SandboxConfig
+from trialground.sandbox.base import (
+    WORKSPACE,
+    Command,
+    ExecResult,
+    Limits,
+    Sandbox,
+    SandboxConfig,
+    text_bytes,
+)
 from trialground.sandbox.beneath import read_limit
 from trialground.sandbox.launch import cgroup, forkserver, netns, reaping, reset, seccomp, teardown, views
 from trialground.sandbox.launch.boot import python_prefix, supervisor_payload
@@ -416,7 +424,7 @@ class BwrapSandbox(Sandbox):
             "rlimits": self._rlimits(lim),
             "python_fast": self.config.python_fast,
         }
-        data = stdin.encode() if isinstance(stdin, str) else (stdin or b"")
+        data = text_bytes(stdin)
         async with self._lock:
             start = time.monotonic()
             if self._greeted and self._proc is not None and self._proc.returncode is not None:

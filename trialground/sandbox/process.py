@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping
 
 from trialground.errors import SandboxError
-from trialground.sandbox.base import Command, ExecResult, Limits, Sandbox, SandboxConfig
+from trialground.sandbox.base import Command, ExecResult, Limits, Sandbox, SandboxConfig, text_bytes
 from trialground.sandbox.beneath import read_limit
 from trialground.sandbox.launch.channel import Collected
 from trialground.sandbox.results import build_result
@@ -102,7 +102,7 @@ class ProcessSandbox(Sandbox):
         async def feed() -> None:
             assert proc.stdin is not None
             try:
-                proc.stdin.write(stdin.encode() if isinstance(stdin, str) else (stdin or b""))
+                proc.stdin.write(text_bytes(stdin))
                 await proc.stdin.drain()
                 proc.stdin.close()
             except (BrokenPipeError, ConnectionResetError):

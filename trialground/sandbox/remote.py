@@ -17,12 +17,12 @@ from typing import Any
 import httpx
 
 from trialground.errors import SandboxError
-from trialground.sandbox.base import Command, ExecResult, Limits, Sandbox, SandboxConfig
+from trialground.sandbox.base import Command, ExecResult, Limits, Sandbox, SandboxConfig, text_bytes
 from trialground.sandbox.beneath import read_limit
 
 
 def _b64(data: bytes | str) -> str:
-    return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
+    return base64.b64encode(text_bytes(data)).decode()
 
 
 class RemoteSandbox(Sandbox):

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from trialground.errors import SandboxError
 from trialground.sandbox import beneath
+from trialground.sandbox.base import text_bytes
 from trialground.sandbox.launch import mounts
 
 BASE_DIR = Path(os.environ.get("TRIALGROUND_SANDBOX_DIR", tempfile.gettempdir())) / "trialground-sandboxes"
@@ -55,7 +56,7 @@ class Workspace:
     # -- files -------------------------------------------------------------------------------------------
     def write(self, path: str, data: bytes | str) -> None:
         """Create or overwrite a regular file, making parents; race-free against the sandbox (`beneath`)."""
-        beneath.write_file(self.ws, path, data.encode() if isinstance(data, str) else data, self.uid)
+        beneath.write_file(self.ws, path, text_bytes(data), self.uid)
 
     def read(self, path: str, limit: int = beneath.READ_LIMIT) -> bytes:
         """A regular file's bytes (at most `limit`); FileNotFoundError when missing (`beneath`)."""
