@@ -1,7 +1,10 @@
-"""Pre-train the bundled agent policy (`tiny-agent`) on multi-turn tool traces and save it to
-trialground/policy/tiny_agent/.
+"""Pre-train a bundled agent policy on multi-turn tool traces.
 
-    .venv/bin/python scripts/pretrain_agent.py            # ~20-40 min on 2 CPU cores
+    .venv/bin/python scripts/pretrain_agent.py                      # tiny-nav, ~70 min
+    .venv/bin/python scripts/pretrain_agent.py --longctx-traces 0   # tiny-agent, ~10-20 min
+
+on 2 CPU cores. `tiny-agent` is trained on the `agent` families alone, `tiny-nav` on those and the
+long-context families.
 
 Recipe:
 1. Traces. For train-split instances of the `agent` families (trialground.tasks.agentic) and of the
@@ -41,7 +44,7 @@ from transformers import LlamaForCausalLM
 from trialground.envs.tool_env import ToolEnv
 from trialground.envs.toolcalls import format_tool_call
 from trialground.orchestrator.run_config import RunConfig, load_config
-from trialground.policy.tiny import AGENT_NAME, build_tokenizer, tiny_llama_config, tiny_model_dir
+from trialground.policy.tiny import AGENT_NAME, NAV_NAME, build_tokenizer, tiny_llama_config, tiny_model_dir
 from trialground.rollout.chat import ChatRenderer
 from trialground.tasks.agentic import agent_instances
 from trialground.tasks.longctx import longctx_instances
@@ -202,7 +205,9 @@ def reached(stats: dict[str, float], args: argparse.Namespace) -> bool:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=tiny_model_dir(AGENT_NAME))
+    ap.add_argument(
+        "--out", type=Path, default=None, help="default: tiny-nav (tiny-agent with --longctx-traces 0)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--traces", type=int, default=6000)
     ap.add_argument("--cache", type=Path, default=Path("/tmp/tg_agent_traces.jsonl"))
@@ -234,6 +239,8 @@ def main() -> None:
         help="continue this trained policy (its tokenizer and weights) instead of starting from scratch",
     )
     args = ap.parse_args()
+    if args.out is None:
+        args.out = tiny_model_dir(NAV_NAME if args.longctx_traces else AGENT_NAME)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)

@@ -10,8 +10,10 @@ what that script and the policies share, so the recipe is written once:
   ends its turn with `<|end|>`, the eos token.
 - a small `LlamaForCausalLM` (tied embeddings, < 5M parameters).
 
-Two models are bundled: `tiny` (single-turn code, `scripts/pretrain_tiny.py`) and `tiny-agent` (multi-turn
-tool use on the `agent` task families, `scripts/pretrain_agent.py`), each with its own fitted tokenizer.
+Three models are bundled, each with its own fitted tokenizer: `tiny` (single-turn code,
+`scripts/pretrain_tiny.py`), `tiny-agent` (multi-turn tool use on the `agent` task families,
+`scripts/pretrain_agent.py --longctx-traces 0`) and `tiny-nav` (the same families plus the long-context ones:
+`search`, paged `read_lines`, following a reference; `scripts/pretrain_agent.py`).
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from typing import Any
 
 TINY_NAME = "tiny"
 AGENT_NAME = "tiny-agent"
+NAV_NAME = "tiny-nav"
 # bundled model name -> its directory under trialground/policy/
-BUNDLED = {TINY_NAME: "tiny_model", AGENT_NAME: "tiny_agent"}
+BUNDLED = {TINY_NAME: "tiny_model", AGENT_NAME: "tiny_agent", NAV_NAME: "tiny_nav"}
 EOS = "<|end|>"
 PAD = "<|pad|>"
 ROLES = ("system", "user", "assistant", "tool")
@@ -43,11 +46,15 @@ def tiny_model_dir(name: str = TINY_NAME) -> Path:
 
 
 def resolve_model_dir(model: str) -> Path:
-    """A bundled name ('tiny', 'tiny-agent') -> its directory; anything else must be a local HF model
-    directory."""
+    """A bundled name ('tiny', 'tiny-agent', 'tiny-nav') -> its directory; anything else must be a local HF
+    model directory."""
     path = tiny_model_dir(model) if model in BUNDLED else Path(model).expanduser()
     if not (path / "config.json").is_file():
-        script = {TINY_NAME: "pretrain_tiny.py", AGENT_NAME: "pretrain_agent.py"}.get(model)
+        script = {
+            TINY_NAME: "pretrain_tiny.py",
+            AGENT_NAME: "pretrain_agent.py --longctx-traces 0",
+            NAV_NAME: "pretrain_agent.py",
+        }.get(model)
         hint = f" (run scripts/{script})" if script else ""
         raise FileNotFoundError(f"no Hugging Face model in {path}: config.json missing{hint}")
     return path
