@@ -1,6 +1,6 @@
 """Pre-train a bundled agent policy on multi-turn tool traces.
 
-    .venv/bin/python scripts/pretrain_agent.py                      # tiny-nav, ~70 min
+    .venv/bin/python scripts/pretrain_agent.py                      # tiny-nav, ~90 min
     .venv/bin/python scripts/pretrain_agent.py --longctx-traces 0   # tiny-agent, ~10-20 min
 
 on 2 CPU cores. `tiny-agent` is trained on the `agent` families alone, `tiny-nav` on those and the

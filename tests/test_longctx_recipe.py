@@ -4,12 +4,12 @@ through `search` and paged `read_lines` in real sandboxes, and some of its group
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from trialground.monitor.sinks.jsonl import read_metrics
 from trialground.orchestrator.run_config import load_config
 
 pytest.importorskip("torch")
@@ -26,8 +26,7 @@ def test_the_policy_navigates_a_workspace_far_larger_than_its_context(tmp_path: 
     assert cfg.policy.model == "tiny-nav" and cfg.policy.max_context_tokens <= 1024
     summary = asyncio.run(run(cfg))
     run_dir = Path(summary.run_dir)
-    metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    steps = [m for m in metrics if m.get("train/loss") is not None]
+    steps = [m for m in read_metrics(run_dir / "metrics.jsonl") if m.get("train/loss") is not None]
     assert len(steps) == 2
     for m in steps:
         assert m["context/workspace_to_context_min"] >= 100  # every workspace >= 100x the context
