@@ -90,3 +90,33 @@ async def test_cgroup_moves_use_a_favordynmods_hierarchy_the_sandbox_cannot_see(
     assert len(host) == 1 and "favordynmods" in host[0]
     inside = await sandbox.exec(["cat", "/proc/self/mountinfo"])
     assert inside.ok and "favordynmods" not in inside.stdout and "cgroup" not in inside.stdout
+
+
+@root_only
+def test_a_kept_view_follows_its_directory_when_it_is_made_again(tmp_path: Path) -> None:
+    """A virtualenv rebuilt at the same path (a fresh checkout where an older one was): the kept read-only
+    view must show the new directory, not the removed one (whose bind makes every later sandbox fail)."""
+    if not mounts.CAN_MOUNT:
+        pytest.skip("no mounts here")
+    source = tmp_path / "venv"
+    source.mkdir()
+    (source / "marker").write_text("old")
+    view = Path(views.runtime_source(str(source)))
+    try:
+        assert (view / "marker").read_text() == "old"
+        shutil.rmtree(source)
+        source.mkdir()
+        (source / "marker").write_text("new")
+        assert not mounts.shows(view, source)  # the kept bind still shows the removed directory
+        assert Path(views.runtime_source(str(source))) == view
+        assert (view / "marker").read_text() == "new" and mounts.mount_count(view) == 1
+        views._checked.discard(str(source))  # a new process: its first call goes through the mount table
+        shutil.rmtree(source)
+        source.mkdir()
+        assert views.runtime_source(str(source)) == str(view) and not (view / "marker").exists()
+        shutil.rmtree(source)  # gone for good: the sweep of a process's first call detaches its view
+        assert mounts.mount_count(view) == 1
+        assert mounts.detach_deleted(view.parent) >= 1 and mounts.mount_count(view) == 0
+    finally:
+        if mounts.is_mount_point(view):
+            mounts.umount(view)

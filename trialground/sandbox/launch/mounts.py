@@ -82,13 +82,27 @@ def readonly_view(source: Path, target: Path) -> Path:
     a directory whose ancestors it may not traverse (a runtime under /root). Callers serialise calls for
     one `target` across processes (a lock), or two first sandboxes would stack two binds."""
     if stacked := mount_count(target):
-        for _ in range(stacked - 1):  # left by versions without the lock: keep one
+        if shows(target, source):
+            for _ in range(stacked - 1):  # left by versions without the lock: keep one
+                umount(target)
+            return target
+        # Stale: `source` was removed (and perhaps made again) since this view was bound, so the view
+        # still shows the removed directory (a virtualenv rebuilt at the same path, say). Bind it afresh.
+        for _ in range(stacked):
             umount(target)
-        return target
     target.mkdir(parents=True, exist_ok=True)
     _mount(str(source), target, None, MS_BIND, None)
     _mount("none", target, None, MS_BIND | MS_REMOUNT | MS_RDONLY, None)
     return target
+
+
+def shows(view: Path, source: Path) -> bool:
+    """Whether the directory seen at `view` is `source` itself (the same inode on the same device)."""
+    try:
+        seen, real = os.stat(view), os.stat(source)
+    except OSError:
+        return False
+    return (seen.st_dev, seen.st_ino) == (real.st_dev, real.st_ino)
 
 
 def mount_count(path: Path) -> int:
@@ -97,6 +111,23 @@ def mount_count(path: Path) -> int:
     with open("/proc/self/mountinfo") as f:
         # Field 5 is the mount point, with spaces and friends octal-escaped.
         return sum(line.split()[4].encode().decode("unicode_escape") == wanted for line in f)
+
+
+def detach_deleted(under: Path) -> int:
+    """Detach the binds directly under `under` whose source directory was removed (the kernel lists their
+    root as `<path>//deleted`): kept views of directories that are gone, such as a test's temporary
+    directory. Returns how many were detached."""
+    prefix = os.path.realpath(under) + "/"
+    stale = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            point = fields[4].encode().decode("unicode_escape")
+            if point.startswith(prefix) and "/" not in point[len(prefix):] and fields[3].endswith("//deleted"):
+                stale.append(point)
+    for point in stale:
+        umount(Path(point))
+    return len(stale)
 
 
 def is_mount_point(path: Path) -> bool:

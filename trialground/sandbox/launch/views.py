@@ -28,14 +28,27 @@ IDENTITY = {
 }
 
 
-@functools.cache
 def runtime_source(prefix: str) -> str:
-    """Where bubblewrap (running as the unprivileged sandbox uid) can reach the runtime from."""
+    """Where bubblewrap (running as the unprivileged sandbox uid) can reach the runtime (or another kept
+    view's directory) from: a read-only bind kept under the sandbox directory, named by the path's digest.
+    Checked on every call (two stats) and bound again when the directory at `prefix` is no longer the one
+    bound, as when a virtualenv is rebuilt at the same path: a kept bind would go on showing the removed
+    directory, and sandboxes would fail to start."""
     if os.geteuid() != 0 or not mounts.CAN_MOUNT:
         return prefix
     digest = hashlib.sha1(prefix.encode()).hexdigest()[:12]
-    with base_dir_lock():
-        return str(mounts.readonly_view(Path(prefix), BASE_DIR / "runtime" / digest))
+    target = BASE_DIR / "runtime" / digest
+    if prefix in _checked and mounts.shows(target, Path(prefix)):
+        return str(target)
+    with base_dir_lock():  # the first call of a process looks at the mount table (and mends stacked binds)
+        if not _checked:
+            mounts.detach_deleted(target.parent)
+        mounts.readonly_view(Path(prefix), target)
+    _checked.add(prefix)
+    return str(target)
+
+
+_checked: set[str] = set()  # the prefixes whose view this process has made or checked under the lock
 
 
 @functools.cache
