@@ -123,7 +123,11 @@ def detach_deleted(under: Path) -> int:
         for line in f:
             fields = line.split()
             point = fields[4].encode().decode("unicode_escape")
-            if point.startswith(prefix) and "/" not in point[len(prefix):] and fields[3].endswith("//deleted"):
+            if (
+                point.startswith(prefix)
+                and "/" not in point[len(prefix) :]
+                and fields[3].endswith("//deleted")
+            ):
                 stale.append(point)
     for point in stale:
         umount(Path(point))
