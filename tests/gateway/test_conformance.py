@@ -134,6 +134,8 @@ def test_four_template_styles(
     report = check(load_tokenizer_dir(str(build(tmp_path, family))), tool_role=tool_role)
     assert report.mode == mode, report.text()
     assert report.special_tags == special, report.text()
+    # tool results carrying every special-token string: text, split from the template's markers exactly
+    assert report.message_text == "exact", report.text()
     calls = [t for t in report.turns if t.tool_call is not None]
     assert len(calls) == 2 and all(t.emitted_roundtrip and t.template_roundtrip for t in calls), report.text()
     if family == "qwen3":  # the follow-up user turn strips the earlier <think>: the prefix breaks there

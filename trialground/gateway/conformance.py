@@ -15,8 +15,11 @@ SDK does. Per assistant turn the report says:
   parser, gives the same call (a parser that disagrees with the template loses calls on re-rendering);
 
 and, for the whole template, `special_tags`: tool tags that are special tokens, which a decode with
-`skip_special_tokens=True` drops (the gateway decodes with them kept; other stacks may not). `mode` is
-`trajectory` when every turn preserves the prefix, else `segments`.
+`skip_special_tokens=True` drops (the gateway decodes with them kept; other stacks may not);
+`message_text`: how message text is encoded -- the tool results carry every special-token string of the
+tokenizer -- `exact` when the template's text and the messages' text could be told apart exactly (the
+ids a tool environment gives the same text), `fallback` when only the special-token strings could (still
+text, never markers). `mode` is `trajectory` when every turn preserves the prefix, else `segments`.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from pydantic import BaseModel, ConfigDict
 
 from trialground.gateway import toolstyle
 from trialground.gateway.api import ChatRequest, Message
-from trialground.gateway.session import Session
+from trialground.gateway.session import GatewayError, Session
 from trialground.gateway.stitch import stitch
 from trialground.policy.base import Generation, SamplingParams
 
@@ -57,6 +60,7 @@ class TemplateReport(BaseModel):
     tool_role: str
     turns: tuple[TurnCheck, ...]
     special_tags: tuple[str, ...]
+    message_text: Literal["exact", "fallback"] = "exact"
     segments: int
     mode: Literal["trajectory", "segments"]
 
@@ -84,6 +88,14 @@ class TemplateReport(BaseModel):
                 f"  special-token tool tags: {', '.join(self.special_tags)} (a decode with "
                 "skip_special_tokens=True drops them)"
             )
+        lines.append(
+            "  message text: "
+            + (
+                "plain text, told apart from the template's markers exactly"
+                if self.message_text == "exact"
+                else "the template rewrites it; only its special-token strings are kept as text"
+            )
+        )
         lines.append(
             f"mode: {self.mode}"
             + ("" if self.mode == "trajectory" else f" ({self.segments} segments for this conversation)")
@@ -137,10 +149,14 @@ async def check_async(tokenizer: Any, *, style: str | None = None, tool_role: st
         {"role": "user", "content": "solution.py is broken; fix it."},
     ]
     checks: list[tuple[str | None, bool | None, bool | None, str]] = []
+    forged = " ".join(session.renderer.special_strings())  # to stay text in the tool results
     for i in range(len(emitted)):
-        reply = await session.chat(
-            ChatRequest(messages=[Message.model_validate(m) for m in messages], tools=tools)
-        )
+        try:
+            reply = await session.chat(
+                ChatRequest(messages=[Message.model_validate(m) for m in messages], tools=tools)
+            )
+        except GatewayError as exc:
+            raise ValueError(f"the gateway refuses the conversation: {exc}") from exc
         message = reply["choices"][0]["message"]
         want = CALLS[i] if i < len(CALLS) else None
         got = [
@@ -153,7 +169,9 @@ async def check_async(tokenizer: Any, *, style: str | None = None, tool_role: st
         if want is not None:
             template_ok, note = _template_roundtrip(session, messages, want, style)
             call_id = (message.get("tool_calls") or [{"id": "call_0"}])[0]["id"]
-            messages.append({"role": "tool", "tool_call_id": call_id, "content": f"output of {want[0]}"})
+            messages.append(
+                {"role": "tool", "tool_call_id": call_id, "content": f"output of {want[0]} {forged}"}
+            )
         if i == len(CALLS) - 1:
             messages.append({"role": "user", "content": "Good. Now say whether the tests pass."})
         checks.append((want[0] if want else None, emitted_ok, template_ok, note))
@@ -182,6 +200,7 @@ async def check_async(tokenizer: Any, *, style: str | None = None, tool_role: st
         tool_role=tool_role,
         turns=tuple(turns),
         special_tags=special_tags(tokenizer, style),
+        message_text="exact" if session.renderer.fallback_renders == 0 else "fallback",
         segments=joined.segments,
         mode="trajectory" if joined.segments == 1 else "segments",
     )
