@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trialground.gateway.api import Message
+from trialground.rollout.chat import plain_ids
 
 _SENTINEL = "\u2063TG-GATEWAY\u2063"
 Canon = tuple[Any, ...]
@@ -154,9 +155,8 @@ class Renderer:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def encode_plain(self, text: str) -> list[int]:
-        """Ids of message data: special-token strings in it are split into ordinary tokens (the rule of
-        `ChatRenderer.encode_plain` for observations)."""
-        return list(self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))
+        """Ids of message data: special-token strings in it are split into ordinary tokens."""
+        return plain_ids(self.tokenizer, text)
 
     def encode_spans(self, spans: Sequence[Span]) -> list[int]:
         ids: list[int] = []

@@ -27,6 +27,13 @@ class _Frame:
     after: str  # text after the observation, through the next generation prompt
 
 
+def plain_ids(tokenizer: Any, text: str) -> list[int]:
+    """Ids of text that is data (tool output, an observation, a message's content): special-token markers
+    in it are split into ordinary tokens, so the workspace cannot forge a turn boundary or a role in the
+    context. The one rule for `ToolEnv`'s renderer and the gateway's."""
+    return list(tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))
+
+
 class ChatRenderer:
     """Renders prompts and observation turns as token ids with one tokenizer's chat template."""
 
@@ -97,6 +104,4 @@ class ChatRenderer:
         return list(close) + self.encode(frame.before) + self.encode_plain(text) + self.encode(frame.after)
 
     def encode_plain(self, text: str) -> list[int]:
-        """Ids of text that is data (tool output, an observation): special-token markers in it are split
-        into ordinary tokens, so the workspace cannot forge a turn boundary or a role in the context."""
-        return list(self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))
+        return plain_ids(self.tokenizer, text)
