@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import json
 import os
 import re
 import resource
@@ -15,7 +16,6 @@ import sys
 import textwrap
 import threading
 import time
-import warnings
 from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -353,38 +353,70 @@ def test_teardowns_left_by_a_closed_loop_are_finished() -> None:
 
 def test_spares_of_a_closed_loop_close_their_descriptors() -> None:
     """The spares of a loop closed without `shutdown_asyncgens`, discarded by the next loop, release their
-    pidfd and pipes at once (no 'unclosed transport' warnings, nothing held until garbage collection)."""
-    config = SandboxConfig(limits=SMALL, prewarm=1)
+    pidfd and pipes at once (no 'unclosed transport' warnings, nothing held until garbage collection).
 
-    async def use() -> None:
-        for word in ("one", "two"):  # a repeated config: a spare is started
-            await _cycle(config, word)
-        pool = await prewarm._pool()
-        for _ in range(200):
-            if pool.ready.get(config):
-                break
-            await asyncio.sleep(0.01)
-        assert pool.ready.get(config)
-        await teardown.drain()
+    Counted in a process of its own: in the suite's process, threads other tests leave running (clients,
+    servers) open descriptors of their own while this counts."""
+    script = textwrap.dedent(
+        """
+        import asyncio, gc, json, os, warnings
+        from trialground.sandbox import prewarm
+        from trialground.sandbox.base import Limits, SandboxConfig
+        from trialground.sandbox.factory import open_sandbox
+        from trialground.sandbox.launch import teardown
 
-    asyncio.run(_warm_up())
-    gc.collect()
-    gc.disable()  # what close_now frees, not what the collector finds later
-    try:
-        before = _fds()
+        SMALL = Limits(wall_s=10, cpu_s=10, memory_mb=128, pids=32, disk_mb=32, output_bytes=64 * 1024)
+        config = SandboxConfig(limits=SMALL, prewarm=1)
+
+        async def cycle(cfg, word):
+            async with await open_sandbox(cfg) as sb:
+                r = await sb.exec(["echo", word])
+                assert r.stdout == f"{word}\\n", r
+
+        async def warm_up():
+            await cycle(SandboxConfig(limits=SMALL, prewarm=0), "warm")
+            await teardown.drain()
+
+        async def use():
+            for word in ("one", "two"):  # a repeated config: a spare is started
+                await cycle(config, word)
+            pool = await prewarm._pool()
+            for _ in range(500):
+                if pool.ready.get(config):
+                    break
+                await asyncio.sleep(0.01)
+            assert pool.ready.get(config), "no spare was started"
+            await teardown.drain()
+
+        def fds():
+            return set(os.listdir("/proc/self/fd"))
+
+        asyncio.run(warm_up())
+        gc.collect()
+        gc.disable()  # what close_now frees, not what the collector finds later
+        before = fds()
         loop = asyncio.new_event_loop()
         try:
             loop.run_until_complete(use())
         finally:
             loop.close()
-        asyncio.run(_cycle(config, "later"))  # discards the dead loop's pool
-        left = {fd: _describe(fd) for fd in _fds() - before}
-    finally:
+        asyncio.run(cycle(config, "later"))  # discards the dead loop's pool
+        left = {}
+        for fd in sorted(fds() - before):
+            try:
+                left[fd] = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                pass  # the listing's own descriptor
         gc.enable()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ResourceWarning)
             gc.collect()
-    assert left == {}
+        print(json.dumps(left))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == {}, done.stdout + done.stderr[-2000:]
 
 
 # -- behaviour that holds (coverage the suite lacked) ---------------------------------------------------
