@@ -13,36 +13,23 @@ What a message says is data, as an observation is in a tool environment (`rollou
 the template's own text is encoded with its special-token markers, every string a message carries (its
 text, tool-call names, arguments and ids, its name) as plain text. A `<|im_end|>` in a tool result, in a
 file the program read or in the model's own text echoed back stays characters and never ends a turn
-(`Renderer.split`).
+(`Renderer.split`, which leaves the telling apart to `rollout.chat.TemplateSpans`, the code
+`ToolEnv`'s first prompt is rendered with).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
-import secrets
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from trialground.gateway.api import Message
-from trialground.rollout.chat import plain_ids
+from trialground.rollout.chat import Span, TemplateSpans, substitute
 
 _SENTINEL = "\u2063TG-GATEWAY\u2063"
 Canon = tuple[Any, ...]
-# A piece of a render: its text, and whether it is message data (plain text) rather than template text.
-Span = tuple[str, bool]
-# Forms in which templates write a message's string: verbatim, trimmed, after the last `</think>` (Qwen3
-# drops the reasoning of earlier turns), JSON-escaped (`tojson` of tool-call arguments; HF's tojson keeps
-# non-ASCII, jinja's escapes it).
-_FORMS: tuple[Callable[[str], str], ...] = (
-    lambda v: v,
-    str.strip,
-    lambda v: v.split("</think>")[-1].lstrip("\n"),
-    lambda v: json.dumps(v, ensure_ascii=False)[1:-1],
-    lambda v: json.dumps(v)[1:-1],
-)
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +80,8 @@ class Renderer:
         template = tokenizer.chat_template
         self.template_text = template if isinstance(template, str) else " ".join(map(str, template.values()))
         self.takes_tools = "tools" in self.template_text
+        self.spans = TemplateSpans(tokenizer)
         self._close: list[int] | None = None
-        self._specials: tuple[list[str], re.Pattern[str] | None] | None = None
         self.fallback_renders = 0  # renders split at special-token strings only (see `split`)
 
     def template_messages(
@@ -104,28 +91,22 @@ class Renderer:
         tool-call ids, names and arguments, keys included; never a role)."""
         out = []
         for m in messages:
-            d: dict[str, Any] = {
-                "role": self.tool_role if m.role == "tool" else m.role,
-                "content": sub(m.text()),
-            }
+            d: dict[str, Any] = {"role": self.tool_role if m.role == "tool" else m.role, "content": m.text()}
             if m.tool_calls:
                 d["tool_calls"] = [
                     {
-                        "id": sub(c.id),
+                        "id": c.id,
                         "type": "function",
-                        "function": {
-                            "name": sub(c.function.name),
-                            "arguments": _strings(_arguments(c.function.arguments), sub),
-                        },
+                        "function": {"name": c.function.name, "arguments": _arguments(c.function.arguments)},
                     }
                     for c in m.tool_calls
                 ]
             if m.tool_call_id:
-                d["tool_call_id"] = sub(m.tool_call_id)
+                d["tool_call_id"] = m.tool_call_id
             if m.name:
-                d["name"] = sub(m.name)
+                d["name"] = m.name
             out.append(d)
-        return out
+        return substitute(out, sub)
 
     def render(
         self,
@@ -152,17 +133,14 @@ class Renderer:
 
     def encode(self, text: str) -> list[int]:
         """Ids of template text: its special-token markers become their ids."""
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        return self.spans.encode(text)
 
     def encode_plain(self, text: str) -> list[int]:
         """Ids of message data: special-token strings in it are split into ordinary tokens."""
-        return plain_ids(self.tokenizer, text)
+        return self.spans.encode_plain(text)
 
     def encode_spans(self, spans: Sequence[Span]) -> list[int]:
-        ids: list[int] = []
-        for text, data in _merged(spans):
-            ids += self.encode_plain(text) if data else self.encode(text)
-        return ids
+        return self.spans.encode_spans(spans)
 
     def split(
         self,
@@ -171,112 +149,22 @@ class Renderer:
         generation_prompt: bool,
         tools: Sequence[Mapping[str, Any]] | None,
     ) -> tuple[str, list[Span]]:
-        """The render, and the spans (template text, message data) that join to exactly it.
-
-        The template is rendered a second time with every string the messages carry replaced by a
-        placeholder holding a fresh random nonce; its text between placeholders is the template's own
-        (nothing a message says can reach it). The real render must then be that text with each
-        placeholder replaced by its string in one of the forms templates write (`_FORMS`), else the
-        template writes a string some other way or branches on what it says.
-
-        Then, the fallback: only the special-token strings inside the messages' strings are replaced
-        by placeholders, the render encoded as it is except that each of those is plain text. No message
-        forges a marker either way; the ids at the edges of such a string may differ from a tool
-        environment's for the same text, and such renders are counted (`fallback_renders`). A template
-        that mangles even those placeholders, or whose render holds more markers than it writes with a
-        placeholder for every string (it made one of a message's text: `| lower` of `<|END|>`), is
-        refused (ValueError, a 400 to the program) rather than encoded with markers parsed: nothing tells
-        the template's markers from the message's then, and a message must never forge a turn.
-        """
-        real = self.render(messages, generation_prompt=generation_prompt, tools=tools)
-        nonce = secrets.token_hex(8)
-        values: list[str] = []
-
-        def placeholder(value: str) -> str:
-            if not value:
-                return value  # templates test emptiness (`if m.content`): an empty string stays one
-            values.append(value)
-            return f"TGPH{nonce}N{len(values) - 1}E"
-
-        try:
-            marked = self._apply(self.template_messages(messages, placeholder), generation_prompt, tools)
-        except Exception:  # a template that checks what a message says (an id's length) refuses them
-            marked = None
-        if marked is not None:
-            spans = _align(real, re.split(f"TGPH{nonce}N(\\d+)E", marked), values)
-            if spans is not None:
-                return real, spans
-        limit = None if marked is None else self._markers(marked)
-        spans = self._split_specials(messages, generation_prompt, tools, real, limit)
-        if spans is None:
-            raise ValueError(
-                "the chat template rewrites message text into or out of special-token strings; it cannot "
-                "be rendered without that text acting as the template's own markers"
-            )
-        self.fallback_renders += 1
-        log.debug("message strings split at special-token text only (%d renders)", self.fallback_renders)
+        """The render, and the spans (template text, message data) that join to exactly it
+        (`TemplateSpans.split`: every string a message carries is told apart from the template's text
+        with a placeholder render, else only its special-token strings are). Renders of the fallback are
+        counted (`fallback_renders`); a template that makes markers of a message's text is refused
+        (ValueError, a 400 to the program)."""
+        real, spans, exact = self.spans.split(
+            lambda ms: self._apply(ms, generation_prompt, tools), self.template_messages(messages)
+        )
+        if not exact:
+            self.fallback_renders += 1
+            log.debug("message strings split at special-token text only (%d renders)", self.fallback_renders)
         return real, spans
-
-    def _split_specials(
-        self,
-        messages: Sequence[Message],
-        generation_prompt: bool,
-        tools: Sequence[Mapping[str, Any]] | None,
-        real: str,
-        limit: int | None,
-    ) -> list[Span] | None:
-        """The fallback of `split`: spans of `real` with each special-token string of a message as data.
-        None when the template mangles those strings' placeholders, or when the render holds more
-        markers than the template writes with placeholders for all strings (`limit`): a template that
-        makes markers of a message's text (`| lower` of `<|END|>`)."""
-        specials, found = self._special_re()
-        strings: list[str] = []
-
-        def collect(value: str) -> str:
-            strings.append(value)
-            return value
-
-        self.template_messages(messages, collect)
-        spans: list[Span] = [(real, False)]
-        if found is not None and any(found.search(v) for v in strings):
-            nonce = secrets.token_hex(8)
-            index = {s: i for i, s in enumerate(specials)}
-
-            def placeholder(value: str) -> str:
-                return found.sub(lambda m: f"TGSP{nonce}N{index[m[0]]}E", value)
-
-            try:
-                marked = self._apply(self.template_messages(messages, placeholder), generation_prompt, tools)
-            except Exception:
-                return None
-            parts = re.split(f"TGSP{nonce}N(\\d+)E", marked)
-            spans = [(specials[int(p)], True) if i % 2 else (p, False) for i, p in enumerate(parts)]
-            if "".join(t for t, _ in spans) != real:
-                return None
-        if limit is not None and sum(self._markers(t) for t, data in spans if not data) > limit:
-            return None
-        return spans
 
     def special_strings(self) -> list[str]:
         """The special-token strings a template encode turns into their ids, longest first."""
-        return list(self._special_re()[0])
-
-    def _markers(self, text: str) -> int:
-        """How many special-token strings `text` holds."""
-        found = self._special_re()[1]
-        return 0 if found is None else len(found.findall(text))
-
-    def _special_re(self) -> tuple[list[str], re.Pattern[str] | None]:
-        """The special-token strings a template encode turns into their ids (longest first), and a
-        pattern finding them (None when the tokenizer has none)."""
-        if self._specials is None:
-            added = getattr(self.tokenizer, "added_tokens_decoder", None) or {}
-            names = {str(t.content) for t in added.values() if getattr(t, "special", False)}
-            names |= {str(s) for s in getattr(self.tokenizer, "all_special_tokens", None) or []}
-            specials = sorted((s for s in names if s), key=lambda s: (-len(s), s))
-            found = re.compile("|".join(map(re.escape, specials))) if specials else None
-            self._specials = (specials, found)
-        return self._specials
+        return self.spans.special_strings()
 
     def close_ids(self) -> list[int]:
         """The ids that end an assistant turn in this template (e.g. `<|im_end|>\\n`)."""
@@ -325,57 +213,6 @@ class Renderer:
         if close and chosen.token_ids and chosen.token_ids[-1] == close[0]:
             close = close[1:]  # the model's own end-of-turn token is the marker's first token
         return [*turn.prompt_ids, *chosen.token_ids, *close, *self.encode_spans(rest)]
-
-
-def _strings(value: Any, sub: Callable[[str], str]) -> Any:
-    """`value` (parsed tool-call arguments) with `sub` applied to every string in it, keys included."""
-    if isinstance(value, str):
-        return sub(value)
-    if isinstance(value, dict):
-        return {sub(k) if isinstance(k, str) else k: _strings(v, sub) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_strings(v, sub) for v in value]
-    return value
-
-
-def _align(real: str, parts: Sequence[str], values: Sequence[str]) -> list[Span] | None:
-    """Spans of `real` from a placeholder render split at its placeholders ([text, index, text, ...]),
-    or None when `real` is not that text with each placeholder's string in one of `_FORMS`."""
-    if not real.startswith(parts[0]):
-        return None
-    spans: list[Span] = [(parts[0], False)]
-    at = len(parts[0])
-    for k in range(1, len(parts), 2):
-        value, text = values[int(parts[k])], parts[k + 1]
-        forms = _candidates(value)
-        form = next((f for f in forms if real.startswith(f, at) and real.startswith(text, at + len(f))), None)
-        if form is None:
-            return None
-        spans += [(form, True), (text, False)]
-        at += len(form) + len(text)
-    return spans if at == len(real) else None
-
-
-def _candidates(value: str) -> Iterator[str]:
-    seen: set[str] = set()
-    for form in _FORMS:
-        out = form(value)
-        if out not in seen:
-            seen.add(out)
-            yield out
-
-
-def _merged(spans: Sequence[Span]) -> list[Span]:
-    """Adjacent spans of one kind joined, empty ones dropped (each kind is encoded as one text)."""
-    out: list[Span] = []
-    for text, data in spans:
-        if not text:
-            continue
-        if out and out[-1][1] == data:
-            out[-1] = (out[-1][0] + text, data)
-        else:
-            out.append((text, data))
-    return out
 
 
 def _after(spans: Sequence[Span], offset: int) -> list[Span] | None:
