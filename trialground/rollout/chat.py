@@ -9,8 +9,10 @@ render, except that the policy's own tokens stand for themselves. The observatio
 as plain text (`encode_plain`): a `<|im_end|>` written by a program in the workspace stays characters,
 never the special id that ends a turn.
 
-`TemplateSpans` tells a render's template text from the strings its messages carry (the gateway's
-renderer encodes message text as data with it).
+What the prompt's messages say is data too (`TemplateSpans`, shared with the gateway's renderer): the
+render is split into the template's own text and the strings the messages carry, and a special-token
+string in a task prompt or a system prompt stays characters. A prompt whose messages hold none is
+encoded as the template renders it, at once.
 """
 
 from __future__ import annotations
@@ -331,8 +333,18 @@ class ChatRenderer:
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
     ) -> list[int]:
         """The rendered conversation, ending with the generation prompt. `tools` (JSON-schema function
-        descriptions) go to the template when it takes them, and are left out when it does not."""
-        return self.encode(self._render(messages, generation_prompt=True, tools=tools))
+        descriptions) go to the template when it takes them, and are left out when it does not.
+
+        The strings the messages carry (content, names, tool-call ids and arguments) are data
+        (`TemplateSpans.split`): a special-token string in them stays characters, and only the
+        template's own markers become special ids. Messages without one give the ids of the whole render
+        encoded at once. The tool schemas are template input, encoded with the template's text: a
+        special-token string in a schema becomes its id. A template that turns message text into
+        special-token strings is refused (ValueError)."""
+        real, spans, _ = self.spans.split(
+            lambda ms: self._render(ms, generation_prompt=True, tools=tools), messages
+        )
+        return self.spans.encode_render(real, spans)
 
     def _frame(self, role: str) -> _Frame:
         if role in self._frames:
