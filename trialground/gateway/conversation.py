@@ -181,13 +181,17 @@ class Renderer:
         tools: Sequence[Mapping[str, Any]] | None,
         history: Sequence[Turn],
     ) -> list[int]:
-        """Prompt ids for `messages`: continued from the latest turn of `history` they extend, else whole."""
+        """Prompt ids for `messages`: continued from the latest turn of `history` they extend, else whole.
+        A whole conversation has the ids `ChatRenderer.prompt_ids` gives (`TemplateSpans.encode_render`):
+        without special-token strings in its messages, the render encoded at once, as the template's
+        tokenizer encodes it; with them, each span by itself, message data as plain text."""
         canon = tuple(canonical(m) for m in messages)
         for turn in reversed(history):
             ids = self._continue(turn, canon, messages, tools)
             if ids is not None:
                 return ids
-        return self.encode_spans(self.split(messages, generation_prompt=True, tools=tools)[1])
+        real, spans = self.split(messages, generation_prompt=True, tools=tools)
+        return self.spans.encode_render(real, spans)
 
     def _continue(
         self,
