@@ -1,7 +1,8 @@
 """How good a policy is on code tasks: greedy pass@1, sampled pass@1 and pass@k with the real grader.
 
 Used by `scripts/pretrain_tiny.py --evaluate` and by the tiny-model quality test. Each task's prompt is
-rendered with the policy's chat template as one user message; the generated text is the submission.
+rendered with the policy's chat template as one user message, to the ids a single-turn rollout has for it
+(`ChatRenderer.prompt_ids`: the prompt's text is data); the generated text is the submission.
 Any grading that ends in an infrastructure error raises: a number made of silent zeros is worse than none.
 """
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from trialground.errors import VerifierError
 from trialground.monitor.eval_stats import outcomes_from_samples, summarise
 from trialground.policy.base import Policy, SamplingParams
+from trialground.rollout.chat import ChatRenderer
 from trialground.tasks.model import Task
 from trialground.verify.grader import Grader
 
@@ -27,14 +29,12 @@ class PassRates:
     k: int
 
 
-def prompt_ids(policy: Policy, task: Task) -> list[int]:
-    ids = policy.tokenizer.apply_chat_template(
-        [{"role": "user", "content": task.prompt}],
-        add_generation_prompt=True,
-        tokenize=True,
-        return_dict=False,
-    )
-    return [int(i) for i in ids]
+def prompt_ids(policy: Policy, task: Task, renderer: ChatRenderer | None = None) -> list[int]:
+    """The ids a single-turn rollout prompts with for `task` (`SingleTurnEnv` gives the prompt as the one
+    user message, `ChatRenderer.prompt_ids` renders it): a special-token string in the prompt is text,
+    never a special id. A tokenizer without a chat template is refused (ValueError), as in a rollout."""
+    renderer = renderer or ChatRenderer(policy.tokenizer)
+    return [int(i) for i in renderer.prompt_ids([{"role": "user", "content": task.prompt}])]
 
 
 async def _passes(
@@ -72,7 +72,8 @@ async def measure_pass_rates(
 ) -> PassRates:
     """Greedy pass@1 over `tasks`; with `samples` > 0 also `samples` draws at temperature 1 per task:
     sampled pass@1 and pass@k (k = samples), the unbiased estimates of `monitor.eval_stats`."""
-    prompts = [prompt_ids(policy, t) for t in tasks]
+    renderer = ChatRenderer(policy.tokenizer)
+    prompts = [prompt_ids(policy, t, renderer) for t in tasks]
 
     async def texts_for(ps: list[list[int]], params: SamplingParams) -> list[str]:
         out: list[str] = []
