@@ -21,8 +21,10 @@ rubric after the episode like any other); `finish_reason` is ``exited``, ``exite
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
+from pathlib import Path
 
 from trialground.envs.base import EpisodeStart, Observation
 from trialground.envs.harness_launcher import LAUNCHER
@@ -37,6 +39,10 @@ HARNESS_MOUNT = "/run/trialground-harness"  # where harness sandboxes see `harne
 VENV_MOUNT = "/run/trialground-venv"  # where they see `harness_venv` when its own path cannot be shown
 ANSWER_FILE = ".trialground_answer"  # relative to the workspace
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+BYTECODE_SAMPLE = 3000  # modules of a virtualenv looked at for compiled bytecode
+BYTECODE_WARN_SHARE = 0.2  # warn when more than this share of them has none
+
+log = logging.getLogger(__name__)
 
 
 def harness_sandbox_config(base: SandboxConfig, env: object, socket_dir: str) -> SandboxConfig:
@@ -56,7 +62,45 @@ def harness_sandbox_config(base: SandboxConfig, env: object, socket_dir: str) ->
     if env.harness_venv is not None:
         real = os.path.realpath(env.harness_venv)
         shown.append(View(source=real, target=venv_target(real)))
+        missing, seen = bytecode_gap(real)
+        if seen and missing > BYTECODE_WARN_SHARE * seen:
+            log.warning(
+                "env.harness_venv %s: %d of %d modules looked at have no compiled bytecode for their Python. "
+                "The sandbox shows the virtualenv read-only, so every episode compiles them again (an "
+                "`import openai` costs ~2.5x its compiled time). Compile it once: %s/bin/python -m "
+                "compileall -q %s/lib",
+                real,
+                missing,
+                seen,
+                real,
+                real,
+            )
     return base.model_copy(update={"views": (*base.views, *shown), "network": False})
+
+
+def bytecode_gap(venv: str, sample: int = BYTECODE_SAMPLE) -> tuple[int, int]:
+    """(modules without a matching `__pycache__` file, modules looked at) over the first `sample` `.py`
+    files of the virtualenv's `lib/pythonX.Y` trees; the cache tag comes from each tree's name, so a
+    virtualenv of another Python version than trialground's is judged by its own. A venv installed
+    without byte-compiling (`uv pip install` does not compile by default) has none."""
+    missing = seen = 0
+    for lib in sorted(Path(venv, "lib").glob("python3.*")):
+        tag = "cpython-" + lib.name.removeprefix("python").replace(".", "")
+        for directory, subdirs, files in os.walk(lib):
+            subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
+            modules = sorted(f for f in files if f.endswith(".py"))
+            if not modules:
+                continue
+            try:
+                cached = set(os.listdir(os.path.join(directory, "__pycache__")))
+            except OSError:
+                cached = set()
+            for name in modules:
+                seen += 1
+                missing += f"{name[:-3]}.{tag}.pyc" not in cached
+                if seen >= sample:
+                    return missing, seen
+    return missing, seen
 
 
 def venv_target(real: str) -> str:
