@@ -77,6 +77,13 @@ class EnvConfig(BaseModel):
         1024, ge=64, le=65536, description="harness: memory ceiling of the program (and its children)"
     )
     harness_pids: int = Field(128, ge=8, le=4096, description="harness: processes and threads at most")
+    harness_preload: list[str] = Field(
+        [],
+        description="harness: Python modules imported once per sandbox, before any episode, by the sandbox's "
+        "supervisor; each episode's program is then forked from an interpreter that holds them (for a "
+        "command `[VAR=value ...] python ...` whose python is the sandbox's own, e.g. harness_venv's); "
+        "e.g. [openai, openai.resources.chat]: docs/harness.md",
+    )
 
     @model_validator(mode="after")
     def _harness(self) -> EnvConfig:
@@ -90,6 +97,9 @@ class EnvConfig(BaseModel):
                 raise ValueError(f"env.{name}: {value!r} is not an absolute path")
             if not os.path.isdir(value):
                 raise ValueError(f"env.{name}: {value!r} is not a directory")
+        for name in self.harness_preload:
+            if not name or not all(part.isidentifier() for part in name.split(".")):
+                raise ValueError(f"env.harness_preload: {name!r} is not a module name")
         if self.harness_venv is not None and not os.path.isdir(os.path.join(self.harness_venv, "bin")):
             raise ValueError(f"env.harness_venv: {self.harness_venv!r} has no bin/ (not a virtualenv)")
         return self

@@ -23,7 +23,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import shlex
 import sys
+import typing
 from pathlib import Path
 
 from trialground.envs.base import EpisodeStart, Observation
@@ -31,6 +34,8 @@ from trialground.envs.harness_launcher import LAUNCHER
 from trialground.envs.tool_env import ToolEnv
 from trialground.errors import EnvError, SandboxError, TrialgroundError
 from trialground.sandbox.base import WORKSPACE, ExecStatus, Limits, SandboxConfig, View
+from trialground.sandbox.launch.boot import python_prefix
+from trialground.sandbox.launch.supervisor import PRELOAD_KEEP, split_python
 from trialground.tasks.model import Task
 
 GATEWAY_MOUNT = "/run/trialground-gateway"  # the gateway socket's directory, as harness sandboxes see it
@@ -41,6 +46,8 @@ ANSWER_FILE = ".trialground_answer"  # relative to the workspace
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 BYTECODE_SAMPLE = 3000  # modules of a virtualenv looked at for compiled bytecode
 BYTECODE_WARN_SHARE = 0.2  # warn when more than this share of them has none
+SHELL_SYNTAX = frozenset("|&;<>()$`*?[]{}~#!\\\n")  # a command holding any of these goes through bash
+ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +82,69 @@ def harness_sandbox_config(base: SandboxConfig, env: object, socket_dir: str) ->
                 real,
                 real,
             )
-    return base.model_copy(update={"views": (*base.views, *shown), "network": False})
+    update: dict[str, object] = {"views": (*base.views, *shown), "network": False}
+    if env.harness_preload:
+        plan = python_plan(env, base)
+        if plan is None:
+            raise EnvError(
+                f"env.harness_preload needs env.harness_venv and env.harness_command of the form "
+                f"`[VAR=value ...] python [options] (-m MODULE | FILE | -c CODE) ...` with nothing else for "
+                f"bash to do, whose python is harness_venv's link to the sandbox's interpreter "
+                f"({python_prefix(base)}/bin/python3); got {env.harness_command!r}",
+                kind="config",
+            )
+        update["preload"] = tuple(env.harness_preload)
+        site = typing.cast("list[str]", plan["site"])
+        update["preload_path"] = (*([HARNESS_MOUNT] if env.harness_dir else []), *site)
+    return base.model_copy(update=update)
+
+
+def python_plan(env: object, sandbox: SandboxConfig) -> dict[str, object] | None:
+    """How the launcher runs `harness_command` in its own interpreter (forked from the sandbox's
+    supervisor, with `harness_preload` imported) rather than through bash: for a command
+    `[VAR=value ...] python ARGS` with nothing else for bash to do, where `python`, looked up on the
+    program's PATH, is harness_venv's link to the sandbox's interpreter. None otherwise (also without
+    harness_venv, or a venv that includes the system's site-packages)."""
+    from trialground.envs.config import EnvConfig
+
+    assert isinstance(env, EnvConfig)
+    command = env.harness_command or ""
+    if env.harness_venv is None or sandbox.rootfs or SHELL_SYNTAX & set(command):
+        return None
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    assigned: dict[str, str] = {}
+    while words and ASSIGNMENT.fullmatch(words[0]):
+        key, _, value = words.pop(0).partition("=")
+        assigned[key] = value
+    split = split_python(words) if words and "/" not in words[0] else None
+    if split is None:
+        return None
+    real = os.path.realpath(env.harness_venv)
+    if re.search(r"^include-system-site-packages\s*=\s*true", _read(f"{real}/pyvenv.cfg"), re.I | re.M):
+        return None
+    search = [f"{real}/bin", *([os.path.realpath(env.harness_dir)] if env.harness_dir else [])]
+    search += [f"{python_prefix(sandbox)}/bin", *DEFAULT_PATH.split(":")]
+    found = next((f"{d}/{words[0]}" for d in search if os.access(f"{d}/{words[0]}", os.X_OK)), None)
+    interpreter = os.path.realpath(f"{python_prefix(sandbox)}/bin/python3")
+    if found is None or not found.startswith(f"{real}/bin/") or os.path.realpath(found) != interpreter:
+        return None
+    target = venv_target(real)
+    site = [f"{target}/{p.relative_to(real)}" for p in sorted(Path(real).glob("lib/python3.*/site-packages"))]
+    flags, mode, program, argv = split
+    return {
+        "flags": sorted(flags), "mode": mode, "target": program, "argv": argv, "env": assigned,
+        "prefix": target, "executable": f"{target}/bin/{words[0]}", "site": site,
+    }  # fmt: skip
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def bytecode_gap(venv: str, sample: int = BYTECODE_SAMPLE) -> tuple[int, int]:
@@ -145,6 +214,8 @@ class HarnessEnv(ToolEnv):
             env["PYTHONPATH"] = HARNESS_MOUNT
         if cfg.harness_venv is not None:
             env["VIRTUAL_ENV"] = venv_target(os.path.realpath(cfg.harness_venv))
+        if self.sandbox_config.preload:
+            env[PRELOAD_KEEP] = "keep"  # this command, unlike the grader's, runs with the preloaded modules
         return env
 
     async def play(self, path: str, key: str) -> Observation:
@@ -169,12 +240,14 @@ class HarnessEnv(ToolEnv):
             output_bytes=base.output_bytes,
             cpus=base.cpus,
         )
-        launch = {
+        launch: dict[str, object] = {
             "socket": f"{GATEWAY_MOUNT}/{GATEWAY_SOCKET}",
             "path": path,
             "command": self.config.harness_command,
             "cwd": WORKSPACE,
         }
+        if self.sandbox_config.preload:
+            launch["python"] = python_plan(self.config, self.sandbox_config)
         argv = [f"{self._prefix()}/bin/python3", "-I", "-S", "-c", LAUNCHER, json.dumps(launch)]
         self.state.turn = 1
         try:

@@ -157,6 +157,27 @@ class SandboxConfig(BaseModel):
     views: tuple[View, ...] = Field(
         (), description="Extra host directories shown read-only (bwrap backend; the harness environment's)"
     )
+    preload: tuple[str, ...] = Field(
+        (),
+        description="Python modules the sandbox's supervisor imports when it starts, before any command "
+        "(bwrap backend, warm): commands whose environment sets TRIALGROUND_PRELOADED=keep inherit them "
+        "imported; the harness environment's `env.harness_preload`",
+    )
+    preload_path: tuple[str, ...] = Field(
+        (), description="Directories (as the sandbox sees them) searched first for the `preload` modules"
+    )
+
+    @field_validator("preload_path")
+    @classmethod
+    def _preload_path_read_only(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for path in value:
+            top = path.split("/")[1] if path.startswith("/") else ""
+            if not top or ".." in path.split("/") or top in ("workspace", "tmp", "dev", "proc"):
+                raise ValueError(
+                    f"sandbox.preload_path: {path!r} must be an absolute path outside what sandboxed code "
+                    "can write (/workspace, /tmp, /dev): preloaded modules reach every later command"
+                )
+        return value
 
 
 Command = Sequence[str] | str

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -53,6 +54,8 @@ from trialground.sandbox.launch.spawn import spawn_bwrap
 from trialground.sandbox.results import build_result, error_result
 from trialground.sandbox.workspace import Workspace
 
+log = logging.getLogger(__name__)
+
 BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
 SANDBOX_HOST_UID = 65534  # when the host runs as root, sandboxes run as this unprivileged host uid
 INNER_UID = views.INNER_UID
@@ -62,6 +65,7 @@ SUPERVISOR_SLACK_BYTES = 32 << 20  # the supervisor's own memory, on top of the 
 SUPERVISOR_PIDS = {"bwrap": 2, "forkserver": 1}
 # The supervisor's reset request at every restore: the scratch directories it empties, and the code that
 # does it and lists what is left (`reset.py`), compiled once by the supervisor.
+_PRELOAD_WARNED: set[str] = set()  # preload failures logged once per process
 RESET_REQUEST = {"reset": {"dirs": ["/tmp", "/dev/shm"], "source": Path(reset.__file__).read_text()}}
 
 
@@ -191,6 +195,10 @@ class BwrapSandbox(Sandbox):
         self._closed = False
         self._freed = False
         self.restarts = 0  # restores whose reset could not prove the sandbox clean: it was started afresh
+        self._preload_pending = False  # the preload's answer is still to be read (after the hello)
+        self._preload_bytes = 0  # memory the running supervisor's preload took: added to every limit
+        self._preload_vm_bytes = 0  # address space it mapped: added to RLIMIT_AS where that is the cap
+        self.preload_report: dict = {}  # the running supervisor's answer to the preload
         prewarm.LIVE.add(self)
 
     @classmethod
@@ -284,8 +292,22 @@ class BwrapSandbox(Sandbox):
 
     async def _start(self) -> None:
         """Start the sandbox's PID 1, the supervisor, from the fork server or bubblewrap (handing it its
-        code); does not wait for its hello (`_hello`)."""
+        code), and ask for the config's preload as its first request; waits for neither answer (`_hello`
+        reads both)."""
+        await self._launch()
+        if self.config.preload and self._proc is not None and self._proc.stdin is not None:
+            spec = {"modules": list(self.config.preload), "path": list(self.config.preload_path)}
+            try:
+                await send_request(self._proc.stdin, {"preload": spec}, b"")
+            except ChannelClosed as exc:
+                await self._start_failed(exc)
+            self._preload_pending = True
+
+    async def _launch(self) -> None:
         self._greeted = False
+        self._preload_pending = False
+        self._preload_bytes = self._preload_vm_bytes = 0
+        self.preload_report = {}
         self._drop_uplink()
         if self.forked():
             # Cancelled half-way, the start leaves nothing behind itself (forkserver.start).
@@ -358,6 +380,19 @@ class BwrapSandbox(Sandbox):
             await self._stop()
             raise SandboxError(f"unexpected first frame {kind!r} from the supervisor")
         self._greeted = True
+        if self._preload_pending:
+            self._preload_pending = False
+            try:  # importing a large package on a loaded machine: seconds
+                answer = await asyncio.wait_for(collect(self._proc.stdout, Collected(cap=0)), timeout=300)
+            except (ChannelClosed, TimeoutError) as exc:
+                await self._start_failed(exc)
+            self.preload_report = answer
+            self._preload_bytes = max(0, int(answer.get("rss_kb", 0))) << 10
+            self._preload_vm_bytes = max(0, int(answer.get("vm_kb", 0))) << 10
+            for error in answer.get("errors", []):
+                if error not in _PRELOAD_WARNED:
+                    _PRELOAD_WARNED.add(error)
+                    log.warning("sandbox.preload: %s (commands import it themselves)", error)
 
     async def _start_failed(self, exc: Exception) -> typing.NoReturn:
         if self._closed:  # closed while starting: that is all that happened
@@ -438,7 +473,8 @@ class BwrapSandbox(Sandbox):
             if self.cgroup:
                 launcher = "forkserver" if isinstance(self._proc, SandboxProcess) else "bwrap"
                 pids = lim.pids + SUPERVISOR_PIDS[launcher]
-                self.cgroup.set_limits(lim.memory_mb * 2**20 + SUPERVISOR_SLACK_BYTES, pids, lim.cpus)
+                memory = lim.memory_mb * 2**20 + SUPERVISOR_SLACK_BYTES + self._preload_bytes
+                self.cgroup.set_limits(memory, pids, lim.cpus)
                 self.cgroup.start_peak()
             out = Collected(cap=lim.output_bytes)
             try:
@@ -488,7 +524,8 @@ class BwrapSandbox(Sandbox):
         }
         enforced = self.cgroup.enforced() if self.cgroup else frozenset()
         if "memory" not in enforced:
-            rl["RLIMIT_AS"] = lim.memory_mb << 20  # no memory cgroup here: the address-space cap instead
+            # no memory cgroup here: the address-space cap instead (plus what a preload mapped, inherited)
+            rl["RLIMIT_AS"] = (lim.memory_mb << 20) + self._preload_vm_bytes
         if "pids" not in enforced:
             # No pids cgroup: RLIMIT_NPROC, which the kernel counts per uid in the sandbox's own user
             # namespace (so: the sandbox's processes), with the supervisor and the process it keeps forked

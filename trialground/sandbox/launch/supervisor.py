@@ -20,6 +20,14 @@ otherwise; anything else is exec'd. Differences from a real start, by design: `s
 supervisor's (`-I -S`: no user site, ever), the hash seed is shared by the commands of one sandbox, and
 once a command ran Python with `site`, the supervisor runs `site` itself while idle (a `-S` command still
 gets the `-S` sys.path).
+
+Preloading: a sandbox's first request may ask the supervisor to import named modules from named
+directories (the harness environment's program dependencies, shown read-only) before any command runs.
+Every later command's process is a fork of an interpreter that holds them, so a program that imports
+them pays nothing. Only before the first command: a preload asked for later is refused, so nothing a
+command did can reach what every later command inherits. A command sees the preloaded modules only when
+its request says so (`PRELOAD_KEEP` in its environment); for every other command they are dropped from
+`sys.modules` at its start, so its imports resolve as without a preload.
 """
 
 import _signal as signal  # not `signal`: its enum import would double the start-up time
@@ -42,6 +50,8 @@ PRE_SITE_PATH = list(sys.path)  # sys.path of a -S interpreter
 SITE: dict = {}  # "wanted": a command ran Python with site; "loaded": we ran site.main()
 RESET: dict = {}  # the reset module's "source" and its "reset" function, once the host sent them
 READY: dict = {}  # in the next child, what it did ahead: "env" (the environment it set up), "streams"
+PRELOADED: dict = {}  # "modules": names the preload added to sys.modules; "ran": a command has run
+PRELOAD_KEEP = "TRIALGROUND_PRELOADED"  # a request whose environment sets this to "keep" sees them
 
 
 def encode_frame(kind: bytes, payload: bytes) -> bytes:
@@ -105,6 +115,12 @@ def _parse_python(argv: list, path_var: str) -> "tuple[set[str], str, str, list[
         return None
     if not _is_this_interpreter(argv[0], path_var):
         return None  # another Python (e.g. the system's): run the real thing
+    return split_python(argv)
+
+
+def split_python(argv: list) -> "tuple[set[str], str, str, list[str]] | None":
+    """`python [-I -S -E -s -B -u -q] (-c CODE | -m MOD | FILE) ARGS` as (flags, mode "c"/"m"/"f", target,
+    the program's sys.argv); None for anything else (other options, no program, `-` for stdin)."""
     flags: set = set()
     i = 1
     while i < len(argv) and argv[i].startswith("-") and argv[i] != "-":
@@ -291,6 +307,9 @@ def _child(request_fd: int, fds: "tuple[int, int, int]", to_close: "list[int]", 
             message = f"sandbox: cannot enter working directory {req['cwd']!r}: {exc.strerror}\n"
             posix.write(2, message.encode())
             posix._exit(126)
+        if PRELOADED.get("modules") and req["env"].get(PRELOAD_KEEP) != "keep":
+            for name in PRELOADED["modules"]:
+                sys.modules.pop(name, None)
         parsed = (
             _parse_python(req["argv"], req["env"].get("PATH", "")) if req.get("python_fast", True) else None
         )
@@ -457,6 +476,48 @@ def _reset(spec: dict, next_child: int) -> dict:
         return {"left": [f"the reset failed: {type(e).__name__}: {e}"]}
 
 
+def _preload(spec: dict) -> dict:
+    """Import `spec["modules"]` with `spec["path"]` ahead of the standard library on sys.path, in this
+    process, before any command ran; answers what was loaded, what failed, and the memory it took. The
+    import machinery's state (sys.path, meta_path, path hooks and their cache) is put back afterwards: the
+    modules stay in sys.modules, nothing else changes for later commands."""
+    if PRELOADED.get("ran"):
+        return {"loaded": [], "errors": ["refused: a command has run in this sandbox"], "rss_kb": 0}
+    import importlib
+
+    saved = (list(sys.path), list(sys.meta_path), list(sys.path_hooks), dict(sys.path_importer_cache))
+    before, rss, vm = set(sys.modules), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, _vm_kb()
+    sys.path[:] = [*spec["path"], *PRE_SITE_PATH]
+    loaded, errors = [], []
+    for name in spec["modules"]:
+        try:
+            importlib.import_module(name)
+            loaded.append(name)
+        except BaseException as exc:  # a module failing to import is reported, never fatal to PID 1
+            errors.append(f"{name}: {type(exc).__name__}: {exc}")
+    sys.path[:], sys.meta_path[:], sys.path_hooks[:] = saved[0], saved[1], saved[2]
+    sys.path_importer_cache.clear()
+    sys.path_importer_cache.update(saved[3])
+    PRELOADED["modules"] = sorted(set(sys.modules) - before)
+    gc.collect()
+    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss
+    answer = {"loaded": loaded, "errors": errors, "rss_kb": rss_kb, "vm_kb": max(0, _vm_kb() - vm)}
+    answer["modules"] = len(PRELOADED["modules"])
+    return answer
+
+
+def _vm_kb() -> int:
+    """This process's address-space size (VmSize), which RLIMIT_AS caps in every child it forks."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def _set_non_dumpable() -> None:
     """PR_SET_DUMPABLE 0: the command (same uid) can then open neither /proc/1/mem nor /proc/1/fd/*, so it
     can neither patch this process nor forge frames on the host channel. `_ctypes` directly: `ctypes`
@@ -530,6 +591,15 @@ def main() -> None:
         if "reset" in req:
             _write_all(ctl_out, encode_frame(b"X", marshal.dumps(_reset(req["reset"], child.pid))))
             continue
+        if "preload" in req:
+            answer = _preload(req["preload"])
+            if answer["loaded"]:  # the waiting process was forked without them: fork it again
+                child.close()
+                posix.waitpid(child.pid, 0)
+                child = None
+            _write_all(ctl_out, encode_frame(b"X", marshal.dumps(answer)))
+            continue
+        PRELOADED["ran"] = True
         stdin_parts = []
         while True:
             kind, chunk = _read_frame(ctl_in)
