@@ -13,9 +13,11 @@ Recipe:
    settings (examples/agent.yaml, examples/longctx_cpu.yaml), so every observation is exactly what the
    environment prints. The expert reacts to
    what it reads (after a failing check it fixes and checks again), and some traces are made imperfect on
-   purpose: `--revise` of them first make a wrong edit and repair it after reading the failure, `--noise`
-   submit a wrong result, `--redundant` repeat an action that changes nothing. So the model has seen
-   revising, is never sure of its edits, and carries habits the efficiency reward can remove.
+   purpose: `--revise` of them first make a wrong edit and repair it after reading the failure (where the
+   decisive call is an edit; where it is the answer, which ends the episode, `--answer-revise wrong`, the
+   default and how the bundled policies were made, submits a wrong answer and `clean` plays the trace
+   right), `--noise` submit a wrong result, `--redundant` repeat an action that changes nothing. So the
+   model has seen revising, is never sure of its edits, and carries habits the efficiency reward can remove.
 2. A byte-level BPE tokenizer (trialground.policy.tiny) fitted on the traces' text.
 3. A small Llama trained on the token-exact episode ids (rendered with `ChatRenderer`, as rollouts are),
    with the loss on the policy's turns only: observations are masked as in RL.
@@ -102,6 +104,10 @@ async def play(inst: Instance, env: ToolEnv, rng: random.Random, args: argparse.
     decisive = next(i for i, (n, a) in enumerate(plan) if n in ("write_file", "edit_file") or "answer" in a)
     mode = rng.random()
     revise, fail = mode < args.revise, args.revise <= mode < args.revise + args.noise
+    if revise and plan[decisive][0] == "submit" and args.answer_revise == "clean":
+        # The answer ends the episode, so nothing can be revised after it: a "revised" trace would only
+        # teach a wrong answer (a digit changed), on top of the `--noise` share that does so on purpose.
+        revise = False
     if rng.random() < args.redundant:  # a repeat that changes nothing: the efficiency reward's target
         at = rng.randrange(decisive) if decisive > 0 else 0
         plan.insert(at + 1, plan[at])
@@ -213,6 +219,13 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=Path("/tmp/tg_agent_traces.jsonl"))
     ap.add_argument("--revise", type=float, default=0.25, help="traces: wrong edit, then repair")
     ap.add_argument("--noise", type=float, default=0.1, help="traces that submit a wrong result")
+    ap.add_argument(
+        "--answer-revise",
+        choices=("wrong", "clean"),
+        default="wrong",
+        help="a --revise trace whose decisive call is the answer (nothing follows it): submit a wrong "
+        "answer (how the bundled policies were made) or play it right",
+    )
     ap.add_argument("--redundant", type=float, default=0.3, help="traces with one repeated, useless call")
     ap.add_argument("--vocab", type=int, default=1024)
     ap.add_argument("--hidden", type=int, default=128)

@@ -1,0 +1,58 @@
+"""The pre-training traces of `scripts/pretrain_agent.py`, played in a real sandbox: a `--revise` trace whose
+decisive call is the answer cannot be revised, so `--answer-revise` says whether it submits a wrong answer
+(how the bundled policies were made) or is played right."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import random
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from trialground.envs.tool_env import ToolEnv
+from trialground.orchestrator.run_config import load_config
+from trialground.tasks.longctx import longctx_instances
+from trialground.verify.grader import make_grader
+
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("pretrain_agent", ROOT / "scripts" / "pretrain_agent.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("pretrain_agent", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def _play(script: ModuleType, answer_revise: str) -> tuple[dict[str, Any], str]:
+    config = load_config(ROOT / "examples" / "longctx_cpu.yaml")
+    inst = longctx_instances(1, seed=3, split="train", families="doc")[0]
+    args = argparse.Namespace(revise=1.0, noise=0.0, redundant=0.0, answer_revise=answer_revise)
+    grader = make_grader(config.sandbox, config.reward)
+    env = ToolEnv(grader, config.env, config.sandbox)
+    try:
+        trace = await script.play(inst, env, random.Random(0), args)
+    finally:
+        await env.close()
+        await grader.close()
+    return trace, inst.task.reference or ""
+
+
+def test_a_revised_answer_is_wrong_by_default_and_right_when_clean() -> None:
+    script = _script()
+    wrong, answer = asyncio.run(_play(script, "wrong"))
+    submitted = wrong["turns"][-1][0]
+    assert not wrong["solved"] and '"submit"' in submitted and f'"{answer}"' not in submitted
+    clean, _ = asyncio.run(_play(script, "clean"))
+    assert clean["solved"] and f'"{answer}"' in clean["turns"][-1][0]
+    assert [t[0] for t in clean["turns"][:-1]] == [t[0] for t in wrong["turns"][:-1]]
