@@ -55,6 +55,7 @@ from trialground.sandbox.results import build_result, error_result
 from trialground.sandbox.workspace import Workspace
 
 log = logging.getLogger(__name__)
+_PRELOAD_WARNED: set[str] = set()  # preload failures logged once per process
 
 BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
 SANDBOX_HOST_UID = 65534  # when the host runs as root, sandboxes run as this unprivileged host uid
@@ -65,7 +66,6 @@ SUPERVISOR_SLACK_BYTES = 32 << 20  # the supervisor's own memory, on top of the 
 SUPERVISOR_PIDS = {"bwrap": 2, "forkserver": 1}
 # The supervisor's reset request at every restore: the scratch directories it empties, and the code that
 # does it and lists what is left (`reset.py`), compiled once by the supervisor.
-_PRELOAD_WARNED: set[str] = set()  # preload failures logged once per process
 RESET_REQUEST = {"reset": {"dirs": ["/tmp", "/dev/shm"], "source": Path(reset.__file__).read_text()}}
 
 
