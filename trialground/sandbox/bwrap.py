@@ -67,6 +67,7 @@ SUPERVISOR_PIDS = {"bwrap": 2, "forkserver": 1}
 # The supervisor's reset request at every restore: the scratch directories it empties, and the code that
 # does it and lists what is left (`reset.py`), compiled once by the supervisor.
 RESET_REQUEST = {"reset": {"dirs": ["/tmp", "/dev/shm"], "source": Path(reset.__file__).read_text()}}
+PRELOAD_SOURCE = Path(reset.__file__).with_name("preload.py").read_text()  # the preload request's code
 
 
 def bwrap_available() -> bool:
@@ -297,8 +298,9 @@ class BwrapSandbox(Sandbox):
         await self._launch()
         if self.config.preload and self._proc is not None and self._proc.stdin is not None:
             spec = {"modules": list(self.config.preload), "path": list(self.config.preload_path)}
+            request = {"preload": {**spec, "source": PRELOAD_SOURCE}}
             try:
-                await send_request(self._proc.stdin, {"preload": spec}, b"")
+                await send_request(self._proc.stdin, request, b"")
             except ChannelClosed as exc:
                 await self._start_failed(exc)
             self._preload_pending = True

@@ -22,7 +22,8 @@ once a command ran Python with `site`, the supervisor runs `site` itself while i
 gets the `-S` sys.path).
 
 Preloading: a sandbox's first request may ask the supervisor to import named modules from named
-directories (the harness environment's program dependencies, shown read-only) before any command runs.
+directories (the harness environment's program dependencies, shown read-only) before any command runs,
+with the code the host sends (`preload.py`).
 Every later command's process is a fork of an interpreter that holds them, so a program that imports
 them pays nothing. Only before the first command: a preload asked for later is refused, so nothing a
 command did can reach what every later command inherits. A command sees the preloaded modules only when
@@ -477,45 +478,17 @@ def _reset(spec: dict, next_child: int) -> dict:
 
 
 def _preload(spec: dict) -> dict:
-    """Import `spec["modules"]` with `spec["path"]` ahead of the standard library on sys.path, in this
-    process, before any command ran; answers what was loaded, what failed, and the memory it took. The
-    import machinery's state (sys.path, meta_path, path hooks and their cache) is put back afterwards: the
-    modules stay in sys.modules, nothing else changes for later commands."""
+    """The host's preload request: the preload module's code (`preload.py`) run once, before any command
+    ran; refused after one has, so nothing a command did reaches what later commands inherit."""
     if PRELOADED.get("ran"):
         return {"loaded": [], "errors": ["refused: a command has run in this sandbox"], "rss_kb": 0}
-    import importlib
-
-    saved = (list(sys.path), list(sys.meta_path), list(sys.path_hooks), dict(sys.path_importer_cache))
-    before, rss, vm = set(sys.modules), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, _vm_kb()
-    sys.path[:] = [*spec["path"], *PRE_SITE_PATH]
-    loaded, errors = [], []
-    for name in spec["modules"]:
-        try:
-            importlib.import_module(name)
-            loaded.append(name)
-        except BaseException as exc:  # a module failing to import is reported, never fatal to PID 1
-            errors.append(f"{name}: {type(exc).__name__}: {exc}")
-    sys.path[:], sys.meta_path[:], sys.path_hooks[:] = saved[0], saved[1], saved[2]
-    sys.path_importer_cache.clear()
-    sys.path_importer_cache.update(saved[3])
-    PRELOADED["modules"] = sorted(set(sys.modules) - before)
-    gc.collect()
-    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss
-    answer = {"loaded": loaded, "errors": errors, "rss_kb": rss_kb, "vm_kb": max(0, _vm_kb() - vm)}
-    answer["modules"] = len(PRELOADED["modules"])
-    return answer
-
-
-def _vm_kb() -> int:
-    """This process's address-space size (VmSize), which RLIMIT_AS caps in every child it forks."""
     try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmSize:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return 0
+        namespace: dict = {"__name__": "tg_preload"}
+        exec(compile(spec["source"], "preload.py", "exec"), namespace)
+        answer, PRELOADED["modules"] = namespace["preload"](spec["modules"], spec["path"], PRE_SITE_PATH)
+    except Exception as e:
+        return {"loaded": [], "errors": [f"the preload failed: {type(e).__name__}: {e}"], "rss_kb": 0}
+    return answer
 
 
 def _set_non_dumpable() -> None:
