@@ -225,3 +225,30 @@ async def test_every_sandbox_process_is_in_its_cgroup(
         forks += "        time.sleep(0.5)\n        os._exit(0)"
         limited = await sb.exec(["python3", "-I", "-S", "-c", forks], limits=Limits(pids=8))
         assert limited.status is ExecStatus.PIDS_LIMIT
+
+
+ORPHANS = """
+import os, time
+def others():  # processes besides PID 1 and this one: the orphans not yet reaped, zombies included
+    return sum(p.isdigit() and int(p) not in (1, os.getpid()) for p in os.listdir('/proc'))
+for rnd in range(3):
+    for _ in range(20):
+        if os.fork() == 0:  # a detached grandchild that exits at once: an orphan of PID 1
+            if os.fork() == 0:
+                os._exit(0)
+            os._exit(0)
+        os.wait()
+    for _ in range(2000):  # PID 1 must reap them while this command still runs
+        if others() == 0:
+            break
+        time.sleep(0.005)
+    print(rnd, others(), flush=True)
+"""
+
+
+async def test_orphans_are_reaped_while_the_command_runs(sandbox: Sandbox) -> None:
+    # 60 orphans against a 32-process limit: they fit only when each round's zombies are gone
+    limits = Limits(wall_s=60, cpu_s=60, memory_mb=128, pids=32)
+    r = await sandbox.exec(["python3", "-c", ORPHANS], limits=limits)
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.split("\n")[:3] == ["0 0", "1 0", "2 0"], r.stdout

@@ -395,11 +395,18 @@ def _run(req: dict, child: NextChild, ctl_out: int) -> dict:
     main_status = None
     maxrss = 0
     while True:
-        if main_status is None:
-            done, status, usage = posix.wait4(pid, posix.WNOHANG)
-            if done:
-                main_status, maxrss = status, usage.ru_maxrss
+        # Reap every child that has exited: the command, and the orphans this PID 1 inherits from it
+        # (detached or double-forked processes). An orphan left a zombie would keep counting against
+        # the sandbox's process limit until the command ends.
+        while main_status is None:
+            done, status, usage = posix.wait4(-1, posix.WNOHANG)
+            if not done:
                 break
+            maxrss = max(maxrss, usage.ru_maxrss)
+            if done == pid:
+                main_status = status
+        if main_status is not None:
+            break
         timeout = deadline - time.monotonic()
         if timeout <= 0:
             reason = "timeout"

@@ -293,10 +293,14 @@ def _ancestors():
 
 def kill_strays():
     """Kill every process of the sandbox except this one and its ancestors (a submission's escaped or
-    detached children); True when none is left. Only inside a sandbox (its own PID namespace)."""
+    detached children) and wait until they are reaped; True when none is left. A zombie still counts
+    against the sandbox's process limit, so the next submission must not start before PID 1 (the
+    sandbox's supervisor, which reaps the orphans it inherits) or this process has reaped it. Only inside
+    a sandbox (its own PID namespace)."""
     keep = _ancestors() | {1}
-    for _ in range(100):
-        alive = []
+    deadline = time.monotonic() + 10.0
+    while True:
+        alive, dead = [], 0
         for name in os.listdir("/proc"):
             if not name.isdigit() or int(name) in keep:
                 continue
@@ -306,7 +310,8 @@ def kill_strays():
             except (OSError, IndexError):
                 continue
             if state in (b"Z", b"X"):
-                continue  # already dead: its parent (or PID 1) reaps it
+                dead += 1  # already dead: its parent (or PID 1) reaps it
+                continue
             alive.append(int(name))
             for sig in (signal.SIGSTOP, signal.SIGKILL):  # stopped first: a fork bomb cannot outrun it
                 try:  # noqa: SIM105 - contextlib would be one more import
@@ -319,10 +324,11 @@ def kill_strays():
                     break
             except ChildProcessError:
                 break
-        if not alive:
+        if not alive and not dead:
             return True
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.001)
-    return False
 
 
 SCRATCH = ("/workspace", "/tmp", "/dev/shm")
