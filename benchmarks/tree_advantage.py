@@ -56,6 +56,50 @@ def _at(curve: list[tuple[float, float]], budget: float) -> float:
     return sum(within) / max(1, len(within))
 
 
+def _pct(rate: float | None) -> str:
+    return "-" if rate is None else f"{100 * rate:.1f} %"
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / max(1, len(values))
+
+
+def _table(results: list[dict[str, Any]], seeds: list[int]) -> str:
+    """A markdown row per run, and with several seeds the mean of each advantage over them."""
+    lines = [
+        "| seed | advantage | eval before | eval after | outcome, last 5 steps | at equal sandbox-s "
+        "| sandbox-s | wall s |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    at_equal: dict[int, float] = {}
+    for seed in seeds:
+        pair = [r for r in results if r["seed"] == seed]
+        budget = min(r["sandbox_s"] for r in pair)
+        for r in pair:
+            at_equal[id(r)] = _at(r["curve"], budget)
+            lines.append(
+                f"| {seed} | {r['advantage']} | {_pct(r['eval_before'])} | {_pct(r['eval_after'])} | "
+                f"{r['outcome_last5']:.3f} | {at_equal[id(r)]:.3f} | {r['sandbox_s']:.0f} | "
+                f"{r['wall_s']:.0f} |"
+            )
+    if len(seeds) > 1:
+        for advantage in ("trajectory", "tree"):
+            rows = [r for r in results if r["advantage"] == advantage]
+            after = [r["eval_after"] for r in rows if r["eval_after"] is not None]
+            means = [
+                _mean([r["outcome_last5"] for r in rows]),
+                _mean([at_equal[id(r)] for r in rows]),
+                _mean([r["sandbox_s"] for r in rows]),
+                _mean([r["wall_s"] for r in rows]),
+            ]
+            lines.append(
+                f"| mean | {advantage} | {_pct(rows[0]['eval_before'])} | "
+                f"{_pct(_mean(after) if after else None)} | {means[0]:.3f} | {means[1]:.3f} | "
+                f"{means[2]:.0f} | {means[3]:.0f} |"
+            )
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--recipe", type=Path, required=True)
@@ -85,20 +129,7 @@ def main() -> None:
                 res |= _summary(Path(summary.run_dir), time.perf_counter() - t0)
                 results.append(res)
                 print(json.dumps({k: v for k, v in res.items() if k != "curve"}), flush=True)
-    print(
-        "| seed | advantage | eval before | eval after | outcome, last 5 steps | at equal sandbox-s "
-        "| sandbox-s | wall s |"
-    )
-    print("|---:|---|---:|---:|---:|---:|---:|---:|")
-    for seed in args.seeds:
-        pair = [r for r in results if r["seed"] == seed]
-        budget = min(r["sandbox_s"] for r in pair)
-        for r in pair:
-            print(
-                f"| {seed} | {r['advantage']} | {r['eval_before']} | {r['eval_after']} | "
-                f"{r['outcome_last5']:.3f} | {_at(r['curve'], budget):.3f} | {r['sandbox_s']:.0f} | "
-                f"{r['wall_s']:.0f} |"
-            )
+    print(_table(results, args.seeds))
     if args.out is not None:
         args.out.write_text(json.dumps(results, indent=1) + "\n")
 
