@@ -132,7 +132,7 @@ ENTRIES: list[Entry] = [
           ["--model", "tiny-agent", "--steps", "8", "--batch-tasks", "8", "--k", "8"],
           ["--model", "tiny-agent", "--steps", "1", "--batch-tasks", "2", "--k", "2"], render_branching),
     Entry("tree_advantage", "Tree vs trajectory advantages", "tree_advantage.py",
-          ["--recipe", "examples/agent.yaml", "--steps", "25", "--seeds", "0"],
+          ["--recipe", "examples/agent.yaml", "--steps", "25", "--seeds", "0", "1", "2"],
           ["--recipe", "examples/agent.yaml", "--steps", "1", "--seeds", "0", "--set", "tasks.num_eval=2",
            "--set", "loop.batch_tasks=2", "--set", "loop.samples_per_task=2",
            "--set", "loop.probe_interval=0"],
