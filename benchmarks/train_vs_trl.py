@@ -90,6 +90,7 @@ async def ours(args: argparse.Namespace, tasks: list[Task]) -> tuple[HFPolicy, d
     rewards: list[float] = []
     reward_s = 0.0
     marks: list[float] = []
+    lengths: list[int] = []  # sampled tokens per completion
     t0 = time.perf_counter()
     for step in range(args.steps):
         batch = tasks[step * args.tasks : (step + 1) * args.tasks]
@@ -114,12 +115,20 @@ async def ours(args: argparse.Namespace, tasks: list[Task]) -> tuple[HFPolicy, d
         trainer.step(with_advantages(flat, compute_advantages(flat, "grpo")))
         policy.load_weights(trainer.state_dict(), trainer.version)
         marks.append(time.perf_counter())
+        lengths += [sum(t.completion()[1]) for t in flat]
         step_rewards = [t.reward.total if t.reward else 0.0 for t in flat]
         rewards.append(sum(step_rewards) / len(step_rewards))
         print(f"  ours step {step + 1}: reward {rewards[-1]:.3f}", flush=True)
     seconds = time.perf_counter() - t0
     await grader.close()
-    return policy, {"seconds": seconds, "rewards": rewards, "reward_s": reward_s, "marks": marks}
+    mean_len = sum(lengths) / max(1, len(lengths))
+    return policy, {
+        "seconds": seconds,
+        "rewards": rewards,
+        "reward_s": reward_s,
+        "marks": marks,
+        "completion_tokens_mean": mean_len,
+    }
 
 
 def trl(args: argparse.Namespace, tasks: list[Task]) -> tuple[Any, dict[str, Any]]:
@@ -191,7 +200,18 @@ def trl(args: argparse.Namespace, tasks: list[Task]) -> tuple[Any, dict[str, Any
     trainer.train()
     seconds = time.perf_counter() - t0
     grading.close()
-    return model, {"seconds": seconds, "rewards": rewards, "reward_s": reward_s[0], "marks": marks}
+    logged = [
+        float(h["completions/mean_length"])
+        for h in trainer.state.log_history
+        if "completions/mean_length" in h
+    ]
+    return model, {
+        "seconds": seconds,
+        "rewards": rewards,
+        "reward_s": reward_s[0],
+        "marks": marks,
+        "completion_tokens_mean": sum(logged) / max(1, len(logged)),
+    }
 
 
 async def held_out_pass1(policy: HFPolicy, tasks: list[Task], max_new_tokens: int) -> float:
@@ -223,6 +243,7 @@ def summary(name: str, res: dict[str, Any], samples: int, pass1: float, per_step
         "reward_first_step": round(res["rewards"][0], 3),
         "reward_last_third": round(sum(tail) / len(tail), 3),
         "held_out_pass@1": round(pass1, 3),
+        "completion_tokens_mean": round(res["completion_tokens_mean"], 1),
     }
 
 
