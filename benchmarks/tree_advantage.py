@@ -9,7 +9,7 @@ summed over steps). Equal sandbox time: the same steps and batch shape; the tabl
 sandbox-seconds, and the training reward is also read at the smaller of the two runs' totals.
 
     .venv/bin/python benchmarks/tree_advantage.py --recipe examples/longctx_cpu.yaml --seeds 0 1 2
-    .venv/bin/python benchmarks/tree_advantage.py --recipe examples/agent.yaml --steps 25 --seeds 0
+    .venv/bin/python benchmarks/tree_advantage.py --recipe examples/agent.yaml --steps 25 --seeds 0 1 2
 """
 
 from __future__ import annotations
