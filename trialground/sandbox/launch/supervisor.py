@@ -395,9 +395,7 @@ def _run(req: dict, child: NextChild, ctl_out: int) -> dict:
     main_status = None
     maxrss = 0
     while True:
-        # Reap every child that has exited: the command, and the orphans this PID 1 inherits from it
-        # (detached or double-forked processes). An orphan left a zombie would keep counting against
-        # the sandbox's process limit until the command ends.
+        # Reap the command and the orphans PID 1 inherits (their zombies would hold the process limit)
         while main_status is None:
             done, status, usage = posix.wait4(-1, posix.WNOHANG)
             if not done:
