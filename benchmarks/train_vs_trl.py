@@ -43,7 +43,7 @@ from trialground.policy.hf import HFPolicy
 from trialground.policy.tiny import resolve_model_dir
 from trialground.rollout.agent import rollout_group
 from trialground.rollout.generation_batcher import GroupBatcher
-from trialground.rollout.scoring import score_end
+from trialground.rollout.scoring import score_all, score_end
 from trialground.sandbox.base import Limits, SandboxConfig
 from trialground.tasks.codegen import generate_codegen_tasks
 from trialground.tasks.model import Task
@@ -91,8 +91,11 @@ async def ours(args: argparse.Namespace, tasks: list[Task]) -> tuple[HFPolicy, d
     reward_s = 0.0
     marks: list[float] = []
     lengths: list[int] = []  # sampled tokens per completion
+    split = {"generation_s": 0.0, "update_s": 0.0, "weight_load_s": 0.0}
+    trained = 0  # sequences that entered a loss, over all steps
     t0 = time.perf_counter()
     for step in range(args.steps):
+        t_roll = time.perf_counter()
         batch = tasks[step * args.tasks : (step + 1) * args.tasks]
         shared = GroupBatcher(policy, live=len(batch) * args.k, window_s=0.05)  # one generate call per step
         groups = await asyncio.gather(
@@ -109,18 +112,31 @@ async def ours(args: argparse.Namespace, tasks: list[Task]) -> tuple[HFPolicy, d
                 for i, task in enumerate(batch)
             )
         )
-        flat = [t for g in groups for t in g]
-        # episodes grade concurrently: the step's grading time is its slowest episode's env time
-        reward_s += max(t.timings.get("env_s", 0.0) for t in flat)
-        trainer.step(with_advantages(flat, compute_advantages(flat, "grpo")))
+        # the reward seam the training loop uses: a rollout ends with a verdict, `score_all` gives its reward
+        flat = [t for g in score_all(RUBRIC, groups) for t in g]
+        # episodes grade concurrently: the step's grading time is its slowest episode's env time; the
+        # rest of the rollouts' wall time is the one batched generate call (and the prompts' encoding)
+        grading_s = max(t.timings.get("env_s", 0.0) for t in flat)
+        reward_s += grading_s
+        t_update = time.perf_counter()
+        split["generation_s"] += t_update - t_roll - grading_s
+        metrics = trainer.step(with_advantages(flat, compute_advantages(flat, "grpo")))
+        trained += int(metrics.get("train/sequences", 0))
+        t_load = time.perf_counter()
+        split["update_s"] += t_load - t_update
         policy.load_weights(trainer.state_dict(), trainer.version)
         marks.append(time.perf_counter())
+        split["weight_load_s"] += marks[-1] - t_load
         lengths += [sum(t.completion()[1]) for t in flat]
         step_rewards = [t.reward.total if t.reward else 0.0 for t in flat]
         rewards.append(sum(step_rewards) / len(step_rewards))
         print(f"  ours step {step + 1}: reward {rewards[-1]:.3f}", flush=True)
     seconds = time.perf_counter() - t0
     await grader.close()
+    if args.full_batch and trained != args.steps * args.tasks * args.k:
+        raise SystemExit(f"--full-batch: {trained} sequences trained, not {args.steps * args.tasks * args.k}")
+    if not trained and any(rewards):
+        raise SystemExit("rewards were earned but no sequence was trained: the comparison would be void")
     mean_len = sum(lengths) / max(1, len(lengths))
     return policy, {
         "seconds": seconds,
@@ -128,6 +144,8 @@ async def ours(args: argparse.Namespace, tasks: list[Task]) -> tuple[HFPolicy, d
         "reward_s": reward_s,
         "marks": marks,
         "completion_tokens_mean": mean_len,
+        "split": split,
+        "trained_sequences": trained,
     }
 
 
@@ -196,6 +214,21 @@ def trl(args: argparse.Namespace, tasks: list[Task]) -> tuple[Any, dict[str, Any
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
     )
+    # where TRL's time goes: its generation call, the whole generate-and-score phase (generation, the
+    # reward call, advantages, bookkeeping) and the loss's forward + backward (`training_step`); the
+    # optimiser step and the rest of the HF training loop are what remains of the wall time
+    timed = {"_generate": 0.0, "_generate_and_score_completions": 0.0, "training_step": 0.0}
+    for name in timed:
+        original = getattr(trainer, name)
+
+        def wrapper(*a: Any, _original: Any = original, _name: str = name, **kw: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return _original(*a, **kw)
+            finally:
+                timed[_name] += time.perf_counter() - t
+
+        setattr(trainer, name, wrapper)
     t0 = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - t0
@@ -211,6 +244,12 @@ def trl(args: argparse.Namespace, tasks: list[Task]) -> tuple[Any, dict[str, Any
         "reward_s": reward_s[0],
         "marks": marks,
         "completion_tokens_mean": sum(logged) / max(1, len(logged)),
+        "split": {
+            "generation_s": timed["_generate"],
+            "scoring_other_s": timed["_generate_and_score_completions"] - timed["_generate"] - reward_s[0],
+            # HF's training_step prepares its inputs (TRL generates and scores there) before the loss
+            "update_s": timed["training_step"] - timed["_generate_and_score_completions"],
+        },
     }
 
 
@@ -244,6 +283,15 @@ def summary(name: str, res: dict[str, Any], samples: int, pass1: float, per_step
         "reward_last_third": round(sum(tail) / len(tail), 3),
         "held_out_pass@1": round(pass1, 3),
         "completion_tokens_mean": round(res["completion_tokens_mean"], 1),
+        "trained_sequences": res.get("trained_sequences"),
+        # seconds over all steps: generation, grading (`reward_s`), update (forward + backward; ours
+        # includes the optimiser step), and the rest of the wall time (start-up, optimiser step for TRL,
+        # weight push for ours, bookkeeping)
+        "split_s": {
+            **{k: round(v, 2) for k, v in res["split"].items()},
+            "reward_s": round(res["reward_s"], 2),
+            "rest_s": round(res["seconds"] - res["reward_s"] - sum(res["split"].values()), 2),
+        },
     }
 
 
@@ -299,6 +347,9 @@ def main() -> None:
         ratio = rows["ours"]["samples_per_s"] / rows["trl"]["samples_per_s"]
         median_ratio = rows["ours"]["samples_per_s_median_step"] / rows["trl"]["samples_per_s_median_step"]
         print(f"throughput ratio trialground/trl: {ratio:.2f}x overall, {median_ratio:.2f}x by median step")
+    for row in rows.values():
+        parts = ", ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in row["split_s"].items())
+        print(f"{row['system']}: where the {row['seconds']} s went: {parts}")
 
 
 if __name__ == "__main__":
