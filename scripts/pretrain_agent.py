@@ -101,9 +101,15 @@ async def play(inst: Instance, env: ToolEnv, rng: random.Random, args: argparse.
     obs = await env.reset(inst.task)
     trace: Trace = {"prompt": obs.text, "turns": [], "family": inst.family}
     plan = list(inst.expert)
+    shortcut, share = getattr(inst, "shortcut", ()), getattr(args, "shortcut", 0.0)
+    if share and shortcut and rng.random() < share:
+        plan = list(shortcut)  # the family's shortcut, played as it is (trace["shortcut"] says so)
+        trace["shortcut"] = True
     decisive = next(i for i, (n, a) in enumerate(plan) if n in ("write_file", "edit_file") or "answer" in a)
     mode = rng.random()
     revise, fail = mode < args.revise, args.revise <= mode < args.revise + args.noise
+    if trace.get("shortcut"):
+        revise = fail = False
     if revise and plan[decisive][0] == "submit" and args.answer_revise == "clean":
         # The answer ends the episode, so nothing can be revised after it: a "revised" trace would only
         # teach a wrong answer (a digit changed), on top of the `--noise` share that does so on purpose.
@@ -239,6 +245,11 @@ def main() -> None:
     ap.add_argument("--target", type=float, default=0.3, help="stop at the first greedy solve rate >= this")
     ap.add_argument("--longctx-traces", type=int, default=2400, help="long-context traces (0: none)")
     ap.add_argument("--longctx-eval-n", type=int, default=48)
+    ap.add_argument(
+        "--shortcut", type=float, default=0.0, help="share of long-context traces that play the family's "
+        "shortcut (trialground.tasks.longctx: a plausible way to answer that skips following the reference, "
+        "wrong unless by chance): a habit the long-context recipe's reinforcement learning corrects",
+    )  # fmt: skip
     ap.add_argument("--longctx-target", type=float, default=0.25, help="and long-context solve rate >= this")
     ap.add_argument(
         "--fine-from", type=float, default=0.03, help="evaluate every --fine-every steps from here"
@@ -275,7 +286,8 @@ def main() -> None:
     print(f"traces {time.time() - t0:.0f}s: {len(traces)}, solved {solved:.2f}, turns {turns:.1f}")
     for family in sorted({t["family"] for t in traces}):
         of = [t for t in traces if t["family"] == family]
-        print(f"  {family}: {len(of)}, solved {sum(t['solved'] for t in of) / len(of):.2f}")
+        solved_share, short = sum(t["solved"] for t in of) / len(of), sum(bool(t.get("shortcut")) for t in of)
+        print(f"  {family}: {len(of)}, solved {solved_share:.2f}, shortcuts {short}")
 
     texts = (s for t in traces for s in (t["prompt"], *(x for turn in t["turns"] for x in turn)))
     if args.init_from is not None:  # continue a trained policy: its tokenizer and weights

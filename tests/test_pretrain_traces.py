@@ -34,10 +34,14 @@ def _script() -> ModuleType:
     return module
 
 
-async def _play(script: ModuleType, answer_revise: str) -> tuple[dict[str, Any], str]:
+async def _play(
+    script: ModuleType, answer_revise: str, shortcut: float = 0.0, family: str = "doc"
+) -> tuple[dict[str, Any], str]:
     config = load_config(ROOT / "examples" / "longctx_cpu.yaml")
-    inst = longctx_instances(1, seed=3, split="train", families="doc")[0]
-    args = argparse.Namespace(revise=1.0, noise=0.0, redundant=0.0, answer_revise=answer_revise)
+    inst = longctx_instances(1, seed=3, split="train", families=family)[0]
+    args = argparse.Namespace(
+        revise=1.0, noise=0.0, redundant=0.0, answer_revise=answer_revise, shortcut=shortcut
+    )
     grader = make_grader(config.sandbox, config.reward)
     env = ToolEnv(grader, config.env, config.sandbox)
     try:
@@ -56,3 +60,18 @@ def test_a_revised_answer_is_wrong_by_default_and_right_when_clean() -> None:
     clean, _ = asyncio.run(_play(script, "clean"))
     assert clean["solved"] and f'"{answer}"' in clean["turns"][-1][0]
     assert [t[0] for t in clean["turns"][:-1]] == [t[0] for t in wrong["turns"][:-1]]
+
+
+@pytest.mark.parametrize("family", ["find", "log", "doc"])
+def test_a_shortcut_trace_plays_the_family_shortcut_as_it_is(family: str) -> None:
+    """`--shortcut`: the trace plays the family's shortcut (no revision, no noise on top) and is marked."""
+    script = _script()
+    trace, answer = asyncio.run(_play(script, "clean", shortcut=1.0, family=family))
+    inst = longctx_instances(1, seed=3, split="train", families=family)[0]
+    assert trace["shortcut"] is True
+    assert [t[0] for t in trace["turns"]] == [
+        script.format_tool_call(n, a, "json_tags") for n, a in inst.shortcut
+    ]
+    assert trace["solved"] == (inst.shortcut[-1][1]["answer"] == answer)
+    plain, _ = asyncio.run(_play(script, "clean", shortcut=0.0, family=family))
+    assert "shortcut" not in plain and plain["solved"]

@@ -78,6 +78,52 @@ def test_the_expert_solves_every_family_with_search_and_paged_reads_only() -> No
     assert [asyncio.run(solve(i)) for i in instances] == [True] * 6
 
 
+def test_each_family_shortcut_reads_what_it_acts_on_and_is_graded_on_its_answer() -> None:
+    """The shortcut (`--shortcut` pre-training traces) is a real episode: every call acts on what the
+    previous observation showed (the first hit's line, its reference, the clause number), and its answer
+    is graded like any other (wrong unless by chance right)."""
+    from trialground.envs.config import EnvConfig
+    from trialground.envs.tool_env import ToolEnv
+    from trialground.envs.toolcalls import format_tool_call
+    from trialground.sandbox.base import SandboxConfig
+    from trialground.verify.grader import make_grader
+
+    async def play(inst: Instance) -> tuple[list[str], bool]:
+        grader = make_grader(SandboxConfig())
+        env = ToolEnv(grader, EnvConfig(kind="tool", observation_budget_chars=1000), SandboxConfig())
+        seen: list[str] = []
+        try:
+            await env.reset(inst.task)
+            for name, args in inst.shortcut:
+                obs = await env.step(format_tool_call(name, args))
+                seen.append(obs.text)
+            assert obs.done and obs.end is not None and obs.end.graded is not None
+            return seen, obs.end.graded.verdict.passed
+        finally:
+            await env.close()
+            await grader.close()
+
+    instances = longctx_instances(6, seed=4, split="eval")
+    wrong = 0
+    for inst in instances:
+        seen, passed = asyncio.run(play(inst))
+        answer = inst.shortcut[-1][1]["answer"]
+        assert passed == (answer == inst.task.reference)
+        wrong += not passed
+        first_hit = seen[0].splitlines()[0]
+        if inst.family == "find":
+            ref = inst.shortcut[1][1]["pattern"].removesuffix(" =")
+            assert first_hit.endswith(f"= tuning.{ref}")
+            assert f"{ref} = {answer}" in seen[1]
+        elif inst.family == "log":
+            start = inst.shortcut[1][1]["start"]
+            assert first_hit.startswith(f"logs/app.log:{start}:")
+            assert f"upstream={answer} " in seen[1]
+        else:
+            assert first_hit.endswith(f"is set out in clause {answer}.")
+    assert wrong >= 4  # a shortcut, not a solution
+
+
 @pytest.mark.slow
 def test_episodes_over_them_hit_the_budgets_and_the_report_shows_it(tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="uses the tiny tokenizer ([train] extra)")

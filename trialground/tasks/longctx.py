@@ -15,6 +15,13 @@ Source spec `longctx[:FAMILIES]` (comma-separated subset of the families below; 
   states the amount (every term's amount is phrased alike, so only the reference tells which is meant):
   search, follow the reference to the heading, read the clause, submit. Graded `exact`.
 
+Each family also has a *shortcut*: a plausible way to answer that skips the step the task is about, and
+is wrong unless chance makes it right (`find`: search the whole repository for the setting and follow the
+first service's reference; `log`: search for the status alone and read the first failure; `doc`: submit the
+clause number the reference names instead of the amount that clause states). Pre-training traces can
+play it on purpose (`scripts/pretrain_agent.py --shortcut`), so a policy starts with the habit and
+reinforcement learning has a strategy to correct.
+
 Every workspace holds at least `MIN_WORKSPACE_CHARS` characters (over 100,000 tokens for the bundled
 agent policy's tokenizer, about a hundred of its 1,024-token contexts): a whole-file `cat` is cut to its
 head and tail by `truncate_middle`, so the tasks are solved with `search` and `read_lines`. Each
@@ -55,12 +62,13 @@ Call = tuple[str, dict[str, str]]
 @dataclass(frozen=True)
 class Instance:
     """One drawn task and the expert's calls (name, arguments), which solve it with `search`,
-    `read_lines` and `submit` only."""
+    `read_lines` and `submit` only; `shortcut`: the calls of the family's shortcut (module docstring)."""
 
     key: str
     family: str
     task: Task
     expert: tuple[Call, ...]
+    shortcut: tuple[Call, ...] = ()
 
 
 def _split_of(key: str) -> Split:
@@ -134,7 +142,16 @@ def _find(rng: random.Random) -> Instance:
         ("search", {"pattern": f"{ref_of_target} ="}),
         ("submit", {"answer": answer}),
     )
-    return Instance(key, "find", _task("find", key, prompt, files, answer), expert)
+    # the shortcut: the first hit of the setting in the whole repository (`search` walks sorted paths)
+    first = next(text for _, text in sorted(files.items()) if f"{setting} = tuning." in text)
+    ref = first.split(f"{setting} = tuning.", 1)[1].split("\n", 1)[0]
+    value = next(line.split(" = ")[1] for line in tuning if line.startswith(f"{ref} = "))
+    shortcut: tuple[Call, ...] = (
+        ("search", {"pattern": setting}),
+        ("search", {"pattern": f"{ref} ="}),
+        ("submit", {"answer": value}),
+    )
+    return Instance(key, "find", _task("find", key, prompt, files, answer), expert, shortcut)
 
 
 def _log(rng: random.Random) -> Instance:
@@ -168,8 +185,16 @@ def _log(rng: random.Random) -> Instance:
         ("read_lines", {"path": "logs/app.log", "start": str(line_no), "count": "2"}),
         ("submit", {"answer": answer}),
     )
+    # the shortcut: the first failure with that status, whatever its endpoint
+    at = next(i for i, line in enumerate(lines) if f" status={status} " in line)
+    decoy = lines[at + 1].split("upstream=", 1)[1].split(" ", 1)[0]
+    shortcut: tuple[Call, ...] = (
+        ("search", {"pattern": f"status={status}", "path": "logs/app.log"}),
+        ("read_lines", {"path": "logs/app.log", "start": str(at + 1), "count": "2"}),
+        ("submit", {"answer": decoy}),
+    )
     files = {"logs/app.log": "\n".join(lines) + "\n"}
-    return Instance(key, "log", _task("log", key, prompt, files, answer), expert)
+    return Instance(key, "log", _task("log", key, prompt, files, answer), expert, shortcut)
 
 
 _FILLER = (
@@ -214,8 +239,13 @@ def _doc(rng: random.Random) -> Instance:
         ("read_lines", {"path": "docs/contract.md", "start": str(heading_line), "count": "2"}),
         ("submit", {"answer": answer}),
     )
+    # the shortcut: the clause number the reference names, submitted as if it were the amount
+    shortcut: tuple[Call, ...] = (
+        ("search", {"pattern": term, "path": "docs/contract.md"}),
+        ("submit", {"answer": value_clause}),
+    )
     files = {"docs/contract.md": "\n".join(lines) + "\n"}
-    return Instance(key, "doc", _task("doc", key, prompt, files, answer), expert)
+    return Instance(key, "doc", _task("doc", key, prompt, files, answer), expert, shortcut)
 
 
 _MAKERS = {"find": _find, "log": _log, "doc": _doc}
