@@ -9,6 +9,10 @@ the start and end are skipped in both modes (they are identical work and not wha
 Both modes run the same policy set-up: by default in a child process (`policy.separate_process`),
 `--no-separate-process` keeps it in the trainer's process.
 
+`--env-service` puts the environment behind the sandbox service: a `trialground sandbox serve` process is
+started on 127.0.0.1 and both modes grade through it (`sandbox.backend: remote`: every grading sandbox is a
+session of that service, every command an HTTP round trip), with `--latency` on top of each step as before.
+
 Reported per mode: wall seconds for the N steps, the steady-state seconds per step (after the first
 WARMUP steps: start-up and pipeline fill left out), steps/s and samples/s, mean staleness of the trained
 samples and the trainer's idle time waiting for batches; and the async/sync speed-up, steady state and
@@ -21,10 +25,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import re
+import secrets
 import shutil
+import subprocess
+import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +104,59 @@ def measure_generation(n_tasks: int, k: int, max_new_tokens: int) -> float:
     return (time.perf_counter() - t0) / 2
 
 
-def run_mode(mode: str, args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
+SERVED = {"sessions": 0, "execs": 0}  # requests the sandbox service logged (--env-service)
+
+
+@contextlib.contextmanager
+def sandbox_service(work: Path, max_sessions: int) -> Iterator[tuple[str, Path]]:
+    """A `trialground sandbox serve` process on 127.0.0.1 (any free port): its URL and token file."""
+    token = work / "token"
+    token.write_text(secrets.token_hex(24))
+    cli = str(Path(sys.executable).parent / "trialground")
+    proc = subprocess.Popen(
+        [
+            *(cli, "sandbox", "serve", "--port", "0", "--token-file", str(token)),
+            *("--max-sessions", str(max_sessions)),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    out = proc.stdout
+    assert out is not None
+    url, seen = None, []
+    for line in out:  # uvicorn's start-up lines, then the one naming the address
+        seen.append(line)
+        if m := re.search(r"listening on (http://\S+)", line):
+            url = m.group(1)
+            break
+    if url is None:
+        proc.kill()
+        raise SystemExit("the sandbox service did not start:\n" + "".join(seen)[-2000:])
+
+    def drain() -> None:  # keep reading the service's log, so its pipe never fills and blocks it
+        for line in out:
+            if '"POST /sessions HTTP' in line:
+                SERVED["sessions"] += 1
+            elif "/exec HTTP" in line:
+                SERVED["execs"] += 1
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        yield url, token
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        reader.join(timeout=5)
+
+
+def run_mode(
+    mode: str, args: argparse.Namespace, out_dir: str, service: tuple[str, Path] | None
+) -> dict[str, Any]:
     overrides = [
         f"name={mode}",
         f"output_dir={out_dir}",
@@ -105,7 +168,14 @@ def run_mode(mode: str, args: argparse.Namespace, out_dir: str) -> dict[str, Any
         f"seed={args.seed}",
         f"policy.separate_process={str(args.separate_process).lower()}",
     ]
+    if service is not None:
+        overrides += [
+            "sandbox.backend=remote",
+            f"sandbox.remote_url={service[0]}",
+            f"sandbox.token_file={service[1]}",
+        ]
     config = load_config(QUICKSTART, overrides)
+    served = dict(SERVED)
     ends: list[float] = []  # when each step finished
     t0 = time.perf_counter()
     asyncio.run(loop_module.run(config, progress=lambda _step, _m: ends.append(time.perf_counter())))
@@ -131,6 +201,9 @@ def run_mode(mode: str, args: argparse.Namespace, out_dir: str) -> dict[str, Any
         "train_step_s": mean("train/step_s"),
         "weight_sync_s": mean("train/weight_sync_s"),
         "rollout_batch_s": mean("rollout/batch_s"),
+        # requests the sandbox service logged during this mode (--env-service; its log lags a little)
+        "service_sessions": SERVED["sessions"] - served["sessions"],
+        "service_execs": SERVED["execs"] - served["execs"],
     }
 
 
@@ -153,6 +226,10 @@ def main() -> None:
         default=True,
         help="both modes generate in a child process (policy.separate_process; default on)",
     )
+    ap.add_argument(
+        "--env-service", action="store_true", help="grade through a `trialground sandbox serve` process "
+        "(sandbox.backend: remote) instead of sandboxes of this process",
+    )  # fmt: skip
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
     if args.steps <= WARMUP:
@@ -165,7 +242,14 @@ def main() -> None:
     loop_module._eval_and_log = skip_eval  # type: ignore[assignment]
     out_dir = tempfile.mkdtemp(prefix="async_vs_sync_")
     try:
-        rows = [run_mode(mode, args, out_dir) for mode in ("sync", "async")]
+        with contextlib.ExitStack() as stack:
+            service = None
+            if args.env_service:
+                service = stack.enter_context(sandbox_service(Path(out_dir), max_sessions=4 * n))
+                print(f"environment behind the sandbox service at {service[0]}")
+            rows = [run_mode(mode, args, out_dir, service) for mode in ("sync", "async")]
+            if service is not None and not all(r["service_execs"] for r in rows):
+                raise SystemExit(f"--env-service: a mode ran no command through the service: {rows}")
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
     out = {"args": vars(args), "generation_s": round(gen_s, 2), "latency_s": latency, "results": rows}

@@ -22,6 +22,11 @@ split between their users) and of RSS, per concurrent sandbox, with this process
 this process's peak RSS (over its life: all levels run in one process), wall time, and the 1-minute load
 average before and after (the sandboxes' own processes raise it). Exit status 1 on any failure or error.
 
+`--cluster ray --ray-workers W`: the same through `pool.backend: ray`, a local Ray cluster with W
+sandbox-worker actors (each hosts its share of the sandboxes; every pool call is an actor call). Ray and
+its workers start before the clock (`backend_start_s`); memory then counts this process, the workers and
+every process below them (Ray's own daemons, raylet and GCS, are not counted).
+
 Each exec's wall-clock limit is `--wall-s` (600 s) instead of the default `Limits.wall_s` of 10 s: the N
 commands share the host's cores, so on a small host a `python3` start waits for CPU longer than 10 s
 (2 cores, N = 256: 24 % of the tool calls hit it) and the default would measure the CPU queue.
@@ -50,6 +55,7 @@ from trialground.tasks.model import Task, VerifierSpec
 
 FIELDS = (
     "n",
+    "cluster",
     "episodes",
     "failures",
     "failure_rate",
@@ -72,6 +78,7 @@ FIELDS = (
     "fds_self",
     "peak_rss_self_mib",
     "wall_s",
+    "backend_start_s",
     "load_before",
     "load_after",
 )
@@ -142,24 +149,48 @@ def memory_of(pids: list[int]) -> tuple[int, float, float]:
     return n, pss / 1024, rss / 1024
 
 
-def sample_memory() -> tuple[int, float, float, int]:
-    """(processes, PSS MiB, RSS MiB) of this process and all below it, and this process's open fds."""
-    me = os.getpid()
-    return (*memory_of([me, *descendants(me)]), len(os.listdir("/proc/self/fd")))
+def sample_memory(roots: list[int]) -> tuple[int, float, float, int]:
+    """(processes, PSS MiB, RSS MiB) of this process, the `roots` (Ray's sandbox workers) and all below
+    them, and this process's open fds."""
+    pids = {os.getpid(), *roots}
+    for root in list(pids):
+        pids.update(descendants(root))
+    return (*memory_of(sorted(pids)), len(os.listdir("/proc/self/fd")))
 
 
-async def level(n: int, execs: int, timeout_s: float, wall_s: float) -> dict[str, Any]:
+async def ray_worker_pids(backend: Any) -> list[int]:
+    """The process ids of a `RayBackend`'s sandbox workers (each hosts its sandboxes below it)."""
+    refs = [w.handle.node.remote() for w in backend.workers if w.alive]
+    return [pid for _node, pid in await asyncio.gather(*(asyncio.wrap_future(r.future()) for r in refs))]
+
+
+def make_backend(cluster: str, sandbox_config: SandboxConfig, pool_config: PoolConfig) -> Any:
+    if cluster == "local":
+        return LocalBackend(sandbox_config)
+    from trialground.pool.ray_backend import RayBackend
+
+    # a local Ray cluster on this machine's cores; the workers reserve a share of a CPU each, so W of
+    # them start on a small host (they spend their time waiting on sandboxes)
+    return RayBackend(sandbox_config, pool_config, num_cpus=os.cpu_count() or 1, include_dashboard=False)
+
+
+async def level(
+    n: int, execs: int, timeout_s: float, wall_s: float, cluster: str = "local", ray_workers: int = 4
+) -> dict[str, Any]:
     sandbox_config = SandboxConfig(limits=Limits(wall_s=wall_s))
+    pool_config = PoolConfig(
+        max_active=n, max_queue=n, max_idle=n, acquire_timeout_s=timeout_s, lease_s=10 * timeout_s,
+        backend=cluster, ray_workers=ray_workers, ray_worker_cpus=(os.cpu_count() or 1) / ray_workers,
+    )  # fmt: skip
+    backend = make_backend(cluster, sandbox_config, pool_config)
     pool = EnvPool(
-        PoolConfig(
-            max_active=n, max_queue=n, max_idle=n, acquire_timeout_s=timeout_s, lease_s=10 * timeout_s
-        ),
+        pool_config,
         env_config=EnvConfig(
             kind="tool", max_turns=execs + 1, max_episode_s=timeout_s, tool_timeout_s=timeout_s
         ),
         sandbox_config=sandbox_config,
         grader=NoGrader(),
-        backend=LocalBackend(sandbox_config),
+        backend=backend,
     )
     failures: Counter[str] = Counter()  # failed episodes by cause, one count per episode
     acquire: dict[str, list[float]] = {"cold": [], "warm": []}
@@ -193,7 +224,8 @@ async def level(n: int, execs: int, timeout_s: float, wall_s: float) -> dict[str
                 failed = False
             if phase == "cold":
                 if await held.wait() == 0:  # one worker samples while all N hold their environment
-                    memory.append(await asyncio.to_thread(sample_memory))
+                    roots = await ray_worker_pids(backend) if cluster == "ray" else []
+                    memory.append(await asyncio.to_thread(sample_memory, roots))
                 await held.wait()
         finally:
             await pool.release(env, failed=failed)
@@ -207,6 +239,10 @@ async def level(n: int, execs: int, timeout_s: float, wall_s: float) -> dict[str
                 if phase == "cold" and not held.broken:
                     await held.abort()  # the others must not wait for this one
 
+    t0 = time.perf_counter()
+    if cluster == "ray":  # Ray and its workers start before the clock (reported as backend_start_s)
+        await backend.start()
+    backend_start_s = time.perf_counter() - t0
     before = load1()
     t0 = time.perf_counter()
     await asyncio.gather(*(worker(k) for k in range(n)))
@@ -226,6 +262,7 @@ async def level(n: int, execs: int, timeout_s: float, wall_s: float) -> dict[str
     ms = 1e3
     out: dict[str, Any] = {
         "n": n,
+        "cluster": cluster if cluster == "local" else f"ray ({ray_workers} workers)",
         "episodes": episodes,
         "failures": total,
         "failure_rate": total / episodes,
@@ -247,6 +284,7 @@ async def level(n: int, execs: int, timeout_s: float, wall_s: float) -> dict[str
         "fds_self": fds,
         "peak_rss_self_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "wall_s": wall,
+        "backend_start_s": backend_start_s,
         "load_before": before,
         "load_after": load1(),
         "pool_errors": sum(errors.values()),
@@ -268,12 +306,18 @@ def settle(seconds: float) -> None:
 
 
 def run(
-    levels: list[int], execs: int, timeout_s: float, wall_s: float, settle_s: float = 0.0
+    levels: list[int],
+    execs: int,
+    timeout_s: float,
+    wall_s: float,
+    settle_s: float = 0.0,
+    cluster: str = "local",
+    ray_workers: int = 4,
 ) -> list[dict[str, Any]]:
     rows = []
     for n in levels:
         settle(settle_s)
-        rows.append(asyncio.run(level(n, execs, timeout_s, wall_s)))
+        rows.append(asyncio.run(level(n, execs, timeout_s, wall_s, cluster, ray_workers)))
     return rows
 
 
@@ -302,10 +346,15 @@ def main() -> None:
         "--settle", type=float, default=0.0, help="before each level, wait up to this many seconds for the "
         "load average to drop below the core count",
     )  # fmt: skip
+    ap.add_argument(
+        "--cluster", choices=["local", "ray"], default="local", help="the pool's backend: sandboxes in this "
+        "process's fork server, or on Ray sandbox-worker actors of a local Ray cluster (`pool.backend: ray`)",
+    )  # fmt: skip
+    ap.add_argument("--ray-workers", type=int, default=4, help="sandbox-worker actors (--cluster ray)")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
     levels = [4, 16] if args.quick else [int(x) for x in args.concurrency.split(",")]
-    rows = run(levels, args.execs, args.timeout, args.wall_s, args.settle)
+    rows = run(levels, args.execs, args.timeout, args.wall_s, args.settle, args.cluster, args.ray_workers)
     print(table(rows))
     for r in rows:
         if r["failures"] or r["pool_errors"]:
