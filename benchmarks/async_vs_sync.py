@@ -147,10 +147,9 @@ def sandbox_service(work: Path, max_sessions: int) -> Iterator[tuple[str, Path]]
         yield url, token
     finally:
         proc.terminate()
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        proc.kill()  # nothing if it has exited
         reader.join(timeout=5)
 
 

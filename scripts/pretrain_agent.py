@@ -1,10 +1,17 @@
 """Pre-train a bundled agent policy on multi-turn tool traces.
 
-    .venv/bin/python scripts/pretrain_agent.py                      # tiny-nav, ~90 min
+    .venv/bin/python scripts/pretrain_agent.py                      # tiny-nav, stage 1, ~90 min
+    .venv/bin/python scripts/pretrain_agent.py --init-from trialground/policy/tiny_nav --seed 2 \
+        --traces 1200 --longctx-traces 1200 --answer-revise clean --shortcut 0.5 --eval-every 40 \
+        --fine-from 2 --max-steps 120 --target 1.1 --longctx-target 1.1 \
+        --cache /tmp/tg_nav_stage2.jsonl                              # tiny-nav, stage 2, ~17 min
     .venv/bin/python scripts/pretrain_agent.py --longctx-traces 0   # tiny-agent, ~10-20 min
 
 on 2 CPU cores. `tiny-agent` is trained on the `agent` families alone, `tiny-nav` on those and the
-long-context families.
+long-context families, then continued for 120 steps on new traces whose answers are right and half of
+whose long-context traces play the family's shortcut (`--shortcut`, `trialground.tasks.longctx`): the
+policy follows references better and keeps a habit of skipping them, which the long-context recipe's
+reinforcement learning removes.
 
 Recipe:
 1. Traces. For train-split instances of the `agent` families (trialground.tasks.agentic) and of the
