@@ -36,7 +36,20 @@ def test_tiny_run_reports_every_field_and_no_failure(slo: ModuleType) -> None:
     assert row["reseeded"] >= 1 and row["reseed_p50_ms"] > 0  # odd workers changed task
     # the memory sample was taken while all 3 held a sandbox: this process, the fork server, 3 supervisors
     assert row["processes"] >= 4 and row["pss_per_sandbox_mib"] > 0 and row["fds_self"] > 0
-    assert "| 3 | 6 | 0 |" in slo.table([row])
+    assert row["cluster"] == "local" and "| 3 | local | 6 | 0 |" in slo.table([row])
+
+
+@pytest.mark.ray
+def test_the_same_levels_run_through_ray(slo: ModuleType) -> None:
+    """`--cluster ray`: the pool's sandboxes live on Ray sandbox-worker actors (a local Ray cluster); the
+    episodes are the same and the memory sample counts the workers and the sandboxes below them."""
+    pytest.importorskip("ray")
+    row = asyncio.run(slo.level(2, execs=1, timeout_s=300.0, wall_s=120.0, cluster="ray", ray_workers=1))
+    assert row["failures"] == 0 and row["pool_errors"] == 0, (row["failure_kinds"], row["pool_error_kinds"])
+    assert row["cluster"] == "ray (1 workers)" and row["created"] == 2 and row["episodes"] == 4
+    assert row["backend_start_s"] > 0
+    # this process, the worker actor and, below it, the fork server and two sandboxes' processes
+    assert row["processes"] >= 4 and row["pss_per_sandbox_mib"] > 0
 
 
 def test_a_wrong_tool_output_is_a_failure(slo: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
