@@ -108,8 +108,8 @@ async def play(inst: Instance, env: ToolEnv, rng: random.Random, args: argparse.
     obs = await env.reset(inst.task)
     trace: Trace = {"prompt": obs.text, "turns": [], "family": inst.family}
     plan = list(inst.expert)
-    shortcut, share = getattr(inst, "shortcut", ()), getattr(args, "shortcut", 0.0)
-    if share and shortcut and rng.random() < share:
+    shortcut = getattr(inst, "shortcut", ())  # long-context instances have one, agent instances none
+    if args.shortcut and shortcut and rng.random() < args.shortcut:
         plan = list(shortcut)  # the family's shortcut, played as it is (trace["shortcut"] says so)
         trace["shortcut"] = True
     decisive = next(i for i, (n, a) in enumerate(plan) if n in ("write_file", "edit_file") or "answer" in a)
