@@ -21,6 +21,8 @@ from trialground.verify.grader import Grader, make_grader
 from trialground.verify.reward.rubric import Rubric
 
 if TYPE_CHECKING:  # torch and the pool's backends are imported only when a run needs them
+    import torch
+
     from trialground.gateway.server import Gateway
     from trialground.pool.pool import EnvPool
     from trialground.train.trainer import Trainer
@@ -71,6 +73,18 @@ class Wiring:
             self.monitor.close()
 
 
+def is_float32(model: torch.nn.Module) -> bool:
+    import torch
+
+    return all(p.dtype == torch.float32 for p in model.parameters() if p.is_floating_point())
+
+
+def float32_master(model: torch.nn.Module) -> torch.nn.Module:
+    """The trainer's own copy of the sampler's module, in float32 whatever the sampler's dtype."""
+    master = copy.deepcopy(model)
+    return master if is_float32(master) else master.float()
+
+
 def sync_weights(trainer: Trainer, policy: Policy) -> None:
     """After a trainer step: the policy samples with the new weights, stamped with the new version."""
     if trainer.base_model is policy.shared_module():  # shared module (LoRA too: adapters inside)
@@ -103,7 +117,12 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Wirin
         elif config.loop.mode == "async":
             # Async sampling must not read weights the optimizer is changing: the trainer owns a copy
             # and pushes it to the policy between generations (as it would to a vLLM server).
-            model = copy.deepcopy(model)
+            model = float32_master(model)
+        elif not is_float32(model):
+            # A bf16/fp16 sampler (`policy.dtype`) never trains its own weights: AdamW steps in 16 bits
+            # round most updates away. The trainer owns an fp32 master copy (autocast per
+            # `trainer.mixed_precision`) and pushes it, cast, to the sampler after each step.
+            model = float32_master(model)
         trainer = Trainer(
             model,
             config.trainer,

@@ -66,7 +66,8 @@ class TrainerConfig(BaseModel):
     mixed_precision: Literal["off", "bf16"] = Field(
         "off",
         description="bf16: forward passes under torch.autocast(bfloat16); weights, gradients and the "
-        "optimiser stay in the model's dtype",
+        "optimiser stay in fp32 (with policy.dtype bfloat16 the trainer keeps an fp32 master copy and "
+        "pushes it to the bf16 sampler after each step)",
     )
     data_parallel: int = Field(
         1,
