@@ -5,7 +5,7 @@ same order: step s uses tasks[s*T:(s+1)*T]), batch shape (T tasks x k samples), 
 temperature, learning rate, clip range (0.2 / 0.28), token-level loss, no KL, and the same sandboxed
 reward: our `Grader` grading every completion in a fresh bubblewrap sandbox (passed to TRL through
 `trialground.integrations.trl.reward_function`, which grades the batch concurrently just as our rollouts
-do). TRL gets its best CPU settings: bf16=False, use_cpu=True, gradient_checkpointing=False (TRL's
+do). TRL gets its best CPU settings: bf16=False (True with --bf16), use_cpu=True, gradient_checkpointing=False (TRL's
 default is on), no reference model (beta=0), one generation per optimiser step.
 
 Reported: samples/s over the N training steps (generation + grading + update), the mean training reward
@@ -37,6 +37,7 @@ from trialground.envs.base import EpisodeEnd
 from trialground.envs.single_turn import SingleTurnEnv
 from trialground.envs.text import extract_code
 from trialground.integrations.trl import reward_function
+from trialground.orchestrator.wiring import float32_master
 from trialground.policy.base import SamplingParams
 from trialground.policy.config import PolicyConfig
 from trialground.policy.hf import HFPolicy
@@ -71,11 +72,14 @@ async def grade_all(grader: Grader, tasks: list[Task], completions: list[str]) -
     ]
 
 
-async def ours(args: argparse.Namespace, tasks: list[Task]) -> tuple[HFPolicy, dict[str, Any]]:
-    policy = HFPolicy(PolicyConfig(model=args.model))
+async def ours(args: argparse.Namespace, tasks: list[Task]) -> tuple[torch.nn.Module, dict[str, Any]]:
+    # --bf16: the sampler holds bf16 weights, the trainer an fp32 master copy under bf16 autocast (what a
+    # run with `policy.dtype: bfloat16` and `trainer.mixed_precision: bf16` builds)
+    policy = HFPolicy(PolicyConfig(model=args.model, dtype="bfloat16" if args.bf16 else "float32"))
     trainer = Trainer(
-        policy.model,
+        float32_master(policy.model) if args.bf16 else policy.model,
         TrainerConfig(
+            mixed_precision="bf16" if args.bf16 else "off",
             lr=args.lr,
             clip_low=0.2,
             clip_high=0.28,
@@ -138,7 +142,7 @@ async def ours(args: argparse.Namespace, tasks: list[Task]) -> tuple[HFPolicy, d
     if not trained and any(rewards):
         raise SystemExit("rewards were earned but no sequence was trained: the comparison would be void")
     mean_len = sum(lengths) / max(1, len(lengths))
-    return policy, {
+    return trainer.base_model, {
         "seconds": seconds,
         "rewards": rewards,
         "reward_s": reward_s,
@@ -146,6 +150,7 @@ async def ours(args: argparse.Namespace, tasks: list[Task]) -> tuple[HFPolicy, d
         "completion_tokens_mean": mean_len,
         "split": split,
         "trained_sequences": trained,
+        "precision": "bf16" if args.bf16 else "no",
     }
 
 
@@ -196,7 +201,7 @@ def trl(args: argparse.Namespace, tasks: list[Task]) -> tuple[Any, dict[str, Any
         epsilon_high=0.28,
         loss_type="dapo",
         scale_rewards="group",
-        bf16=False,
+        bf16=args.bf16,
         use_cpu=True,
         gradient_checkpointing=False,  # TRL defaults it on: pure recompute cost for a model this small
         shuffle_dataset=False,
@@ -240,6 +245,7 @@ def trl(args: argparse.Namespace, tasks: list[Task]) -> tuple[Any, dict[str, Any
     ]
     return model, {
         "seconds": seconds,
+        "precision": trainer.accelerator.mixed_precision,  # what accelerate ran TRL's forwards under
         "rewards": rewards,
         "reward_s": reward_s[0],
         "marks": marks,
@@ -284,6 +290,7 @@ def summary(name: str, res: dict[str, Any], samples: int, pass1: float, per_step
         "held_out_pass@1": round(pass1, 3),
         "completion_tokens_mean": round(res["completion_tokens_mean"], 1),
         "trained_sequences": res.get("trained_sequences"),
+        "precision": res.get("precision"),
         # seconds over all steps: generation, grading (`reward_s`), update (forward + backward; ours
         # includes the optimiser step), and the rest of the wall time (start-up, optimiser step for TRL,
         # weight push for ours, bookkeeping)
@@ -307,6 +314,11 @@ def main() -> None:
     ap.add_argument("--model", default="tiny", help="'tiny' or a local HF model directory")
     ap.add_argument(
         "--full-batch", action="store_true", help="ours: forward/backward every sequence, advantage 0 too"
+    )
+    ap.add_argument(
+        "--bf16",
+        action="store_true",
+        help="both in bf16: TRL bf16=True (autocast); ours a bf16 sampler and bf16 autocast over fp32 weights",
     )
     ap.add_argument("--only", choices=["ours", "trl"], default=None)
     ap.add_argument("--ours-first", action="store_true", help="run ours before TRL (check order effects)")
@@ -332,8 +344,9 @@ def main() -> None:
     def run_ours() -> dict[str, Any]:
         torch.manual_seed(args.seed)
         print("trialground Trainer:", flush=True)
-        policy, res = asyncio.run(ours(args, tasks))
-        pass1 = asyncio.run(held_out_pass1(policy, evals, args.max_new_tokens))
+        model, res = asyncio.run(ours(args, tasks))
+        base.load_weights(model.state_dict(), 1)  # both systems' final weights: the same fp32 evaluator
+        pass1 = asyncio.run(held_out_pass1(base, evals, args.max_new_tokens))
         return summary("trialground", res, samples, pass1, per_step)
 
     runs = {"trl": run_trl, "ours": run_ours}

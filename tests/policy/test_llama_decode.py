@@ -117,3 +117,33 @@ def test_transformers_decode_can_be_chosen(tiny: HFPolicy) -> None:
     policy = HFPolicy(PolicyConfig(model="tiny", decode="transformers"))
     assert policy._lean_decoder(64) is None
     assert tiny._lean_decoder(64) is not None
+
+
+def test_bf16_weights_on_cpu_keep_an_fp32_residual_stream_and_cache() -> None:
+    """16-bit weights on CPU: the matmuls run in bf16, the residual stream, KV cache, attention and logits in
+    fp32; greedy tokens and logprobs stay within bf16 rounding of the fp32 model with the same weights."""
+    full = _gqa_model(seed=5)
+    half = _gqa_model(seed=5).to(torch.bfloat16)
+    rounded = _gqa_model(seed=5)
+    rounded.load_state_dict({k: v.float() for k, v in half.state_dict().items()})  # fp32, bf16's values
+    decoder = LlamaDecoder(half)
+    keys, values = decoder.new_cache(2, 16)
+    assert keys.dtype == values.dtype == torch.float32
+    ids = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
+    logits = decoder.forward(
+        ids, torch.arange(4).expand(2, 4), torch.ones(2, 16, dtype=torch.bool), (keys, values), 0
+    )
+    assert logits.dtype == torch.float32
+    with torch.no_grad():
+        want = rounded(ids).logits[:, -1]
+    assert torch.allclose(logits, want, atol=0.05), (logits - want).abs().max()
+    assert not torch.allclose(logits, full(ids).logits[:, -1].detach(), atol=1e-6)  # it did run in bf16
+    kw = dict(max_new_tokens=12, temperature=0.0, eos_ids=[1], pad_id=0)
+    prompts = [[5, 6, 7, 8], [9, 10, 11]]
+    lean = sample_batch(half, prompts, generator=torch.Generator().manual_seed(0), decoder=decoder, **kw)
+    ref = sample_batch(
+        rounded, prompts, generator=torch.Generator().manual_seed(0), decoder=LlamaDecoder(rounded), **kw
+    )
+    assert lean.token_ids == ref.token_ids
+    for a, b in zip(lean.logprobs, ref.logprobs, strict=True):
+        assert a == pytest.approx(b, abs=0.02)

@@ -18,6 +18,9 @@ from trialground.errors import SandboxError
 from trialground.sandbox.base import ExecStatus, SandboxConfig
 from trialground.sandbox.factory import open_sandbox
 from trialground.sandbox.service.app import create_app, uvicorn_config
+from trialground.tasks.model import Task, VerifierSpec
+from trialground.verify.config import GradingConfig
+from trialground.verify.kinds.code_tests import CodeTestsVerifier
 
 TOKEN = "t0ken-for-tests-0123456789"
 
@@ -126,3 +129,55 @@ async def test_vanished_client_is_reaped(server: Server) -> None:
 async def test_network_refused_unless_server_allows(server: Server) -> None:
     with pytest.raises(SandboxError, match="403"):
         await open_sandbox(server.config(network=True))
+
+
+PROBE = Task(
+    domain="code",
+    prompt="probe",
+    hidden_checks={
+        "test_hidden.py": "from solution import probe\n\n\ndef test_clean():\n    assert probe() == 0\n"
+    },
+    verifier=VerifierSpec(kind="code_tests", params={"expected_tests": 1}),
+)
+# Fails, and leaves a file in the workspace, /tmp and /dev/shm of the sandbox it ran in.
+PLANT = (
+    "for _p in ('/tmp/planted', '/dev/shm/planted', 'planted.txt'):\n"
+    "    open(_p, 'w').write('x')\n"
+    "def probe():\n    return 1\n"
+)
+# Passes only in a sandbox that holds none of those files.
+CHECK = (
+    "import os\n"
+    "def probe():\n"
+    "    return sum(os.path.exists(p) for p in ('/tmp/planted', '/dev/shm/planted', 'planted.txt'))\n"
+)
+
+
+@pytest.mark.parametrize("server", [30.0], indirect=True)
+@pytest.mark.parametrize("batch", [1, 4], ids=["single", "batched"])
+async def test_grading_through_the_service_reuses_a_session_and_restores_it_clean(
+    server: Server, batch: int
+) -> None:
+    """The service's sessions are bubblewrap sandboxes: graders reuse them (restored, /tmp and /dev/shm
+    emptied) and batch single-turn gradings into one exec, as they do locally."""
+    table = server.app.state.table  # type: ignore[attr-defined]
+    opened: list[str] = []
+    add = table.add
+    table.add = lambda sandbox: opened.append(add(sandbox)) or opened[-1]
+    verifier = CodeTestsVerifier(
+        server.config(), GradingConfig(reuse_sandboxes=1, max_parallel=1, max_batch=batch)
+    )
+    try:
+        for _ in range(2):
+            if batch == 1:
+                planted = await verifier.verify(PROBE, PLANT)
+                checks = [await verifier.verify(PROBE, CHECK) for _ in range(2)]
+            else:
+                planted, *checks = await verifier.verify_many(
+                    [(PROBE, PLANT), (PROBE, CHECK), (PROBE, CHECK)]
+                )
+            assert not planted.passed and planted.error is None  # type: ignore[union-attr]
+            assert all(v.passed for v in checks), [(v.detail, v.tests) for v in checks]  # type: ignore[union-attr]
+    finally:
+        await verifier.close()
+    assert len(opened) == 1  # one session served every grading: reused, not opened per grading

@@ -379,19 +379,26 @@ class SandboxPool:
             await sandbox.close()
 
 
+# Backends whose sandboxes have a /workspace, /tmp and /dev/shm of their own (the sandbox service's sessions
+# are bubblewrap sandboxes on its machine): only there can the runner empty them, so only there is a
+# restored sandbox as fresh as a new one and a batch possible. Elsewhere each grading gets a new sandbox.
+PRIVATE_SCRATCH = frozenset({"bwrap", "remote"})
+
+
 class CodeTestsVerifier:
     """Runs a task's hidden (and visible) tests against a submission in a fresh sandbox."""
 
     def __init__(self, sandbox_config: SandboxConfig, grading: GradingConfig, opener: Opener | None = None):
         self.sandbox_config = sandbox_config
         self.grading = grading
-        self.pool = SandboxPool(sandbox_config, opener or default_opener, grading.reuse_sandboxes)
+        keep = grading.reuse_sandboxes if sandbox_config.backend in PRIVATE_SCRATCH else 0
+        self.pool = SandboxPool(sandbox_config, opener or default_opener, keep)
         self._slots = asyncio.Semaphore(grading.max_parallel)
 
     @property
     def batching(self) -> bool:
-        """Batches need the runner to rewrite the workspace itself: only in (reused) bwrap sandboxes."""
-        return self.pool.keep > 0 and self.sandbox_config.backend == "bwrap" and self.grading.max_batch > 1
+        """Batches need the runner to rewrite the workspace itself: only in reused sandboxes."""
+        return self.pool.keep > 0 and self.grading.max_batch > 1
 
     async def verify(self, task: Task, submission: str, *, workspace: Sandbox | None = None) -> Verdict:
         _check_task(task)
@@ -401,7 +408,7 @@ class CodeTestsVerifier:
         except UnreadableSubmission as e:
             return e.verdict()
         token, host_key = secrets.token_hex(16), os.urandom(32)
-        reused = self.pool.keep > 0 and self.sandbox_config.backend == "bwrap"
+        reused = self.pool.keep > 0
         stdin = runner_stdin(
             task, self.grading, token, host_key, visible=self.grading.run_visible, wipe_tmp=reused
         )
