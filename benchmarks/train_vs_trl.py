@@ -5,8 +5,9 @@ same order: step s uses tasks[s*T:(s+1)*T]), batch shape (T tasks x k samples), 
 temperature, learning rate, clip range (0.2 / 0.28), token-level loss, no KL, and the same sandboxed
 reward: our `Grader` grading every completion in a fresh bubblewrap sandbox (passed to TRL through
 `trialground.integrations.trl.reward_function`, which grades the batch concurrently just as our rollouts
-do). TRL gets its best CPU settings: bf16=False (True with --bf16), use_cpu=True, gradient_checkpointing=False (TRL's
-default is on), no reference model (beta=0), one generation per optimiser step.
+do). TRL gets its best CPU settings: bf16=False (True with --bf16), use_cpu=True,
+gradient_checkpointing=False (TRL's default is on), no reference model (beta=0), one generation per
+optimiser step. Both run on one torch thread (the policy's `cpu_threads: 1`, process-wide).
 
 Reported: samples/s over the N training steps (generation + grading + update), the mean training reward
 over the last third of the steps, and held-out greedy pass@1 of both final models (same evaluator).
@@ -318,7 +319,7 @@ def main() -> None:
     ap.add_argument(
         "--bf16",
         action="store_true",
-        help="both in bf16: TRL bf16=True (autocast); ours a bf16 sampler and bf16 autocast over fp32 weights",
+        help="both in bf16: TRL bf16=True (autocast); ours a bf16 sampler, bf16 autocast over fp32 weights",
     )
     ap.add_argument("--only", choices=["ours", "trl"], default=None)
     ap.add_argument("--ours-first", action="store_true", help="run ours before TRL (check order effects)")
