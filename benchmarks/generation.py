@@ -14,6 +14,8 @@ by our loop because its eos set is emptied), alternating rep by rep so a busy ma
 - `lean`: `sample_batch` through `LlamaDecoder` (what `HFPolicy` uses by default, `decode="auto"`);
 - `loop`: `sample_batch` through the model's own forward and cache (`decode="transformers"`);
 - `generate`: `model.generate()`, asked for its scores too, as a policy needs per-token logprobs.
+
+`--dtype bfloat16` loads the weights in bf16 for all three (tokens are then no longer comparable).
 """
 
 from __future__ import annotations
@@ -41,9 +43,15 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--model", default="tiny", help="'tiny' or a local HF model directory")
+    ap.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        default="float32",
+        help="the weights' dtype for all three (bfloat16: the lean decoder keeps fp32 activations on CPU)",
+    )
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
-    policy = HFPolicy(PolicyConfig(model=args.model, cpu_threads=args.threads))
+    policy = HFPolicy(PolicyConfig(model=args.model, cpu_threads=args.threads, dtype=args.dtype))
     print(f"{type(policy.model).__name__}: {sum(p.numel() for p in policy.model.parameters()) / 1e6:.1f}M")
     tok, model = policy.tokenizer, policy.model
     tasks = generate_codegen_tasks(args.batch // args.group, seed=0, split="eval")
@@ -110,6 +118,7 @@ def main() -> None:
         params = sum(p.numel() for p in policy.model.parameters())
         out = {
             "model": args.model,
+            "dtype": args.dtype,
             "architecture": type(policy.model).__name__,
             "parameters": params,
             "rows": len(prompts),

@@ -14,6 +14,11 @@ Contract:
   bad item never fails its siblings. If `run_batch` itself raises (or returns the wrong number of results)
   every caller of that call gets the error; other calls are unaffected.
 - `on_batch(seconds, size)`, when given, is told the duration and size of every call that returned.
+- With `streaming=True`, `run_batch(items, deliver)` may call `deliver(index, result)` (on the event loop)
+  to hand one item's result to its caller before the call returns; what it returns at the end is then
+  ignored for the items already delivered. A caller served early may come back with its next item while
+  the call still runs: its window then lasts until no call is running (or the batch is full), so the
+  items that arrive meanwhile go out together instead of as calls of one.
 """
 
 from __future__ import annotations
@@ -30,19 +35,22 @@ Result = TypeVar("Result")
 class Batcher(Generic[Item, Result]):
     def __init__(
         self,
-        run_batch: Callable[[Sequence[Item]], Awaitable[Sequence[Result | BaseException]]],
+        run_batch: Callable[..., Awaitable[Sequence[Result | BaseException]]],
         *,
         max_batch: int,
         window_s: float,
         key: Callable[[Item], Hashable] | None = None,
         on_batch: Callable[[float, int], None] | None = None,
+        streaming: bool = False,
     ) -> None:
-        self._run_batch, self.max_batch, self.window_s = run_batch, max_batch, window_s
-        self._key, self._on_batch = key, on_batch
+        self._run_batch: Callable[..., Awaitable[Sequence[Result | BaseException]]] = run_batch
+        self.max_batch, self.window_s = max_batch, window_s
+        self._key, self._on_batch, self._streaming = key, on_batch, streaming
         self.calls = 0  # run_batch calls made (metrics, tests)
         self._pending: list[tuple[Item, asyncio.Future[Result]]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._running = 0  # run_batch calls in flight
 
     @property
     def waiting(self) -> int:
@@ -56,7 +64,7 @@ class Batcher(Generic[Item, Result]):
         if len(self._pending) >= self.max_batch:
             self._flush()
         elif self._timer is None:
-            self._timer = loop.call_later(self.window_s, self._flush)
+            self._timer = loop.call_later(self.window_s, self._window_ended)
         return future
 
     async def submit(self, item: Item) -> Result:
@@ -67,6 +75,12 @@ class Batcher(Generic[Item, Result]):
         self.max_batch = max_batch
         if self._pending and len(self._pending) >= max_batch:
             self._flush()
+
+    def _window_ended(self) -> None:
+        self._timer = None
+        if not (self._streaming and self._running):
+            self._flush()
+        # else: `_dispatch` flushes what waits when the running calls end
 
     def _flush(self) -> None:
         if self._timer is not None:
@@ -85,9 +99,28 @@ class Batcher(Generic[Item, Result]):
 
     async def _dispatch(self, batch: list[tuple[Item, asyncio.Future[Result]]]) -> None:
         self.calls += 1
+        self._running += 1
+        try:
+            await self._call(batch)
+        finally:
+            self._running -= 1
+            if self._streaming and not self._running and self._pending and self._timer is None:
+                self._flush()  # items that waited out their window behind the running call
+
+    async def _call(self, batch: list[tuple[Item, asyncio.Future[Result]]]) -> None:
         t0 = time.perf_counter()
         try:
-            results = await self._run_batch([item for item, _ in batch])
+            items = [item for item, _ in batch]
+            if self._streaming:
+
+                def deliver(index: int, result: Result) -> None:
+                    future = batch[index][1]
+                    if not future.done():
+                        future.set_result(result)
+
+                results = await self._run_batch(items, deliver)
+            else:
+                results = await self._run_batch(items)
             if len(results) != len(batch):
                 raise RuntimeError(f"batch of {len(batch)} returned {len(results)} results")
         except BaseException as e:  # the whole call failed: each of its callers sees the error

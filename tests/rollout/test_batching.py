@@ -85,3 +85,29 @@ async def test_wrong_count_is_an_error() -> None:
     batcher = GroupBatcher(Short(), live=2, window_s=10.0)
     with pytest.raises(RuntimeError, match="returned 1 generations for 2 prompts"):
         await asyncio.gather(batcher.generate([[1]], P), batcher.generate([[2]], P))
+
+
+async def test_a_streaming_batcher_delivers_early_and_holds_the_next_batch_behind_the_running_call() -> None:
+    from trialground.microbatch import Batcher
+
+    release = asyncio.Event()
+    calls: list[list[str]] = []
+
+    async def run(items: Sequence[str], deliver) -> list[str]:  # type: ignore[no-untyped-def]
+        calls.append(list(items))
+        deliver(0, f"{items[0]}!")  # the first item's result is ready before the call ends
+        await release.wait()
+        return [f"{i}." for i in items]
+
+    batcher: Batcher[str, str] = Batcher(run, max_batch=3, window_s=0.01, streaming=True)
+    first = [batcher.enqueue(x) for x in ("a", "b", "c")]
+    assert await first[0] == "a!"  # served while the call still runs
+    again = batcher.enqueue("a2")  # its episode's next request
+    late = batcher.enqueue("d")
+    await asyncio.sleep(0.1)  # both windows ended: they wait for the running call, not a call each
+    assert len(calls) == 1 and not again.done()
+    release.set()
+    assert [await f for f in first] == ["a!", "b.", "c."]
+    assert await again == "a2!" and await late == "d."
+    assert calls == [["a", "b", "c"], ["a2", "d"]]
+    await batcher.close()

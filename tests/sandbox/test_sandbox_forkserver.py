@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 
 from trialground.errors import SandboxError
-from trialground.sandbox import bwrap
 from trialground.sandbox.base import ExecStatus, Limits, SandboxConfig
 from trialground.sandbox.bwrap import BwrapSandbox, bwrap_available
 from trialground.sandbox.factory import open_sandbox
-from trialground.sandbox.launch import forkserver, mounts
+from trialground.sandbox.launch import bwrap_cmd, forkserver, mounts
 from trialground.sandbox.workspace import BASE_DIR
 
 pytestmark = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed")
@@ -122,7 +121,7 @@ async def test_a_sandbox_that_cannot_be_built_says_why(monkeypatch: pytest.Monke
     def broken_views(config: SandboxConfig) -> list[tuple[str, str]]:
         return [("/nonexistent-trialground-view", "/etc")]
 
-    monkeypatch.setattr("trialground.sandbox.bwrap.sandbox_views", broken_views)
+    monkeypatch.setattr("trialground.sandbox.launch.bwrap_cmd.sandbox_views", broken_views)
     sb = await open_sandbox(SandboxConfig(limits=SMALL, prewarm=0))
     try:
         with pytest.raises(
@@ -150,12 +149,12 @@ async def test_read_only_views_stay_read_only_below_their_own_mounts(
     try:
         os.chmod(source / "inner", 0o777)
         (source / "inner" / "seen.txt").write_text("inner\n")
-        original = bwrap.sandbox_views
+        original = bwrap_cmd.sandbox_views
 
         def with_view(config: SandboxConfig) -> list[tuple[str, str]]:
             return [*original(config), (str(source), "/opt/view")]
 
-        monkeypatch.setattr(bwrap, "sandbox_views", with_view)
+        monkeypatch.setattr(bwrap_cmd, "sandbox_views", with_view)
         async with await open_sandbox(SandboxConfig(limits=SMALL, prewarm=0, launcher=launcher)) as sb:
             r = await sb.exec("cat /opt/view/inner/seen.txt; touch /opt/view/inner/x /opt/view/x 2>&1")
             assert r.stdout.startswith("inner\n") and r.stdout.count("Read-only file system") == 2, r

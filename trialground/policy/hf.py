@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,10 +139,13 @@ def sample_batch(
     generator: torch.Generator | None = None,
     stop_check: Any = None,
     decoder: LlamaDecoder | None = None,
+    on_done: Callable[[int, list[int], list[float], bool], None] | None = None,
 ) -> RawSample:
     """Sample continuations of `prompts` (left-padded into one batch) with a KV cache.
 
     `stop_check(row, ids) -> bool`, when given, is asked after every new token of an unfinished row.
+    `on_done(row, token_ids, logprobs, by_eos)`, when given, is told each row that finishes (eos or stop)
+    while others still decode, as soon as it does; the returned sample holds every row either way.
     `decoder`, when given, runs the forward passes instead of `model.forward` (same logits, faster, and
     finished rows leave the batch). Either way the random stream is consumed for every row at every
     step, so which rows are still computed never changes what the others sample.
@@ -202,6 +205,10 @@ def sample_batch(
         n_running = int(running.sum())
         if n_running == 0:
             break
+        if on_done is not None:
+            for row in rows[done[rows]].tolist():  # finished at this token, others still running
+                size = int(lengths[row])
+                on_done(row, out_tok[row, :size].tolist(), out_logp[row, :size].tolist(), bool(by_eos[row]))
         if isinstance(steps, _LeanSteps) and n_running <= (1.0 - _COMPACT_AT) * len(live):
             keep = running.nonzero().squeeze(-1)
             steps.keep(keep)
@@ -268,14 +275,43 @@ class HFPolicy(Policy):
     async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
         return await asyncio.to_thread(self.generate_sync, prompts, params)
 
-    def generate_sync(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
-        """Blocking `generate` (the async one runs this in a worker thread)."""
+    async def generate_streaming(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        on_each: Callable[[int, Generation], None],
+    ) -> list[Generation]:
+        """`generate`, and `on_each(index, generation)` (on the calling event loop) for each prompt whose
+        generation finished while others of the batch still decode: its episode can go on (grade, run its
+        tool call) instead of waiting for the batch's longest row."""
+        loop = asyncio.get_running_loop()
+
+        def early(index: int, generation: Generation) -> None:
+            loop.call_soon_threadsafe(on_each, index, generation)
+
+        return await asyncio.to_thread(self.generate_sync, prompts, params, early)
+
+    def generate_sync(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        on_each: Callable[[int, Generation], None] | None = None,
+    ) -> list[Generation]:
+        """Blocking `generate` (the async one runs this in a worker thread); `on_each` as in
+        `generate_streaming`, called from this thread."""
         if not prompts:
             return []
         if any(len(p) == 0 for p in prompts):
             raise PolicyError("empty prompt: at least one token is needed")
         with self._lock:
             self._apply_staged()
+            version = self.version
+            on_done = None
+            if on_each is not None:
+
+                def on_done(row: int, ids: list[int], logps: list[float], by_eos: bool) -> None:
+                    on_each(row, self._generation(ids, logps, by_eos, params, version))
+
             seed = (
                 params.seed
                 if params.seed is not None
@@ -302,29 +338,28 @@ class HFPolicy(Policy):
                     generator=generator,
                     stop_check=stop_check,
                     decoder=self._lean_decoder(max(len(p) for p in prompts) + params.max_new_tokens),
+                    on_done=on_done,
                 )
             except (RuntimeError, ValueError, IndexError) as exc:
                 raise PolicyError(f"generation failed: {exc}") from exc
-            version = self.version
-        gens = []
-        for ids, logps, by_eos in zip(raw.token_ids, raw.logprobs, raw.finished_by_eos, strict=True):
-            text = completion_text(self._tokenizer, ids)
-            if by_eos:
-                reason = "eos"
-            elif params.stop and any(s in text for s in params.stop):
-                reason = "stop"
-            else:
-                reason = "length"
-            gens.append(
-                Generation(
-                    token_ids=tuple(ids),
-                    logprobs=tuple(logps),
-                    text=text,
-                    finish_reason=reason,
-                    version=version,
-                )
-            )
-        return gens
+        return [
+            self._generation(ids, logps, by_eos, params, version)
+            for ids, logps, by_eos in zip(raw.token_ids, raw.logprobs, raw.finished_by_eos, strict=True)
+        ]
+
+    def _generation(
+        self, ids: list[int], logps: list[float], by_eos: bool, params: SamplingParams, version: int
+    ) -> Generation:
+        text = completion_text(self._tokenizer, ids)
+        if by_eos:
+            reason = "eos"
+        elif params.stop and any(s in text for s in params.stop):
+            reason = "stop"
+        else:
+            reason = "length"
+        return Generation(
+            token_ids=tuple(ids), logprobs=tuple(logps), text=text, finish_reason=reason, version=version
+        )
 
     @torch.no_grad()
     def score(

@@ -21,6 +21,10 @@ class GroupBatcher:
     A failed call fails exactly the requests that were in it. The queueing is `trialground.microbatch`'s
     (a batch is full when it holds `live` requests). `on_generation(seconds, sequences)` is told every
     call's duration and size (the environment pool's autoscaler sizes itself from it).
+
+    With a policy that streams (`generate_streaming`, the in-process HF policy), each request returns as
+    soon as its own row finishes, not when the call's longest row does: an episode grades or runs its
+    tool call while the rest of the batch still decodes.
     """
 
     def __init__(
@@ -32,12 +36,14 @@ class GroupBatcher:
         on_generation: Callable[[float, int], None] | None = None,
     ) -> None:
         self.policy = policy
+        self._streams = callable(getattr(policy, "generate_streaming", None))
         self._batcher: Batcher[Request, Generation] = Batcher(
-            self._generate,
+            self._generate_streaming if self._streams else self._generate,
             max_batch=max(1, live),
             window_s=window_s,
             key=lambda r: r[1].model_dump_json(),
             on_batch=on_generation,
+            streaming=self._streams,
         )
         self.live = live
 
@@ -63,7 +69,16 @@ class GroupBatcher:
         self._batcher.resize(max(1, self.live))
 
     async def _generate(self, items: Sequence[Request]) -> list[Generation]:
-        gens = await self.policy.generate([p for p, _ in items], items[0][1])
-        if len(gens) != len(items):
-            raise RuntimeError(f"policy returned {len(gens)} generations for {len(items)} prompts")
-        return list(gens)
+        return _checked(await self.policy.generate([p for p, _ in items], items[0][1]), items)
+
+    async def _generate_streaming(
+        self, items: Sequence[Request], deliver: Callable[[int, Generation], None]
+    ) -> list[Generation]:
+        gens = await self.policy.generate_streaming([p for p, _ in items], items[0][1], deliver)
+        return _checked(gens, items)
+
+
+def _checked(gens: Sequence[Generation], items: Sequence[Request]) -> list[Generation]:
+    if len(gens) != len(items):
+        raise RuntimeError(f"policy returned {len(gens)} generations for {len(items)} prompts")
+    return list(gens)

@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import shutil
 import signal
 import time
 import typing
@@ -46,7 +45,17 @@ from trialground.sandbox.base import (
     text_bytes,
 )
 from trialground.sandbox.beneath import read_limit
-from trialground.sandbox.launch import cgroup, forkserver, netns, reaping, reset, seccomp, teardown, views
+from trialground.sandbox.launch import (
+    bwrap_cmd,
+    cgroup,
+    forkserver,
+    netns,
+    reaping,
+    reset,
+    seccomp,
+    teardown,
+    views,
+)
 from trialground.sandbox.launch.boot import python_prefix, supervisor_payload
 from trialground.sandbox.launch.channel import ChannelClosed, Collected, collect, read_frame, send_request
 from trialground.sandbox.launch.forkserver import SandboxProcess
@@ -57,9 +66,9 @@ from trialground.sandbox.workspace import Workspace
 log = logging.getLogger(__name__)
 _PRELOAD_WARNED: set[str] = set()  # preload failures logged once per process
 
-BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
 SANDBOX_HOST_UID = 65534  # when the host runs as root, sandboxes run as this unprivileged host uid
 INNER_UID = views.INNER_UID
+bwrap_available = bwrap_cmd.bwrap_available  # where callers have always found it
 SUPERVISOR_SLACK_BYTES = 32 << 20  # the supervisor's own memory, on top of the command's limit
 # Processes in the sandbox's cgroup besides the command's: the supervisor, and bubblewrap's outer process
 # under its launcher (the fork server's intermediate stays outside the cgroup).
@@ -68,91 +77,6 @@ SUPERVISOR_PIDS = {"bwrap": 2, "forkserver": 1}
 # does it and lists what is left (`reset.py`), compiled once by the supervisor.
 RESET_REQUEST = {"reset": {"dirs": ["/tmp", "/dev/shm"], "source": Path(reset.__file__).read_text()}}
 PRELOAD_SOURCE = Path(reset.__file__).with_name("preload.py").read_text()  # the preload request's code
-
-
-def bwrap_available() -> bool:
-    return os.path.exists(BWRAP) and os.access(BWRAP, os.X_OK)
-
-
-def default_env(config: SandboxConfig) -> dict[str, str]:
-    path = "/usr/local/bin:/usr/bin:/bin"
-    if not config.rootfs:
-        path = f"{python_prefix(config)}/bin:{path}"
-    return {"PATH": path, "HOME": WORKSPACE, "LANG": "C.UTF-8", "TMPDIR": "/tmp", "USER": "sandbox"}
-
-
-def _rootfs_binds(rootfs: str) -> list[str]:
-    """Each top-level entry of `rootfs` bound read-only on a fresh root, so /proc, /dev, /tmp and
-    /workspace can be mounted even though the image itself stays read-only."""
-    argv: list[str] = []
-    for entry in sorted(os.scandir(rootfs), key=lambda e: e.name):
-        if entry.name in ("proc", "dev", "tmp", "sys", "workspace"):
-            continue
-        dest = f"/{entry.name}"
-        if entry.is_symlink():
-            argv += ["--symlink", os.readlink(entry.path), dest]
-        else:
-            argv += ["--ro-bind", entry.path, dest]
-    return argv
-
-
-def sandbox_views(config: SandboxConfig) -> list[tuple[str, str]]:
-    """(host source, sandbox path) of the read-only views besides /usr: /etc, and the Python runtime when
-    it is not under /usr."""
-    if config.network:
-        etc = views.etc_view(views.ETC_FILES + views.NETWORK_ETC_FILES, written=views.NETWORK_ETC_WRITTEN)
-    else:
-        etc = views.etc_view(views.ETC_FILES)
-    shown = [(str(etc), "/etc")]
-    prefix = python_prefix(config)
-    if not prefix.startswith("/usr/"):
-        shown.append((views.runtime_source(prefix), prefix))
-    for view in config.views:
-        shown.append((views.runtime_source(view.source) if view.kept else view.source, view.target))
-    return shown
-
-
-def bwrap_argv(
-    config: SandboxConfig,
-    workspace: Path,
-    seccomp_fd: int,
-    tmp_mb: int,
-    net_fds: tuple[int, int] | None = None,
-) -> list[str]:
-    """bubblewrap's command line. Always a network namespace of its own; a networked sandbox also gets
-    `net_fds` (info, block): bubblewrap reports the sandbox's pid on the first and waits on the second
-    until the host has attached the uplink (`netns.py`)."""
-    argv = [BWRAP, "--unshare-user", "--uid", str(INNER_UID), "--gid", str(INNER_UID), "--unshare-pid"]
-    argv += ["--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
-    argv.append("--unshare-net")
-    if config.network:
-        if net_fds is None:
-            raise SandboxError("a networked sandbox's bubblewrap needs its info and block descriptors")
-        argv += ["--info-fd", str(net_fds[0]), "--block-fd", str(net_fds[1])]
-    argv += ["--new-session", "--die-with-parent", "--as-pid-1", "--disable-userns", "--cap-drop", "ALL"]
-    if config.rootfs:
-        if not os.path.isdir(config.rootfs):
-            raise SandboxError(f"rootfs {config.rootfs!r} is not a directory", kind="config")
-        argv += _rootfs_binds(config.rootfs)
-    else:
-        argv += ["--ro-bind", "/usr", "/usr"]
-        for name in ("lib", "lib32", "lib64", "libx32", "bin", "sbin"):
-            host = f"/{name}"
-            if os.path.islink(host):
-                argv += ["--symlink", os.readlink(host), host]
-            elif os.path.isdir(host):
-                argv += ["--ro-bind", host, host]
-        for source, target in sandbox_views(config):
-            argv += ["--ro-bind", source, target]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--mqueue", reset.MQUEUE]
-    argv += ["--size", str(tmp_mb << 20), "--tmpfs", "/dev/shm"]
-    argv += ["--size", str(tmp_mb << 20), "--tmpfs", "/tmp", "--bind", str(workspace), WORKSPACE]
-    # Everything but /workspace, /tmp and /dev/shm read-only (the root and /dev are tmpfs bubblewrap made).
-    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/"]
-    argv += ["--seccomp", str(seccomp_fd)]
-    argv += ["--clearenv", "--setenv", "PATH", default_env(config)["PATH"], "--setenv", "LANG", "C.UTF-8"]
-    python = "python3" if config.rootfs else f"{python_prefix(config)}/bin/python3"
-    return [*argv, "--", python, "-I", "-S", "-c", supervisor_payload(config)[0]]
 
 
 def _disk_warning(workspace: Workspace) -> tuple[str, ...]:
@@ -206,9 +130,10 @@ class BwrapSandbox(Sandbox):
     async def create(
         cls, config: SandboxConfig, files: Mapping[str, str | bytes] | None = None
     ) -> BwrapSandbox:
-        if not bwrap_available():
+        if not bwrap_cmd.bwrap_available():
             raise SandboxError(
-                f"bubblewrap not found at {BWRAP}; install it (Debian/Ubuntu: apt-get install bubblewrap, "
+                f"bubblewrap not found at {bwrap_cmd.BWRAP}; install it "
+                "(Debian/Ubuntu: apt-get install bubblewrap, "
                 "Fedora: dnf install bubblewrap) or choose backend='process' (no isolation)",
                 kind="missing_bwrap",
             )
@@ -317,7 +242,7 @@ class BwrapSandbox(Sandbox):
                 python_prefix=python_prefix(self.config),
                 uid=self._uid,
                 workspace=self.workspace.ws,
-                views_=sandbox_views(self.config),
+                views_=bwrap_cmd.sandbox_views(self.config),
                 network=self.config.network,
                 tmp_bytes=self.config.limits.disk_mb << 20,
                 cgroup=self.cgroup,
@@ -327,7 +252,7 @@ class BwrapSandbox(Sandbox):
         fd = seccomp.filter_fd()
         net = netns.BubblewrapHandshake() if self.config.network else None
         try:
-            argv = bwrap_argv(
+            argv = bwrap_cmd.bwrap_argv(
                 self.config, self.workspace.ws, fd, self.config.limits.disk_mb, net.theirs() if net else None
             )
             passed = (fd, *net.theirs()) if net else (fd,)
@@ -454,7 +379,7 @@ class BwrapSandbox(Sandbox):
         workdir = WORKSPACE if cwd is None else cwd if cwd.startswith("/") else f"{WORKSPACE}/{cwd}"
         request = {
             "argv": argv,
-            "env": {**default_env(self.config), **(env or {})},
+            "env": {**bwrap_cmd.default_env(self.config), **(env or {})},
             "cwd": workdir,
             "wall_s": lim.wall_s,
             "output_bytes": lim.output_bytes,

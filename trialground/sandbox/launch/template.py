@@ -13,7 +13,7 @@ mount, PID, IPC, UTS and network namespaces (a networked sandbox too: the host a
 that namespace, `netns.py`, before its go), maps the sandbox uid 1000 to its own uid, and forks the
 sandbox's PID 1; it sends the host a pidfd of PID 1 on the info socket and then only waits for PID 1 to
 end. PID 1 builds the sandbox's root file system exactly as bubblewrap does for the
-`bwrap` launcher (`bwrap.bwrap_argv`): a tmpfs root, read-only /usr (+ /lib*, /bin, /sbin), the prepared
+`bwrap` launcher (`bwrap_cmd.bwrap_argv`): a tmpfs root, read-only /usr (+ /lib*, /bin, /sbin), the prepared
 /etc view and the runtime view, /proc (its sys, sysrq-trigger, irq and bus read-only), a small /dev of its
 own (with the IPC namespace's mqueue file system at /dev/mqueue), private size-limited /tmp and /dev/shm,
 the workspace at /workspace; everything but those three and the queues read-only; the host's root
