@@ -74,3 +74,33 @@ def test_bf16_autocast_runs_the_forward_in_bf16_and_keeps_fp32_weights() -> None
     assert 0.99 < cosine < 1.0 - 1e-7  # the same gradient up to bf16 rounding (and not bit-equal)
     assert mixed_metrics["train/loss"] == pytest.approx(full_metrics["train/loss"], abs=0.05)
     assert mixed_metrics["train/tokens"] == full_metrics["train/tokens"]
+
+
+def test_bf16_on_cpu_runs_attention_in_fp32_with_the_same_masks() -> None:
+    from unittest import mock
+
+    import torch.nn.functional as F
+
+    from trialground.train.memory import FP32_ATTENTION
+
+    ids, mask = torch.tensor([[1, 2, 3, 4], [PAD, 5, 6, 7]]), torch.tensor([[1, 1, 1, 1], [0, 1, 1, 1]])
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    full = tiny_llama(seed=0)
+    with torch.no_grad():
+        want = full(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+    model = tiny_llama(seed=0)
+    Trainer(model, TrainerConfig(lr=1e-2, mixed_precision="bf16"), pad_id=PAD)
+    assert model.config._attn_implementation == FP32_ATTENTION
+    seen: list[tuple[torch.dtype, bool]] = []
+    sdpa = F.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, **kw):  # type: ignore[no-untyped-def]
+        seen.append((q.dtype, attn_mask is not None))
+        return sdpa(q, k, v, attn_mask=attn_mask, **kw)
+
+    with mock.patch.object(F, "scaled_dot_product_attention", spy), torch.no_grad():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits.float()
+    assert seen and all(s == (torch.float32, True) for s in seen)  # fp32, and the padding mask applied
+    real = mask.bool()
+    assert torch.allclose(got[real], want[real], atol=0.02)  # bf16 matmuls only

@@ -38,7 +38,7 @@ from trialground.tensors import cache_keyword, distinct_rows, left_pad
 from trialground.train.advantages import Scored
 from trialground.train.config import TrainerConfig
 from trialground.train.losses import finalize_metrics, ppo_clip_loss
-from trialground.train.memory import autocast, enable_checkpointing
+from trialground.train.memory import autocast, enable_checkpointing, fp32_attention
 
 
 class Parallel(Protocol):
@@ -179,6 +179,8 @@ class Trainer:
             ref_model = copy.deepcopy(model)
         if ref_model is not None:
             self._ref = ref_model.eval().requires_grad_(False)
+        if config.mixed_precision == "bf16" and self.device.type == "cpu":
+            fp32_attention(model)
         if config.lora_rank > 0:
             # Adapters are initialised from `config.seed` without disturbing the caller's global RNG.
             with torch.random.fork_rng(devices=[]):
