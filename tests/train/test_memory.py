@@ -98,9 +98,9 @@ def test_bf16_on_cpu_runs_attention_in_fp32_with_the_same_masks() -> None:
         seen.append((q.dtype, attn_mask is not None))
         return sdpa(q, k, v, attn_mask=attn_mask, **kw)
 
-    with mock.patch.object(F, "scaled_dot_product_attention", spy), torch.no_grad():
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            got = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits.float()
+    patched = mock.patch.object(F, "scaled_dot_product_attention", spy)
+    with patched, torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        got = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits.float()
     assert seen and all(s == (torch.float32, True) for s in seen)  # fp32, and the padding mask applied
     real = mask.bool()
     assert torch.allclose(got[real], want[real], atol=0.02)  # bf16 matmuls only
