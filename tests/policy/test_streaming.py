@@ -49,3 +49,18 @@ async def test_an_episode_gets_its_generation_before_the_batch_call_returns(tiny
     assert batcher.calls == 1
     assert any(before_return) and not all(before_return)
     assert gens == tiny.generate_sync(prompts, PARAMS)
+
+
+async def test_stream_false_makes_every_episode_wait_for_the_whole_batch() -> None:
+    from trialground.policy.config import PolicyConfig
+
+    policy = HFPolicy(PolicyConfig(model="tiny", stream=False))
+    prompts = _prompts(policy, 4)
+    returned: list[float] = []
+    batcher = GroupBatcher(policy, live=len(prompts), on_generation=lambda s, n: returned.append(s))
+
+    async def episode(prompt: list[int]) -> bool:
+        await batcher.generate([prompt], PARAMS)
+        return bool(returned)
+
+    assert all(await asyncio.gather(*(episode(p) for p in prompts)))

@@ -36,6 +36,12 @@ class PolicyConfig(BaseModel):
         "samples on the tiny model, benchmarks/generation.py), other architectures through "
         "transformers; 'transformers' always uses the model's own forward",
     )
+    stream: bool = Field(
+        True,
+        description="hf backend (in process): an episode gets its generation as soon as its own row "
+        "finishes (eos or stop) and grades or runs its tool call while the batch's longer rows still "
+        "decode; the same tokens either way. false: every episode waits for the batch's longest row",
+    )
     separate_process: bool = Field(
         False,
         description="hf backend: generate in a child process that receives the trainer's weights after "

@@ -275,6 +275,11 @@ class HFPolicy(Policy):
     async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
         return await asyncio.to_thread(self.generate_sync, prompts, params)
 
+    @property
+    def streams(self) -> bool:
+        """Whether batched callers should use `generate_streaming` (`policy.stream`)."""
+        return self.config.stream
+
     async def generate_streaming(
         self,
         prompts: Sequence[Sequence[int]],

@@ -22,7 +22,8 @@ class GroupBatcher:
     (a batch is full when it holds `live` requests). `on_generation(seconds, sequences)` is told every
     call's duration and size (the environment pool's autoscaler sizes itself from it).
 
-    With a policy that streams (`generate_streaming`, the in-process HF policy), each request returns as
+    With a policy that streams (`streams` and `generate_streaming`: the in-process HF policy with
+    `policy.stream`, the default), each request returns as
     soon as its own row finishes, not when the call's longest row does: an episode grades or runs its
     tool call while the rest of the batch still decodes.
     """
@@ -36,7 +37,7 @@ class GroupBatcher:
         on_generation: Callable[[float, int], None] | None = None,
     ) -> None:
         self.policy = policy
-        self._streams = callable(getattr(policy, "generate_streaming", None))
+        self._streams = getattr(policy, "streams", False) is True
         self._batcher: Batcher[Request, Generation] = Batcher(
             self._generate_streaming if self._streams else self._generate,
             max_batch=max(1, live),
