@@ -166,6 +166,7 @@ def run_mode(
         f"loop.max_staleness={args.max_staleness}",
         f"seed={args.seed}",
         f"policy.separate_process={str(args.separate_process).lower()}",
+        f"policy.stream={str(args.stream).lower()}",
     ]
     if service is not None:
         overrides += [
@@ -224,6 +225,12 @@ def main() -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="both modes generate in a child process (policy.separate_process; default on)",
+    )
+    ap.add_argument(
+        "--stream",
+        action="store_true",
+        help="policy.stream: episodes get their rows as they finish "
+        "(in-process policy only: with --no-separate-process)",
     )
     ap.add_argument(
         "--env-service", action="store_true", help="grade through a `trialground sandbox serve` process "

@@ -76,7 +76,9 @@ async def grade_all(grader: Grader, tasks: list[Task], completions: list[str]) -
 async def ours(args: argparse.Namespace, tasks: list[Task]) -> tuple[torch.nn.Module, dict[str, Any]]:
     # --bf16: the sampler holds bf16 weights, the trainer an fp32 master copy under bf16 autocast (what a
     # run with `policy.dtype: bfloat16` and `trainer.mixed_precision: bf16` builds)
-    policy = HFPolicy(PolicyConfig(model=args.model, dtype="bfloat16" if args.bf16 else "float32"))
+    policy = HFPolicy(
+        PolicyConfig(model=args.model, dtype="bfloat16" if args.bf16 else "float32", stream=args.stream)
+    )
     trainer = Trainer(
         float32_master(policy.model) if args.bf16 else policy.model,
         TrainerConfig(
@@ -320,6 +322,9 @@ def main() -> None:
         "--bf16",
         action="store_true",
         help="both in bf16: TRL bf16=True (autocast); ours a bf16 sampler, bf16 autocast over fp32 weights",
+    )
+    ap.add_argument(
+        "--stream", action="store_true", help="ours: policy.stream (episodes get their rows as they finish)"
     )
     ap.add_argument("--only", choices=["ours", "trl"], default=None)
     ap.add_argument("--ours-first", action="store_true", help="run ours before TRL (check order effects)")

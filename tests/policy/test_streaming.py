@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from trialground.policy.base import Generation, SamplingParams
+from trialground.policy.config import PolicyConfig
 from trialground.policy.hf import HFPolicy
 from trialground.rollout.generation_batcher import GroupBatcher
 from trialground.tasks.codegen import generate_codegen_tasks
@@ -34,7 +35,8 @@ def test_rows_finishing_early_are_reported_once_with_their_final_tokens(tiny: HF
     assert tiny.generate_sync(prompts, PARAMS) == gens  # the callback changes nothing sampled
 
 
-async def test_an_episode_gets_its_generation_before_the_batch_call_returns(tiny: HFPolicy) -> None:
+async def test_an_episode_gets_its_generation_before_the_batch_call_returns() -> None:
+    tiny = HFPolicy(PolicyConfig(model="tiny", stream=True))
     prompts = _prompts(tiny, 4)
     returned: list[float] = []  # set when the batch's generate call returned
     batcher = GroupBatcher(tiny, live=len(prompts), on_generation=lambda s, n: returned.append(s))
@@ -51,10 +53,8 @@ async def test_an_episode_gets_its_generation_before_the_batch_call_returns(tiny
     assert gens == tiny.generate_sync(prompts, PARAMS)
 
 
-async def test_stream_false_makes_every_episode_wait_for_the_whole_batch() -> None:
-    from trialground.policy.config import PolicyConfig
-
-    policy = HFPolicy(PolicyConfig(model="tiny", stream=False))
+async def test_by_default_every_episode_waits_for_the_whole_batch() -> None:
+    policy = HFPolicy(PolicyConfig(model="tiny"))
     prompts = _prompts(policy, 4)
     returned: list[float] = []
     batcher = GroupBatcher(policy, live=len(prompts), on_generation=lambda s, n: returned.append(s))

@@ -37,10 +37,12 @@ class PolicyConfig(BaseModel):
         "transformers; 'transformers' always uses the model's own forward",
     )
     stream: bool = Field(
-        True,
+        False,
         description="hf backend (in process): an episode gets its generation as soon as its own row "
-        "finishes (eos or stop) and grades or runs its tool call while the batch's longer rows still "
-        "decode; the same tokens either way. false: every episode waits for the batch's longest row",
+        "finishes (eos or stop) and runs its environment step while the batch's longer rows still "
+        "decode; the same tokens either way. Pays when environment steps wait (0.21 s latency per step: "
+        "sync steps 0.88-0.97 s instead of 1.07-1.13 s); with fast local single-turn grading it does not "
+        "(early gradings lose their batching)",
     )
     separate_process: bool = Field(
         False,
