@@ -67,3 +67,12 @@ def test_a_run_with_a_bf16_sampler_trains_and_finishes(tmp_path: Path) -> None:
     assert sum(r["train/sequences"] for r in steps) > 0
     saved = torch.load(Path(summary.run_dir) / "checkpoints" / "step_2" / "model.pt", weights_only=True)
     assert {t.dtype for t in saved.values() if t.is_floating_point()} == {torch.float32}
+
+
+def test_a_bf16_sampler_in_its_own_process_leaves_the_trainer_fp32_weights(tmp_path: Path) -> None:
+    w = build(_config(tmp_path, "policy.separate_process=true"), None)
+    try:
+        assert w.trainer is not None and w.policy.shared_module() is None
+        assert {p.dtype for p in w.trainer.base_model.parameters()} == {torch.float32}
+    finally:
+        asyncio.run(w.close())

@@ -114,6 +114,8 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Wirin
             from trialground.policy.hf import load_model
 
             model = load_model(config.policy)
+            if not is_float32(model):  # the trainer's weights are fp32 whatever the sampler's dtype
+                model = model.float()
         elif config.loop.mode == "async":
             # Async sampling must not read weights the optimizer is changing: the trainer owns a copy
             # and pushes it to the policy between generations (as it would to a vLLM server).
