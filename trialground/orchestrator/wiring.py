@@ -81,8 +81,7 @@ def is_float32(model: torch.nn.Module) -> bool:
 
 def float32_master(model: torch.nn.Module) -> torch.nn.Module:
     """The trainer's own copy of the sampler's module, in float32 whatever the sampler's dtype."""
-    master = copy.deepcopy(model)
-    return master if is_float32(master) else master.float()
+    return copy.deepcopy(model).float()
 
 
 def sync_weights(trainer: Trainer, policy: Policy) -> None:
@@ -113,17 +112,12 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Wirin
         if model is None:  # the policy generates elsewhere (a child process): the trainer loads its own
             from trialground.policy.hf import load_model
 
-            model = load_model(config.policy)
-            if not is_float32(model):  # the trainer's weights are fp32 whatever the sampler's dtype
-                model = model.float()
-        elif config.loop.mode == "async":
-            # Async sampling must not read weights the optimizer is changing: the trainer owns a copy
-            # and pushes it to the policy between generations (as it would to a vLLM server).
-            model = float32_master(model)
-        elif not is_float32(model):
-            # A bf16/fp16 sampler (`policy.dtype`) never trains its own weights: AdamW steps in 16 bits
-            # round most updates away. The trainer owns an fp32 master copy (autocast per
-            # `trainer.mixed_precision`) and pushes it, cast, to the sampler after each step.
+            model = load_model(config.policy).float()  # fp32 whatever the sampler's dtype (a no-op if it is)
+        elif config.loop.mode == "async" or not is_float32(model):
+            # The trainer owns a copy and pushes it to the policy after each step (as to a vLLM server):
+            # async sampling must not read weights the optimizer is changing, and a bf16/fp16 sampler
+            # (`policy.dtype`) must not have its own weights trained (AdamW steps in 16 bits round most
+            # updates away), so the copy is fp32 (autocast per `trainer.mixed_precision`).
             model = float32_master(model)
         trainer = Trainer(
             model,
