@@ -6,6 +6,10 @@
         --fine-from 2 --max-steps 120 --target 1.1 --longctx-target 1.1 \
         --cache /tmp/tg_nav_stage2.jsonl                              # tiny-nav, stage 2, ~17 min
     .venv/bin/python scripts/pretrain_agent.py --longctx-traces 0   # tiny-agent, ~10-20 min
+    .venv/bin/python scripts/pretrain_agent.py --init-from trialground/policy/tiny_nav --seed 4 \
+        --swe inflection:140:brief --swe-tasks 39 --swe-repeats 8 --revise 0.3 --noise 0.1 \
+        --redundant 0.2 --answer-revise clean --max-steps 120 --eval-every 60 --fine-every 60 \
+        --target 1.1 --threads 2 --out /tmp/tiny-swe      # repository demonstrations, ~25 min (docs/swe.md)
 
 on 2 CPU cores. `tiny-agent` is trained on the `agent` families alone, `tiny-nav` on those and the
 long-context families, then continued for 120 steps on new traces whose answers are right and half of
@@ -62,6 +66,7 @@ from trialground.verify.grader import make_grader
 
 RECIPE = Path(__file__).resolve().parent.parent / "examples" / "agent.yaml"
 LONGCTX_RECIPE = RECIPE.with_name("longctx_cpu.yaml")
+SWE_RECIPE = RECIPE.with_name("swe_cpu.yaml")
 Trace = dict[str, Any]  # {"prompt": str, "turns": [[action, observation], ...], "solved": bool}
 
 
@@ -126,9 +131,12 @@ async def play(inst: Instance, env: ToolEnv, rng: random.Random, args: argparse.
         plan.insert(at + 1, plan[at])
         decisive += 1 if at < decisive else 0
     queue = [(n, dict(a)) for n, a in plan]
+    wrong = getattr(inst, "wrong", "generic")  # repository demonstrations carry their own (or None)
+    if wrong is None:
+        revise = fail = False
     if revise or fail:
         name, good = queue[decisive]
-        queue[decisive] = (name, _wrong(name, good, rng))
+        queue[decisive] = (name, _wrong(name, good, rng) if wrong == "generic" else dict(wrong))
         if revise and name != "submit":
             check = queue[decisive + 1]  # the check after the edit shows the failure; then fix, check again
             fix = good if name == "write_file" else {**good, "old": queue[decisive][1]["new"]}
@@ -193,14 +201,19 @@ def batch(examples: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[tor
     return ids, labels
 
 
-def solve_rates(model: Any, tok: Any, recipe: Path, n: int, samples: int) -> dict[str, float]:
-    """Held-out solve rates of the candidate, measured by the recipe's own evaluation (real episodes)."""
+def solve_rates(
+    model: Any, tok: Any, recipe: Path, n: int, samples: int, *, reseed: bool = True
+) -> dict[str, float]:
+    """Held-out solve rates of the candidate, measured by the recipe's own evaluation (real episodes);
+    `reseed`: on instances drawn with another seed than the recipe's (generated families), else on the
+    recipe's own eval split (a built task set such as the repository tasks)."""
     from trialground.orchestrator.evaluate_run import evaluate_run
 
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
-        overrides = [f"policy.model={tmp}", "tasks.seed=777", f"tasks.num_eval={n}", "tasks.num_train=1"]
+        overrides = [f"policy.model={tmp}", f"tasks.num_eval={n}", "tasks.num_train=1"]
+        overrides += ["tasks.seed=777"] if reseed else []
         metrics = asyncio.run(evaluate_run(load_config(recipe, overrides), samples=samples))
     model.train()
     keep = ("eval/pass@1", "eval_sampled/pass@1", f"eval_sampled/pass@{samples}")
@@ -208,7 +221,11 @@ def solve_rates(model: Any, tok: Any, recipe: Path, n: int, samples: int) -> dic
 
 
 def both_rates(model: Any, tok: Any, args: argparse.Namespace, samples: int) -> dict[str, float]:
-    """The agent recipe's rates as they are, the long-context recipe's under `longctx/`."""
+    """The agent recipe's rates as they are, the long-context recipe's under `longctx/`; with `--swe`,
+    the repository recipe's held-out split alone, under `swe/`."""
+    if args.swe:
+        swe = solve_rates(model, tok, SWE_RECIPE, args.swe_eval_n, samples, reseed=False)
+        return {"eval/pass@1": swe["eval/pass@1"], **{f"swe/{k}": v for k, v in swe.items()}}
     agent = solve_rates(model, tok, RECIPE, args.eval_n, samples)
     if not args.longctx_traces:
         return agent
@@ -218,7 +235,7 @@ def both_rates(model: Any, tok: Any, args: argparse.Namespace, samples: int) -> 
 
 def reached(stats: dict[str, float], args: argparse.Namespace) -> bool:
     return stats["eval/pass@1"] >= args.target and (
-        not args.longctx_traces or stats["longctx/eval/pass@1"] >= args.longctx_target
+        args.swe or not args.longctx_traces or stats["longctx/eval/pass@1"] >= args.longctx_target
     )
 
 
@@ -229,7 +246,10 @@ def main() -> None:
     )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--traces", type=int, default=6000)
-    ap.add_argument("--cache", type=Path, default=Path("/tmp/tg_agent_traces.jsonl"))
+    ap.add_argument(
+        "--cache", type=Path, default=None, help="traces file, reused when it exists (default: "
+        "/tmp/tg_agent_traces.jsonl, /tmp/tg_swe_traces.jsonl with --swe)",
+    )  # fmt: skip
     ap.add_argument("--revise", type=float, default=0.25, help="traces: wrong edit, then repair")
     ap.add_argument("--noise", type=float, default=0.1, help="traces that submit a wrong result")
     ap.add_argument(
@@ -262,6 +282,17 @@ def main() -> None:
         "--fine-from", type=float, default=0.03, help="evaluate every --fine-every steps from here"
     )
     ap.add_argument("--fine-every", type=int, default=10)
+    ap.add_argument(
+        "--swe", default=None, help="a repository task set (e.g. inflection:140:brief): pre-train on "
+        "demonstrations of its train split (trialground.tasks.swe.brief) alone, evaluated by "
+        "examples/swe_cpu.yaml on its held-out split; use with --init-from and --out",
+    )  # fmt: skip
+    ap.add_argument("--swe-repeats", type=int, default=6, help="demonstrations per train task")
+    ap.add_argument(
+        "--swe-tasks", type=int, default=None, help="demonstrate only the first N train tasks (the rest "
+        "are left for reinforcement learning to discover)",
+    )  # fmt: skip
+    ap.add_argument("--swe-eval-n", type=int, default=1000, help="held-out repository tasks evaluated")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument(
         "--init-from",
@@ -271,7 +302,11 @@ def main() -> None:
     )
     args = ap.parse_args()
     if args.out is None:
+        if args.swe:
+            ap.error("--swe needs --out (a directory for the continued policy)")
         args.out = tiny_model_dir(NAV_NAME if args.longctx_traces else AGENT_NAME)
+    if args.cache is None:
+        args.cache = Path("/tmp/tg_swe_traces.jsonl" if args.swe else "/tmp/tg_agent_traces.jsonl")
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
@@ -280,6 +315,12 @@ def main() -> None:
 
     if args.cache.is_file():
         traces = [json.loads(line) for line in args.cache.read_text().splitlines()]
+    elif args.swe:  # repository demonstrations, each train task played --swe-repeats times
+        from trialground.tasks.swe import demonstrations
+
+        demos = demonstrations(args.swe, split="train")[: args.swe_tasks] * args.swe_repeats
+        traces = asyncio.run(make_traces(load_config(SWE_RECIPE), demos, 1000 + args.seed, args))
+        args.cache.write_text("".join(json.dumps(t) + "\n" for t in traces))
     else:
         seed = 1000 + args.seed
         agent = agent_instances(args.traces, seed=seed, split="train")

@@ -1,7 +1,8 @@
 """SWE-style repository tasks: a real library with an injected bug, graded by its own test suite.
 
 Source spec: `swe:<repo>` or `swe:<repo>:<candidates>` (how many candidate bugs to try; default 40), for
-a repository of `repos.REPOS`. The first use downloads the pinned sdist and builds the task set
+a repository of `repos.REPOS`; a trailing `:brief` gives the same tasks with a short statement for
+small-context policies (`brief.py`). The first use downloads the pinned sdist and builds the task set
 (`build.py`, minutes for the larger suites); later uses read both from the cache.
 
 Each task (verifier kind `swe_tests`):
@@ -24,6 +25,7 @@ from typing import Literal
 from trialground.errors import TaskError
 from trialground.sandbox.base import Limits
 from trialground.tasks.model import Task, VerifierSpec
+from trialground.tasks.swe.brief import Demonstration, brief_statement, demonstration
 from trialground.tasks.swe.build import BugRecord, build_records, record_id, workspace_image_files
 from trialground.tasks.swe.patch import make_patch
 from trialground.tasks.swe.paths import is_test_path
@@ -31,6 +33,11 @@ from trialground.tasks.swe.repos import RepoSpec, repo_files, repo_spec
 
 DEFAULT_CANDIDATES = 40
 TASK_LIMITS = Limits(wall_s=120.0, cpu_s=120.0, memory_mb=1024, pids=64, disk_mb=512, output_bytes=2_000_000)
+
+
+def _brief(arg: str) -> tuple[str, bool]:
+    """`<repo>[:<candidates>]:brief` -> (`<repo>[:<candidates>]`, True); anything else unchanged."""
+    return (arg[: -len(":brief")], True) if arg.endswith(":brief") else (arg, False)
 
 
 def parse_spec(arg: str) -> tuple[RepoSpec, int]:
@@ -68,9 +75,10 @@ def assign_splits(ids: Sequence[str]) -> dict[str, Literal["train", "eval"]]:
 
 
 def task_from_record(
-    spec: RepoSpec, record: BugRecord, split: Literal["train", "eval"] | None = None
+    spec: RepoSpec, record: BugRecord, split: Literal["train", "eval"] | None = None, *, brief: bool = False
 ) -> Task:
-    """The task of one kept bug; `split` defaults to its hash rule alone (`assign_splits` of one id)."""
+    """The task of one kept bug; `split` defaults to its hash rule alone (`assign_splits` of one id);
+    `brief`: the short statement (`brief.brief_statement`)."""
     pristine = repo_files(spec)
     files = dict(workspace_image_files(spec))
     files[record.path] = record.text
@@ -79,7 +87,7 @@ def task_from_record(
     split = split or assign_splits([rid])[rid]
     return Task(
         domain="swe",
-        prompt=record.statement,
+        prompt=brief_statement(spec, record) if brief else record.statement,
         files=files,
         hidden_checks=hidden,
         reference=make_patch({record.path: record.text}, {record.path: pristine[record.path]}),
@@ -106,8 +114,7 @@ def task_from_record(
     )
 
 
-def swe_tasks(arg: str, *, seed: int = 0, n: int | None = None, split: str | None = None) -> list[Task]:
-    """The task set of `swe:<arg>` (see the module docstring), filtered to `split` when given."""
+def _records(arg: str, seed: int) -> tuple[RepoSpec, list[BugRecord]]:
     spec, count = parse_spec(arg)
     records = build_records(spec, seed=seed, n_candidates=count)
     if not records:
@@ -116,8 +123,31 @@ def swe_tasks(arg: str, *, seed: int = 0, n: int | None = None, split: str | Non
             "(swe:<repo>:<candidates>)",
             kind="generator",
         )
+    return spec, records
+
+
+def swe_tasks(arg: str, *, seed: int = 0, n: int | None = None, split: str | None = None) -> list[Task]:
+    """The task set of `swe:<arg>` (see the module docstring), filtered to `split` when given."""
+    arg, brief = _brief(arg)
+    spec, records = _records(arg, seed)
     splits = assign_splits([record_id(r) for r in records])
-    tasks = [task_from_record(spec, r, splits[record_id(r)]) for r in records]
+    tasks = [task_from_record(spec, r, splits[record_id(r)], brief=brief) for r in records]
     if split is not None:
         tasks = [t for t in tasks if t.split == split]
     return tasks[:n] if n is not None else tasks
+
+
+def demonstrations(arg: str, *, seed: int = 0, split: str = "train") -> list[Demonstration]:
+    """A short solving episode for each task of `swe:<arg>` in `split` whose fix is one block of lines
+    (`brief.demonstration`); the tasks are those `swe_tasks(arg)` gives."""
+    bare, _ = _brief(arg)
+    spec, records = _records(bare, seed)
+    pristine = repo_files(spec)
+    tasks = {t.metadata["name"]: t for t in swe_tasks(arg, seed=seed, split=split)}
+    out = []
+    for r in records:
+        task = tasks.get(f"{spec.name}-{record_id(r)}")
+        demo = demonstration(spec, r, task, pristine[r.path]) if task is not None else None
+        if demo is not None:
+            out.append(demo)
+    return out
