@@ -25,7 +25,7 @@ def test_one_step_of_the_cpu_recipe(tmp_path: Path, swe_tasks: list[Task]) -> No
     from trialground.orchestrator.loop import run
 
     overrides = [
-        "tasks.sources=[{source: 'swe:inflection:3'}]",  # the set the session already built
+        "tasks.sources=[{source: 'swe:inflection:3:brief'}]",  # the session's set, brief statements
         f"tasks.num_train={len(swe_tasks)}",
         "tasks.num_eval=1",
         "loop.steps=1",
