@@ -10,10 +10,10 @@ page of code and still have room to act.
 a policy can be pre-trained on (`scripts/pretrain_agent.py --swe`): search the definition the bug is in
 (or, for a bug in a module-level call, the calls of that name), read the page of code that holds it, edit
 the change back (the shortest unique run of whole words around it, or the changed lines), run the suite
-(its last line) and submit. These calls are derived from the task's
-reference (they know where the bug is), unlike `trialground.rollout.swe_expert`, which finds bugs through
-the tools alone. Each also carries, where the catalogue offers one, a plausible wrong edit of the same
-lines (another inverse mutation at the bug's line) for demonstrations that revise a wrong first edit.
+(its last line) and submit. These calls are derived from the task's reference (they know where the bug
+is), unlike `trialground.rollout.swe_expert`, which finds bugs through the tools alone. Each also
+carries, where the catalogue offers one, a plausible wrong edit of the same words (another inverse
+mutation at the bug's line) for demonstrations that revise a wrong first edit.
 """
 
 from __future__ import annotations
@@ -44,8 +44,10 @@ def _frames(excerpt: str) -> list[tuple[str, list[str]]]:
 
 
 def brief_excerpt(statement: str, library: tuple[str, ...]) -> str:
-    """The first failure of a full statement cut to: its test frame and that frame's first source line,
-    its innermost frame in the library (the same), and its first `E` line; each line at most 120 chars."""
+    """The first failure of a full statement cut to: its first frame outside the library (the test's,
+    unless the statement's excerpt was already cut to its tail: then an interpreter frame) and that frame's
+    first source line, its innermost frame in the library (the same), and its first `E` line; each line at
+    most 120 chars."""
     marker = "The first failure:\n```\n"
     start = statement.find(marker)
     end = statement.find("\n```", start + len(marker))
