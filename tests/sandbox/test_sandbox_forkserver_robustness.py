@@ -40,7 +40,12 @@ T = TypeVar("T")
 
 # -- what a process holds: descriptors, workspace mounts, cgroups, sandbox processes -----------------------
 def _fds() -> set[int]:
-    return {int(fd) for fd in os.listdir("/proc/self/fd")}
+    """This process's open descriptors except its live templates' own sockets: a template that dies is
+    replaced (with a new socket), which is the fork server's state, not something a sandbox left."""
+    templates = {
+        t.sock.fileno() for key, t in forkserver._templates.items() if key[0] == os.getpid() and not t.dead()
+    }
+    return {int(fd) for fd in os.listdir("/proc/self/fd")} - templates
 
 
 def _workspace_mounts() -> list[str]:
