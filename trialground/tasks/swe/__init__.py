@@ -126,28 +126,25 @@ def _records(arg: str, seed: int) -> tuple[RepoSpec, list[BugRecord]]:
     return spec, records
 
 
-def swe_tasks(arg: str, *, seed: int = 0, n: int | None = None, split: str | None = None) -> list[Task]:
-    """The task set of `swe:<arg>` (see the module docstring), filtered to `split` when given."""
+def _task_records(arg: str, seed: int, split: str | None) -> tuple[RepoSpec, list[tuple[BugRecord, Task]]]:
+    """Each kept bug of `swe:<arg>` with its task, in set order, filtered to `split` when given."""
     arg, brief = _brief(arg)
     spec, records = _records(arg, seed)
     splits = assign_splits([record_id(r) for r in records])
-    tasks = [task_from_record(spec, r, splits[record_id(r)], brief=brief) for r in records]
-    if split is not None:
-        tasks = [t for t in tasks if t.split == split]
+    pairs = [(r, task_from_record(spec, r, splits[record_id(r)], brief=brief)) for r in records]
+    return spec, [(r, t) for r, t in pairs if split is None or t.split == split]
+
+
+def swe_tasks(arg: str, *, seed: int = 0, n: int | None = None, split: str | None = None) -> list[Task]:
+    """The task set of `swe:<arg>` (see the module docstring), filtered to `split` when given."""
+    tasks = [t for _, t in _task_records(arg, seed, split)[1]]
     return tasks[:n] if n is not None else tasks
 
 
 def demonstrations(arg: str, *, seed: int = 0, split: str = "train") -> list[Demonstration]:
     """A short solving episode for each task of `swe:<arg>` in `split` whose fix is one block of lines
     (`brief.demonstration`); the tasks are those `swe_tasks(arg)` gives."""
-    bare, _ = _brief(arg)
-    spec, records = _records(bare, seed)
+    spec, pairs = _task_records(arg, seed, split)
     pristine = repo_files(spec)
-    tasks = {t.metadata["name"]: t for t in swe_tasks(arg, seed=seed, split=split)}
-    out = []
-    for r in records:
-        task = tasks.get(f"{spec.name}-{record_id(r)}")
-        demo = demonstration(spec, r, task, pristine[r.path]) if task is not None else None
-        if demo is not None:
-            out.append(demo)
-    return out
+    demos = (demonstration(spec, r, t, pristine[r.path]) for r, t in pairs)
+    return [d for d in demos if d is not None]

@@ -81,7 +81,6 @@ class Demonstration:
     """A task and the calls of a short episode that solves it; `wrong`: the same edit with a plausible
     wrong replacement, or None."""
 
-    key: str
     family: str
     task: Task
     expert: tuple[tuple[str, dict[str, str]], ...]
@@ -125,7 +124,7 @@ def _grow(line: str, lo: int, hi: int) -> tuple[int, int]:
     return lo, hi
 
 
-def _span_edit(buggy: str, pristine: str, index: int, old_line: str, new_line: str) -> tuple[str, str] | None:
+def _span_edit(buggy: str, pristine: str, old_line: str, new_line: str) -> tuple[str, str] | None:
     """The shortest `old` -> `new` within one changed line (whole words, at least 8 characters) whose `old`
     occurs once in `buggy` and whose replacement gives `pristine`; None if there is none."""
     p = 0
@@ -139,18 +138,12 @@ def _span_edit(buggy: str, pristine: str, index: int, old_line: str, new_line: s
         lo -= 1
     while hi < len(old_line) and (old_line[hi].isalnum() or old_line[hi] == "_"):
         hi += 1
-    lines = buggy.splitlines(keepends=True)
-    before = "".join(lines[:index])
     while True:
         old = old_line[lo:hi].strip()
         tail = len(old_line) - hi  # the same suffix in the pristine line
         new = new_line[lo : len(new_line) - tail].strip()
-        if (
-            len(old) >= 8
-            and buggy.count(old) == 1
-            and buggy.index(old) >= len(before)
-            and buggy.replace(old, new, 1) == pristine
-        ):
+        # once in the file, so the occurrence is the one in this line
+        if len(old) >= 8 and buggy.count(old) == 1 and buggy.replace(old, new, 1) == pristine:
             return old, new
         if lo == 0 and hi == len(old_line):
             return None
@@ -170,7 +163,7 @@ def _edit(buggy: str, pristine: str) -> tuple[str, str, int, int] | None:
         return None
     _, i1, i2, j1, j2 = blocks[0]
     if i2 - i1 == 1 and j2 - j1 == 1:  # one line changed: the shortest unique span of it
-        span = _span_edit(buggy, pristine, i1, a[i1], b[j1])
+        span = _span_edit(buggy, pristine, a[i1], b[j1])
         if span is not None:
             return span[0], span[1], i1 + 1, i1 + 1
     if i1 == i2:  # an insertion: anchor it on the line before
@@ -231,5 +224,4 @@ def demonstration(spec: RepoSpec, record: BugRecord, task: Task, pristine: str) 
     calls.append(("bash", {"command": command}))
     calls.append(("submit", {}))
     wrong = _wrong(record.text, record.path, pristine, old, (first, last))
-    key = str(task.metadata.get("name", task.id))
-    return Demonstration(key, "swe", task, tuple(calls), wrong)
+    return Demonstration("swe", task, tuple(calls), wrong)
