@@ -134,6 +134,9 @@ def _train(cfg: RunConfig, resume: Path | None) -> None:
     table.add_row("steps", str(summary.steps))
     table.add_row("held-out pass@1 before", _percent(summary.eval_before))
     table.add_row("held-out pass@1 after", _percent(summary.eval_after))
+    if summary.sampled_before is not None or summary.sampled_after is not None:
+        table.add_row("held-out sampled pass@1 before", _percent(summary.sampled_before))
+        table.add_row("held-out sampled pass@1 after", _percent(summary.sampled_after))
     table.add_row("alerts", str(summary.alerts))
     if summary.stopped_by:
         table.add_row("stopped early by", f"{summary.stopped_by} (continue with --resume {summary.run_dir})")

@@ -29,6 +29,13 @@ class LoopConfig(BaseModel):
     )
     eval_interval: int = Field(0, ge=0, description="Evaluate every N steps (0: start and end only)")
     eval_samples: int = Field(1, ge=1, description="Samples per eval task (pass@k)")
+    eval_sampled: int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="At each evaluation also sample this many per held-out task at policy.sampling (the "
+        "training temperature): eval_sampled/pass@1 and pass@k beside the greedy eval/* (0: off)",
+    )
     probe_interval: int = Field(
         0,
         ge=0,

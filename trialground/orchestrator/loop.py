@@ -46,6 +46,8 @@ class RunSummary:
     seconds: float
     alerts: int
     stopped_by: str | None = None
+    sampled_before: float | None = None  # eval_sampled/pass@1 (loop.eval_sampled > 0)
+    sampled_after: float | None = None
 
 
 async def run(config: RunConfig, *, resume: bool = False, progress: Progress | None = None) -> RunSummary:
@@ -58,12 +60,12 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
         loop, evals_at = config.loop, {0, config.loop.steps}
         trainer, policy, tasks, monitor = w.require_trainer(), w.policy, w.tasks, w.monitor
         step = restore(run_dir, trainer, tasks, policy, monitor) if resume else 0
-        first_eval = None
+        first_eval = first_sampled = None
         if step == 0:
             # recorded failures into the regression queue (tasks.regression_files)
             queue_online_failures(tasks, monitor, config.tasks.regression_files, config.tasks.seed)
             start = dict(w.startup_metrics)
-            first_eval = await _eval_and_log(w, 0, start)
+            first_eval, first_sampled = await _eval_and_log(w, 0, start)
             if loop.probe_interval:
                 start |= await _probe(w, start)
             if monitor is not None:
@@ -82,7 +84,7 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
         if loop.mode == "async"
         else SyncBatches(w.collector, tasks, loop, sampling)
     )
-    alerts, last_eval, stopped_by, cadence = 0, first_eval, None, Cadence(loop)
+    alerts, last_eval, last_sampled, stopped_by, cadence = 0, first_eval, first_sampled, None, Cadence(loop)
     workspace = WorkspaceTokens(policy.tokenizer, config.policy.max_context_tokens)
     try:
         while step < loop.steps:
@@ -119,7 +121,7 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
             texts = [decode(r.trajectory.completion()[0], skip_special_tokens=True) for r in scored]
             await asyncio.to_thread(run_dir.write_step, step, scored, texts, w.domains)
             if (loop.eval_interval and step % loop.eval_interval == 0) or step in evals_at:
-                last_eval = await _eval_and_log(w, step, metrics)
+                last_eval, last_sampled = await _eval_and_log(w, step, metrics)
             if loop.probe_interval and step % loop.probe_interval == 0:
                 metrics |= await _probe(w, metrics)
             raised = monitor.observe(step, metrics) if monitor else []
@@ -144,7 +146,17 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
         await batches.close()
         await w.close()
     seconds = time.perf_counter() - t_start
-    return RunSummary(str(run_dir.path), step, first_eval, last_eval, seconds, alerts, stopped_by)
+    return RunSummary(
+        str(run_dir.path),
+        step,
+        first_eval,
+        last_eval,
+        seconds,
+        alerts,
+        stopped_by,
+        first_sampled,
+        last_sampled,
+    )
 
 
 async def _probe(w: Wiring, metrics: dict[str, float]) -> dict[str, float]:
@@ -157,18 +169,31 @@ async def _probe(w: Wiring, metrics: dict[str, float]) -> dict[str, float]:
     return (await evaluate(w.collector, tasks, params=config.policy.eval_sampling, prefix="probe")).metrics
 
 
-async def _eval_and_log(w: Wiring, step: int, metrics: dict[str, float] | None = None) -> float | None:
-    """Evaluate the held-out split; failures reach training only with `loop.eval_feedback`."""
+async def _eval_and_log(
+    w: Wiring, step: int, metrics: dict[str, float] | None = None
+) -> tuple[float | None, float | None]:
+    """Evaluate the held-out split: greedy (`eval/*`, at `policy.eval_sampling`) and, with
+    `loop.eval_sampled`, sampled at the training temperature (`eval_sampled/*`). Returns both pass@1s.
+    Failures reach training only with `loop.eval_feedback`."""
     config = w.config
     result = await evaluate(
         w.collector, w.eval_tasks, params=config.policy.eval_sampling, samples=config.loop.eval_samples
     )
     if config.loop.eval_feedback:
         record_eval(w.tasks, w.monitor, step, w.eval_tasks, result.failed_task_ids)
-    canaries = await canary_metrics(w.grader, w.eval_tasks, config.reward.canaries, step)
-    scores = result.metrics | canaries  # canary/*: input of the reward_drift rule
+    scores = dict(result.metrics)
+    if config.loop.eval_sampled:
+        sampled = await evaluate(
+            w.collector,
+            w.eval_tasks,
+            params=config.policy.sampling,
+            samples=config.loop.eval_sampled,
+            prefix="eval_sampled",
+        )
+        scores |= sampled.metrics
+    scores |= await canary_metrics(w.grader, w.eval_tasks, config.reward.canaries, step)  # reward_drift input
     if metrics is not None:
         metrics |= scores
     elif w.monitor is not None:
         w.monitor.observe(step, {**w.startup_metrics, **scores})
-    return result.metrics.get("eval/pass@1")
+    return scores.get("eval/pass@1"), scores.get("eval_sampled/pass@1")
