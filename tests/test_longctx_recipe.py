@@ -28,6 +28,11 @@ def test_the_policy_navigates_a_workspace_far_larger_than_its_context(tmp_path: 
     run_dir = Path(summary.run_dir)
     steps = [m for m in read_metrics(run_dir / "metrics.jsonl") if m.get("train/loss") is not None]
     assert len(steps) == 2
+    # the recipe evaluates both ways: greedy, and sampled at the training temperature (loop.eval_sampled)
+    evals = [m for m in read_metrics(run_dir / "metrics.jsonl") if m.get("eval/pass@1") is not None]
+    assert [m["step"] for m in evals] == [0, 2]
+    assert all(m["eval_sampled/n_tasks"] == 3 and m["eval_sampled/infra_error_rate"] == 0 for m in evals)
+    assert summary.sampled_before is not None and summary.sampled_after is not None
     for m in steps:
         assert m["context/workspace_to_context_min"] >= 100  # every workspace >= 100x the context
         assert m["context/tokens_max"] <= cfg.policy.max_context_tokens
