@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import time
 import typing
 import uuid
@@ -59,7 +58,7 @@ from trialground.sandbox.launch import (
 from trialground.sandbox.launch.boot import python_prefix, supervisor_payload
 from trialground.sandbox.launch.channel import ChannelClosed, Collected, collect, read_frame, send_request
 from trialground.sandbox.launch.forkserver import SandboxProcess
-from trialground.sandbox.launch.spawn import spawn_bwrap
+from trialground.sandbox.launch.spawn import kill_group, spawn_bwrap
 from trialground.sandbox.results import build_result, error_result
 from trialground.sandbox.workspace import Workspace
 
@@ -196,9 +195,8 @@ class BwrapSandbox(Sandbox):
         self._drop_uplink()
         if isinstance(self._proc, SandboxProcess):
             self._proc.kill()
-        elif self._proc is not None and self._proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self._proc.pid, signal.SIGKILL)
+        elif self._proc is not None:
+            kill_group(self._proc)  # bubblewrap and, while it is still starting, its child
 
     def _free(self) -> None:
         """Everything closing frees once the processes are gone: the cgroup and the workspace."""
@@ -352,9 +350,10 @@ class BwrapSandbox(Sandbox):
         proc, self._proc = self._proc, None
         self._greeted = False
         if proc is not None:
-            if proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
+            if isinstance(proc, SandboxProcess):
+                proc.kill()
+            else:
+                kill_group(proc)
             await reaping.reap(proc)
         self._drop_uplink()
         if self.cgroup:

@@ -8,6 +8,7 @@ import contextlib
 import typing
 
 from trialground.sandbox.launch.forkserver import SandboxProcess
+from trialground.sandbox.launch.spawn import kill_group
 
 
 async def drain(stream: asyncio.StreamReader | None) -> None:
@@ -46,6 +47,6 @@ async def keep_if_cancelled(
     except asyncio.CancelledError:
         with contextlib.suppress(BaseException):
             proc = await task
-            proc.kill()
+            kill_group(proc)
             await reap(proc)
         raise

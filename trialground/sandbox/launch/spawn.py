@@ -5,6 +5,15 @@ memory: ~0.1 s for a 2 GB trainer, on the event loop. Instead a small shell is s
 itself into the sandbox's cgroup and execs bubblewrap through `setpriv` (uid change), so every process of
 the sandbox lives in the cgroup from its start. Without `setpriv` the old preexec path is the fallback.
 
+bubblewrap starts as the leader of a process group of its own, and is killed with its whole group
+(`kill_group`). Between its clone() and the moment it lets the sandbox's first process go on, bubblewrap's
+child waits on an eventfd that only the outer process can signal, and it has not yet asked to die with
+its parent: SIGKILL to the outer process alone in that window (a sandbox closed or cancelled the moment it
+was started) leaves the child blocked for ever, reparented to init. The child is still in the outer
+process's group then, so killing the group takes it too. Later the child has asked to die with its parent
+and started its own session (`--new-session`), and the outer process's death takes it down. On root hosts
+the sandbox's cgroup is killed as well; on hosts without one the group is what holds.
+
 The stdio pipes are our own, connected to the loop as streams after the process exists (the returned
 `Process`'s stdin/stdout/stderr): with Python 3.11's own PIPEs, a loop shutting down while the process is
 being created cancels `create_subprocess_exec` half-way, and it then waits forever for pipes that were
@@ -17,6 +26,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import signal
 from collections.abc import Callable, Iterator, Sequence
 
 from trialground.sandbox.launch.cgroup import Cgroup
@@ -39,14 +49,24 @@ async def _create(
             pass_fds=pass_fds,
             cwd="/",
             preexec_fn=preexec_fn,
+            start_new_session=True,  # a process group of its own: see kill_group
         )
     try:
         proc.stdin, proc.stdout, proc.stderr, _ = await connect_pipes(*ours)
     except BaseException:  # cancelled while connecting: nothing may outlive this call
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
+        kill_group(proc)
         raise
     return proc
+
+
+def kill_group(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL a bubblewrap started by `spawn_bwrap` and every process still in its group (the module
+    docstring says why the outer process alone is not enough). Only while it is not yet reaped: until then
+    its pid, and so its group id, cannot belong to anything else."""
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 @contextlib.contextmanager
