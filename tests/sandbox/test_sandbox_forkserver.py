@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from proc_scan import processes_with
 
 from trialground.errors import SandboxError
 from trialground.sandbox.base import ExecStatus, Limits, SandboxConfig
@@ -89,32 +90,21 @@ def test_sandboxes_die_with_the_host_process(launcher: str) -> None:
     try:
         assert host.stdout is not None and host.stdout.readline() == "ready\n"
         deadline = time.monotonic() + 10
-        while not _processes_with(f"sleep\x00{marker}") and time.monotonic() < deadline:
+        while not processes_with(f"sleep\x00{marker}") and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert _processes_with(f"sleep\x00{marker}"), "the command never started"
+        assert processes_with(f"sleep\x00{marker}"), "the command never started"
     finally:
         host.kill()
         host.wait()
     deadline = time.monotonic() + 5
-    while _processes_with(f"sleep\x00{marker}") and time.monotonic() < deadline:
+    while processes_with(f"sleep\x00{marker}") and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert _processes_with(f"sleep\x00{marker}") == []
+    assert processes_with(f"sleep\x00{marker}") == []
 
 
 def main_template_key() -> tuple[int, str, int | None]:
     """The key of this process's template for the default runtime (tests may start others)."""
     return (os.getpid(), sys.base_prefix, 65534 if os.geteuid() == 0 else None)
-
-
-def _processes_with(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        try:
-            if entry.isdigit() and marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
-                found.append(int(entry))
-        except OSError:
-            continue
-    return found
 
 
 async def test_a_sandbox_that_cannot_be_built_says_why(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
+from pathlib import Path
 
 import pytest
+from proc_scan import processes_with
 
 from trialground.sandbox.base import SandboxConfig
 from trialground.sandbox.bwrap import BwrapSandbox, bwrap_available
@@ -19,23 +22,6 @@ from trialground.sandbox.factory import open_sandbox
 from trialground.sandbox.launch import cgroup
 
 pytestmark = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed")
-
-
-def _processes_naming(markers: list[str]) -> list[tuple[int, str]]:
-    """Live processes whose command line names one of `markers` (zombies have no command line)."""
-    wanted = [m.encode() for m in markers]
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read()
-        except OSError:
-            continue
-        if any(m in cmdline for m in wanted):
-            found.append((int(entry), cmdline[:120].decode(errors="replace")))
-    return found
 
 
 async def test_sandboxes_closed_as_they_start_leave_no_process(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -47,12 +33,17 @@ async def test_sandboxes_closed_as_they_start_leave_no_process(monkeypatch: pyte
         workspaces.append(str(sb.workspace.ws))
         time.sleep((i % 20) * 0.00025)  # 0-5 ms into bubblewrap's start, the event loop held
         await sb.close()
-    left = _processes_naming(workspaces)
+    left = processes_with(*workspaces)
     for _ in range(200):  # the group's SIGKILL is asynchronous: give the processes time to go
         if not left:
             break
         await asyncio.sleep(0.05)
-        left = _processes_naming(workspaces)
-    for pid, _ in left:  # never leave them to the rest of the suite
-        os.kill(pid, 9)
-    assert left == [], left
+        left = processes_with(*workspaces)
+    seen = {}
+    for pid in left:  # never leave them to the rest of the suite
+        try:
+            seen[pid] = Path(f"/proc/{pid}/cmdline").read_bytes()[:120]
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            continue
+    assert left == [], seen

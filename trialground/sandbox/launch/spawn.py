@@ -10,9 +10,9 @@ bubblewrap starts as the leader of a process group of its own, and is killed wit
 child waits on an eventfd that only the outer process can signal, and it has not yet asked to die with
 its parent: SIGKILL to the outer process alone in that window (a sandbox closed or cancelled the moment it
 was started) leaves the child blocked for ever, reparented to init. The child is still in the outer
-process's group then, so killing the group takes it too. Later the child has asked to die with its parent
-and started its own session (`--new-session`), and the outer process's death takes it down. On root hosts
-the sandbox's cgroup is killed as well; on hosts without one the group is what holds.
+process's group then, so killing the group takes it too; past that wait, `--die-with-parent` has the
+outer process's death take it down. On root hosts the sandbox's cgroup is killed as well; on hosts
+without one the group is what holds.
 
 The stdio pipes are our own, connected to the loop as streams after the process exists (the returned
 `Process`'s stdin/stdout/stderr): with Python 3.11's own PIPEs, a loop shutting down while the process is
