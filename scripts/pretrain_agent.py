@@ -117,7 +117,11 @@ async def play(inst: Instance, env: ToolEnv, rng: random.Random, args: argparse.
     if args.shortcut and shortcut and rng.random() < args.shortcut:
         plan = list(shortcut)  # the family's shortcut, played as it is (trace["shortcut"] says so)
         trace["shortcut"] = True
-    decisive = next(i for i, (n, a) in enumerate(plan) if n in ("write_file", "edit_file") or "answer" in a)
+    decisive = next(
+        i
+        for i, (n, a) in enumerate(plan)
+        if n in ("write_file", "edit_file") or "answer" in a or a.get("command", "").startswith("sed -i")
+    )
     mode = rng.random()
     revise, fail = mode < args.revise, args.revise <= mode < args.revise + args.noise
     if trace.get("shortcut"):
@@ -150,6 +154,41 @@ async def play(inst: Instance, env: ToolEnv, rng: random.Random, args: argparse.
     graded = obs.end.graded if obs.done and obs.end is not None else None
     trace["solved"] = bool(graded is not None and graded.verdict.passed and graded.verdict.error is None)
     return trace
+
+
+def shift_lines(demo: Any, most: int, rng: random.Random) -> Any:
+    """A line-fix demonstration (`--swe-line-fixes`) with up to `most` blank lines put into its workspace
+    between the start of the page it reads and the bug, so the line its `sed` addresses moves by as many:
+    the policy must read the number off the page instead of recalling it. The blank lines must leave the
+    program's syntax tree unchanged (never inside a string); else the demonstration is kept as it is."""
+    import ast
+    import dataclasses
+    import re
+
+    calls = list(demo.expert)
+    at = next(
+        (i for i, (n, a) in enumerate(calls) if n == "bash" and a["command"].startswith("sed -i")), None
+    )
+    page = next((a for n, a in calls if n == "read_lines"), None)
+    if at is None or page is None:
+        return demo
+    command = calls[at][1]["command"]
+    line = int(re.match(r"sed -i -E '(\d+)s/", command).group(1))  # type: ignore[union-attr]
+    start = int(page["start"])
+    room = start + int(page["count"]) - 1 - line  # the bug stays on the page
+    path = page["path"]
+    text = demo.task.files[path]
+    lines = text.split("\n")
+    want = ast.dump(ast.parse(text))
+    for _ in range(8):
+        k = rng.randint(0, max(0, min(most, room)))
+        where = rng.randint(start, line)  # the blank lines go before this line
+        new = "\n".join([*lines[: where - 1], *[""] * k, *lines[where - 1 :]])
+        if k and ast.dump(ast.parse(new)) == want:
+            calls[at] = ("bash", {"command": command.replace(f"'{line}s/", f"'{line + k}s/", 1)})
+            task = Task(**{**demo.task.model_dump(), "id": "", "files": {**demo.task.files, path: new}})
+            return dataclasses.replace(demo, task=task, expert=tuple(calls))
+    return demo
 
 
 async def make_traces(
@@ -292,6 +331,19 @@ def main() -> None:
         "--swe-tasks", type=int, default=None, help="demonstrate only the first N train tasks (the rest "
         "are left for reinforcement learning to discover)",
     )  # fmt: skip
+    ap.add_argument(
+        "--swe-line-fixes",
+        action="store_true",
+        help="repair with a sed command addressed by line number (trialground.tasks.swe.line_fix) instead "
+        "of edit_file; only tasks whose fix fits one of its bug kind's patterns are demonstrated",
+    )
+    ap.add_argument(
+        "--swe-shift",
+        type=int,
+        default=0,
+        help="with --swe-line-fixes: put up to N blank lines above each demonstration's bug, on its page, "
+        "so the line number its repair addresses varies between repeats (shift_lines)",
+    )
     ap.add_argument("--swe-eval-n", type=int, default=1000, help="held-out repository tasks evaluated")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument(
@@ -318,7 +370,10 @@ def main() -> None:
     elif args.swe:  # repository demonstrations, each train task played --swe-repeats times
         from trialground.tasks.swe import demonstrations
 
-        demos = demonstrations(args.swe, split="train")[: args.swe_tasks] * args.swe_repeats
+        demos = demonstrations(args.swe, split="train", line_fixes=args.swe_line_fixes)
+        demos = demos[: args.swe_tasks] * args.swe_repeats
+        if args.swe_shift:
+            demos = [shift_lines(d, args.swe_shift, rng) for d in demos]
         traces = asyncio.run(make_traces(load_config(SWE_RECIPE), demos, 1000 + args.seed, args))
         args.cache.write_text("".join(json.dumps(t) + "\n" for t in traces))
     else:

@@ -141,10 +141,13 @@ def swe_tasks(arg: str, *, seed: int = 0, n: int | None = None, split: str | Non
     return tasks[:n] if n is not None else tasks
 
 
-def demonstrations(arg: str, *, seed: int = 0, split: str = "train") -> list[Demonstration]:
+def demonstrations(
+    arg: str, *, seed: int = 0, split: str = "train", line_fixes: bool = False
+) -> list[Demonstration]:
     """A short solving episode for each task of `swe:<arg>` in `split` whose fix is one block of lines
-    (`brief.demonstration`); the tasks are those `swe_tasks(arg)` gives."""
+    (`brief.demonstration`; with `line_fixes`, one line repaired by a `sed` command, `line_fix.py`); the
+    tasks are those `swe_tasks(arg)` gives."""
     spec, pairs = _task_records(arg, seed, split)
     pristine = repo_files(spec)
-    demos = (demonstration(spec, r, t, pristine[r.path]) for r, t in pairs)
+    demos = (demonstration(spec, r, t, pristine[r.path], line_fixes=line_fixes) for r, t in pairs)
     return [d for d in demos if d is not None]

@@ -13,7 +13,9 @@ the change back (the shortest unique run of whole words around it, or the change
 (its last line) and submit. These calls are derived from the task's reference (they know where the bug
 is), unlike `trialground.rollout.swe_expert`, which finds bugs through the tools alone. Each also
 carries, where the catalogue offers one, a plausible wrong edit of the same words (another inverse
-mutation at the bug's line) for demonstrations that revise a wrong first edit.
+mutation at the bug's line) for demonstrations that revise a wrong first edit. With `line_fixes`, the
+edit is instead a `sed` command addressed by the bug's line number (`line_fix.py`), for the tasks whose
+fix fits one of its kind's patterns.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 
 from trialground.tasks.model import Task
 from trialground.tasks.swe.build import BugRecord
+from trialground.tasks.swe.line_fix import line_fix
 from trialground.tasks.swe.mutate import inverse_mutations
 from trialground.tasks.swe.repos import RepoSpec
 
@@ -192,12 +195,24 @@ def _wrong(buggy: str, path: str, pristine: str, old: str, lines: tuple[int, int
     return None
 
 
-def demonstration(spec: RepoSpec, record: BugRecord, task: Task, pristine: str) -> Demonstration | None:
-    """The short solving episode of one task (module docstring); None when its fix is not one block."""
-    edit = _edit(record.text, pristine)
-    if edit is None:
-        return None
-    old, new, first, last = edit
+def demonstration(
+    spec: RepoSpec, record: BugRecord, task: Task, pristine: str, *, line_fixes: bool = False
+) -> Demonstration | None:
+    """The short solving episode of one task (module docstring); None when its fix is not one block.
+    `line_fixes`: the repair is a `sed` command addressed by line number (`line_fix.py`), and tasks
+    whose fix is not one line of its kind's patterns have none."""
+    if line_fixes:
+        fix = line_fix(record.text, pristine, record.kind)
+        if fix is None:
+            return None
+        repair: tuple[str, dict[str, str]] = ("bash", {"command": fix.command(record.path)})
+        first = last = fix.line
+    else:
+        edit = _edit(record.text, pristine)
+        if edit is None:
+            return None
+        old, new, first, last = edit
+        repair = ("edit_file", {"path": record.path, "old": old, "new": new})
     tree = ast.parse(record.text)
     fn = _enclosing(tree, first)
     package = spec.library[0].rstrip("/")
@@ -219,9 +234,9 @@ def demonstration(spec: RepoSpec, record: BugRecord, task: Task, pristine: str) 
             if last >= start + PAGE_LINES:  # the block crosses a page: start the page at it
                 start = first
         calls.append(("read_lines", {"path": record.path, "start": str(start), "count": str(PAGE_LINES)}))
-    calls.append(("edit_file", {"path": record.path, "old": old, "new": new}))
+    calls.append(repair)
     command = f"python3 -I -S .tg/pytest.py {' '.join((*spec.pytest_args, *spec.tests))} -q -x 2>&1 | tail -1"
     calls.append(("bash", {"command": command}))
     calls.append(("submit", {}))
-    wrong = _wrong(record.text, record.path, pristine, old, (first, last))
+    wrong = None if line_fixes else _wrong(record.text, record.path, pristine, old, (first, last))
     return Demonstration("swe", task, tuple(calls), wrong)
