@@ -3,9 +3,11 @@ HTTP: token ids and logprobs exactly the server's, least-loaded routing, weight 
 
 from __future__ import annotations
 
+import gc
 import json
 import random
 import socket
+import tempfile
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -157,6 +159,22 @@ async def test_generations_after_a_push_carry_its_version(servers: list[Referenc
     assert g.version == 7
     remote.close()
     assert not remote.weight_root.exists()  # the private weight directory is removed
+
+
+async def test_the_private_weight_directory_is_made_at_the_first_push_and_never_outlives_the_policy(
+    servers: list[ReferenceServer], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # mkdtemp's parent: this test's own
+    made = lambda: sorted(tmp_path.glob("trialground-weights-*"))  # noqa: E731
+    remote = _remote([servers[0].url])
+    await remote.generate([remote.encode_chat(TASK)], SamplingParams(max_new_tokens=2))
+    assert made() == []  # generation alone makes none
+    remote.load_weights(servers[1].policy.model.state_dict(), 1)
+    (root,) = made()
+    assert (root / "v00000001").is_dir()
+    del remote  # never closed: collected, and the directory goes with it
+    gc.collect()
+    assert made() == []
 
 
 class _Fake(BaseHTTPRequestHandler):

@@ -41,6 +41,7 @@ import math
 import random
 import shutil
 import tempfile
+import weakref
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -98,16 +99,24 @@ class RemotePolicy(Policy):
         self.model_name = config.served_model or self._discover_model()
         self._seeds = random.Random(0)
         self.version = 0
-        self._own_weight_dir = config.weight_dir is None
-        self.weight_root = (
-            Path(tempfile.mkdtemp(prefix="trialground-weights-"))
-            if config.weight_dir is None
-            else Path(config.weight_dir).expanduser().resolve()
+        self._weight_root = (
+            None if config.weight_dir is None else Path(config.weight_dir).expanduser().resolve()
         )
+        self._remove_weight_root: weakref.finalize[Any, Any] | None = None
 
     @property
     def tokenizer(self) -> Any:
         return self._tokenizer
+
+    @property
+    def weight_root(self) -> Path:
+        """Where pushed weights are written: `policy.weight_dir`, else a private temporary directory made
+        at the first push and removed by `close`, or when this policy is collected or the interpreter
+        exits without it (a policy that never pushes makes none)."""
+        if self._weight_root is None:
+            self._weight_root = Path(tempfile.mkdtemp(prefix="trialground-weights-"))
+            self._remove_weight_root = weakref.finalize(self, shutil.rmtree, self._weight_root, True)
+        return self._weight_root
 
     def encode_chat(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
         from trialground.policy.hf import encode_chat
@@ -284,8 +293,8 @@ class RemotePolicy(Policy):
 
     def close(self) -> None:
         """Delete the weight directory when this policy made it (a configured one is left as it is)."""
-        if self._own_weight_dir:
-            shutil.rmtree(self.weight_root, ignore_errors=True)
+        if self._remove_weight_root is not None:
+            self._remove_weight_root()
 
     def _headers(self) -> dict[str, str]:
         import os
