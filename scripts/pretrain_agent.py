@@ -10,6 +10,10 @@
         --swe inflection:140:brief --swe-tasks 39 --swe-repeats 8 --revise 0.3 --noise 0.1 \
         --redundant 0.2 --answer-revise clean --max-steps 120 --eval-every 60 --fine-every 60 \
         --target 1.1 --threads 2 --out /tmp/tiny-swe      # repository demonstrations, ~25 min (docs/swe.md)
+    .venv/bin/python scripts/pretrain_agent.py --init-from trialground/policy/tiny_nav --seed 4 \
+        --swe inflection:140:brief --swe-line-fixes --swe-tasks 36 --swe-repeats 8 --redundant 0.2 \
+        --answer-revise clean --max-steps 120 --eval-every 60 --fine-every 60 --target 1.1 --threads 2 \
+        --out /tmp/tiny-swe-sed                           # repairs as line-addressed sed, ~23 min
 
 on 2 CPU cores. `tiny-agent` is trained on the `agent` families alone, `tiny-nav` on those and the
 long-context families, then continued for 120 steps on new traces whose answers are right and half of
