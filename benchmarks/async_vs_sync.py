@@ -85,8 +85,10 @@ def install_latency(latency: float) -> None:
     Collector._factory = env_factory  # type: ignore[method-assign]
 
 
-async def skip_eval(*_: Any, **__: Any) -> None:
-    return None
+async def skip_eval(*_: Any, **__: Any) -> tuple[None, None]:
+    """Stands in for `loop._eval_and_log` (greedy and sampled pass@1) where held-out evaluation is not
+    what a benchmark compares; also used by branching.py."""
+    return None, None
 
 
 def measure_generation(n_tasks: int, k: int, max_new_tokens: int) -> float:

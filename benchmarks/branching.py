@@ -32,14 +32,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from async_vs_sync import skip_eval
+
 from trialground.orchestrator import loop as loop_module
 from trialground.orchestrator.run_config import load_config
 
 AGENT = Path(__file__).resolve().parents[1] / "examples" / "agent.yaml"
-
-
-async def skip_eval(*_: Any, **__: Any) -> None:
-    return None
 
 
 def run_mode(mode: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:

@@ -179,3 +179,21 @@ def test_no_write_leaves_the_document_alone(tmp_path: Path) -> None:
     assert doc.read_text() == DOC
     entry = json.loads(out.read_text())["entries"][0]
     assert entry["result"] == {"x": 1} and entry["ok"]
+
+
+def test_the_benchmarks_evaluation_stand_in_returns_what_the_loop_unpacks() -> None:
+    """async_vs_sync.py and branching.py replace the loop's held-out evaluation with `skip_eval`; it must
+    return the same shape as `_eval_and_log` (the loop unpacks it), or both benchmarks fail at step 0."""
+    import asyncio
+    import typing
+
+    from trialground.orchestrator import loop
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        from async_vs_sync import skip_eval
+    finally:
+        sys.path.pop(0)
+    shape = typing.get_type_hints(loop._eval_and_log)["return"]
+    assert typing.get_origin(shape) is tuple
+    assert len(asyncio.run(skip_eval())) == len(typing.get_args(shape))
