@@ -46,9 +46,12 @@ Recipe:
 from __future__ import annotations
 
 import argparse
+import ast
 import asyncio
+import dataclasses
 import json
 import random
+import re
 import sys
 import tempfile
 import time
@@ -165,10 +168,6 @@ def shift_lines(demo: Any, most: int, rng: random.Random) -> Any:
     between the start of the page it reads and the bug, so the line its `sed` addresses moves by as many:
     the policy must read the number off the page instead of recalling it. The blank lines must leave the
     program's syntax tree unchanged (never inside a string); else the demonstration is kept as it is."""
-    import ast
-    import dataclasses
-    import re
-
     calls = list(demo.expert)
     at = next(
         (i for i, (n, a) in enumerate(calls) if n == "bash" and a["command"].startswith("sed -i")), None

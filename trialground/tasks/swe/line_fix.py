@@ -2,7 +2,7 @@
 
 A small policy copies a line number and a few operator or digit tokens far more reliably than it copies a
 run of code: `edit_file` needs `old` reproduced exactly and `new` composed from it. For a bug whose fix
-changes one line, `line_command` gives the repair as a `bash` call of the form
+changes one line, `line_fix` gives the repair as a `bash` call of the form
 
     sed -i -E '57s/ <= / < /' inflection/__init__.py
 
@@ -16,8 +16,8 @@ from a small set of patterns, one family per bug kind of the catalogue (`mutate.
 
 The `k`-th match on the line is addressed with sed's numeric flag. A candidate is kept only when the
 line it produces gives the same syntax tree as the pristine file (quoting and spacing may differ, the
-program may not); `sed_line` computes what GNU sed does with the command, and the tests run the real
-`sed` on every demonstration of a built set.
+program may not). `sed_line` computes what GNU sed does with the command; the tests run the real `sed`
+on every catalogue bug of the inflection module that has a line fix.
 """
 
 from __future__ import annotations
