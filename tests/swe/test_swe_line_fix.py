@@ -1,9 +1,9 @@
 """Repairs written as a line-addressed `sed` command (`trialground.tasks.swe.line_fix`).
 
-For every bug the catalogue injects into the real inflection module, the fix `line_fix` finds, run by the
-real GNU `sed` on the buggy file, gives exactly the text `sed_line` predicts and a program equal to the
-pristine one; a wrong line number or pattern does not; and a demonstration that repairs with it is graded
-solved through the real tool environment."""
+For every bug the catalogue injects into the real inflection module that has a line fix, that fix, run by
+the real GNU `sed` on the buggy file, gives exactly the text `sed_line` predicts and a program equal to
+the pristine one; the same fix one line lower, or at the next match, does not; and a demonstration that
+repairs with it is graded solved through the real tool environment."""
 
 from __future__ import annotations
 
@@ -70,6 +70,7 @@ def test_every_fitting_catalogue_bug_of_inflection_is_repaired_by_real_sed(
         assert ast.dump(ast.parse(got)) == want, (m.description, command)
         # the line number and the match index both matter
         assert sed_line(m.text, LineFix(fix.line + 1, fix.pattern, fix.replacement, fix.k)) != got
+        assert sed_line(m.text, LineFix(fix.line, fix.pattern, fix.replacement, fix.k + 1)) != got
         record = BugRecord(path, m.kind, m.line, m.description, m.text, ("t",), ("u",), "")
         demo = demonstration(spec, record, swe_tasks[0], pristine, line_fixes=True)
         assert demo is not None and ("bash", {"command": fix.command(path)}) in demo.expert
