@@ -9,7 +9,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from trialground.policy.base import SamplingParams
 from trialground.policy.config import PolicyConfig
 from trialground.policy.hf import HFPolicy, sample_batch
-from trialground.policy.llama_decode import LlamaDecoder, unsupported_reason
+from trialground.policy.llama_decode import LlamaDecoder, packing_reason, unsupported_reason
 from trialground.tasks.codegen import generate_codegen_tasks
 
 
@@ -147,3 +147,36 @@ def test_bf16_weights_on_cpu_keep_an_fp32_residual_stream_and_cache() -> None:
     assert lean.token_ids == ref.token_ids
     for a, b in zip(lean.logprobs, ref.logprobs, strict=True):
         assert a == pytest.approx(b, abs=0.02)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_prepacked_weights_give_the_dense_weights_logits(dtype: torch.dtype) -> None:
+    """On a CPU oneDNN supports, the decoder prepacks its weights (the output layer included); the logits of
+    a prefill and of decode steps equal those of the same decoder on plain dense weights."""
+    model = _gqa_model(seed=6).to(dtype)
+    reason = packing_reason(next(model.parameters()))
+    if reason is not None:
+        pytest.skip(f"no oneDNN prepacking here: {reason}")
+    packed, dense = LlamaDecoder(model), LlamaDecoder(model)
+    assert packed.dense_reason is not None and "hidden size 64" in packed.dense_reason  # too small to pay
+    packed.dense_reason = None  # before the first forward, which builds the fused weights
+    ids = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
+    mask = torch.ones(2, 16, dtype=torch.bool)
+    outs = []
+    for decoder in (packed, dense):
+        cache = decoder.new_cache(2, 16)
+        first = decoder.forward(ids, torch.arange(4).expand(2, 4), mask, cache, 0)
+        step = decoder.forward(first.argmax(-1, keepdim=True), torch.full((2, 1), 4), mask, cache, 4)
+        outs.append((first, step))
+    layer = packed._current()[0]
+    assert layer.w_qkv.layout == layer.w_down.layout == packed._head.layout == torch._mkldnn
+    assert dense._current()[0].w_qkv.layout == torch.strided
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    for a, b in zip(outs[0], outs[1], strict=True):
+        assert torch.allclose(a, b, atol=tol), (a - b).abs().max()
+
+
+def test_weights_stay_dense_where_onednn_cannot_take_them() -> None:
+    assert "hidden size 128" in (packing_reason(torch.zeros(2), 128) or "")
+    assert "dtype" in (packing_reason(torch.zeros(2, dtype=torch.float16)) or "")
+    assert packing_reason(torch.zeros(2, device="meta")) == "weights on meta"

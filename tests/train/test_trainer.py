@@ -241,3 +241,25 @@ def test_lora_init_is_seeded_and_leaves_the_global_rng_alone() -> None:
 
     assert all(torch.equal(x, y) for x, y in zip(lora_a(a), lora_a(b), strict=True))
     assert not all(torch.equal(x, y) for x, y in zip(lora_a(a), lora_a(c), strict=True))
+
+
+def test_the_optimiser_is_fused_adamw_on_cpu_and_updates_as_the_default_one_does() -> None:
+    """The trainer's AdamW runs PyTorch's fused kernel on CPU; its update matches the default AdamW's."""
+    models = [tiny_llama(), tiny_llama()]
+    models[1].load_state_dict(models[0].state_dict())
+    fused = Trainer(models[0], TrainerConfig(lr=1e-2, weight_decay=0.1), PAD)
+    default = Trainer(models[1], TrainerConfig(lr=1e-2, weight_decay=0.1), PAD)
+    assert fused.optimizer.defaults["fused"] is True
+    default.optimizer = torch.optim.AdamW(
+        [p for p in models[1].parameters() if p.requires_grad], lr=1e-2, weight_decay=0.1
+    )
+    for trainer, model in ((fused, models[0]), (default, models[1])):
+        for _ in range(2):
+            trainer.step(with_advantages(_on_policy(model, SPECS), ADV))
+    moved = 0.0
+    for a, b, start in zip(
+        models[0].parameters(), models[1].parameters(), tiny_llama().parameters(), strict=True
+    ):
+        assert torch.allclose(a, b, atol=1e-5), (a - b).abs().max()
+        moved = max(moved, float((a - start).abs().max()))
+    assert moved > 1e-3  # the two steps changed the weights
