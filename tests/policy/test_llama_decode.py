@@ -180,3 +180,22 @@ def test_weights_stay_dense_where_onednn_cannot_take_them() -> None:
     assert "hidden size 128" in (packing_reason(torch.zeros(2), 128) or "")
     assert "dtype" in (packing_reason(torch.zeros(2, dtype=torch.float16)) or "")
     assert packing_reason(torch.zeros(2, device="meta")) == "weights on meta"
+
+
+def test_a_prepacking_failure_leaves_the_decoder_dense_and_correct(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _gqa_model(seed=7)
+    if packing_reason(next(model.parameters())) is not None:
+        pytest.skip("no oneDNN prepacking here")
+    want = LlamaDecoder(model)
+    want.dense_reason = "dense on purpose"
+    decoder = LlamaDecoder(model)
+    decoder.dense_reason = None
+
+    def refuse(*_a: object) -> None:
+        raise RuntimeError("no such layout")
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", refuse)
+    kw = dict(max_new_tokens=8, temperature=0.0, eos_ids=[1], pad_id=0)
+    got = sample_batch(model, [[5, 6, 7], [8, 9]], decoder=decoder, **kw)
+    assert decoder.dense_reason == "oneDNN prepacking failed: no such layout"
+    assert got.token_ids == sample_batch(model, [[5, 6, 7], [8, 9]], decoder=want, **kw).token_ids

@@ -209,7 +209,14 @@ class LlamaDecoder:
 
     @torch.no_grad()
     def _fuse(self) -> list[_Layer]:
-        packed = self.dense_reason is None
+        if self.dense_reason is None:
+            try:
+                return self._fuse_weights(packed=True)
+            except (RuntimeError, AttributeError) as e:  # oneDNN's private ops refused: stay dense
+                self.dense_reason = f"oneDNN prepacking failed: {e}"
+        return self._fuse_weights(packed=False)
+
+    def _fuse_weights(self, packed: bool) -> list[_Layer]:
         self._head = _pack(self.model.lm_head.weight.t(), packed)
         out = []
         for layer in self.model.model.layers:
