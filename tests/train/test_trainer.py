@@ -263,3 +263,26 @@ def test_the_optimiser_is_fused_adamw_on_cpu_and_updates_as_the_default_one_does
         assert torch.allclose(a, b, atol=1e-5), (a - b).abs().max()
         moved = max(moved, float((a - start).abs().max()))
     assert moved > 1e-3  # the two steps changed the weights
+
+
+def test_a_sampler_sharing_the_module_samples_with_the_updated_weights() -> None:
+    """The lean decoder keeps fused copies of the weights and rebuilds them when a parameter's version
+    counter moved; the fused AdamW kernel does not move it, so the trainer does. Without that the decoder
+    would keep sampling from the weights before the update."""
+    from trialground.policy.llama_decode import LlamaDecoder
+
+    model = tiny_llama()
+    decoder = LlamaDecoder(model)
+    trainer = Trainer(model, TrainerConfig(lr=1e-2), PAD)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    mask = torch.ones(1, 8, dtype=torch.bool)
+
+    def lean_logits() -> torch.Tensor:
+        return decoder.forward(ids, torch.arange(4).unsqueeze(0), mask, decoder.new_cache(1, 8), 0)
+
+    first = lean_logits()
+    trainer.step(with_advantages(_on_policy(model, SPECS), ADV))
+    with torch.no_grad():
+        want = model(ids).logits[:, -1]
+    assert not torch.allclose(first, want, atol=1e-4)  # the step changed the model's logits
+    assert torch.allclose(lean_logits(), want, atol=1e-5)
