@@ -169,8 +169,9 @@ def test_prepacked_weights_give_the_dense_weights_logits(dtype: torch.dtype) -> 
         step = decoder.forward(first.argmax(-1, keepdim=True), torch.full((2, 1), 4), mask, cache, 4)
         outs.append((first, step))
     layer = packed._current()[0]
+    assert packed._head is not None
     assert layer.w_qkv.layout == layer.w_down.layout == packed._head.layout == torch._mkldnn
-    assert dense._current()[0].w_qkv.layout == torch.strided
+    assert dense._current()[0].w_qkv.layout == torch.strided and dense._head is None
     tol = 1e-5 if dtype == torch.float32 else 1e-2
     for a, b in zip(outs[0], outs[1], strict=True):
         assert torch.allclose(a, b, atol=tol), (a - b).abs().max()

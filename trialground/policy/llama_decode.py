@@ -194,7 +194,7 @@ class LlamaDecoder:
         self._layers: list[_Layer] = []
         self._cos = self._sin = torch.empty(0)
         self.head_eps: float | None = None
-        self._head = torch.empty(0)  # the output layer's weight [d, V] (or prepacked, see `_pack`)
+        self._head: torch.Tensor | None = None  # the output layer's weight prepacked (see `_pack`), or None
         # Why the weights stay dense (None: they are prepacked for oneDNN)
         self.dense_reason = packing_reason(self._params[0], int(cfg.hidden_size))
 
@@ -217,7 +217,7 @@ class LlamaDecoder:
         return self._fuse_weights(packed=False)
 
     def _fuse_weights(self, packed: bool) -> list[_Layer]:
-        self._head = _pack(self.model.lm_head.weight.t(), packed)
+        self._head = _pack(self.model.lm_head.weight.t(), packed) if packed else None
         out = []
         for layer in self.model.model.layers:
             q, k, v, o = _attn_projs(layer)
@@ -347,4 +347,7 @@ class LlamaDecoder:
             gate, up = _add(_mm(x, w.w_gate_up), w.b_gate_up).chunk(2, dim=-1)
             h = h + _add(_mm(F.silu(gate) * up, w.w_down), w.b_down)
         last = self._rms(h[:, -1], self.model.model.norm.weight)
-        return _add(_mm(last, self._head), self.model.lm_head.bias)
+        head = self.model.lm_head
+        if self._head is not None:
+            return _add(_mm(last, self._head), head.bias)
+        return head(last.to(head.weight.dtype)).to(h.dtype)  # type: ignore[no-any-return]
