@@ -11,7 +11,7 @@ from train_helpers import PAD, sequence_logprobs, tiny_llama, traj
 from trialground.rollout.trajectory import Trajectory
 from trialground.train.advantages import with_advantages
 from trialground.train.config import TrainerConfig
-from trialground.train.trainer import Trainer, build_samples
+from trialground.train.trainer import Sample, Trainer, build_samples, forward_tokens, micro_batch_order
 
 
 def _on_policy(
@@ -110,16 +110,18 @@ def test_gradient_accumulation_equals_full_batch() -> None:
         assert torch.allclose(grads[0], other, rtol=1e-4, atol=1e-5 * scale), (grads[0] - other).abs().max()
 
 
-@pytest.mark.parametrize("loss_agg", ["token", "sequence"])
-def test_shared_prompt_forward_gives_the_same_loss_and_gradients(loss_agg: str) -> None:
-    """k samples of one prompt run the prompt once; loss, metrics and gradients equal full sequences."""
+@pytest.mark.parametrize(("loss_agg", "micro_batch"), [("token", 16), ("sequence", 16), ("token", 2)])
+def test_shared_prompt_forward_gives_the_same_loss_and_gradients(loss_agg: str, micro_batch: int) -> None:
+    """k samples of one prompt run the prompt once; loss, metrics and gradients equal full sequences (also
+    when micro-batches of 2 keep a prompt's samples together, `micro_batch_order`)."""
     specs = [([1, 2, 3], [4, 5, 6, 7], 1.0), ([1, 2, 3], [8, 9], 0.0), ([1, 2, 3], [10], 0.0), *SPECS[2:]]
     advantages = [1.0, -0.5, -0.5, -0.5, 0.5]
     grads, metrics = [], []
     for share in (False, True):
         model = tiny_llama()
         batch = _on_policy(model, specs)
-        trainer = Trainer(model, TrainerConfig(share_prompt=share, loss_agg=loss_agg), PAD)  # type: ignore[arg-type]
+        config = TrainerConfig(share_prompt=share, loss_agg=loss_agg, micro_batch_size=micro_batch)  # type: ignore[arg-type]
+        trainer = Trainer(model, config, PAD)
         trainer.optimizer.step = lambda *a, **k: None  # type: ignore[method-assign]
         trainer.optimizer.zero_grad = lambda *a, **k: None  # type: ignore[method-assign]
         metrics.append(trainer.step(with_advantages(batch, advantages)))
@@ -286,3 +288,38 @@ def test_a_sampler_sharing_the_module_samples_with_the_updated_weights() -> None
         want = model(ids).logits[:, -1]
     assert not torch.allclose(first, want, atol=1e-4)  # the step changed the model's logits
     assert torch.allclose(lean_logits(), want, atol=1e-5)
+
+
+def _sample(prompt: list[int], completion: int) -> Sample:
+    ids = prompt + [9] * completion
+    return Sample(
+        ids=ids, mask=[1] * (len(ids) - 1), old_logprobs=None, advantage=1.0, prompt_len=len(prompt)
+    )
+
+
+def test_micro_batches_keep_a_prompts_samples_together_only_when_that_runs_fewer_tokens() -> None:
+    a, b = [1] * 10, [2] * 10
+    long_prompts = [_sample(a, 5), _sample(b, 5), _sample(a, 4), _sample(b, 4)]
+    # longest first: [a5, b5] [a4, b4] runs both prompts twice: 2 x 10 + 2 x 5, then 2 x 10 + 2 x 4
+    assert forward_tokens(sorted(long_prompts, key=lambda s: -len(s.ids)), 2, True) == 58
+    order = micro_batch_order(long_prompts, 2, share_prompt=True)
+    assert [s.ids[0] for s in order] == [1, 1, 2, 2]  # [a5, a4] [b5, b4]: 10 + 2 x 5, then 10 + 2 x 5
+    assert forward_tokens(order, 2, True) == 40
+    # without prompt sharing, or when completions differ far more than prompts cost, longest first wins
+    assert [len(s.ids) for s in micro_batch_order(long_prompts, 2, share_prompt=False)] == [15, 15, 14, 14]
+    c, d = [3], [4]
+    short_prompts = [_sample(c, 20), _sample(c, 1), _sample(d, 19), _sample(d, 2)]
+    order = micro_batch_order(short_prompts, 2, share_prompt=True)
+    assert [len(s.ids) - 1 for s in order] == [20, 19, 2, 1]
+    assert forward_tokens(order, 2, True) == 48  # grouped would run 1 + 2 x 20, then 1 + 2 x 19: 80
+
+
+def test_the_step_reports_the_token_positions_it_ran() -> None:
+    model = tiny_llama()
+    specs = [([1, 2, 3], [4, 5, 6, 7], 1.0), ([5, 6], [10, 11, 12], 0.0), ([1, 2, 3], [8, 9], 0.0)]
+    m = Trainer(model, TrainerConfig(micro_batch_size=2), PAD).step(
+        with_advantages(_on_policy(model, specs), [1.0, -1.0, -0.5])
+    )
+    # [1,2,3]+4 with [1,2,3]+2 (3 + 2 x 4), then [5,6]+3 (2 + 3): 16; longest first would pair [1,2,3]+4 with
+    # [5,6]+3 (prompts left-padded: 2 x 3 + 2 x 4), then [1,2,3]+2 (3 + 2): 19
+    assert m["train/forward_tokens"] == 16.0
