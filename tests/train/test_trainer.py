@@ -302,16 +302,17 @@ def test_micro_batches_keep_a_prompts_samples_together_only_when_that_runs_fewer
     long_prompts = [_sample(a, 5), _sample(b, 5), _sample(a, 4), _sample(b, 4)]
     # longest first: [a5, b5] [a4, b4] runs both prompts twice: 2 x 10 + 2 x 5, then 2 x 10 + 2 x 4
     assert forward_tokens(sorted(long_prompts, key=lambda s: -len(s.ids)), 2, True) == 58
-    order = micro_batch_order(long_prompts, 2, share_prompt=True)
+    order, positions = micro_batch_order(long_prompts, 2, share_prompt=True)
     assert [s.ids[0] for s in order] == [1, 1, 2, 2]  # [a5, a4] [b5, b4]: 10 + 2 x 5, then 10 + 2 x 5
-    assert forward_tokens(order, 2, True) == 40
+    assert positions == forward_tokens(order, 2, True) == 40
     # without prompt sharing, or when completions differ far more than prompts cost, longest first wins
-    assert [len(s.ids) for s in micro_batch_order(long_prompts, 2, share_prompt=False)] == [15, 15, 14, 14]
+    order, positions = micro_batch_order(long_prompts, 2, share_prompt=False)
+    assert [len(s.ids) for s in order] == [15, 15, 14, 14] and positions == 2 * 15 + 2 * 14
     c, d = [3], [4]
     short_prompts = [_sample(c, 20), _sample(c, 1), _sample(d, 19), _sample(d, 2)]
-    order = micro_batch_order(short_prompts, 2, share_prompt=True)
+    order, positions = micro_batch_order(short_prompts, 2, share_prompt=True)
     assert [len(s.ids) - 1 for s in order] == [20, 19, 2, 1]
-    assert forward_tokens(order, 2, True) == 48  # grouped would run 1 + 2 x 20, then 1 + 2 x 19: 80
+    assert positions == 48  # grouped would run 1 + 2 x 20, then 1 + 2 x 19: 80
 
 
 def test_the_step_reports_the_token_positions_it_ran() -> None:

@@ -369,7 +369,7 @@ class Trainer:
             active = [s for s in samples if not s.inert]
         else:
             active = list(samples)
-        active = micro_batch_order(active, cfg.micro_batch_size, cfg.share_prompt)
+        active, positions = micro_batch_order(active, cfg.micro_batch_size, cfg.share_prompt)
         recompute = [s for s in active if cfg.old_logprobs == "recompute" or s.old_logprobs is None]
         sampler = {id(s): s.old_logprobs for s in recompute if s.old_logprobs is not None}
         self._fill_frozen(recompute, old=True, ref=False)
@@ -453,7 +453,7 @@ class Trainer:
                 "train/version": float(self.version),
                 "train/step_s": seconds,
                 "train/tokens_per_s": total_tokens * cfg.epochs / max(seconds, 1e-9),
-                "train/forward_tokens": float(forward_tokens(active, cfg.micro_batch_size, cfg.share_prompt)),
+                "train/forward_tokens": float(positions),
             }
         )
         return metrics
@@ -500,8 +500,7 @@ def forward_tokens(order: Sequence[Sample], size: int, share_prompt: bool) -> in
     longest of them) and every completion (right-padded to the longest); else every sequence padded to the
     longest of its micro-batch."""
     total = 0
-    for i in range(0, len(order), size):
-        chunk = order[i : i + size]
+    for chunk in _chunks(list(order), size):
         if share_prompt:
             prompts = {tuple(s.ids[: s.prompt_len]) for s in chunk}
             total += len(prompts) * max(map(len, prompts))
@@ -511,21 +510,23 @@ def forward_tokens(order: Sequence[Sample], size: int, share_prompt: bool) -> in
     return total
 
 
-def micro_batch_order(samples: Sequence[Sample], size: int, share_prompt: bool) -> list[Sample]:
-    """The order in which samples are cut into micro-batches: longest first (the least padding) or, with
-    `share_prompt`, the samples of a prompt kept together (groups longest first), whichever runs fewer
-    token positions (`forward_tokens`; longest first on a tie). Each distinct prompt of a micro-batch runs
-    once, so a prompt whose samples are spread over several micro-batches runs in each of them. Both
-    orders are fixed, so runs stay bit-reproducible."""
+def micro_batch_order(samples: Sequence[Sample], size: int, share_prompt: bool) -> tuple[list[Sample], int]:
+    """The order in which samples are cut into micro-batches, and the token positions one pass over it
+    runs (`forward_tokens`): longest first (the least padding) or, with `share_prompt`, the samples of a
+    prompt kept together (groups longest first), whichever runs fewer positions (longest first on a tie).
+    Each distinct prompt of a micro-batch runs once, so a prompt whose samples are spread over several
+    micro-batches runs in each of them. Both orders are fixed, so runs stay bit-reproducible."""
     by_length = sorted(samples, key=lambda s: len(s.ids), reverse=True)
-    if not share_prompt:
-        return by_length
-    groups: dict[tuple[int, ...], list[Sample]] = {}
-    for s in by_length:
-        groups.setdefault(tuple(s.ids[: s.prompt_len]), []).append(s)
-    ranked = sorted(groups.values(), key=lambda g: len(g[0].ids), reverse=True)
-    grouped = [s for g in ranked for s in g]
-    return min((by_length, grouped), key=lambda order: forward_tokens(order, size, share_prompt))
+    candidates = [by_length]
+    if share_prompt:
+        groups: dict[tuple[int, ...], list[Sample]] = {}
+        for s in by_length:
+            groups.setdefault(tuple(s.ids[: s.prompt_len]), []).append(s)
+        ranked = sorted(groups.values(), key=lambda g: len(g[0].ids), reverse=True)
+        candidates.append([s for g in ranked for s in g])
+    return min(
+        ((order, forward_tokens(order, size, share_prompt)) for order in candidates), key=lambda c: c[1]
+    )
 
 
 def _adamw(params: list[nn.Parameter], config: TrainerConfig) -> torch.optim.AdamW:
