@@ -28,6 +28,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +40,7 @@ import torch
 from trialground.envs.base import EpisodeEnd
 from trialground.envs.single_turn import SingleTurnEnv
 from trialground.envs.text import extract_code
+from trialground.hugepages import heap_pages, reexec_with_hugepages
 from trialground.integrations.trl import reward_function
 from trialground.orchestrator.wiring import float32_master
 from trialground.policy.base import SamplingParams
@@ -305,6 +309,28 @@ def summary(name: str, res: dict[str, Any], samples: int, pass1: float, per_step
     }
 
 
+def separately(name: str) -> dict[str, Any]:
+    """Run one system (`--only NAME`) in a fresh child process with this command's other arguments and return
+    its result row. The first update of a ~100M model touches gigabytes of fresh memory; in one process the
+    system that runs second reuses what the first one's allocator kept."""
+    argv, skip = [], False
+    for arg in sys.argv[1:]:
+        if skip or arg == "--separate":
+            skip = False
+            continue
+        if arg in ("--json", "--only"):
+            skip = True
+            continue
+        if not arg.startswith(("--json=", "--only=")):
+            argv.append(arg)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "result.json"
+        cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--only", name, "--json", str(out)]
+        subprocess.run(cmd, check=True)
+        (row,) = json.loads(out.read_text())["results"]
+    return dict(row)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=20)
@@ -328,8 +354,17 @@ def main() -> None:
     )
     ap.add_argument("--only", choices=["ours", "trl"], default=None)
     ap.add_argument("--ours-first", action="store_true", help="run ours before TRL (check order effects)")
+    ap.add_argument(
+        "--separate",
+        action="store_true",
+        help="run each system in a fresh process of its own (neither reuses memory the other faulted in)",
+    )
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
+    # both systems run in this process, so both get what `trialground train` gives its runs: 2 MB pages for
+    # the heap where the machine allows it (trialground/hugepages.py); TRIALGROUND_HUGEPAGES=0 turns it off
+    reexec_with_hugepages()
+    print(f"heap pages: {heap_pages()}", flush=True)
     tasks = generate_codegen_tasks(args.steps * args.tasks, seed=args.seed + 1, split="train")
     evals = generate_codegen_tasks(args.eval_tasks, seed=args.seed + 2, split="eval")
     samples = args.steps * args.tasks * args.k
@@ -357,8 +392,16 @@ def main() -> None:
 
     runs = {"trl": run_trl, "ours": run_ours}
     order = ["ours", "trl"] if args.ours_first else ["trl", "ours"]
-    rows = {name: runs[name]() for name in order if args.only in (None, name)}
-    out = {"args": vars(args), "pass@1_before": start, "results": list(rows.values())}
+    if args.separate and args.only is None:
+        rows = {name: separately(name) for name in order}
+    else:
+        rows = {name: runs[name]() for name in order if args.only in (None, name)}
+    out = {
+        "args": vars(args),
+        "heap_pages": heap_pages(),
+        "pass@1_before": start,
+        "results": list(rows.values()),
+    }
     print(json.dumps(out, indent=1, default=str))
     if args.json:
         args.json.write_text(json.dumps(out, indent=1, default=str))

@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from trialground.hugepages import hugepage_reason
 from trialground.orchestrator.run_config import load_config
 
 torch = pytest.importorskip("torch")
@@ -110,6 +111,9 @@ def test_resume_after_kill_matches_an_uninterrupted_run(tmp_path: Path) -> None:
 
     a, b = read_metrics(tmp_path / "straight"), read_metrics(killed_dir)
     assert [m["step"] for m in a] == [m["step"] for m in b]
+    # `trialground train` re-executed itself with huge pages for its heap where the machine allows it (the
+    # kill above reached the re-executed process: same pid, same session)
+    assert a[0]["system/heap_hugepages"] == (0.0 if hugepage_reason(env) else 1.0)
     for ma, mb in zip(a, b, strict=True):
         assert ma.get("reward/mean") == mb.get("reward/mean"), (
             ma["step"],

@@ -200,3 +200,76 @@ def test_a_prepacking_failure_leaves_the_decoder_dense_and_correct(monkeypatch: 
     got = sample_batch(model, [[5, 6, 7], [8, 9]], decoder=decoder, **kw)
     assert decoder.dense_reason == "oneDNN prepacking failed: no such layout"
     assert got.token_ids == sample_batch(model, [[5, 6, 7], [8, 9]], decoder=want, **kw).token_ids
+
+
+def test_a_shared_prompt_prefix_attends_like_the_per_row_cache() -> None:
+    """Decode attention over a shared prefix (each prompt's keys read once for its rows) equals attention
+    over the cache with the prompt copied into every row, for uneven groups and after rows left."""
+    from trialground.policy.llama_decode import SharedPrefix, _decode_attention, _shared_decode_attention
+
+    gen = torch.Generator().manual_seed(0)
+    layers, prompts, kv_heads, heads, width, own, dim = 2, 3, 2, 6, 7, 4, 8
+    keys, values = (torch.randn(layers, prompts, kv_heads, width, dim, generator=gen) for _ in range(2))
+    mask = torch.ones(prompts, width, dtype=torch.bool)
+    mask[0, :3] = False  # left padding of a short prompt
+    mask[2, :1] = False
+    owner = torch.tensor([0, 2, 0, 1, 2, 0, 2])  # uneven groups, not in prompt order
+    prefix = SharedPrefix(keys.clone(), values.clone(), mask)
+    prefix.regroup(owner)
+    rows = len(owner)
+    k_own, v_own = (torch.randn(rows, kv_heads, own, dim, generator=gen) for _ in range(2))
+    own_mask = torch.ones(rows, own, dtype=torch.bool)
+    q = torch.randn(rows, heads, 1, dim, generator=gen)
+
+    def per_row(layer: int, owner: torch.Tensor, q, k_own, v_own, own_mask):  # type: ignore[no-untyped-def]
+        k = torch.cat([keys[layer][owner], k_own], dim=2)
+        v = torch.cat([values[layer][owner], v_own], dim=2)
+        return _decode_attention(q, k, v, torch.cat([mask[owner], own_mask], dim=1))
+
+    for layer in range(layers):
+        got = _shared_decode_attention(q, prefix, layer, k_own, v_own, prefix.hidden(own_mask))
+        torch.testing.assert_close(
+            got, per_row(layer, owner, q, k_own, v_own, own_mask), rtol=1e-5, atol=1e-6
+        )
+    assert not prefix.in_order
+    # rows in prompt order, as many per prompt: the grid is the batch itself (no gathers)
+    grouped = torch.tensor([0, 0, 1, 1, 2, 2])
+    in_order = SharedPrefix(keys.clone(), values.clone(), mask)
+    in_order.regroup(grouped)
+    assert in_order.in_order
+    got = _shared_decode_attention(q[:6], in_order, 0, k_own[:6], v_own[:6], in_order.hidden(own_mask[:6]))
+    torch.testing.assert_close(
+        got, per_row(0, grouped, q[:6], k_own[:6], v_own[:6], own_mask[:6]), rtol=1e-5, atol=1e-6
+    )
+    # rows leave (every row of prompt 1 among them): its cache is dropped and the rest still agree
+    keep = torch.tensor([4, 0, 6])
+    prefix.regroup(prefix.owner[keep])
+    assert prefix.keys.shape[1] == 2 and prefix.per_prompt == 2
+    got = _shared_decode_attention(
+        q[keep], prefix, 1, k_own[keep], v_own[keep], prefix.hidden(own_mask[keep])
+    )
+    want = per_row(1, owner[keep], q[keep], k_own[keep], v_own[keep], own_mask[keep])
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_repeated_prompts_decode_over_one_prefix_per_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """k samples of a prompt: the lean decoder keeps one prompt cache per distinct prompt (not one per row)
+    and samples what transformers samples."""
+    from trialground.policy import hf
+
+    model = _gqa_model(2)
+    gen = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(2, 97, (n,), generator=gen).tolist() for n in (11, 4)]
+    built: list[tuple] = []
+    real_init = hf._LeanSteps.__init__
+
+    def record(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        real_init(self, *args, **kwargs)
+        built.append((tuple(self.prefix.keys.shape), tuple(self.cache[0].shape)))
+
+    monkeypatch.setattr(hf._LeanSteps, "__init__", record)
+    ref, lean = _sample_both(model, prompts * 5, 1.0, seed=2)
+    _assert_same(ref, lean)
+    # [layers, prompts, kv heads, slots, head dim]: two prompts padded to the longer; the ten rows' own
+    # caches hold the new tokens only
+    assert built == [((3, 2, 2, 11, 16), (3, 10, 2, 24, 16))]

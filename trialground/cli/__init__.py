@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import typer
 
@@ -59,4 +60,9 @@ def _options(
 
 
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] in ("train", "eval"):
+        # glibc reads its tunables when a process starts: re-execute before the run does any work
+        from trialground.hugepages import reexec_with_hugepages
+
+        reexec_with_hugepages()
     app()

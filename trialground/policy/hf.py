@@ -31,7 +31,7 @@ from trialground.errors import PolicyError
 from trialground.policy.base import Generation, Policy, SamplingParams
 from trialground.policy.config import PolicyConfig
 from trialground.policy.decoding import completion_text, control_ids
-from trialground.policy.llama_decode import LlamaDecoder, unsupported_reason
+from trialground.policy.llama_decode import LlamaDecoder, SharedPrefix, unsupported_reason
 from trialground.policy.loading import check_vocabulary, load_model, load_tokenizer
 from trialground.tensors import cache_keyword, distinct_rows, left_pad
 
@@ -96,22 +96,46 @@ class _TransformersSteps:
 
 class _LeanSteps:
     """The same through `LlamaDecoder`, over a KV cache preallocated for the whole generation. Finished
-    rows are dropped from the batch (`keep`), so short answers stop costing compute."""
+    rows are dropped from the batch (`keep`), so short answers stop costing compute.
 
-    def __init__(self, decoder: LlamaDecoder, mask: torch.Tensor, max_new_tokens: int) -> None:
-        bsz, width = mask.shape
+    With `owner` ([B]: row b continues prompt owner[b] of the `mask` [U, W] prefilled), the prompts' cache
+    is a `SharedPrefix` read once per prompt by every decode step, and each row's cache holds only its own
+    new tokens."""
+
+    def __init__(
+        self,
+        decoder: LlamaDecoder,
+        mask: torch.Tensor,
+        max_new_tokens: int,
+        owner: torch.Tensor | None = None,
+    ) -> None:
+        rows, width = mask.shape
         self.decoder = decoder
-        self.key_mask = torch.ones((bsz, width + max_new_tokens), dtype=torch.bool, device=mask.device)
-        self.key_mask[:, :width] = mask.bool()
-        self.cache = decoder.new_cache(bsz, width + max_new_tokens)
+        self.owner = owner
+        self.prefix: SharedPrefix | None = None
+        if owner is None:
+            self.key_mask = torch.ones((rows, width + max_new_tokens), dtype=torch.bool, device=mask.device)
+            self.key_mask[:, :width] = mask.bool()
+            self.cache = decoder.new_cache(rows, width + max_new_tokens)
+        else:
+            self.prefix = SharedPrefix(*decoder.new_cache(rows, width), mask.bool())
+            self.key_mask = torch.ones((len(owner), max_new_tokens), dtype=torch.bool, device=mask.device)
+            self.cache = decoder.new_cache(len(owner), max_new_tokens)
         self.filled = 0
 
     def prefill(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        self.filled = ids.shape[1]
-        return self.decoder.forward(ids, positions, self.key_mask, self.cache, 0)
+        if self.prefix is None or self.owner is None:
+            self.filled = ids.shape[1]
+            return self.decoder.forward(ids, positions, self.key_mask, self.cache, 0)
+        prefix = self.prefix
+        logits = self.decoder.forward(ids, positions, prefix.mask, (prefix.keys, prefix.values), 0)
+        prefix.regroup(self.owner)
+        return logits[self.owner]
 
     def step(self, tok: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        logits = self.decoder.forward(tok.unsqueeze(-1), positions, self.key_mask, self.cache, self.filled)
+        logits = self.decoder.forward(
+            tok.unsqueeze(-1), positions, self.key_mask, self.cache, self.filled, prefix=self.prefix
+        )
         self.filled += 1
         return logits
 
@@ -120,6 +144,8 @@ class _LeanSteps:
         keys, values = self.cache
         self.cache = (keys[:, rows], values[:, rows])  # copies: the finished rows' memory is freed
         self.key_mask = self.key_mask[rows]
+        if self.prefix is not None:
+            self.prefix.regroup(self.prefix.owner[rows])
 
 
 # Drop finished rows from a compacting decoder once this fraction of its rows is finished.
@@ -170,9 +196,8 @@ def sample_batch(
         else:
             inverse = torch.tensor(owner, device=device)
             distinct = torch.tensor(first, device=device)
-            steps = _LeanSteps(decoder, mask[distinct], max_new_tokens)
-            logits = steps.prefill(ids[distinct], positions[distinct])[inverse]
-            steps.keep(inverse)
+            steps = _LeanSteps(decoder, mask[distinct], max_new_tokens, owner=inverse)
+            logits = steps.prefill(ids[distinct], positions[distinct])
     # logits [A, V] always has one row per entry of `live`: the batch rows `steps` computes, in its order
     live = torch.arange(bsz, device=device)
     next_pos = positions[:, -1] + 1  # [B]

@@ -13,7 +13,9 @@ What it does differently: q/k/v and gate/up projections are fused into one matmu
 hidden size of 512, those weights and the output layer's are prepacked once for oneDNN (`_pack`) instead of
 being reordered by every matmul; the KV cache is one preallocated tensor per layer written in place; rotary
 tables are computed once per batch; the attention mask is built from a boolean key mask without a 4-D
-float mask per layer.
+float mask per layer. Rows that continue the same prompt (GRPO's k samples of a task) share one copy of its
+KV cache (`SharedPrefix`): each decode step reads a prompt's keys and values once for all of its rows, with
+their queries stacked, rather than once per row.
 
 The fused weights are copies, so they are rebuilt whenever a parameter changed: every in-place update
 (optimiser steps, `load_weights`) bumps a tensor's version counter, and `LlamaDecoder` compares the
@@ -24,7 +26,7 @@ refused by `unsupported_reason`, and the caller falls back to the transformers f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -173,6 +175,94 @@ def _decode_attention(
     return torch.matmul(torch.softmax(scores, dim=-1), v).reshape(bsz, heads, 1, dim)
 
 
+@dataclass
+class SharedPrefix:
+    """The KV cache of prompts that several decoded rows continue (the k samples of a task): keys and values
+    [layers, U, Hk, W, D] from prefilling the U distinct prompts, `mask` [U, W] their real slots. Decode
+    attention reads each prompt's keys and values once for all of its rows (`_shared_decode_attention`)
+    instead of once per row; at GRPO shapes the prompt is most of what a decode step reads.
+    `regroup(owner)` says which prompt each row continues (`owner` [A]), again whenever rows leave."""
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    mask: torch.Tensor
+    owner: torch.Tensor = field(init=False)
+    row_mask: torch.Tensor = field(init=False)  # [A, W] each row's prompt slots
+    per_prompt: int = field(init=False)  # R: rows of the prompt with the most
+    slot: torch.Tensor = field(init=False)  # [A] each row's place in the [U, R] grid of queries
+    take: torch.Tensor = field(init=False)  # [U R] the row at each place (row 0 where a prompt has < R rows)
+    in_order: bool = field(init=False)  # rows are the grid's places in order (take = slot = 0..A-1)
+
+    def regroup(self, owner: torch.Tensor) -> None:
+        used, owner = torch.unique(owner, return_inverse=True)
+        if len(used) < self.mask.shape[0]:  # prompts no row continues any more: drop their caches
+            self.keys, self.values, self.mask = self.keys[:, used], self.values[:, used], self.mask[used]
+        counts = torch.bincount(owner, minlength=len(used))
+        per_prompt = int(counts.max())
+        order = torch.argsort(owner, stable=True)
+        rank = torch.empty_like(owner)
+        rank[order] = (
+            torch.arange(len(owner), device=owner.device) - (counts.cumsum(0) - counts)[owner[order]]
+        )
+        self.owner, self.row_mask, self.per_prompt = owner, self.mask[owner], per_prompt
+        self.slot = owner * per_prompt + rank
+        self.take = torch.zeros(len(used) * per_prompt, dtype=torch.long, device=owner.device)
+        self.take[self.slot] = torch.arange(len(owner), device=owner.device)
+        self.in_order = len(owner) == len(self.take) and bool(
+            (self.slot == torch.arange(len(owner), device=owner.device)).all()
+        )
+
+    def hidden(self, key_mask: torch.Tensor) -> torch.Tensor:
+        """[A, 1, 1, W + t]: True for the slots each row must not see, its prompt's then its own
+        (`key_mask` [A, t])."""
+        return ~torch.cat([self.row_mask, key_mask], dim=-1)[:, None, None, :]
+
+
+def _shared_decode_attention(
+    q: torch.Tensor,
+    prefix: SharedPrefix,
+    layer: int,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    hidden: torch.Tensor,
+) -> torch.Tensor:
+    """`_decode_attention` over a shared prompt and each row's own slots: q [A, H, 1, D], the prefix's
+    layer `layer`, the rows' own keys and values [A, Hk, t, D]; `hidden` [A, 1, 1, W + t] is True for the
+    slots a row must not see (`SharedPrefix.hidden`). One softmax over both parts. For
+    the prompt part each prompt's rows' queries are stacked ([U, Hk, R G, D]), so its keys and values are
+    read once per prompt; the grid's padding places compute values nobody reads."""
+    rows, heads, _, dim = q.shape
+    kv_heads = k.shape[1]
+    group = heads // kv_heads
+    prompts, per, width = prefix.mask.shape[0], prefix.per_prompt, prefix.mask.shape[1]
+
+    def to_grid(x: torch.Tensor) -> torch.Tensor:  # [A, Hk, G, n] -> [U, Hk, R G, n]
+        x = x if prefix.in_order else x[prefix.take]
+        n = x.shape[-1]
+        return (
+            x.view(prompts, per, kv_heads, group, n)
+            .transpose(1, 2)
+            .reshape(prompts, kv_heads, per * group, n)
+        )
+
+    def from_grid(x: torch.Tensor) -> torch.Tensor:  # [U, Hk, R G, n] -> [A, Hk, G, n]
+        n = x.shape[-1]
+        x = (
+            x.view(prompts, kv_heads, per, group, n)
+            .transpose(1, 2)
+            .reshape(prompts * per, kv_heads, group, n)
+        )
+        return x if prefix.in_order else x[prefix.slot]
+
+    qg = q.reshape(rows, kv_heads, group, dim)
+    shared = from_grid(torch.matmul(to_grid(qg), prefix.keys[layer].transpose(-1, -2)))  # [A, Hk, G, W]
+    own = torch.matmul(qg, k.transpose(-1, -2))  # [A, Hk, G, t]
+    scores = torch.cat([shared, own], dim=-1).mul_(dim**-0.5).masked_fill_(hidden, float("-inf"))
+    p_shared, p_own = torch.softmax(scores, dim=-1).split([width, k.shape[2]], dim=-1)
+    out = from_grid(torch.matmul(to_grid(p_shared), prefix.values[layer])).add_(torch.matmul(p_own, v))
+    return out.reshape(rows, heads, 1, dim)
+
+
 class LlamaDecoder:
     """Prefill and one-token decode steps over a preallocated KV cache (see the module docstring)."""
 
@@ -306,20 +396,26 @@ class LlamaDecoder:
         key_mask: torch.Tensor,
         cache: tuple[torch.Tensor, torch.Tensor],
         start: int,
+        prefix: SharedPrefix | None = None,
     ) -> torch.Tensor:
         """Logits [B, V] of the last of `ids` [B, S], whose tokens sit at cache slots start..start+S.
 
         `positions` [B, S] are rotary positions (left padding shifts them), `key_mask` [B, >= start+S] is
         True for slots holding real tokens. Every query may attend to itself, so a padding row stays
-        finite; real rows never see padding slots.
+        finite; real rows never see padding slots. With `prefix` (one new token per row) each row also
+        attends to its prompt's slots there, before its own: `cache` then holds only the rows' own tokens.
         """
+        if prefix is not None and ids.shape[1] != 1:
+            raise ValueError("a shared prefix is read by one-token decode steps only")
         layers = self._current()
         bsz, seq = ids.shape
         end = start + seq
         embed = self.model.model.embed_tokens
         h = embed(ids).to(activation_dtype(embed.weight))  # [B, S, d]
         cos, sin = self._rotary(positions, h.dtype)
-        if seq == 1:  # one new token per row: it is real and may see every real slot before it
+        if prefix is not None:
+            mask = prefix.hidden(key_mask[:, :end])
+        elif seq == 1:  # one new token per row: it is real and may see every real slot before it
             mask = key_mask[:, None, None, :end]
         else:
             slots = torch.arange(end, device=ids.device)
@@ -336,7 +432,11 @@ class LlamaDecoder:
             q = (q * cos + _rotate_half(q) * sin).transpose(1, 2)  # [B, H, S, D]
             keys[i, :, :, start:end] = (k * cos + _rotate_half(k) * sin).transpose(1, 2)
             values[i, :, :, start:end] = v.transpose(1, 2)
-            if seq == 1 and q.device.type == "cpu":
+            if prefix is not None:
+                attn = _shared_decode_attention(
+                    q, prefix, i, keys[i, :, :, :end], values[i, :, :, :end], mask
+                )
+            elif seq == 1 and q.device.type == "cpu":
                 attn = _decode_attention(q, keys[i, :, :, :end], values[i, :, :, :end], key_mask[:, :end])
             else:
                 attn = F.scaled_dot_product_attention(

@@ -1,0 +1,110 @@
+"""2 MB pages for the C allocator's heap in CPU training processes.
+
+A CPU training step allocates gigabytes of activations and gradients. With 4 KB pages each first touch is
+a page fault, and on the 2-core virtual machine docs/benchmarks.md was measured on a fault costs ~19 us:
+the first update of a 106M-parameter model (64 GRPO samples in one micro-batch, bf16) took 54.9 s, 34.8 s
+of it in the kernel (1.79M faults). glibc (2.35 and later) can ask for transparent huge pages for its heap
+and its mmapped chunks (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`): the same update then took 35.1 s with
+3,227 faults; later updates are unchanged (docs/benchmarks.md).
+
+glibc reads tunables once, when the process starts, so `trialground train` and `trialground eval` re-execute
+themselves with the tunable set before doing anything else (`reexec_with_hugepages`); processes they start
+inherit it (sandboxes do not: their environment is built from scratch). `TRIALGROUND_HUGEPAGES=0` turns it
+off. Nothing is re-executed where it cannot work: another C library, glibc older than 2.35, transparent huge
+pages set to `never`, or a tunable the user already chose.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+TUNABLE = "glibc.malloc.hugetlb"
+OPT_OUT = "TRIALGROUND_HUGEPAGES"
+THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+def thp_mode(path: Path = THP_MODE) -> str | None:
+    """The kernel's transparent huge page mode (`always`, `madvise`, `never`), None where it has none."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    for word in text.split():
+        if word.startswith("[") and word.endswith("]"):
+            return word[1:-1]
+    return None
+
+
+def hugepage_reason(
+    env: Mapping[str, str] | None = None,
+    libc: tuple[str, str] | None = None,
+    mode: str | None = "",
+) -> str | None:
+    """Why the heap would not get huge pages from a re-execution (None: it would).
+
+    `env`, `libc` and `mode` default to this process's environment, C library and the kernel's mode."""
+    env = os.environ if env is None else env
+    if env.get(OPT_OUT, "1").strip().lower() in ("0", "false", "no", "off"):
+        return f"{OPT_OUT}={env[OPT_OUT]}"
+    if tunable_value(env) is not None:
+        return f"GLIBC_TUNABLES sets {TUNABLE}={tunable_value(env)}"
+    if not sys.platform.startswith("linux"):
+        return f"platform {sys.platform}"
+    name, version = platform.libc_ver() if libc is None else libc
+    if name != "glibc":
+        return f"C library {name or 'unknown'}, not glibc"
+    try:
+        major, minor = (int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return f"glibc version {version!r} unreadable"
+    if (major, minor) < (2, 35):
+        return f"glibc {version} has no {TUNABLE} (2.35+)"
+    mode = thp_mode() if mode == "" else mode
+    if mode not in ("always", "madvise"):
+        return f"transparent huge pages: {mode or 'not available'}"
+    return None
+
+
+def tunable_value(env: Mapping[str, str]) -> str | None:
+    """The value GLIBC_TUNABLES gives the tunable (the last one wins, as in glibc), None if unset."""
+    value = None
+    for item in env.get("GLIBC_TUNABLES", "").split(":"):
+        key, _, val = item.partition("=")
+        if key == TUNABLE:
+            value = val
+    return value
+
+
+def hugepage_env(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` with the tunable added to whatever GLIBC_TUNABLES already holds."""
+    current = env.get("GLIBC_TUNABLES", "")
+    return {**env, "GLIBC_TUNABLES": f"{current}:{TUNABLE}=1" if current else f"{TUNABLE}=1"}
+
+
+def reexec_with_hugepages(argv: Sequence[str] | None = None) -> None:
+    """Replace this process by itself with huge pages for its heap, or return where that is not possible
+    (see `hugepage_reason`). Call it first thing in a process's entry point: the process starts over.
+    `argv` defaults to the interpreter's own command line (`sys.orig_argv`)."""
+    reason = hugepage_reason()
+    if reason is not None:
+        log.debug("allocator: 4 KB pages (%s)", reason)
+        return
+    args = list(sys.orig_argv if argv is None else argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, args, hugepage_env(os.environ))
+
+
+def heap_pages() -> str:
+    """What this process's heap runs on, for a run's log: `2MB` or `4KB (reason)`."""
+    value = tunable_value(os.environ)
+    if value in ("1", "2"):
+        return "2MB"
+    return f"4KB ({hugepage_reason() or 'not re-executed'})"
