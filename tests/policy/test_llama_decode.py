@@ -273,3 +273,57 @@ def test_repeated_prompts_decode_over_one_prefix_per_prompt(monkeypatch: pytest.
     # [layers, prompts, kv heads, slots, head dim]: two prompts padded to the longer; the ten rows' own
     # caches hold the new tokens only
     assert built == [((3, 2, 2, 11, 16), (3, 10, 2, 24, 16))]
+
+
+def test_a_mostly_distinct_batch_copies_its_prompts_and_samples_the_same() -> None:
+    """One prompt repeated among many distinct ones would make the shared grid mostly padding: the prompts
+    are copied into the rows' caches instead, with the same tokens as transformers."""
+    from trialground.policy import hf
+
+    model = _gqa_model(3)
+    gen = torch.Generator().manual_seed(6)
+    distinct = [torch.randint(2, 97, (n,), generator=gen).tolist() for n in (5, 9, 3, 12, 7)]
+    prompts = [distinct[0]] * 6 + distinct[1:]  # 5 prompts, grid 5 x 6 = 30 places for 10 rows
+    ref, lean = _sample_both(model, prompts, 1.0, seed=3)
+    _assert_same(ref, lean)
+    decoder = LlamaDecoder(model)
+    ids, mask = hf.left_pad(distinct, 0, torch.device("cpu"))
+    owner = torch.tensor([0] * 6 + [1, 2, 3, 4])
+    steps = hf._LeanSteps(decoder, mask, 4, owner=owner)
+    steps.prefill(ids, (mask.cumsum(-1) - 1).clamp(min=0))
+    assert steps.prefix is None and steps.filled == 12 and steps.cache[0].shape[3] == 12 + 4
+
+
+def test_rows_leaving_unevenly_switch_to_copied_prompts_with_the_same_logits() -> None:
+    """After rows leave, a grid over twice the rows left is given up for copied prompts; the next decode
+    step's logits equal those of a decoder that copied the prompts from the start."""
+    from trialground.policy import hf
+
+    model = _gqa_model(4)
+    gen = torch.Generator().manual_seed(7)
+    distinct = [torch.randint(2, 97, (n,), generator=gen).tolist() for n in (6, 10, 4)]
+    ids, mask = hf.left_pad(distinct, 0, torch.device("cpu"))
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    owner = torch.tensor([0, 0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2])  # a grid of 3 x 6 for 12 rows: shared
+
+    def run(shared: bool) -> tuple[hf._LeanSteps, torch.Tensor]:
+        steps = hf._LeanSteps(
+            LlamaDecoder(model), mask[owner] if not shared else mask, 6, owner=owner if shared else None
+        )
+        if shared:
+            steps.prefill(ids, positions)
+            assert steps.prefix is not None  # 3 x 6 places for 12 rows: shared
+        else:
+            steps.prefill(ids[owner], positions[owner])
+        nxt = positions[owner, -1] + 1
+        tok = torch.randint(2, 97, (12,), generator=torch.Generator().manual_seed(8))
+        steps.step(tok, nxt.unsqueeze(-1))
+        keep = torch.tensor([0, 1, 2, 3, 4, 5, 6, 9])  # 6, 1 and 1 rows: a grid of 3 x 6 > 2 x 8
+        steps.keep(keep)
+        tok2 = torch.randint(2, 97, (8,), generator=torch.Generator().manual_seed(9))
+        return steps, steps.step(tok2, (nxt[keep] + 1).unsqueeze(-1))
+
+    shared, got = run(True)
+    assert shared.prefix is None  # switched to copied prompts at `keep`
+    _, want = run(False)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

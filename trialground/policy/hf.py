@@ -100,7 +100,9 @@ class _LeanSteps:
 
     With `owner` ([B]: row b continues prompt owner[b] of the `mask` [U, W] prefilled), the prompts' cache
     is a `SharedPrefix` read once per prompt by every decode step, and each row's cache holds only its own
-    new tokens."""
+    new tokens. Shared attention stacks each prompt's rows into a grid as wide as the prompt with the most
+    rows; where that grid would be over twice the rows (a few repeated prompts among many distinct ones, or
+    uneven groups once rows left), the prompts are copied into the rows' caches instead (`_unshare`)."""
 
     def __init__(
         self,
@@ -130,7 +132,24 @@ class _LeanSteps:
         prefix = self.prefix
         logits = self.decoder.forward(ids, positions, prefix.mask, (prefix.keys, prefix.values), 0)
         prefix.regroup(self.owner)
+        self._share_or_copy()
         return logits[self.owner]
+
+    def _share_or_copy(self) -> None:
+        prefix = self.prefix
+        if prefix is not None and prefix.mask.shape[0] * prefix.per_prompt > 2 * len(prefix.owner):
+            self._unshare(prefix)
+
+    def _unshare(self, prefix: SharedPrefix) -> None:
+        """Copy each row's prompt into its own cache, ahead of its new tokens; decode without the prefix."""
+        keys, values = self.cache
+        self.cache = (
+            torch.cat([prefix.keys[:, prefix.owner], keys], dim=3),
+            torch.cat([prefix.values[:, prefix.owner], values], dim=3),
+        )
+        self.key_mask = torch.cat([prefix.row_mask, self.key_mask], dim=1)
+        self.filled += prefix.mask.shape[1]
+        self.prefix = None
 
     def step(self, tok: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         logits = self.decoder.forward(
@@ -146,6 +165,7 @@ class _LeanSteps:
         self.key_mask = self.key_mask[rows]
         if self.prefix is not None:
             self.prefix.regroup(self.prefix.owner[rows])
+            self._share_or_copy()
 
 
 # Drop finished rows from a compacting decoder once this fraction of its rows is finished.

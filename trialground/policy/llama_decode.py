@@ -413,9 +413,8 @@ class LlamaDecoder:
         embed = self.model.model.embed_tokens
         h = embed(ids).to(activation_dtype(embed.weight))  # [B, S, d]
         cos, sin = self._rotary(positions, h.dtype)
-        if prefix is not None:
-            mask = prefix.hidden(key_mask[:, :end])
-        elif seq == 1:  # one new token per row: it is real and may see every real slot before it
+        hidden = None if prefix is None else prefix.hidden(key_mask[:, :end])  # True: not to be seen
+        if seq == 1:  # one new token per row: it is real and may see every real slot before it
             mask = key_mask[:, None, None, :end]
         else:
             slots = torch.arange(end, device=ids.device)
@@ -432,9 +431,9 @@ class LlamaDecoder:
             q = (q * cos + _rotate_half(q) * sin).transpose(1, 2)  # [B, H, S, D]
             keys[i, :, :, start:end] = (k * cos + _rotate_half(k) * sin).transpose(1, 2)
             values[i, :, :, start:end] = v.transpose(1, 2)
-            if prefix is not None:
+            if prefix is not None and hidden is not None:
                 attn = _shared_decode_attention(
-                    q, prefix, i, keys[i, :, :, :end], values[i, :, :, :end], mask
+                    q, prefix, i, keys[i, :, :, :end], values[i, :, :, :end], hidden
                 )
             elif seq == 1 and q.device.type == "cpu":
                 attn = _decode_attention(q, keys[i, :, :, :end], values[i, :, :, :end], key_mask[:, :end])
