@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from trialground.hugepages import (
+    DONE,
     OPT_OUT,
     hugepage_env,
     hugepage_reason,
@@ -32,13 +33,15 @@ def test_reasons_not_to_reexecute() -> None:
     assert "2.35" in str(hugepage_reason({}, ("glibc", "2.31"), "madvise"))
     assert "not glibc" in str(hugepage_reason({}, ("", ""), "madvise"))  # musl: platform.libc_ver() is empty
     assert "unreadable" in str(hugepage_reason({}, ("glibc", "x"), "madvise"))
+    # a process that was re-executed and still lacks the tunable (glibc dropped it) does not loop
+    assert "already re-executed" in str(hugepage_reason({DONE: "1"}, GLIBC, "madvise"))
     # a choice the user made is kept, whichever it is
     chosen = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}
     assert hugepage_reason(chosen, GLIBC, "madvise") == "GLIBC_TUNABLES sets glibc.malloc.hugetlb=0"
 
 
 def test_the_tunable_joins_the_ones_already_set() -> None:
-    assert hugepage_env({"A": "b"}) == {"A": "b", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+    assert hugepage_env({"A": "b"}) == {"A": "b", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1", DONE: "1"}
     env = hugepage_env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})
     assert env["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
     assert tunable_value(env) == "1"
@@ -75,7 +78,7 @@ def _child(env: dict[str, str]) -> tuple[str, int]:
 
 
 def test_a_reexecuted_process_gets_huge_pages_and_the_opt_out_keeps_small_ones() -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", OPT_OUT)}
+    env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", OPT_OUT, DONE)}
     reason = hugepage_reason(env)
     if reason is not None:
         pytest.skip(f"this machine cannot give the heap huge pages: {reason}")

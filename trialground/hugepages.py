@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 
 TUNABLE = "glibc.malloc.hugetlb"
 OPT_OUT = "TRIALGROUND_HUGEPAGES"
+# set in the re-executed process: never re-execute twice (a process that runs in secure mode, e.g. with file
+# capabilities, has GLIBC_TUNABLES removed by glibc and would otherwise re-execute itself forever)
+DONE = "TRIALGROUND_HUGEPAGES_REEXECUTED"
 THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 
@@ -53,6 +56,8 @@ def hugepage_reason(
     env = os.environ if env is None else env
     if env.get(OPT_OUT, "1").strip().lower() in ("0", "false", "no", "off"):
         return f"{OPT_OUT}={env[OPT_OUT]}"
+    if env.get(DONE):
+        return "already re-executed once (GLIBC_TUNABLES did not reach this process)"
     if tunable_value(env) is not None:
         return f"GLIBC_TUNABLES sets {TUNABLE}={tunable_value(env)}"
     if not sys.platform.startswith("linux"):
@@ -85,7 +90,8 @@ def tunable_value(env: Mapping[str, str]) -> str | None:
 def hugepage_env(env: Mapping[str, str]) -> dict[str, str]:
     """`env` with the tunable added to whatever GLIBC_TUNABLES already holds."""
     current = env.get("GLIBC_TUNABLES", "")
-    return {**env, "GLIBC_TUNABLES": f"{current}:{TUNABLE}=1" if current else f"{TUNABLE}=1"}
+    tunables = f"{current}:{TUNABLE}=1" if current else f"{TUNABLE}=1"
+    return {**env, "GLIBC_TUNABLES": tunables, DONE: "1"}
 
 
 def reexec_with_hugepages(argv: Sequence[str] | None = None) -> None:
