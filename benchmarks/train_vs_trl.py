@@ -309,10 +309,11 @@ def summary(name: str, res: dict[str, Any], samples: int, pass1: float, per_step
     }
 
 
-def separately(name: str) -> dict[str, Any]:
-    """Run one system (`--only NAME`) in a fresh child process with this command's other arguments and return
-    its result row. The first update of a ~100M model touches gigabytes of fresh memory; in one process the
-    system that runs second reuses what the first one's allocator kept."""
+def separately(name: str) -> tuple[dict[str, Any], float]:
+    """Run one system (`--only NAME`) in a fresh child process with this command's other arguments; return
+    its result row and the held-out pass@1 before training that it measured. The first update of a ~100M
+    model touches gigabytes of fresh memory; in one process the system that runs second reuses what the
+    first one's allocator kept."""
     argv, skip = [], False
     for arg in sys.argv[1:]:
         if skip or arg == "--separate":
@@ -327,8 +328,9 @@ def separately(name: str) -> dict[str, Any]:
         out = Path(tmp) / "result.json"
         cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--only", name, "--json", str(out)]
         subprocess.run(cmd, check=True)
-        (row,) = json.loads(out.read_text())["results"]
-    return dict(row)
+        result = json.loads(out.read_text())
+    (row,) = result["results"]
+    return dict(row), float(result["pass@1_before"])
 
 
 def main() -> None:
@@ -361,14 +363,19 @@ def main() -> None:
     )
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
-    # both systems run in this process, so both get what `trialground train` gives its runs: 2 MB pages for
-    # the heap where the machine allows it (trialground/hugepages.py); TRIALGROUND_HUGEPAGES=0 turns it off
+    # both systems get what `trialground train` gives its runs (children inherit it): 2 MB pages for the
+    # heap where the machine allows it (trialground/hugepages.py); TRIALGROUND_HUGEPAGES=0 turns it off
     reexec_with_hugepages()
     print(f"heap pages: {heap_pages()}", flush=True)
     tasks = generate_codegen_tasks(args.steps * args.tasks, seed=args.seed + 1, split="train")
     evals = generate_codegen_tasks(args.eval_tasks, seed=args.seed + 2, split="eval")
     samples = args.steps * args.tasks * args.k
     per_step = args.tasks * args.k
+    order = ["ours", "trl"] if args.ours_first else ["trl", "ours"]
+    if args.separate and args.only is None:  # the children do all the work
+        results = {name: separately(name) for name in order}
+        report(args, {name: row for name, (row, _) in results.items()}, results[order[0]][1])
+        return
     base = HFPolicy(PolicyConfig(model=args.model))
     start = asyncio.run(held_out_pass1(base, evals, args.max_new_tokens))
     print(f"held-out greedy pass@1 before training: {start:.3f}", flush=True)
@@ -391,11 +398,11 @@ def main() -> None:
         return summary("trialground", res, samples, pass1, per_step)
 
     runs = {"trl": run_trl, "ours": run_ours}
-    order = ["ours", "trl"] if args.ours_first else ["trl", "ours"]
-    if args.separate and args.only is None:
-        rows = {name: separately(name) for name in order}
-    else:
-        rows = {name: runs[name]() for name in order if args.only in (None, name)}
+    report(args, {name: runs[name]() for name in order if args.only in (None, name)}, start)
+
+
+def report(args: argparse.Namespace, rows: dict[str, dict[str, Any]], start: float) -> None:
+    """Print (and with --json write) the result rows, the throughput ratio and each system's time split."""
     out = {
         "args": vars(args),
         "heap_pages": heap_pages(),

@@ -5,7 +5,7 @@ a page fault, and on the 2-core virtual machine docs/benchmarks.md was measured 
 the first update of a 106M-parameter model (64 GRPO samples in one micro-batch, bf16) took 54.9 s, 34.8 s
 of it in the kernel (1.79M faults). glibc (2.35 and later) can ask for transparent huge pages for its heap
 and its mmapped chunks (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`): the same update then took 35.1 s with
-3,227 faults; later updates are unchanged (docs/benchmarks.md).
+3,227 faults; the three later updates took 17.8-23.4 s against 18.5-20.3 s (docs/benchmarks.md).
 
 glibc reads tunables once, when the process starts, so `trialground train` and `trialground eval` re-execute
 themselves with the tunable set before doing anything else (`reexec_with_hugepages`); processes they start
@@ -20,7 +20,7 @@ import logging
 import os
 import platform
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -94,23 +94,24 @@ def hugepage_env(env: Mapping[str, str]) -> dict[str, str]:
     return {**env, "GLIBC_TUNABLES": tunables, DONE: "1"}
 
 
-def reexec_with_hugepages(argv: Sequence[str] | None = None) -> None:
-    """Replace this process by itself with huge pages for its heap, or return where that is not possible
-    (see `hugepage_reason`). Call it first thing in a process's entry point: the process starts over.
-    `argv` defaults to the interpreter's own command line (`sys.orig_argv`)."""
+def reexec_with_hugepages() -> None:
+    """Replace this process by itself (the interpreter's own command line, `sys.orig_argv`) with huge pages
+    for its heap, or return where that is not possible (see `hugepage_reason`). Call it first thing in a
+    process's entry point: the process starts over."""
     reason = hugepage_reason()
     if reason is not None:
         log.debug("allocator: 4 KB pages (%s)", reason)
         return
-    args = list(sys.orig_argv if argv is None else argv)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, args, hugepage_env(os.environ))
+    os.execve(sys.executable, list(sys.orig_argv), hugepage_env(os.environ))
+
+
+def heap_hugepages() -> bool:
+    """Whether this process's heap asks for huge pages (GLIBC_TUNABLES set the tunable when it started)."""
+    return tunable_value(os.environ) in ("1", "2")
 
 
 def heap_pages() -> str:
-    """What this process's heap runs on, for a run's log: `2MB` or `4KB (reason)`."""
-    value = tunable_value(os.environ)
-    if value in ("1", "2"):
-        return "2MB"
-    return f"4KB ({hugepage_reason() or 'not re-executed'})"
+    """What this process's heap runs on, for a log line: `2MB` or `4KB (reason)`."""
+    return "2MB" if heap_hugepages() else f"4KB ({hugepage_reason() or 'not re-executed'})"

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from trialground.hugepages import heap_pages
+from trialground.hugepages import heap_hugepages
 from trialground.monitor.monitor import Monitor
 from trialground.orchestrator.collect import Collector, RolloutSettings
 from trialground.orchestrator.run_config import RunConfig, require_extras
@@ -169,7 +169,7 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Wirin
         "eval/overlap_near_dup_frac": overlap.near_dup_frac,
         "tasks/train": float(len(pool.tasks)),
         "tasks/eval": float(len(evals)),
-        "system/heap_hugepages": float(heap_pages() == "2MB"),
+        "system/heap_hugepages": float(heap_hugepages()),
         **(pool.decontamination.metrics() if pool.decontamination is not None else {}),
     }
     if monitor is not None and env_pool is not None:
