@@ -7,7 +7,10 @@ reward: our `Grader` grading every completion in a fresh bubblewrap sandbox (pas
 `trialground.integrations.trl.reward_function`, which grades the batch concurrently just as our rollouts
 do). TRL gets its best CPU settings: bf16=False (True with --bf16), use_cpu=True,
 gradient_checkpointing=False (TRL's default is on), no reference model (beta=0), one generation per
-optimiser step. Both run on one torch thread (the policy's `cpu_threads: 1`, process-wide).
+optimiser step. Both run on one torch thread (the policy's `cpu_threads: 1`, process-wide; `--threads`).
+`--micro-batch M` cuts each step's batch into micro-batches of M sequences in both systems (ours:
+`trainer.micro_batch_size`; TRL: `per_device_train_batch_size` M with `gradient_accumulation_steps` and
+`steps_per_generation` T*k/M, so it still generates the step's batch in one call and steps once).
 
 Reported: samples/s over the N training steps (generation + grading + update), the mean training reward
 over the last third of the steps, and held-out greedy pass@1 of both final models (same evaluator).
@@ -81,7 +84,12 @@ async def ours(args: argparse.Namespace, tasks: list[Task]) -> tuple[torch.nn.Mo
     # --bf16: the sampler holds bf16 weights, the trainer an fp32 master copy under bf16 autocast (what a
     # run with `policy.dtype: bfloat16` and `trainer.mixed_precision: bf16` builds)
     policy = HFPolicy(
-        PolicyConfig(model=args.model, dtype="bfloat16" if args.bf16 else "float32", stream=args.stream)
+        PolicyConfig(
+            model=args.model,
+            dtype="bfloat16" if args.bf16 else "float32",
+            stream=args.stream,
+            cpu_threads=args.threads,
+        )
     )
     trainer = Trainer(
         float32_master(policy.model) if args.bf16 else policy.model,
@@ -90,7 +98,7 @@ async def ours(args: argparse.Namespace, tasks: list[Task]) -> tuple[torch.nn.Mo
             lr=args.lr,
             clip_low=0.2,
             clip_high=0.28,
-            micro_batch_size=args.tasks * args.k,
+            micro_batch_size=micro_batch(args),
             skip_zero_advantage=not args.full_batch,
         ),
         policy.tokenizer.pad_token_id,
@@ -161,6 +169,14 @@ async def ours(args: argparse.Namespace, tasks: list[Task]) -> tuple[torch.nn.Mo
     }
 
 
+def micro_batch(args: argparse.Namespace) -> int:
+    """Sequences per forward/backward in both systems: --micro-batch, or the whole step's batch."""
+    size = args.micro_batch or args.tasks * args.k
+    if (args.tasks * args.k) % size:
+        raise SystemExit(f"--micro-batch {size} must divide the step's {args.tasks * args.k} sequences")
+    return int(size)
+
+
 def trl(args: argparse.Namespace, tasks: list[Task]) -> tuple[Any, dict[str, Any]]:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -190,10 +206,12 @@ def trl(args: argparse.Namespace, tasks: list[Task]) -> tuple[Any, dict[str, Any
     config = GRPOConfig(
         output_dir="/tmp/trl_bench",
         max_steps=args.steps,
-        per_device_train_batch_size=args.tasks * args.k,
-        gradient_accumulation_steps=1,
+        # one optimiser step per step's batch, cut into micro-batches of --micro-batch sequences (gradient
+        # accumulation); the whole batch is generated in one call, as ours is
+        per_device_train_batch_size=micro_batch(args),
+        gradient_accumulation_steps=args.tasks * args.k // micro_batch(args),
         num_generations=args.k,
-        steps_per_generation=1,
+        steps_per_generation=args.tasks * args.k // micro_batch(args),
         num_iterations=1,
         max_completion_length=args.max_new_tokens,
         temperature=1.0,
@@ -297,6 +315,7 @@ def summary(name: str, res: dict[str, Any], samples: int, pass1: float, per_step
         "held_out_pass@1": round(pass1, 3),
         "completion_tokens_mean": round(res["completion_tokens_mean"], 1),
         "trained_sequences": res.get("trained_sequences"),
+        "reward_calls": len(res["marks"]),  # one per step: the step's batch generated and graded at once
         "precision": res.get("precision"),
         # seconds over all steps: generation, grading (`reward_s`), update (forward + backward; ours
         # includes the optimiser step), and the rest of the wall time (start-up, optimiser step for TRL,
@@ -340,6 +359,14 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=8, help="samples per task")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument(
+        "--micro-batch",
+        type=int,
+        default=0,
+        help="sequences per forward/backward in both systems (gradient accumulation over the step's "
+        "batch; TRL: per_device_train_batch_size, gradient_accumulation_steps = steps_per_generation); "
+        "default: the whole batch at once",
+    )
     ap.add_argument("--eval-tasks", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model", default="tiny", help="'tiny' or a local HF model directory")
@@ -354,6 +381,9 @@ def main() -> None:
     ap.add_argument(
         "--stream", action="store_true", help="ours: policy.stream (episodes get their rows as they finish)"
     )
+    ap.add_argument(
+        "--threads", type=int, default=1, help="torch intra-op threads, process-wide, for both systems"
+    )
     ap.add_argument("--only", choices=["ours", "trl"], default=None)
     ap.add_argument("--ours-first", action="store_true", help="run ours before TRL (check order effects)")
     ap.add_argument(
@@ -363,6 +393,7 @@ def main() -> None:
     )
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
+    micro_batch(args)  # a --micro-batch that does not divide the step's batch stops here, before any work
     # both systems get what `trialground train` gives its runs (children inherit it): 2 MB pages for the
     # heap where the machine allows it (trialground/hugepages.py); TRIALGROUND_HUGEPAGES=0 turns it off
     reexec_with_hugepages()
@@ -376,7 +407,7 @@ def main() -> None:
         results = {name: separately(name) for name in order}
         report(args, {name: row for name, (row, _) in results.items()}, results[order[0]][1])
         return
-    base = HFPolicy(PolicyConfig(model=args.model))
+    base = HFPolicy(PolicyConfig(model=args.model, cpu_threads=args.threads))  # sets the process's threads
     start = asyncio.run(held_out_pass1(base, evals, args.max_new_tokens))
     print(f"held-out greedy pass@1 before training: {start:.3f}", flush=True)
 

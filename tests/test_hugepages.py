@@ -12,6 +12,7 @@ import pytest
 
 from trialground.hugepages import (
     DONE,
+    KEEP_FREED,
     OPT_OUT,
     hugepage_env,
     hugepage_reason,
@@ -40,11 +41,19 @@ def test_reasons_not_to_reexecute() -> None:
     assert hugepage_reason(chosen, GLIBC, "madvise") == "GLIBC_TUNABLES sets glibc.malloc.hugetlb=0"
 
 
-def test_the_tunable_joins_the_ones_already_set() -> None:
-    assert hugepage_env({"A": "b"}) == {"A": "b", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1", DONE: "1"}
+def test_the_tunables_join_the_ones_already_set() -> None:
+    keep = ":".join(f"{name}={value}" for name, value in KEEP_FREED)
+    expected = {"A": "b", "GLIBC_TUNABLES": f"glibc.malloc.hugetlb=1:{keep}", DONE: "1"}
+    assert hugepage_env({"A": "b"}) == expected
     env = hugepage_env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})
-    assert env["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+    assert env["GLIBC_TUNABLES"] == f"glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1:{keep}"
     assert tunable_value(env) == "1"
+    assert tunable_value(env, "glibc.malloc.trim_threshold") == str(1 << 40)
+    # a keep-freed tunable the user set keeps the user's value
+    env = hugepage_env({"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=1000"})
+    assert env["GLIBC_TUNABLES"].count("trim_threshold") == 1
+    assert tunable_value(env, "glibc.malloc.trim_threshold") == "1000"
+    assert tunable_value(env, "glibc.malloc.mmap_threshold") == str(32 << 20)
     assert tunable_value({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1:glibc.malloc.hugetlb=0"}) == "0"
     assert tunable_value({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}) is None
 
@@ -89,3 +98,34 @@ def test_a_reexecuted_process_gets_huge_pages_and_the_opt_out_keeps_small_ones()
     assert pages == f"4KB ({OPT_OUT}=0)"
     if thp_mode() == "madvise":  # in `always` mode the kernel gives huge pages unasked
         assert huge_kb < 32 * 1024
+
+
+# The child allocates and touches 16 MB tensors (64 MB in all), frees them, and reports how much of that its
+# resident memory still holds.
+KEEPER = """
+import torch
+from trialground.hugepages import reexec_with_hugepages
+reexec_with_hugepages()
+def resident():
+    return int(open('/proc/self/statm').read().split()[1]) * 4096
+before = resident()
+xs = [torch.ones(4 * 1024 * 1024) for _ in range(4)]
+del xs
+print(resident() - before)
+"""
+
+
+def _kept(env: dict[str, str]) -> int:
+    out = subprocess.run([sys.executable, "-c", KEEPER], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return int(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_reexecuted_process_keeps_the_memory_it_freed() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", OPT_OUT, DONE)}
+    reason = hugepage_reason(env)
+    if reason is not None:
+        pytest.skip(f"this machine re-executes nothing: {reason}")
+    mb = 1024 * 1024
+    assert _kept(env) >= 60 * mb  # the heap kept the four freed chunks
+    assert _kept({**env, OPT_OUT: "0"}) < 16 * mb  # glibc's defaults: 16 MB chunks are unmapped when freed

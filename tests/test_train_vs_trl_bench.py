@@ -38,3 +38,29 @@ def test_our_side_trains_every_sequence_and_splits_its_time(tmp_path: Path) -> N
     parts = sum(v for k, v in split.items() if k != "rest_s")
     assert abs(parts + split["rest_s"] - row["seconds"]) < 0.2
     assert "where the" in proc.stdout
+
+
+def test_micro_batches_keep_one_generation_and_one_step_per_step_in_both(tmp_path: Path) -> None:
+    """`--micro-batch`: both systems accumulate gradients over micro-batches; TRL still generates and
+    grades the step's whole batch once per optimiser step, as ours does."""
+    out = tmp_path / "r.json"
+    base = [sys.executable, str(ROOT / "benchmarks" / "train_vs_trl.py")]
+    shape = ("--steps", "2", "--tasks", "2", "--k", "4", "--eval-tasks", "2", "--max-new-tokens", "16")
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    bad = subprocess.run(
+        [*base, *shape, "--micro-batch", "3"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert bad.returncode != 0 and "--micro-batch 3 must divide the step's 8 sequences" in bad.stderr
+    proc = subprocess.run(
+        [*base, *shape, "--micro-batch", "4", "--full-batch", "--json", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {row["system"]: row for row in json.loads(out.read_text())["results"]}
+    assert set(rows) == {"trl", "trialground"}
+    assert rows["trialground"]["trained_sequences"] == 2 * 2 * 4
+    assert rows["trl"]["reward_calls"] == rows["trialground"]["reward_calls"] == 2
