@@ -14,20 +14,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_our_side_trains_every_sequence_and_splits_its_time(tmp_path: Path) -> None:
-    out = tmp_path / "r.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "train_vs_trl.py"),
-            *("--steps", "2", "--tasks", "2", "--k", "4", "--eval-tasks", "2", "--max-new-tokens", "24"),
-            *("--only", "ours", "--full-batch", "--json", str(out)),
-        ],
+def _bench(*args: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "train_vs_trl.py"), *args],
         cwd=ROOT,
         env=os.environ | {"PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
+    )
+
+
+def test_our_side_trains_every_sequence_and_splits_its_time(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    proc = _bench(
+        *("--steps", "2", "--tasks", "2", "--k", "4", "--eval-tasks", "2", "--max-new-tokens", "24"),
+        *("--only", "ours", "--full-batch", "--json", str(out)),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = json.loads(out.read_text())["results"]
@@ -44,21 +46,10 @@ def test_micro_batches_keep_one_generation_and_one_step_per_step_in_both(tmp_pat
     """`--micro-batch`: both systems accumulate gradients over micro-batches; TRL still generates and
     grades the step's whole batch once per optimiser step, as ours does."""
     out = tmp_path / "r.json"
-    base = [sys.executable, str(ROOT / "benchmarks" / "train_vs_trl.py")]
     shape = ("--steps", "2", "--tasks", "2", "--k", "4", "--eval-tasks", "2", "--max-new-tokens", "16")
-    env = os.environ | {"PYTHONPATH": str(ROOT)}
-    bad = subprocess.run(
-        [*base, *shape, "--micro-batch", "3"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
-    )
+    bad = _bench(*shape, "--micro-batch", "3", timeout=600)
     assert bad.returncode != 0 and "--micro-batch 3 must divide the step's 8 sequences" in bad.stderr
-    proc = subprocess.run(
-        [*base, *shape, "--micro-batch", "4", "--full-batch", "--json", str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    proc = _bench(*shape, "--micro-batch", "4", "--full-batch", "--json", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {row["system"]: row for row in json.loads(out.read_text())["results"]}
     assert set(rows) == {"trl", "trialground"}
