@@ -9,14 +9,15 @@ and its mmapped chunks (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`): the same updat
 
 Fresh memory stays expensive even with huge pages where the machine is a virtual machine that hands free
 guest memory back to its host (free page reporting, virtio-balloon): touching a page the host has taken
-back faults on the host too. On that 2-core machine the first touch of 2 GB took 7.5 s, touching 2 GB the
-process had just freed 0.2 s. glibc returns freed memory to the kernel (it trims the top of its heap past
-128 KB of free space and unmaps chunks past a threshold that adapts up to 32 MB), so every update touched
-fresh memory again. The re-executed process also keeps what it frees (`KEEP_FREED`: no trimming, chunks
-up to 32 MB from the heap, the heap grown 256 MB at a time): the three updates of a 106M model (64 samples
-in one micro-batch) took 35.5 / 22.3 / 17.7 s against 37.2 / 25.9 / 19.1 s, 17.0 / 4.5 / 0.0 s of them in
-the kernel against 18.6 / 8.2 / 1.6 s (docs/benchmarks.md). The cost is resident memory that stays at the
-process's peak.
+back faults on the host too. On that 2-core machine the first touch of 2 GB took 7.5 s, touching 2 GB
+again right after unmapping it 0.2 s. glibc returns freed memory to the kernel (it trims the top of its
+heap past 128 KB of free space and unmaps chunks past a threshold that adapts up to 32 MB), so later
+updates fault part of their memory in again. The re-executed process also keeps what it frees
+(`KEEP_FREED`: no trimming, chunks up to 32 MB from the heap, the heap grown 256 MB at a time): the three
+updates of a 106M model with 64 samples in one micro-batch took 35.5 / 22.3 / 17.7 s against 37.2 / 25.9 /
+19.1 s, 17.0 / 4.5 / 0.0 s of them in the kernel against 18.6 / 8.2 / 1.6 s; with micro-batches of 16 (the
+trainer's default) the difference is within noise (docs/benchmarks.md). The cost is resident memory that
+stays at the process's peak.
 
 glibc reads tunables once, when the process starts, so `trialground train` and `trialground eval` re-execute
 themselves with the tunable set before doing anything else (`reexec_with_hugepages`); processes they start
