@@ -13,6 +13,10 @@ Contract:
 - `run_batch` returns one result per item, a value or an exception raised to that item's caller only: one
   bad item never fails its siblings. If `run_batch` itself raises (or returns the wrong number of results)
   every caller of that call gets the error; other calls are unaffected.
+- With `even=True`, a batch that reached `max_batch` goes out at the end of the event-loop turn instead of
+  at once, together with whatever else arrived in that turn, cut into the fewest parts of at most
+  `max_batch` items and of equal size (give or take one): 19 items at `max_batch` 16 are calls of 10 and 9,
+  not 16 and 3, so calls that run side by side (the grader's sandbox execs on several cores) end together.
 - `on_batch(seconds, size)`, when given, is told the duration and size of every call that returned.
 - With `streaming=True`, `run_batch(items, deliver)` may call `deliver(index, result)` (on the event loop)
   to hand one item's result to its caller before the call returns; what it returns at the end is then
@@ -24,10 +28,12 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Generic, TypeVar
 
+T = TypeVar("T")
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
@@ -42,10 +48,12 @@ class Batcher(Generic[Item, Result]):
         key: Callable[[Item], Hashable] | None = None,
         on_batch: Callable[[float, int], None] | None = None,
         streaming: bool = False,
+        even: bool = False,
     ) -> None:
         self._run_batch: Callable[..., Awaitable[Sequence[Result | BaseException]]] = run_batch
         self.max_batch, self.window_s = max_batch, window_s
-        self._key, self._on_batch, self._streaming = key, on_batch, streaming
+        self._key, self._on_batch, self._streaming, self._even = key, on_batch, streaming, even
+        self._full: asyncio.Handle | None = None  # the end-of-turn flush of a full batch (`even`)
         self.calls = 0  # run_batch calls made (metrics, tests)
         self._pending: list[tuple[Item, asyncio.Future[Result]]] = []
         self._timer: asyncio.TimerHandle | None = None
@@ -62,7 +70,10 @@ class Batcher(Generic[Item, Result]):
         future: asyncio.Future[Result] = loop.create_future()
         self._pending.append((item, future))
         if len(self._pending) >= self.max_batch:
-            self._flush()
+            if not self._even:
+                self._flush()
+            elif self._full is None:
+                self._full = loop.call_soon(self._flush)
         elif self._timer is None:
             self._timer = loop.call_later(self.window_s, self._window_ended)
         return future
@@ -86,16 +97,29 @@ class Batcher(Generic[Item, Result]):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._full is not None:
+            self._full.cancel()
+            self._full = None
         batch, self._pending = self._pending, []
         if not batch:
             return
         parts: dict[Hashable, list[tuple[Item, asyncio.Future[Result]]]] = {}
         for entry in batch:
             parts.setdefault(None if self._key is None else self._key(entry[0]), []).append(entry)
-        for part in parts.values():
+        calls = [p for part in parts.values() for p in self._cut(part)]
+        for part in calls:
             task = asyncio.get_running_loop().create_task(self._dispatch(part))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def _cut(self, part: list[T]) -> list[list[T]]:
+        """`part` as one call, or (`even`) as the fewest calls of at most `max_batch`, of equal sizes."""
+        n = len(part)
+        if not self._even or n <= self.max_batch:
+            return [part]
+        calls = -(-n // self.max_batch)
+        bounds = [n * i // calls for i in range(calls + 1)]
+        return [part[a:b] for a, b in itertools.pairwise(bounds)]
 
     async def _dispatch(self, batch: list[tuple[Item, asyncio.Future[Result]]]) -> None:
         self.calls += 1

@@ -151,7 +151,7 @@ async def test_judge_kind_without_judge_is_an_error(grader: Grader) -> None:
 
 
 def test_sealing_moves_literals_out_of_the_test_code() -> None:
-    from trialground.verify.kinds.code_tests import sealed
+    from trialground.verify.kinds.sealing import sealed
 
     source = (
         "from solution import f\n\n"

@@ -68,7 +68,8 @@ async def test_concurrent_gradings_share_batches(grader: Grader) -> None:
         return await inner(items)
 
     grader._batcher._run_batch = counting
-    results = await asyncio.gather(*(grade_and_score(grader, task, SNOOP) for _ in range(10)))
+    # distinct texts: identical ones in flight would share one grading (`share_identical`), not batch
+    results = await asyncio.gather(*(grade_and_score(grader, task, f"{SNOOP}# {i}\n") for i in range(10)))
     assert all(v.passed and r.total == 1.0 for v, r in results)
     assert calls < 10
 
@@ -95,3 +96,24 @@ async def test_batcher_flushes_on_size_and_window_and_isolates_errors() -> None:
     assert isinstance(results[1], VerifierError) and isinstance(results[3], VerifierError)
     assert seen == [[0, 1, 2], [3]]  # three by size, the last one after the window
     await b.close()
+
+
+async def test_an_even_batcher_cuts_what_arrived_in_one_turn_into_equal_calls() -> None:
+    seen: list[list[int]] = []
+
+    async def run(items):  # type: ignore[no-untyped-def]
+        seen.append(list(items))
+        return list(items)
+
+    even: Batcher[int, int] = Batcher(run, max_batch=4, window_s=0.05, even=True)
+    assert await asyncio.gather(*(even.submit(i) for i in range(10))) == list(range(10))
+    assert seen == [[0, 1, 2], [3, 4, 5], [6, 7, 8, 9]]  # not 4, 4 and 2
+    seen.clear()
+    plain: Batcher[int, int] = Batcher(run, max_batch=4, window_s=0.05)
+    assert await asyncio.gather(*(plain.submit(i) for i in range(10))) == list(range(10))
+    assert seen == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    seen.clear()
+    assert await asyncio.gather(*(even.submit(i) for i in range(3))) == [0, 1, 2]  # below max: the window
+    assert seen == [[0, 1, 2]]
+    await even.close()
+    await plain.close()

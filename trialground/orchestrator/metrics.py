@@ -126,7 +126,9 @@ def grading_metrics(
 
     `verify/gradings` (trajectories that were graded), `verify/errors` (gradings that reached no decision),
     `verify/pass_rate` (passed verdicts among decided gradings: for trajectories that were all graded it
-    equals `reward/outcome_mean`), `verify/grade_s_mean`, `verify/error_rate/<source>` (`sources` maps task
+    equals `reward/outcome_mean`), `verify/grade_s_mean`, `verify/shared` (gradings that took the verdict of
+    an identical one in flight) and `verify/host_decided` (solutions that do not compile, failed on the
+    host), `verify/error_rate/<source>` (`sources` maps task
     ids to `tasks.pool.default_group`), `hack/flag_rate` (decided gradings with a hack flag) and
     `hack/<flag>` counts, and the judge cross-check of this step: `verify/judge_calls`, `/judge_samples`,
     `/judge_errors`, `/judge_disagreement` (a pass being a score >= `reward.judge.threshold`)."""
@@ -138,6 +140,9 @@ def grading_metrics(
         "verify/errors": float(len(graded) - len(decided)),
         "verify/pass_rate": sum(gr.verdict.passed for gr in decided) / n,
         "verify/grade_s_mean": sum(gr.seconds for _, gr in graded) / max(len(graded), 1),
+        # decided without a sandbox run of their own (`grading.share_identical`, `grading.precheck_syntax`)
+        "verify/shared": float(sum(gr.verdict.shortcut == "shared" for gr in decided)),
+        "verify/host_decided": float(sum(gr.verdict.shortcut == "host_syntax" for gr in decided)),
     }
     hacked = [{f.name for f in gr.verdict.flags if f.severity == "hack"} for gr in decided]
     out["hack/flag_rate"] = sum(bool(h) for h in hacked) / n

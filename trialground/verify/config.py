@@ -34,6 +34,18 @@ class GradingConfig(BaseModel):
     batch_window_s: float = Field(
         0.005, ge=0.0, le=1.0, description="How long a grading waits for others to share its batch"
     )
+    share_identical: bool = Field(
+        True,
+        description="Single-turn code gradings of the same submission text for the same task that are in "
+        "flight together run once and share the verdict (GRPO groups repeat samples); a nondeterministic "
+        "submission then gets one draw for all its copies",
+    )
+    precheck_syntax: bool = Field(
+        True,
+        description="A solution that does not compile is failed on the host (every test an import error, "
+        "as the runner reports it) without a sandbox run, once a grading has shown that the sandbox's "
+        "Python is the host's exact build",
+    )
     preload: tuple[str, ...] = Field(
         ("typing", "math", "itertools", "heapq", "bisect", "string"),
         description="Standard modules imported once per batch (of 4+), before the workers fork",

@@ -25,6 +25,7 @@ it when the task is made (`VerifierSpec.typed_params`), and the kind's function 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 
@@ -37,7 +38,7 @@ from trialground.verify.config import RewardConfig
 from trialground.verify.judges.config import make_judge
 from trialground.verify.judges.judge import CrossCheck, Judge
 from trialground.verify.kinds.check_program import CheckProgramVerifier
-from trialground.verify.kinds.code_tests import CodeTestsVerifier, Opener
+from trialground.verify.kinds.code_tests import CodeTestsVerifier, Opener, solution_path
 from trialground.verify.kinds.math import MathWorker
 from trialground.verify.kinds.request import VerifyRequest
 from trialground.verify.kinds.swe_tests import SweTestsVerifier
@@ -64,11 +65,13 @@ class Grader:
         self.cross_check = CrossCheck(self.reward_config.judge_sample_rate)
         self.code = CodeTestsVerifier(sandbox_config, grading, opener)
         self._batcher: Batcher[tuple[Task, str], Verdict] = Batcher(
-            self.code.verify_many, max_batch=grading.max_batch, window_s=grading.batch_window_s
+            self.code.verify_many, max_batch=grading.max_batch, window_s=grading.batch_window_s, even=True
         )
         self.checks = CheckProgramVerifier(sandbox_config, grading, opener)
         self._math: MathWorker | None = None
         self._swe: SweTestsVerifier | None = None
+        # single-turn code gradings in flight, by (task id, submission): identical ones share the first
+        self._inflight: dict[tuple[str, str], tuple[Task, asyncio.Future[Verdict]]] = {}
 
     @property
     def math(self) -> MathWorker:
@@ -95,8 +98,32 @@ class Grader:
         return await kind.function()(self, request)
 
     async def batch_code(self, item: tuple[Task, str]) -> Verdict:
-        """A single-turn code grading through the shared batcher (many gradings, one sandbox exec)."""
-        return await self._batcher.submit(item)
+        """A single-turn code grading through the shared batcher (many gradings, one sandbox exec). A
+        solution that does not compile is decided on the host (`CodeTestsVerifier.host_verdict`). With
+        `grading.share_identical`, a grading of the same text for the same task that is still in flight is
+        awaited instead of run again; its verdict comes back marked `shortcut="shared"`."""
+        task, submission = item
+        host = self.code.host_verdict(task, {**task.files, solution_path(task): submission})
+        if host is not None:  # it does not compile (`grading.precheck_syntax`): no sandbox run at all
+            return host
+        if not self.reward_config.grading.share_identical:
+            return await self._batcher.submit(item)
+        key = (task.id, submission)
+        running = self._inflight.get(key)
+        if running is not None and (running[0] is task or running[0] == task):
+            verdict = await asyncio.shield(running[1])  # one caller's cancellation is not the others'
+            return verdict if verdict.error is not None else verdict.model_copy(update={"shortcut": "shared"})
+        future = self._batcher.enqueue(item)
+        self._inflight[key] = (task, future)
+
+        def done(f: asyncio.Future[Verdict]) -> None:
+            if self._inflight.get(key, (None, None))[1] is f:
+                del self._inflight[key]
+            if not f.cancelled():
+                f.exception()  # retrieved: every caller may have gone away
+
+        future.add_done_callback(done)
+        return await asyncio.shield(future)
 
     async def grade(
         self, task: Task, submission: str, *, workspace: Sandbox | None = None, actions: Sequence[Action] = ()

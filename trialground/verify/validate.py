@@ -122,6 +122,11 @@ def answer_trivia() -> dict[str, str]:
 
 class Validator:
     def __init__(self, grader: Grader, *, runs: int = 3, min_tests: int = 1, concurrency: int = 64) -> None:
+        if grader.reward_config.grading.share_identical:
+            raise ValueError(
+                "the validator's repeated runs must each run: give it a grader with "
+                "grading.share_identical off (validate_tasks does)"
+            )
         self.grader, self.runs, self.min_tests = grader, runs, min_tests
         self._sem = asyncio.Semaphore(concurrency)
 
@@ -245,7 +250,11 @@ async def validate_tasks(
     """Validate every task (see module docstring); never raises for a bad task."""
     from trialground.tasks.dedup import find_duplicates
 
-    grader = make_grader(sandbox_config or SandboxConfig(), reward_config)
+    reward = reward_config or RewardConfig()
+    independent = reward.grading.model_copy(update={"share_identical": False})  # each run of a reference runs
+    grader = make_grader(
+        sandbox_config or SandboxConfig(), reward.model_copy(update={"grading": independent})
+    )
     validator = Validator(grader, runs=runs, min_tests=min_tests, concurrency=concurrency)
     bar = progress.add_task("validating", total=len(tasks)) if progress is not None else None
 

@@ -47,6 +47,12 @@ class Verdict(BaseModel):
     flags: tuple[Flag, ...] = ()
     detail: str = ""
     error: ErrorInfo | None = None
+    shortcut: Literal["", "shared", "host_syntax"] = Field(
+        "",
+        description="How a code grading was decided without a sandbox run of its own: 'shared' (an identical "
+        "submission to the same task was being graded at the same moment: its verdict), 'host_syntax' (the "
+        "solution does not compile: every test fails on import, as the runner would report)",
+    )
 
 
 class Action(BaseModel):

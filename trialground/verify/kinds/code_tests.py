@@ -46,6 +46,7 @@ import marshal
 import os
 import secrets
 import sys
+import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -59,6 +60,7 @@ from trialground.tasks.checks import test_function_names
 from trialground.tasks.model import Task
 from trialground.tasks.verifiers import CodeTestsParams
 from trialground.verify.config import GradingConfig
+from trialground.verify.kinds.sealing import PLACEHOLDER, sealed
 from trialground.verify.kinds.submitted import UnreadableSubmission, read_submitted
 from trialground.verify.verdict import Flag, TestResult, Verdict
 
@@ -139,13 +141,10 @@ def runner_source(name: str = "runner.py") -> str:
     return resources.files("trialground.verify.sandboxed").joinpath(name).read_text()
 
 
-_PLACEHOLDER = "<tg-0000>"
-
-
 @functools.lru_cache(maxsize=4096)
 def _compiled(source: str, path: str) -> CodeType:
     try:
-        return compile(source, f"{_PLACEHOLDER}:{path}", "exec", dont_inherit=True)
+        return compile(source, f"{PLACEHOLDER}:{path}", "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as e:
         raise VerifierError(f"{path} does not compile: {e}", kind="bad_task") from e
 
@@ -154,73 +153,6 @@ def _retitle(code: CodeType, filename: str) -> CodeType:
     """The same code object with `filename` everywhere (nested functions and classes included)."""
     consts = tuple(_retitle(c, filename) if isinstance(c, CodeType) else c for c in code.co_consts)
     return code.replace(co_filename=filename, co_consts=consts)
-
-
-_NOT_LITERAL = object()
-
-
-def _literal(node: ast.expr) -> Any:
-    if isinstance(node, ast.Call):
-        return _NOT_LITERAL
-    try:
-        return ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return _NOT_LITERAL
-
-
-class _Sealer(ast.NodeTransformer):
-    """`assert EXPR == LITERAL` (either order) at the top level of a function body becomes
-    `__tg_check__(EXPR, k)`; the literal goes to `expected[k]`, which never enters the worker."""
-
-    def __init__(self) -> None:
-        self.expected: list[Any] = []
-        self.by_function: dict[str, list[int]] = {}
-
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
-        self.generic_visit(node)
-        body: list[ast.stmt] = []
-        for stmt in node.body:
-            sealed = self._seal(stmt)
-            if sealed is not None:
-                self.by_function.setdefault(node.name, []).append(len(self.expected) - 1)
-            body.append(sealed or stmt)
-        node.body = body
-        return node
-
-    def _seal(self, stmt: ast.stmt) -> ast.stmt | None:
-        if not (isinstance(stmt, ast.Assert) and isinstance(stmt.test, ast.Compare)):
-            return None
-        test = stmt.test
-        if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
-            return None
-        left, right = test.left, test.comparators[0]
-        lv, rv = _literal(left), _literal(right)
-        if (lv is _NOT_LITERAL) == (rv is _NOT_LITERAL):
-            return None  # no literal side, or two: nothing to seal
-        value, expr = (rv, left) if rv is not _NOT_LITERAL else (lv, right)
-        try:
-            marshal.dumps(value)
-        except ValueError:
-            return None
-        self.expected.append(value)
-        call = ast.Call(
-            ast.Name("__tg_check__", ast.Load()), [expr, ast.Constant(len(self.expected) - 1)], []
-        )
-        return ast.copy_location(ast.Expr(call), stmt)
-
-
-@functools.lru_cache(maxsize=4096)
-def sealed(source: str, path: str) -> tuple[CodeType, tuple[Any, ...], dict[str, list[int]]]:
-    """The check file with its literal expectations sealed: (code, expected literals, check ids per test)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as e:
-        raise VerifierError(f"{path} does not parse: {e}", kind="bad_task") from e
-    sealer = _Sealer()
-    tree = ast.fix_missing_locations(sealer.visit(tree))
-    code = compile(tree, f"{_PLACEHOLDER}:{path}", "exec", dont_inherit=True)
-    tests = {k: v for k, v in sealer.by_function.items() if k.startswith("test")}
-    return code, tuple(sealer.expected), tests
 
 
 def compiled_for(source: str, path: str, token: str) -> CodeType:
@@ -232,17 +164,30 @@ def _frame(data: bytes) -> bytes:
     return f"{len(data):010d}".encode() + data
 
 
-def job_header(task: Task, grading: GradingConfig, token: str, *, visible: bool) -> dict[str, Any]:
-    """What the runner needs to grade one submission of `task` (tests compiled here, with the token)."""
+def _check_specs(task: Task, visible: bool) -> list[dict[str, Any]]:
+    """The check files in the runner's order (hidden, then visible when run), each with the prefix of its
+    tests' names in a report."""
+    hidden = sorted(task.hidden_checks.items())
     specs: list[dict[str, Any]] = [
-        {"path": p, "module": f"tg_hidden_{i}", "prefix": "", "source": src}
-        for i, (p, src) in enumerate(sorted(task.hidden_checks.items()))
+        {"path": p, "module": f"tg_hidden_{i}", "prefix": f"{p}::" if len(hidden) > 1 else "", "source": src}
+        for i, (p, src) in enumerate(hidden)
     ]
     if visible:
         specs += [
             {"path": p, "module": f"tg_visible_{i}", "prefix": f"{VISIBLE_PREFIX}{p}::", "source": src}
             for i, (p, src) in enumerate(sorted(task.visible_checks.items()))
         ]
+    return specs
+
+
+def report_names(task: Task, *, visible: bool) -> list[str]:
+    """The test names a runner's report lists for `task`, in its order."""
+    return [spec["prefix"] + n for spec in _check_specs(task, visible) for n in test_names(spec["source"])]
+
+
+def job_header(task: Task, grading: GradingConfig, token: str, *, visible: bool) -> dict[str, Any]:
+    """What the runner needs to grade one submission of `task` (tests compiled here, with the token)."""
+    specs = _check_specs(task, visible)
     expected: list[list[Any]] = []
     for n, spec in enumerate(specs):
         source = str(spec.pop("source"))
@@ -254,9 +199,6 @@ def job_header(task: Task, grading: GradingConfig, token: str, *, visible: bool)
             spec["code"], literals, checks = compiled_for(source, str(spec["path"]), token), (), {}
         spec["checks"] = checks
         expected.append(list(literals))
-    for spec in specs[: len(task.hidden_checks)]:
-        if len(task.hidden_checks) > 1:
-            spec["prefix"] = f"{spec['path']}::"
     return {
         "_expected": expected,  # removed before the header is sent: it follows the host key
         "tests": specs,
@@ -312,6 +254,43 @@ def parse_report(stdout: str, host_key: bytes) -> dict | None:
                 except (ValueError, EOFError, TypeError):
                     return None
                 return report if isinstance(report, dict) else None
+            return None
+    return None
+
+
+def import_failure(task: Task, files: Mapping[str, str | bytes]) -> str | None:
+    """What the runner's worker reports when importing the solution in `files` fails because it does not
+    compile (`importing MODULE: SyntaxError: ...`), decided here with the host's compiler; None when it
+    compiles, or when the import could find something else than that file (a stdlib or builtin name, or
+    another task file of the module's name) or the compiler gave up (recursion, memory). Only valid where
+    the sandbox runs this exact Python build (the caller checks)."""
+    main = solution_path(task)
+    module = _module_name(main)
+    if module in sys.stdlib_module_names or module in sys.builtin_module_names:
+        return None
+    for path in files:
+        top = path.split("/", 1)[0]
+        if path != main and (top == module or top.startswith(module + ".") or top == "__pycache__"):
+            return None
+    data = files.get(main)
+    if data is None:
+        return None
+    source = data.encode() if isinstance(data, str) else data
+    where = f"{WORKSPACE}/{main}"
+    try:
+        compile(source, where, "exec", dont_inherit=True)
+        return None
+    except (SyntaxError, ValueError):
+        pass
+    except Exception:  # RecursionError, MemoryError: the host's limits, not the sandbox's
+        return None
+    with warnings.catch_warnings():  # a warning turned into an error here (-W error) is not the runner's
+        warnings.simplefilter("ignore")
+        try:
+            compile(source, where, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError) as e:
+            return f"importing {module}: {type(e).__name__}: {e}"[:500]
+        except Exception:
             return None
     return None
 
@@ -394,6 +373,9 @@ class CodeTestsVerifier:
         keep = grading.reuse_sandboxes if sandbox_config.backend in PRIVATE_SCRATCH else 0
         self.pool = SandboxPool(sandbox_config, opener or default_opener, keep)
         self._slots = asyncio.Semaphore(grading.max_parallel)
+        # `sys.version` of the sandbox's Python, from the last signed report: the host decides a solution
+        # that does not compile only when it is this process's own build (`precheck_syntax`)
+        self.sandbox_python: str | None = None
 
     @property
     def batching(self) -> bool:
@@ -407,6 +389,9 @@ class CodeTestsVerifier:
             files.update(await solution_files(task, submission, workspace))
         except UnreadableSubmission as e:
             return e.verdict()
+        host = self.host_verdict(task, files)
+        if host is not None:
+            return host
         token, host_key = secrets.token_hex(16), os.urandom(32)
         reused = self.pool.keep > 0
         stdin = runner_stdin(
@@ -471,6 +456,18 @@ class CodeTestsVerifier:
                 out[i] = res
         return out
 
+    def host_verdict(self, task: Task, files: Mapping[str, str | bytes]) -> Verdict | None:
+        """The verdict of a solution that does not compile, decided on the host (`precheck_syntax`): the
+        report the runner gives it (every test an import error) without a sandbox run; None otherwise."""
+        if not self.grading.precheck_syntax or self.sandbox_python != sys.version:
+            return None
+        error = import_failure(task, files)
+        if error is None:
+            return None
+        rows = [[name, "error", error, 0.0] for name in report_names(task, visible=self.grading.run_visible)]
+        verdict = self._verdict(task, {"tests": rows, "flags": []})
+        return verdict.model_copy(update={"shortcut": "host_syntax"})
+
     async def _run(
         self, sandbox: Sandbox, snap: str | None, stdin: bytes, limits: Limits, host_key: bytes
     ) -> dict | Verdict:
@@ -484,6 +481,8 @@ class CodeTestsVerifier:
             )
             healthy = result.status.value != "sandbox_error"
             report = self._report(result, healthy, host_key)
+            if isinstance(report, dict) and isinstance(report.get("python"), str):
+                self.sandbox_python = report["python"]
             # a sandbox is reused only when its runner said every process of the grading is gone and
             # the workspace, /tmp and /dev/shm are empty
             healthy = isinstance(report, dict) and bool(report.get("clean", snap is None))
