@@ -182,3 +182,24 @@ def test_sampling_seed_decides_unseeded_generations(tiny: HFPolicy) -> None:
     assert run(0) == run(0)
     assert run(1) == run(1)
     assert run(0) != run(1)
+
+
+def test_greedy_generations_leave_the_sampling_stream_alone(tiny: HFPolicy) -> None:
+    """However many greedy calls an evaluation makes (their batching depends on timing), the sampled
+    generations after it are the same."""
+    prompts = _prompts(tiny, 8)
+    sample = SamplingParams(temperature=1.0, max_new_tokens=24)
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=24)
+
+    def run(greedy_calls: int) -> list[list[tuple[int, ...]]]:
+        tiny.seed_sampling(3)
+        out = []
+        for _ in range(2):
+            for i in range(greedy_calls):
+                tiny.generate_sync(prompts[i % 8 :], greedy)
+            out.append([g.token_ids for g in tiny.generate_sync(prompts, sample)])
+        return out
+
+    plain = run(0)
+    assert plain[0] != plain[1]  # consecutive sampled calls still differ
+    assert run(1) == plain and run(3) == plain

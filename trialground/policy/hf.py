@@ -362,9 +362,13 @@ class HFPolicy(Policy):
                 def on_done(row: int, ids: list[int], logps: list[float], by_eos: bool) -> None:
                     on_each(row, self._generation(ids, logps, by_eos, params, version))
 
+            # greedy decoding draws nothing: evaluations, however their requests happen to batch, leave the
+            # sampling stream of the training generations as it was (a run's samples repeat exactly)
             seed = (
                 params.seed
                 if params.seed is not None
+                else 0
+                if params.temperature == 0.0
                 else int(torch.randint(0, 2**62, (1,), generator=self._seed_source))
             )
             generator = torch.Generator(device=self.device).manual_seed(seed)
