@@ -16,7 +16,10 @@ from trialground.verify.grader import Grader, make_grader
 from trialground.verify.kinds.code_tests import import_failure
 from trialground.verify.validate import Validator
 
-HIDDEN_A = "from solution import f\n\n\ndef test_one():\n    assert f(1) == 2\n\n\ndef test_two():\n    assert f(2) == 3\n"
+HIDDEN_A = (
+    "from solution import f\n\n\ndef test_one():\n    assert f(1) == 2\n\n\n"
+    "def test_two():\n    assert f(2) == 3\n"
+)
 HIDDEN_B = "from solution import f\n\n\ndef test_three():\n    assert f(10) == 11\n"
 VISIBLE = "from solution import f\n\n\ndef test_seen():\n    assert f(0) == 1\n"
 GOOD = "def f(x):\n    return x + 1\n"
@@ -117,7 +120,8 @@ async def test_identical_submissions_in_flight_share_one_grading() -> None:
     assert verdicts[8].shortcut == "" and again.verdict.shortcut == ""
     assert sum(calls) == 3  # t once, other once, t again
     shared = [v for v in verdicts if v.shortcut == "shared"]
-    assert all(v.model_dump(exclude={"shortcut"}) == verdicts[0].model_dump(exclude={"shortcut"}) for v in shared)
+    first_dump = verdicts[0].model_dump(exclude={"shortcut"})
+    assert all(v.model_dump(exclude={"shortcut"}) == first_dump for v in shared)
     metrics = step_metrics(list(first))
     assert metrics["verify/shared"] == 7.0 and metrics["verify/host_decided"] == 0.0
 
