@@ -126,6 +126,17 @@ async def test_identical_submissions_in_flight_share_one_grading() -> None:
     assert metrics["verify/shared"] == 7.0 and metrics["verify/host_decided"] == 0.0
 
 
+async def test_without_batches_identical_submissions_still_share() -> None:
+    g = grader_with(max_batch=1)  # each grading in a sandbox exec of its own
+    try:
+        graded = await asyncio.gather(*(g.grade(task(), GOOD) for _ in range(4)))
+    finally:
+        await g.close()
+    assert not g.code.batching
+    assert sorted(x.verdict.shortcut for x in graded) == ["", "shared", "shared", "shared"]
+    assert all(x.verdict.passed for x in graded)
+
+
 async def test_sharing_off_runs_every_copy() -> None:
     g = grader_with(share_identical=False, precheck_syntax=False)
     try:

@@ -97,23 +97,23 @@ class Grader:
         request = VerifyRequest(task, submission, params, workspace=workspace, actions=tuple(actions))
         return await kind.function()(self, request)
 
-    async def batch_code(self, item: tuple[Task, str]) -> Verdict:
-        """A single-turn code grading through the shared batcher (many gradings, one sandbox exec). A
-        solution that does not compile is decided on the host (`CodeTestsVerifier.host_verdict`). With
-        `grading.share_identical`, a grading of the same text for the same task that is still in flight is
-        awaited instead of run again; its verdict comes back marked `shortcut="shared"`."""
-        task, submission = item
+    async def code_text(self, task: Task, submission: str) -> Verdict:
+        """A single-turn code grading: through the shared batcher (many gradings, one sandbox exec) where
+        sandboxes are reused, else in a sandbox of its own. A solution that does not compile is decided on
+        the host (`CodeTestsVerifier.host_verdict`). With `grading.share_identical`, a grading of the same
+        text for the same task that is still in flight is awaited instead of run again; its verdict comes
+        back marked `shortcut="shared"`."""
         host = self.code.host_verdict(task, {**task.files, solution_path(task): submission})
         if host is not None:  # it does not compile (`grading.precheck_syntax`): no sandbox run at all
             return host
         if not self.reward_config.grading.share_identical:
-            return await self._batcher.submit(item)
+            return await self._run_code(task, submission)
         key = (task.id, submission)
         running = self._inflight.get(key)
         if running is not None and (running[0] is task or running[0] == task):
             verdict = await asyncio.shield(running[1])  # one caller's cancellation is not the others'
             return verdict if verdict.error is not None else verdict.model_copy(update={"shortcut": "shared"})
-        future = self._batcher.enqueue(item)
+        future = asyncio.ensure_future(self._run_code(task, submission))
         self._inflight[key] = (task, future)
 
         def done(f: asyncio.Future[Verdict]) -> None:
@@ -124,6 +124,11 @@ class Grader:
 
         future.add_done_callback(done)
         return await asyncio.shield(future)
+
+    async def _run_code(self, task: Task, submission: str) -> Verdict:
+        if self.code.batching:
+            return await self._batcher.submit((task, submission))
+        return await self.code.verify(task, submission)
 
     async def grade(
         self, task: Task, submission: str, *, workspace: Sandbox | None = None, actions: Sequence[Action] = ()

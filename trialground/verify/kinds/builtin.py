@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 
 async def code_tests(grader: Grader, req: VerifyRequest) -> Verdict:
     task, workspace = req.task, req.workspace
-    if workspace is None and grader.code.batching:
-        verdict = await grader.batch_code((task, req.submission))
+    if workspace is None:
+        verdict = await grader.code_text(task, req.submission)
     else:
         verdict = await grader.code.verify(task, req.submission, workspace=workspace)
     path = solution_path(task)
