@@ -76,5 +76,15 @@ def test_torchrun_two_ranks_is_one_run_equal_to_one_process(tmp_path: Path) -> N
     a = torch.load(run / "checkpoints" / "step_2" / "model.pt", weights_only=True)
     b = torch.load(one / "checkpoints" / "step_2" / "model.pt", weights_only=True)
     assert a.keys() == b.keys()
+    # Equal up to float rounding, except where a gradient is a near-cancelling sum (an output-layer row of a
+    # token nobody sampled): its sign and size then depend on the order of the all-reduce, and Adam turns any
+    # gradient far above its eps into a step of ~lr. Those few elements may differ by at most that step per
+    # update; anything systematic (a missed or extra optimiser step, a wrong normaliser) moves nearly all.
+    lr, steps = 2e-4, 2
+    off = total = 0
     for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=0, atol=5e-5, msg=k)
+        diff = (a[k] - b[k]).abs()
+        assert float(diff.max()) <= 2 * lr * steps, (k, float(diff.max()))
+        off += int((diff > 5e-5).sum())
+        total += diff.numel()
+    assert off <= total * 1e-3, f"{off} of {total} parameters differ by more than 5e-5"

@@ -24,6 +24,7 @@ SMALL = [
     "loop.checkpoint_interval=1",
     "loop.batch_tasks=4",
     "loop.samples_per_task=4",
+    "loop.dynamic_sampling=true",  # groups whose rewards are all equal are replaced: every step trains
     "tasks.num_train=50",
     "tasks.num_eval=4",
     "policy.sampling.max_new_tokens=24",

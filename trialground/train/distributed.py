@@ -254,6 +254,12 @@ class DataParallel:
         with ddp.no_sync():
             return cast(tuple[torch.Tensor, torch.Tensor | None], ddp(chunk, entropy))
 
+    def count_all(self, n: int) -> int:
+        """`n` summed over all ranks."""
+        t = torch.tensor([n], dtype=torch.float64)
+        dist.all_reduce(t, group=self._control)
+        return int(t[0].item())
+
     def idle_backward(self) -> None:
         """A rank with nothing to train this epoch joins the all-reduce: one synchronised pass over a
         two-token dummy whose loss is multiplied by zero, so its gradients are zeros."""

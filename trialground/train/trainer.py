@@ -49,6 +49,8 @@ class Parallel(Protocol):
 
     def sum_counts(self, tokens: int, sequences: int) -> tuple[int, int]: ...
 
+    def count_all(self, n: int) -> int: ...
+
     def logprobs(
         self, chunk: list[Sample], entropy: bool, *, sync: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
@@ -370,6 +372,9 @@ class Trainer:
         else:
             active = list(samples)
         active, positions = micro_batch_order(active, cfg.micro_batch_size, cfg.share_prompt)
+        # with nothing to train on any rank there is no update at all: an optimiser step over zero gradients
+        # would still apply AdamW's weight decay and advance its moments (one process makes none either)
+        trainable = len(active) if self.parallel is None else self.parallel.count_all(len(active))
         recompute = [s for s in active if cfg.old_logprobs == "recompute" or s.old_logprobs is None]
         sampler = {id(s): s.old_logprobs for s in recompute if s.old_logprobs is not None}
         self._fill_frozen(recompute, old=True, ref=False)
@@ -380,7 +385,7 @@ class Trainer:
         tokens = 0
         loss_total = 0.0
         grad_norm = 0.0
-        for _epoch in range(cfg.epochs):
+        for _epoch in range(cfg.epochs if trainable else 0):
             self.optimizer.zero_grad(set_to_none=True)
             loss_total = 0.0
             chunks = list(_chunks(active, cfg.micro_batch_size))
