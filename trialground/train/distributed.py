@@ -234,14 +234,14 @@ class DataParallel:
         self._ddp = DistributedDataParallel(_MicroBatch(trainer), device_ids=None, forward_sync_buffers=False)
         self._ddp.register_comm_hook(None, _sum_gradients)
 
-    def sum_counts(self, tokens: int, sequences: int) -> tuple[int, int]:
-        """Policy tokens and sequences over all ranks' shares."""
-        t = torch.tensor([tokens, sequences], dtype=torch.float64)
+    def sum_counts(self, tokens: int, sequences: int, trainable: int) -> tuple[int, int, int]:
+        """Policy tokens, sequences and trainable sequences over all ranks' shares (one all-reduce)."""
+        t = torch.tensor([tokens, sequences, trainable], dtype=torch.float64)
         dist.all_reduce(t, group=self._control)
-        total_tokens, total_sequences = int(t[0].item()), int(t[1].item())
+        total_tokens, total_sequences, total_trainable = (int(v) for v in t.tolist())
         if total_sequences == 0:
             self._in_step = False  # the trainer skips the step on every rank
-        return total_tokens, total_sequences
+        return total_tokens, total_sequences, total_trainable
 
     def logprobs(
         self, chunk: list[Sample], entropy: bool, *, sync: bool
@@ -253,12 +253,6 @@ class DataParallel:
             return cast(tuple[torch.Tensor, torch.Tensor | None], ddp(chunk, entropy))
         with ddp.no_sync():
             return cast(tuple[torch.Tensor, torch.Tensor | None], ddp(chunk, entropy))
-
-    def count_all(self, n: int) -> int:
-        """`n` summed over all ranks."""
-        t = torch.tensor([n], dtype=torch.float64)
-        dist.all_reduce(t, group=self._control)
-        return int(t[0].item())
 
     def idle_backward(self) -> None:
         """A rank with nothing to train this epoch joins the all-reduce: one synchronised pass over a

@@ -47,9 +47,7 @@ class Parallel(Protocol):
 
     def shard(self, batch: Sequence[Scored]) -> list[Scored]: ...
 
-    def sum_counts(self, tokens: int, sequences: int) -> tuple[int, int]: ...
-
-    def count_all(self, n: int) -> int: ...
+    def sum_counts(self, tokens: int, sequences: int, trainable: int) -> tuple[int, int, int]: ...
 
     def logprobs(
         self, chunk: list[Sample], entropy: bool, *, sync: bool
@@ -360,21 +358,18 @@ class Trainer:
         if self.parallel is not None:  # data parallel: rank 0 splits the batch, each rank gets its share
             batch = self.parallel.shard(batch)
         samples = build_samples(batch)
-        total_tokens, n_samples = sum(sum(s.mask) for s in samples), len(samples)
-        if self.parallel is not None:  # the normaliser (and whether to skip) counts every rank's share
-            total_tokens, n_samples = self.parallel.sum_counts(total_tokens, n_samples)
-        if not n_samples:
-            return {"train/skipped": 1.0, "train/tokens": 0.0, "train/sequences": 0.0}
-        normalizer = float(total_tokens) if cfg.loss_agg == "token" else float(n_samples)
         if cfg.skip_zero_advantage and cfg.kl_coef == 0.0:
             # Their gradient is exactly zero; they still count in `normalizer`, so the loss is unchanged.
             active = [s for s in samples if not s.inert]
         else:
             active = list(samples)
+        total_tokens, n_samples, trainable = sum(sum(s.mask) for s in samples), len(samples), len(active)
+        if self.parallel is not None:  # the normaliser (and whether to skip) counts every rank's share
+            total_tokens, n_samples, trainable = self.parallel.sum_counts(total_tokens, n_samples, trainable)
+        if not n_samples:
+            return {"train/skipped": 1.0, "train/tokens": 0.0, "train/sequences": 0.0}
+        normalizer = float(total_tokens) if cfg.loss_agg == "token" else float(n_samples)
         active, positions = micro_batch_order(active, cfg.micro_batch_size, cfg.share_prompt)
-        # with nothing to train on any rank there is no update at all: an optimiser step over zero gradients
-        # would still apply AdamW's weight decay and advance its moments (one process makes none either)
-        trainable = len(active) if self.parallel is None else self.parallel.count_all(len(active))
         recompute = [s for s in active if cfg.old_logprobs == "recompute" or s.old_logprobs is None]
         sampler = {id(s): s.old_logprobs for s in recompute if s.old_logprobs is not None}
         self._fill_frozen(recompute, old=True, ref=False)
@@ -385,6 +380,8 @@ class Trainer:
         tokens = 0
         loss_total = 0.0
         grad_norm = 0.0
+        # with nothing to train on any rank there is no update at all: an optimiser step over zero gradients
+        # would still apply AdamW's weight decay and advance its moments (one process makes none either)
         for _epoch in range(cfg.epochs if trainable else 0):
             self.optimizer.zero_grad(set_to_none=True)
             loss_total = 0.0
