@@ -4,6 +4,7 @@ suspected cause named, and monitor state (history, cooldowns, cost) restored on 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,53 @@ def test_domain_rule_silent_on_tiny_samples(tmp_path: Path) -> None:
     assert fired(tiny, unsupported), "without the support check, 2 tasks' swing is called a domain shift"
     assert fired(tiny, cfg) == [], "two tasks per step are too few to call a domain's reward shifted"
     assert fired(_domain_steps(8), cfg), "the same shift of a well-sampled domain still fires"
+
+
+# An honest run the rule once paused: `trialground train examples/quickstart.yaml --set seed=3`, steps 1-80
+# (per-step training reward, and the 32-task greedy probe every 10 steps). The held-out evaluation rose
+# 36.7 -> 44.5 % (128 tasks, step 50); the probe sat at 44-50 % from step 30 on while the reward caught up.
+_QS3_REWARD = (
+    0.1172, 0.1875, 0.1719, 0.3594, 0.3047, 0.2422, 0.2891, 0.1953, 0.2266, 0.2266, 0.3125, 0.2344, 0.2344,
+    0.4531, 0.2812, 0.2422, 0.2344, 0.2812, 0.2266, 0.2656, 0.3125, 0.3906, 0.2734, 0.3359, 0.2266, 0.3125,
+    0.1797, 0.3438, 0.1562, 0.3281, 0.2578, 0.4141, 0.3359, 0.1875, 0.3828, 0.3047, 0.3594, 0.2266, 0.2031,
+    0.2656, 0.3047, 0.3594, 0.4453, 0.2109, 0.3594, 0.2656, 0.4531, 0.2734, 0.3906, 0.3438, 0.2656, 0.375,
+    0.1328, 0.2891, 0.3047, 0.4922, 0.1797, 0.2656, 0.2109, 0.1875, 0.3047, 0.2266, 0.2969, 0.4219, 0.375,
+    0.3359, 0.3828, 0.5859, 0.5391, 0.2812, 0.4531, 0.5234, 0.5, 0.3672, 0.5, 0.375, 0.5078, 0.4062, 0.3828,
+    0.4766,
+)  # fmt: skip
+_QS3_PROBE = (0.3125, 0.34375, 0.34375, 0.46875, 0.5, 0.4375, 0.46875, 0.46875, 0.46875)
+
+
+def _quickstart_seed3(s: int) -> dict[str, float]:
+    m: dict[str, float] = {"reward/mean": _QS3_REWARD[s - 1]} if s > 0 else {}
+    if s % 10 == 0:
+        m |= {"probe/pass@1": _QS3_PROBE[s // 10], "probe/n_tasks": 32.0}
+    return m
+
+
+def _with_counts(step: Callable[[int], dict[str, float]]) -> Callable[[int], dict[str, float]]:
+    return lambda s: step(s) | ({"probe/n_tasks": 32.0} if s % 3 == 0 else {})
+
+
+@pytest.mark.parametrize("min_gap_z", [2.0, 0.0])
+def test_a_flat_stretch_within_the_probes_sampling_error_is_not_divergence(
+    tmp_path: Path, min_gap_z: float
+) -> None:
+    """The quickstart run above: without the evaluation's sampling error (min_gap_z 0) the rule paused it at
+    step 80, as it did in the real run; a 32-task probe's flat stretch is within its noise, so by default it
+    does not. Hacks, by the trend or against the start, still fire at the same step with the task count."""
+    rules = RulesConfig(reward_eval_divergence=DivergenceRuleConfig(min_gap_z=min_gap_z))
+    with Monitor(tmp_path / "honest", MonitorConfig(console=False, rules=rules)) as mon:
+        fired = [a for s in range(0, 81) for a in mon.observe(s, _quickstart_seed3(s))]
+    divergence = [a.step for a in fired if a.rule == "reward_eval_divergence"]
+    assert divergence == ([] if min_gap_z else [80])
+    for name, step, cfg in (
+        ("trend", _hacking_step, {}),
+        ("level", _fast_hack_step, {"min_train_tau": 0.3}),
+    ):
+        rules = RulesConfig(reward_eval_divergence=DivergenceRuleConfig(min_gap_z=min_gap_z, **cfg))
+        with Monitor(tmp_path / name, MonitorConfig(console=False, rules=rules)) as mon:
+            hacked = [a for s in range(0, 31) for a in mon.observe(s, _with_counts(step)(s))]
+        alerts = [a for a in hacked if a.rule == "reward_eval_divergence"]
+        assert alerts and alerts[0].step == 15, name
+        assert alerts[0].evidence.details["eval_change_se"] > 0, name  # measured, whether it gates or not

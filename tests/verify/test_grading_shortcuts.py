@@ -5,6 +5,7 @@ submissions in flight together (one run, one verdict). Real sandboxes throughout
 from __future__ import annotations
 
 import asyncio
+import warnings
 
 import pytest
 from reward_helpers import step_metrics
@@ -12,6 +13,7 @@ from reward_helpers import step_metrics
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.verify.config import GradingConfig, RewardConfig
+from trialground.verify.detectors.exit_early import compile_flags
 from trialground.verify.grader import Grader, make_grader
 from trialground.verify.kinds.code_tests import import_failure
 from trialground.verify.validate import Validator
@@ -96,6 +98,23 @@ def test_an_import_that_could_find_another_module_is_left_to_the_sandbox() -> No
     assert import_failure(t, {"solution.py": "x = " + "(" * 5000 + ")" * 5000 + "\n"}) is not None
     deep = "def f(x):\n    return " + "-" * 200_000 + "x\n"
     assert import_failure(t, {"solution.py": deep}) is None
+
+
+@pytest.mark.parametrize("host_filter", ["always", "error"])
+def test_host_compiles_neither_print_nor_fail_on_the_compilers_warnings(host_filter: str) -> None:
+    """`x = [1](2)` compiles with a SyntaxWarning: the runner's import prints it and goes on; the host's
+    compiles (the precheck, the `does_not_compile` evidence) show nothing, and a host running with
+    `-W error` still does not call it a failure."""
+    warned = "def f(x):\n    return [x](1) or x + 1\n"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter(host_filter)
+        assert import_failure(task(), {"solution.py": warned}) is None
+        assert compile_flags(warned, "solution.py") == []
+        assert import_failure(task(), {"solution.py": BROKEN[0]}) is not None
+        assert [f.name for f in compile_flags(BROKEN[0], "solution.py")] == ["does_not_compile"]
+        warnings.simplefilter("always")  # the filters are the caller's again
+        warnings.warn("the host's own warnings still count", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in seen] == ["the host's own warnings still count"]
 
 
 async def test_identical_submissions_in_flight_share_one_grading() -> None:

@@ -98,6 +98,11 @@ class DivergenceRuleConfig(_Frozen):
     first evaluation (+ `eval_tolerance`). The evaluation
     metric is `probe_key` when the run logs it, else `eval_key`; the same pairs give
     `monitor/reward_eval_spearman` (`trialground.monitor.correlation`).
+
+    Both paths also ask the evaluation to be flat beyond its own sampling error: a pass rate over n tasks
+    has a binomial standard error, and the train-minus-eval growth must reach `min_gap_z` standard errors of
+    the evaluation's change (for the trend, of a least-squares slope over the window's points; for the
+    level, of the mean of the last k_evals-1 evaluations minus the first).
     """
 
     enabled: bool = Field(True, description="Evaluate this rule")
@@ -130,6 +135,14 @@ class DivergenceRuleConfig(_Frozen):
     )
     min_level_t: float = Field(
         2.0, ge=0.0, description="Welch t of that rise (the first interval has few steps) at least this"
+    )
+    min_gap_z: float = Field(
+        2.0,
+        ge=0.0,
+        description="Either path: the gap growth (train rise minus eval change) at least this many standard "
+        "errors of the evaluation's change, from the binomial error of a pass rate over the "
+        "`<eval prefix>/n_tasks` tasks the run logs (a 32-task probe moves by ±9 points by chance, so its "
+        "flat stretches are weak evidence); 0, or no task count logged: off",
     )
     cooldown: int = Field(50, ge=0, le=1_000_000, description="Steps before it fires again")
 

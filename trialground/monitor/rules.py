@@ -286,6 +286,10 @@ class DivergenceRule:
         gap_growth = detectors.trend(xs, tr_vals - ev_vals).slope * span
         if gap_growth < c.min_gap_growth:
             return None
+        sigma = _eval_sigma(history, eval_key_of(c, history), ev_vals, c.k_evals)
+        eval_se = sigma * span / math.sqrt(float(((xs - xs.mean()) ** 2).sum())) if sigma is not None else 0.0
+        if gap_growth < c.min_gap_z * eval_se:
+            return None
         per_step = history.between(c.train_key, int(xs[0]), int(xs[-1]))
         half = per_step.size // 2
         train_t = detectors.welch_t(per_step[:half], per_step[half:])
@@ -303,6 +307,7 @@ class DivergenceRule:
             "eval_change": eval_change,
             "eval_theil_sen_slope": e_tr.slope,
             "gap_growth": gap_growth,
+            "eval_change_se": eval_se,
             "train_welch_t": min(train_t, 1e6),  # inf: two noiseless halves
         }
 
@@ -323,6 +328,10 @@ class DivergenceRule:
         train_t = detectors.welch_t(base, recent)
         if train_rise < c.min_level_rise or eval_change > c.eval_tolerance or train_t < c.min_level_t:
             return None
+        sigma = _eval_sigma(history, eval_key, evals[-(c.k_evals - 1) :], c.k_evals)
+        eval_se = sigma * math.sqrt(1.0 / (c.k_evals - 1) + 1.0) if sigma is not None else 0.0
+        if train_rise - eval_change < c.min_gap_z * eval_se:
+            return None
         summary = (
             f"{c.train_key} is {train_rise:+.3g} above its first {base.size} steps while the evaluation "
             f"changed {eval_change:+.3g} since step {int(esteps[0])}"
@@ -332,8 +341,21 @@ class DivergenceRule:
             "train_rise": train_rise,
             "eval_change": eval_change,
             "train_welch_t": min(train_t, 1e6),
+            "eval_change_se": eval_se,
             "baseline_steps": float(base.size),
         }
+
+
+def _eval_sigma(history: MetricHistory, eval_key: str, evals: np.ndarray, k: int) -> float | None:
+    """The binomial standard error of one evaluation point: a pass rate near the window's mean over the
+    fewest tasks `<prefix>/n_tasks` logged at the last `k` evaluations (add-one smoothed, so a rate of 0
+    still has an error); None when the run logs no task count for the evaluation."""
+    _, counts = history.series(eval_key.split("/", 1)[0] + "/n_tasks", last=k)
+    if not counts.size or counts.min() < 1:
+        return None
+    n = float(counts.min())
+    p = (float(np.mean(evals)) * n + 1.0) / (n + 2.0)
+    return math.sqrt(p * (1.0 - p) / n)
 
 
 def _suspected_cause(history: MetricHistory) -> tuple[dict[str, float], str]:

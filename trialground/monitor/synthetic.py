@@ -100,6 +100,7 @@ def synthetic_run(
             if fault == "hacking" and faulty:
                 eval_p = true_r * 0.9 - min(0.3, 0.004 * since)
             m["eval/pass@1"] = rate(eval_p, 256)
+            m["eval/n_tasks"] = 256.0  # as a run logs it: the divergence rule's sampling error
             for i, d in enumerate(DOMAINS):
                 m[f"eval/pass@1/{d}"] = rate(eval_p + (0.1 if i == 0 else -0.1), 128)
         yield step, m

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from trialground.verify.host_compile import compile_quietly
 from trialground.verify.verdict import Flag, TestResult
 
 SEVERITY = "warn"
@@ -32,7 +33,7 @@ def compile_flags(source: str, path: str) -> list[Flag]:
     """`does_not_compile` when `source` is not a module Python can compile; nothing otherwise (or when the
     host cannot decide: a nesting too deep for the host's compiler is left to the grading)."""
     try:
-        compile(source, path, "exec", dont_inherit=True)
+        compile_quietly(source, path)
     except (SyntaxError, ValueError) as e:
         where = f"line {e.lineno}: " if isinstance(e, SyntaxError) and e.lineno else ""
         msg = e.msg if isinstance(e, SyntaxError) else str(e)

@@ -46,7 +46,6 @@ import marshal
 import os
 import secrets
 import sys
-import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -60,6 +59,7 @@ from trialground.tasks.checks import test_function_names
 from trialground.tasks.model import Task
 from trialground.tasks.verifiers import CodeTestsParams
 from trialground.verify.config import GradingConfig
+from trialground.verify.host_compile import compile_quietly
 from trialground.verify.kinds.sealing import PLACEHOLDER, sealed
 from trialground.verify.kinds.submitted import UnreadableSubmission, read_submitted
 from trialground.verify.verdict import Flag, TestResult, Verdict
@@ -276,22 +276,12 @@ def import_failure(task: Task, files: Mapping[str, str | bytes]) -> str | None:
     if data is None:
         return None
     source = data.encode() if isinstance(data, str) else data
-    where = f"{WORKSPACE}/{main}"
     try:
-        compile(source, where, "exec", dont_inherit=True)
-        return None
-    except (SyntaxError, ValueError):
-        pass
+        compile_quietly(source, f"{WORKSPACE}/{main}")
+    except (SyntaxError, ValueError) as e:
+        return f"importing {module}: {type(e).__name__}: {e}"[:500]
     except Exception:  # RecursionError, MemoryError: the host's limits, not the sandbox's
         return None
-    with warnings.catch_warnings():  # a warning turned into an error here (-W error) is not the runner's
-        warnings.simplefilter("ignore")
-        try:
-            compile(source, where, "exec", dont_inherit=True)
-        except (SyntaxError, ValueError) as e:
-            return f"importing {module}: {type(e).__name__}: {e}"[:500]
-        except Exception:
-            return None
     return None
 
 
