@@ -45,7 +45,8 @@ def _fds() -> set[int]:
     templates = {
         t.sock.fileno() for key, t in forkserver._templates.items() if key[0] == os.getpid() and not t.dead()
     }
-    return {int(fd) for fd in os.listdir("/proc/self/fd")} - templates
+    listed = {int(fd) for fd in os.listdir("/proc/self/fd")} - templates
+    return {fd for fd in listed if _describe(fd) != "?"}  # the listing's own descriptor is closed by now
 
 
 def _workspace_mounts() -> list[str]:
