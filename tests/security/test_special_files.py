@@ -32,7 +32,7 @@ from trialground.sandbox.bwrap import BwrapSandbox, bwrap_available
 from trialground.sandbox.factory import open_sandbox
 from trialground.sandbox.service.app import KIND_HEADER, create_app
 from trialground.tasks.model import Task, VerifierSpec
-from trialground.verify.config import RewardConfig
+from trialground.verify.config import GradingConfig, RewardConfig
 from trialground.verify.grader import Grader, make_grader
 
 pytestmark = [pytest.mark.security, pytest.mark.timeout(600)]
@@ -143,6 +143,8 @@ SOLUTION_AS = {
     "directory": "rm solution.py && mkdir solution.py",
     "symlink": "rm solution.py && ln -s /etc/hostname solution.py",
     "huge": f"truncate -s {beneath.READ_LIMIT + 1} solution.py",
+    # under what the sandbox reads, over what grading copies (`grading.max_solution_bytes`)
+    "large": f"truncate -s {GradingConfig().max_solution_bytes + 1} solution.py",
 }
 
 

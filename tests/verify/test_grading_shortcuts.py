@@ -117,6 +117,28 @@ def test_host_compiles_neither_print_nor_fail_on_the_compilers_warnings(host_fil
     assert [str(w.message) for w in seen] == ["the host's own warnings still count"]
 
 
+async def test_the_host_parses_no_solution_over_its_bound() -> None:
+    """Compiling and parsing on the host cost ~1-4 us a byte: a solution over `host_parse_max_bytes` is
+    left whole to the sandbox run (no precheck, no static checks) and says so in a flag; the verdict is the
+    sandbox's, the same as for a small file."""
+    g = grader_with(host_parse_max_bytes=4096)
+    pad = "# padding\n" * 500  # 5,000 bytes
+    try:
+        assert (await g.grade(task(), GOOD)).verdict.passed  # the sandbox's Python is now known
+        small = (await g.grade(task(), BROKEN[0])).verdict
+        big = (await g.grade(task(), pad + BROKEN[0])).verdict
+        big_good = (await g.grade(task(), pad + GOOD)).verdict
+    finally:
+        await g.close()
+    assert small.shortcut == "host_syntax" and "does_not_compile" in {f.name for f in small.flags}
+    assert big.shortcut == "" and not big.passed  # run in the sandbox: it does not compile there either
+    assert [r.outcome for r in big.tests] == ["error"] * 4 and "SyntaxError" in big.tests[0].detail
+    assert {f.name for f in big.flags} >= {"oversized_solution", "import_failed"}
+    assert "does_not_compile" not in {f.name for f in big.flags}  # the host did not compile it
+    assert big_good.passed and [f.name for f in big_good.flags] == ["oversized_solution"]
+    assert "5,0" in big_good.flags[0].evidence and "4,096" in big_good.flags[0].evidence
+
+
 async def test_identical_submissions_in_flight_share_one_grading() -> None:
     g = grader_with()
     t, other = task(), task(test_timeout_s=4.0)  # same text, another task: never shared

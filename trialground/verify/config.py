@@ -46,6 +46,22 @@ class GradingConfig(BaseModel):
         "as the runner reports it) without a sandbox run, once a grading has shown that the sandbox's "
         "Python is the host's exact build",
     )
+    host_parse_max_bytes: int = Field(
+        65_536,
+        ge=0,
+        le=64 << 20,
+        description="The largest submitted solution file the host compiles or parses (the syntax precheck, "
+        "the static checks): host-side work on the model's text stays bounded (compiling dense code costs "
+        "~1 us and ~0.35 KB of memory per byte, parsing it for the static checks ~4 us). A larger one is "
+        "left to the sandbox run and flagged `oversized_solution`",
+    )
+    max_solution_bytes: int = Field(
+        8 << 20,
+        ge=1,
+        le=256 << 20,
+        description="The largest solution file read from an agent's workspace and copied into the grading "
+        "sandbox; a larger one fails the grading as unreadable (`too_large`) without being read",
+    )
     preload: tuple[str, ...] = Field(
         ("typing", "math", "itertools", "heapq", "bisect", "string"),
         description="Standard modules imported once per batch (of 4+), before the workers fork",

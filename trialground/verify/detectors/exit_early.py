@@ -13,7 +13,11 @@ decided on the host, never inside the submission's process:
 
 Severity `warn`: evidence for the monitor and `scripts/detector_quality.py`, never a change to the verdict
 or the reward (a sound grader already fails such a submission: its expected tests did not run). A correct
-solution compiles, imports and passes its tests, so it is never flagged.
+solution compiles, imports and passes its tests, so it is never flagged by these two.
+
+A third flag says where the host did not look: `oversized_solution`, a solution file over
+`grading.host_parse_max_bytes`, which the host neither compiles nor parses (that cost grows with the file,
+and the host's work on the model's text must stay bounded); the sandbox run grades it as any other.
 """
 
 from __future__ import annotations
@@ -47,6 +51,17 @@ def compile_flags(source: str, path: str) -> list[Flag]:
     except (RecursionError, MemoryError):
         return []
     return []
+
+
+def oversized_flag(path: str, size: int, limit: int) -> Flag:
+    """`oversized_solution`: the solution file is larger than the host compiles or parses
+    (`grading.host_parse_max_bytes`); the sandbox run still grades it, the host's static checks skip it."""
+    return Flag(
+        name="oversized_solution",
+        evidence=f"{path} is {size:,} bytes, over grading.host_parse_max_bytes ({limit:,}): "
+        "not parsed on the host",
+        severity=SEVERITY,
+    )
 
 
 def import_flags(tests: Sequence[TestResult], module: str, *, visible_prefix: str) -> list[Flag]:

@@ -15,7 +15,7 @@ from trialground.tasks.verifiers import (
     NumericParams,
     RegexParams,
 )
-from trialground.verify.detectors.exit_early import compile_flags, import_flags
+from trialground.verify.detectors.exit_early import compile_flags, import_flags, oversized_flag
 from trialground.verify.detectors.hacks import static_flags
 from trialground.verify.detectors.tamper import workspace_flags
 from trialground.verify.kinds.answers import verify_exact, verify_numeric, verify_regex
@@ -37,20 +37,25 @@ async def code_tests(grader: Grader, req: VerifyRequest) -> Verdict:
         verdict = await grader.code.verify(task, req.submission, workspace=workspace)
     path = solution_path(task)
     extra = import_flags(verdict.tests, path.removesuffix(".py"), visible_prefix=VISIBLE_PREFIX)
-    if grader.reward_config.grading.static_checks:
+    grading = grader.reward_config.grading
+    if grading.static_checks:
         text = req.submission
         if workspace is not None:
             try:
-                data = await read_submitted(workspace, path)
+                data = await read_submitted(workspace, path, grading.max_solution_bytes)
             except UnreadableSubmission:
                 data = None  # the verdict already failed it, with the reason
             text = (data or b"").decode("utf-8", "replace")
-        extra += compile_flags(text, path)
-        extra += static_flags(
-            text,
-            check_names=[*task.hidden_checks, *task.visible_checks],
-            hidden_checks=task.hidden_checks.values(),
-        )
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > grading.host_parse_max_bytes:
+            extra.append(oversized_flag(path, size, grading.host_parse_max_bytes))
+        else:
+            extra += compile_flags(text, path)
+            extra += static_flags(
+                text,
+                check_names=[*task.hidden_checks, *task.visible_checks],
+                hidden_checks=task.hidden_checks.values(),
+            )
     if workspace is not None:
         extra += await workspace_flags(task, workspace, req.actions)
     return merge_flags(verdict, extra)

@@ -258,12 +258,13 @@ def parse_report(stdout: str, host_key: bytes) -> dict | None:
     return None
 
 
-def import_failure(task: Task, files: Mapping[str, str | bytes]) -> str | None:
+def import_failure(task: Task, files: Mapping[str, str | bytes], max_bytes: int | None = None) -> str | None:
     """What the runner's worker reports when importing the solution in `files` fails because it does not
     compile (`importing MODULE: SyntaxError: ...`), decided here with the host's compiler; None when it
     compiles, or when the import could find something else than that file (a stdlib or builtin name, or
-    another task file of the module's name) or the compiler gave up (recursion, memory). Only valid where
-    the sandbox runs this exact Python build (the caller checks)."""
+    another task file of the module's name), the file is over `max_bytes` (host work stays bounded) or the
+    compiler gave up (recursion, memory). Only valid where the sandbox runs this exact Python build (the
+    caller checks)."""
     main = solution_path(task)
     module = _module_name(main)
     if module in sys.stdlib_module_names or module in sys.builtin_module_names:
@@ -276,6 +277,8 @@ def import_failure(task: Task, files: Mapping[str, str | bytes]) -> str | None:
     if data is None:
         return None
     source = data.encode() if isinstance(data, str) else data
+    if max_bytes is not None and len(source) > max_bytes:
+        return None
     try:
         compile_quietly(source, f"{WORKSPACE}/{main}")
     except (SyntaxError, ValueError) as e:
@@ -285,16 +288,19 @@ def import_failure(task: Task, files: Mapping[str, str | bytes]) -> str | None:
     return None
 
 
-async def solution_files(task: Task, submission: str, workspace: Sandbox | None) -> dict[str, str | bytes]:
+async def solution_files(
+    task: Task, submission: str, workspace: Sandbox | None, limit: int | None = None
+) -> dict[str, str | bytes]:
     """The files copied into the grading sandbox: the solution module (+ the params' `solution_files`).
-    Raises `UnreadableSubmission` when one in the agent's workspace is not a readable regular file."""
+    Raises `UnreadableSubmission` when one in the agent's workspace is not a readable regular file or is
+    over `limit` bytes."""
     main = solution_path(task)
     if workspace is None:
         return {main: submission}
     names = [main, *code_params(task).solution_files]
     out: dict[str, str | bytes] = {}
     for name in names:
-        data = await read_submitted(workspace, name)  # UnreadableSubmission: a FIFO, directory, ...
+        data = await read_submitted(workspace, name, limit)  # UnreadableSubmission: a FIFO, directory, ...
         if data is not None:
             out[name] = data
     return out
@@ -376,7 +382,7 @@ class CodeTestsVerifier:
         _check_task(task)
         files: dict[str, str | bytes] = dict(task.files)
         try:
-            files.update(await solution_files(task, submission, workspace))
+            files.update(await solution_files(task, submission, workspace, self.grading.max_solution_bytes))
         except UnreadableSubmission as e:
             return e.verdict()
         host = self.host_verdict(task, files)
@@ -451,7 +457,7 @@ class CodeTestsVerifier:
         report the runner gives it (every test an import error) without a sandbox run; None otherwise."""
         if not self.grading.precheck_syntax or self.sandbox_python != sys.version:
             return None
-        error = import_failure(task, files)
+        error = import_failure(task, files, self.grading.host_parse_max_bytes)
         if error is None:
             return None
         rows = [[name, "error", error, 0.0] for name in report_names(task, visible=self.grading.run_visible)]

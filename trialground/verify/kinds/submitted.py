@@ -35,11 +35,12 @@ class UnreadableSubmission(Exception):
         )
 
 
-async def read_submitted(workspace: Sandbox, path: str) -> bytes | None:
+async def read_submitted(workspace: Sandbox, path: str, limit: int | None = None) -> bytes | None:
     """The bytes of `path` in the agent's workspace; None when it does not exist. Raises
-    `UnreadableSubmission` when something that is not a readable regular file is there."""
+    `UnreadableSubmission` when something that is not a readable regular file is there, or one over
+    `limit` bytes (default: the sandbox's own read limit)."""
     try:
-        return await workspace.read(path)
+        return await workspace.read(path, limit)
     except FileNotFoundError:
         return None
     except SandboxError as exc:
