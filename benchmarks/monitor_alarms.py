@@ -1,6 +1,7 @@
 """False-alarm rate and detection delay of the default alert rules on synthetic runs.
 
     .venv/bin/python benchmarks/monitor_alarms.py --clean 200 --faulty 50 [--json out.json]
+    .venv/bin/python benchmarks/monitor_alarms.py --eval-tasks 32 --min-gap-z 0   # a small probe, no gate
 
 Clean runs: the share of runs with at least one alert (any rule), and alerts per 1000 steps.
 Faulty runs (fault at step 100): the share where the expected rule fired, and its delay in steps.
@@ -31,11 +32,16 @@ EXPECTED = {
 }
 
 
-def run(seed: int, fault: str | None, steps: int) -> list[tuple[int, str, str]]:
+def run(seed: int, fault: str | None, args: argparse.Namespace) -> list[tuple[int, str, str]]:
+    cfg = MonitorConfig(sinks=(), console=False)
+    if args.min_gap_z is not None:
+        rule = cfg.rules.reward_eval_divergence.model_copy(update={"min_gap_z": args.min_gap_z})
+        cfg = cfg.model_copy(update={"rules": cfg.rules.model_copy(update={"reward_eval_divergence": rule})})
     with tempfile.TemporaryDirectory() as d:
-        mon = Monitor(d, MonitorConfig(sinks=(), console=False))
+        mon = Monitor(d, cfg)
         fired = []
-        for step, metrics in synthetic_run(seed, steps, fault=fault):  # type: ignore[arg-type]
+        runs = synthetic_run(seed, args.steps, fault=fault, eval_tasks=args.eval_tasks)  # type: ignore[arg-type]
+        for step, metrics in runs:
             fired += [(a.step, a.rule, a.evidence.key) for a in mon.observe(step, metrics)]
         mon.close()
     return fired
@@ -46,6 +52,10 @@ def main() -> None:
     ap.add_argument("--clean", type=int, default=200)
     ap.add_argument("--faulty", type=int, default=50)
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--eval-tasks", type=int, default=256, help="tasks behind each evaluation's pass rate")
+    ap.add_argument(
+        "--min-gap-z", type=float, default=None, help="the divergence rule's min_gap_z (default: its own)"
+    )
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
     t0 = time.perf_counter()
@@ -53,16 +63,18 @@ def main() -> None:
     runs_with_alert = 0
     total = 0
     for seed in range(args.clean):
-        fired = run(seed, None, args.steps)
+        fired = run(seed, None, args)
         runs_with_alert += bool(fired)
         total += len(fired)
         by_rule.update(f"{r}:{k}" for _, r, k in fired)
-    print(f"clean runs: {args.clean} x {args.steps} steps")
+    print(f"clean runs: {args.clean} x {args.steps} steps, evaluations over {args.eval_tasks} tasks")
     print(f"  runs with any alert: {runs_with_alert}/{args.clean} = {runs_with_alert / args.clean:.3f}")
     print(f"  alerts per 1000 steps: {1000 * total / (args.clean * args.steps):.3f}")
     for k, v in by_rule.most_common():
         print(f"    {k}: {v}")
     results: dict[str, Any] = {
+        "eval_tasks": args.eval_tasks,
+        "min_gap_z": args.min_gap_z,
         "clean": {
             "runs": args.clean,
             "steps": args.steps,
@@ -76,7 +88,7 @@ def main() -> None:
     for fault in FAULTS:
         delays, other = [], collections.Counter()
         for seed in range(10_000, 10_000 + args.faulty):
-            fired = run(seed, fault, args.steps)
+            fired = run(seed, fault, args)
             hits = [s for s, r, _ in fired if r == EXPECTED[fault] and s >= 100]
             if hits:
                 delays.append(hits[0] - 100)

@@ -209,7 +209,7 @@ def _with_counts(step: Callable[[int], dict[str, float]]) -> Callable[[int], dic
     return lambda s: step(s) | ({"probe/n_tasks": 32.0} if s % 3 == 0 else {})
 
 
-@pytest.mark.parametrize("min_gap_z", [2.0, 0.0])
+@pytest.mark.parametrize("min_gap_z", [3.0, 0.0])
 def test_a_flat_stretch_within_the_probes_sampling_error_is_not_divergence(
     tmp_path: Path, min_gap_z: float
 ) -> None:

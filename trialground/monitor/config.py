@@ -137,7 +137,7 @@ class DivergenceRuleConfig(_Frozen):
         2.0, ge=0.0, description="Welch t of that rise (the first interval has few steps) at least this"
     )
     min_gap_z: float = Field(
-        2.0,
+        3.0,
         ge=0.0,
         description="Either path: the gap growth (train rise minus eval change) at least this many standard "
         "errors of the evaluation's change, from the binomial error of a pass rate over the "

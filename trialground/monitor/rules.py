@@ -286,7 +286,7 @@ class DivergenceRule:
         gap_growth = detectors.trend(xs, tr_vals - ev_vals).slope * span
         if gap_growth < c.min_gap_growth:
             return None
-        sigma = _eval_sigma(history, eval_key_of(c, history), ev_vals, c.k_evals)
+        sigma = _eval_sigma(history, eval_key_of(c, history), float(ev_vals.mean()), c.k_evals)
         eval_se = sigma * span / math.sqrt(float(((xs - xs.mean()) ** 2).sum())) if sigma is not None else 0.0
         if gap_growth < c.min_gap_z * eval_se:
             return None
@@ -328,8 +328,11 @@ class DivergenceRule:
         train_t = detectors.welch_t(base, recent)
         if train_rise < c.min_level_rise or eval_change > c.eval_tolerance or train_t < c.min_level_t:
             return None
-        sigma = _eval_sigma(history, eval_key, evals[-(c.k_evals - 1) :], c.k_evals)
-        eval_se = sigma * math.sqrt(1.0 / (c.k_evals - 1) + 1.0) if sigma is not None else 0.0
+        recent_sigma = _eval_sigma(history, eval_key, float(evals[-(c.k_evals - 1) :].mean()), c.k_evals)
+        first_sigma = _eval_sigma(history, eval_key, float(evals[0]), c.k_evals)
+        eval_se = 0.0
+        if recent_sigma is not None and first_sigma is not None:
+            eval_se = math.sqrt(recent_sigma**2 / (c.k_evals - 1) + first_sigma**2)
         if train_rise - eval_change < c.min_gap_z * eval_se:
             return None
         summary = (
@@ -346,15 +349,15 @@ class DivergenceRule:
         }
 
 
-def _eval_sigma(history: MetricHistory, eval_key: str, evals: np.ndarray, k: int) -> float | None:
-    """The binomial standard error of one evaluation point: a pass rate near the window's mean over the
-    fewest tasks `<prefix>/n_tasks` logged at the last `k` evaluations (add-one smoothed, so a rate of 0
-    still has an error); None when the run logs no task count for the evaluation."""
+def _eval_sigma(history: MetricHistory, eval_key: str, rate: float, k: int) -> float | None:
+    """The binomial standard error of one evaluation point at pass rate `rate`, over the fewest tasks
+    `<prefix>/n_tasks` logged at the last `k` evaluations (add-one smoothed, so a rate of 0 still has an
+    error); None when the run logs no task count for the evaluation."""
     _, counts = history.series(eval_key.split("/", 1)[0] + "/n_tasks", last=k)
     if not counts.size or counts.min() < 1:
         return None
     n = float(counts.min())
-    p = (float(np.mean(evals)) * n + 1.0) / (n + 2.0)
+    p = (rate * n + 1.0) / (n + 2.0)
     return math.sqrt(p * (1.0 - p) / n)
 
 

@@ -44,8 +44,10 @@ def synthetic_run(
     eval_interval: int = 10,
     canary_interval: int = 5,
     batch: int = 64,
+    eval_tasks: int = 256,
 ) -> Iterator[tuple[int, dict[str, float]]]:
-    """Yield (step, metrics) for steps 0..steps-1, as the training loop would feed `Monitor.observe`."""
+    """Yield (step, metrics) for steps 0..steps-1, as the training loop would feed `Monitor.observe`;
+    evaluations are pass rates over `eval_tasks` tasks."""
     rng = np.random.default_rng(seed)
 
     def rate(p: float, n: int = batch) -> float:
@@ -99,10 +101,10 @@ def synthetic_run(
             eval_p = true_r * 0.9
             if fault == "hacking" and faulty:
                 eval_p = true_r * 0.9 - min(0.3, 0.004 * since)
-            m["eval/pass@1"] = rate(eval_p, 256)
-            m["eval/n_tasks"] = 256.0  # as a run logs it: the divergence rule's sampling error
+            m["eval/pass@1"] = rate(eval_p, eval_tasks)
+            m["eval/n_tasks"] = float(eval_tasks)  # as a run logs it: the divergence rule's sampling error
             for i, d in enumerate(DOMAINS):
-                m[f"eval/pass@1/{d}"] = rate(eval_p + (0.1 if i == 0 else -0.1), 128)
+                m[f"eval/pass@1/{d}"] = rate(eval_p + (0.1 if i == 0 else -0.1), max(1, eval_tasks // 2))
         yield step, m
 
 
