@@ -104,3 +104,52 @@ def test_bf16_on_cpu_runs_attention_in_fp32_with_the_same_masks() -> None:
     assert seen and all(s == (torch.float32, True) for s in seen)  # fp32, and the padding mask applied
     real = mask.bool()
     assert torch.allclose(got[real], want[real], atol=0.02)  # bf16 matmuls only
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_grouped_key_value_heads_attend_without_copies_and_give_transformers_values(arch: str) -> None:
+    """With a padding mask transformers copies each key/value head to its query heads before SDPA; the fp32
+    CPU attention lets SDPA group them (`enable_gqa`) and must give the same logits and gradients."""
+    from unittest import mock
+
+    import torch.nn.functional as F
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    from trialground.train.memory import fp32_attention
+
+    config_cls, model_cls = {
+        "llama": (LlamaConfig, LlamaForCausalLM),
+        "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+    }[arch]
+    cfg = config_cls(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, pad_token_id=PAD,
+    )  # fmt: skip
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6], [PAD, PAD, 7, 8, 9, 10]])
+    mask = (ids != PAD).long()
+
+    def run(grouped: bool) -> tuple[torch.Tensor, torch.Tensor, list[tuple[int, bool]]]:
+        torch.manual_seed(0)
+        model = model_cls(cfg).eval()
+        if grouped:
+            assert fp32_attention(model)
+        calls: list[tuple[int, bool]] = []
+        sdpa = F.scaled_dot_product_attention
+
+        def spy(q, k, v, **kw):  # type: ignore[no-untyped-def]
+            calls.append((k.shape[1], bool(kw.get("enable_gqa"))))
+            return sdpa(q, k, v, **kw)
+
+        with mock.patch.object(F, "scaled_dot_product_attention", spy):
+            logits = model(input_ids=ids, attention_mask=mask).logits
+        logits[mask.bool()].logsumexp(-1).sum().backward()
+        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        return logits.detach(), grads, calls
+
+    want, want_grads, plain = run(grouped=False)
+    got, got_grads, grouped = run(grouped=True)
+    assert plain == [(4, False)] * 2  # transformers: the 2 key/value heads repeated to 4
+    assert grouped == [(2, True)] * 2  # grouped by SDPA, no copies
+    real = mask.bool()
+    assert torch.allclose(got[real], want[real], atol=1e-5)
+    assert torch.allclose(got_grads, want_grads, atol=1e-5)
