@@ -35,6 +35,19 @@ ARCHS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 
+_MOE = dict(
+    hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    max_position_embeddings=512,
+)  # fmt: skip
+# mixture-of-experts architectures: name -> (config class, keyword arguments)
+MOE_ARCHS: dict[str, tuple[str, dict[str, Any]]] = {
+    "mixtral": ("MixtralConfig", _MOE | {"num_local_experts": 4, "num_experts_per_tok": 2}),
+    "qwen3_moe": (
+        "Qwen3MoeConfig",
+        _MOE | {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "head_dim": 8},
+    ),
+}
+
 
 def bundled_tokenizer() -> Any:
     return transformers.AutoTokenizer.from_pretrained(tiny_model_dir())

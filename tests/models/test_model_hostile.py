@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from modelkit import bundled_tokenizer, make_checkpoint
+from modelkit import MOE_ARCHS, bundled_tokenizer, make_checkpoint
 
 from trialground.errors import PolicyError
 from trialground.policy.config import PolicyConfig
@@ -23,17 +23,6 @@ from trialground.train.config import TrainerConfig
 from trialground.train.trainer import Trainer, lora_linear_targets
 
 ROOT = Path(__file__).resolve().parents[2]
-_MOE = dict(
-    hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-    max_position_embeddings=512,
-)  # fmt: skip
-MOE_ARCHS = {
-    "mixtral": ("MixtralConfig", _MOE | {"num_local_experts": 4, "num_experts_per_tok": 2}),
-    "qwen3_moe": (
-        "Qwen3MoeConfig",
-        _MOE | {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "head_dim": 8},
-    ),
-}
 EVIL = "import pathlib, os\npathlib.Path(os.environ['EVIL_MARKER']).write_text('ran')\n"
 
 

@@ -12,7 +12,9 @@ Mixed precision runs the forward passes under `torch.autocast(bfloat16)` (CPU or
 in bf16, reductions and the loss in fp32 (`Trainer._token_logprobs` casts the logits to float); the
 weights, their gradients and AdamW's state stay in the model's own dtype. On CPU the attention itself runs
 in fp32 (`fp32_attention`): PyTorch's CPU attention kernels are slower in bf16 than in fp32 (forward and
-backward of one layer at 64 sequences x 64 tokens of a 106M Llama: 101 ms in bf16, 41 ms in fp32).
+backward of one layer at 64 sequences x 64 tokens of a 106M Llama: 101 ms in bf16, 41 ms in fp32). Where a
+model groups its key/value heads, that attention lets SDPA group them (`enable_gqa`) instead of copying
+each head to its query heads, as transformers does under a padding mask.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ def _sdpa_in_fp32(
 _PLAIN_KWARGS = frozenset(
     {
         "dropout", "scaling", "is_causal", "position_ids", "use_cache", "sliding_window", "cache_position",
-        "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k",
+        "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "output_router_logits",
     }
 )  # fmt: skip
 
