@@ -239,7 +239,7 @@ class DivergenceRule:
         pairs = eval_pairs(history, c.train_key, eval_key, c.k_evals)
         if len(pairs) < c.k_evals:
             return []
-        found = self._trend(history, pairs) or self._since_start(history, eval_key)
+        found = self._trend(history, eval_key, pairs) or self._since_start(history, eval_key)
         if found is None:
             return []
         summary, details = found
@@ -266,7 +266,9 @@ class DivergenceRule:
         msg = f"{summary} (Spearman {rho:+.2f}); suspected cause: {cause}"
         return [Alert.make(self.name, c.action, step, msg, ev)]
 
-    def _trend(self, history: MetricHistory, pairs: list[Pair]) -> tuple[str, dict[str, float]] | None:
+    def _trend(
+        self, history: MetricHistory, eval_key: str, pairs: list[Pair]
+    ) -> tuple[str, dict[str, float]] | None:
         """Train reward trending up over the last K evaluations while evaluation is flat or falling."""
         c = self.cfg
         xs = np.array([p[0] for p in pairs], dtype=float)
@@ -286,7 +288,7 @@ class DivergenceRule:
         gap_growth = detectors.trend(xs, tr_vals - ev_vals).slope * span
         if gap_growth < c.min_gap_growth:
             return None
-        sigma = _eval_sigma(history, eval_key_of(c, history), float(ev_vals.mean()), c.k_evals)
+        sigma = _eval_sigma(history, eval_key, float(ev_vals.mean()), c.k_evals)
         eval_se = sigma * span / math.sqrt(float(((xs - xs.mean()) ** 2).sum())) if sigma is not None else 0.0
         if gap_growth < c.min_gap_z * eval_se:
             return None

@@ -99,8 +99,8 @@ def _grouped(
     module: nn.Module, query: torch.Tensor, mask: torch.Tensor | None, args: tuple, kwargs: dict[str, Any]
 ) -> bool:
     """Whether SDPA's `enable_gqa` computes exactly what transformers' SDPA would here: grouped key/value
-    heads, a mask (transformers then repeats the heads, as PyTorch's masked CPU attention could not group
-    them before 2.5; without a mask it passes `enable_gqa` itself), several query positions (one is
+    heads, a mask (transformers then repeats the heads: it passes `enable_gqa` only without a mask, which
+    its CUDA kernels need), several query positions (one is
     transformers' packed decode path), and nothing else that changes the call (a position bias, a soft
     cap, returned weights). A given mask makes the call non-causal in transformers too. Measured on one
     layer of a 106M Llama (16 sequences, 9 query and 3 key/value heads, 64 queries over 100 keys): forward
