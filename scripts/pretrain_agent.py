@@ -74,6 +74,7 @@ from trialground.verify.grader import make_grader
 RECIPE = Path(__file__).resolve().parent.parent / "examples" / "agent.yaml"
 LONGCTX_RECIPE = RECIPE.with_name("longctx_cpu.yaml")
 SWE_RECIPE = RECIPE.with_name("swe_cpu.yaml")
+SWE_FIXES_RECIPE = RECIPE.with_name("swe_fixes_cpu.yaml")
 Trace = dict[str, Any]  # {"prompt": str, "turns": [[action, observation], ...], "solved": bool}
 
 
@@ -216,6 +217,34 @@ async def make_traces(
         await grader.close()
 
 
+async def fixes_traces(args: argparse.Namespace, rng: random.Random) -> list[Trace]:
+    """`--swe-fixes`: each of the first `--swe-tasks` train tasks played once by the full repair strategy
+    and once by its shortcut (`trialground.rollout.swe_fixer`; both are deterministic), then `--swe-repeats`
+    traces per task, each the shortcut with probability `--shortcut`."""
+    from trialground.integrations.grading import resolve_tasks
+    from trialground.rollout.swe_fixer import play_fixes
+
+    config = load_config(SWE_FIXES_RECIPE)
+    tasks = resolve_tasks(f"swe:{args.swe}", seed=config.seed, split="train")[: args.swe_tasks]
+    grader = make_grader(config.sandbox, config.reward)
+    gate = asyncio.Semaphore(4)
+
+    async def one(task: Task, shortcut: bool) -> Trace:
+        async with gate:
+            env = ToolEnv(grader, config.env, config.sandbox)
+            try:
+                return await play_fixes(env, task, tries=args.swe_tries, shortcut=shortcut)
+            finally:
+                await env.close()
+
+    try:
+        played = await asyncio.gather(*(one(t, s) for t in tasks for s in (False, True)))
+    finally:
+        await grader.close()
+    pairs = [played[i : i + 2] for i in range(0, len(played), 2)]
+    return [pair[rng.random() < args.shortcut] for _ in range(args.swe_repeats) for pair in pairs]
+
+
 def encode(tok: Any, trace: Trace, max_len: int) -> tuple[list[int], list[int]] | None:
     """Episode ids as the rollout builds them, and labels (-100 outside the policy's turns)."""
     renderer = ChatRenderer(tok)
@@ -266,7 +295,8 @@ def both_rates(model: Any, tok: Any, args: argparse.Namespace, samples: int) -> 
     """The agent recipe's rates as they are, the long-context recipe's under `longctx/`; with `--swe`,
     the repository recipe's held-out split alone, under `swe/`."""
     if args.swe:
-        swe = solve_rates(model, tok, SWE_RECIPE, args.swe_eval_n, samples, reseed=False)
+        recipe = SWE_FIXES_RECIPE if args.swe_fixes else SWE_RECIPE
+        swe = solve_rates(model, tok, recipe, args.swe_eval_n, samples, reseed=False)
         return {"eval/pass@1": swe["eval/pass@1"], **{f"swe/{k}": v for k, v in swe.items()}}
     agent = solve_rates(model, tok, RECIPE, args.eval_n, samples)
     if not args.longctx_traces:
@@ -347,6 +377,18 @@ def main() -> None:
         help="with --swe-line-fixes: put up to N blank lines above each demonstration's bug, on its page, "
         "so the line number its repair addresses varies between repeats (shift_lines)",
     )
+    ap.add_argument(
+        "--swe-fixes",
+        action="store_true",
+        help="with --swe: episodes of the scripted repair player through fixes/apply_fix/run_tests "
+        "(trialground.rollout.swe_fixer), evaluated by examples/swe_fixes_cpu.yaml; --shortcut of them "
+        "apply the top candidate and submit without running the tests",
+    )
+    ap.add_argument(
+        "--final-samples", type=int, default=8, help="sampled episodes per task of the final evaluation "
+        "(0: greedy only)",
+    )  # fmt: skip
+    ap.add_argument("--swe-tries", type=int, default=4, help="with --swe-fixes: candidates tried at most")
     ap.add_argument("--swe-eval-n", type=int, default=1000, help="held-out repository tasks evaluated")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument(
@@ -370,6 +412,9 @@ def main() -> None:
 
     if args.cache.is_file():
         traces = [json.loads(line) for line in args.cache.read_text().splitlines()]
+    elif args.swe and args.swe_fixes:  # the scripted repair player, each train task both ways
+        traces = asyncio.run(fixes_traces(args, rng))
+        args.cache.write_text("".join(json.dumps(t) + "\n" for t in traces))
     elif args.swe:  # repository demonstrations, each train task played --swe-repeats times
         from trialground.tasks.swe import demonstrations
 
@@ -457,7 +502,7 @@ def main() -> None:
                 break
             prev = (step, {k: v.clone() for k, v in model.state_dict().items()}, score)
     model.eval()
-    stats = both_rates(model, tok, args, samples=8)
+    stats = both_rates(model, tok, args, samples=args.final_samples)
     print(f"final step {step}: {stats}", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     model.generation_config.eos_token_id = tok.eos_token_id

@@ -22,6 +22,11 @@ class EnvConfig(BaseModel):
         "json_tags", description="Tool-call syntax: json_tags, xml, or auto (both)"
     )
     observation_budget_chars: int = Field(4000, ge=64, description="Observations are cut to this size")
+    tool_observation_chars: dict[str, int] = Field(
+        default_factory=dict,
+        description="Per-tool observation budgets, e.g. {run_tests: 120}: that tool's output is cut to this "
+        "many characters (middle dropped) instead of observation_budget_chars",
+    )
     tool_timeout_s: float = Field(
         30.0, gt=0, le=3600, description="Wall seconds of one bash/python/run_tests call (capped by episode)"
     )
@@ -34,6 +39,11 @@ class EnvConfig(BaseModel):
         False,
         description="List apply_patch in the prompt's tool list (callable either way); on for repository "
         "tasks",
+    )
+    repair_tools: bool = Field(
+        False,
+        description="List fixes and apply_fix (ranked candidate one-line repairs of a repository task, "
+        "trialground.envs.repair) in the prompt's tool list (callable either way)",
     )
     max_calls_per_turn: int = Field(
         4, ge=1, le=64, description="Tool calls executed per model turn; further ones are invalid"
@@ -84,6 +94,19 @@ class EnvConfig(BaseModel):
         "command `[VAR=value ...] python ...` whose python is the sandbox's own, e.g. harness_venv's); "
         "e.g. [openai, openai.resources.chat]: docs/harness.md",
     )
+
+    @model_validator(mode="after")
+    def _tool_budgets(self) -> EnvConfig:
+        from trialground.envs.tools import TOOL_PARAMS
+
+        for name, chars in self.tool_observation_chars.items():
+            if name not in TOOL_PARAMS:
+                raise ValueError(
+                    f"env.tool_observation_chars: unknown tool {name!r}; tools: {', '.join(TOOL_PARAMS)}"
+                )
+            if chars < 16:
+                raise ValueError(f"env.tool_observation_chars.{name}: {chars} is under 16 characters")
+        return self
 
     @model_validator(mode="after")
     def _harness(self) -> EnvConfig:

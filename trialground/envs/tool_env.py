@@ -48,6 +48,7 @@ from trialground.envs.base import (
 )
 from trialground.envs.config import EnvConfig
 from trialground.envs.observations import shown
+from trialground.envs.repair import RepairMemo
 from trialground.envs.text import truncate_middle
 from trialground.envs.tool_schemas import tool_schemas
 from trialground.envs.toolcalls import InvalidCall, ToolFormat, format_tool_call, parse_tool_calls
@@ -97,6 +98,7 @@ class EpisodeState:
     finish_reason: str = ""
     checks_start: dict[str, str] | None = None  # visible check path -> sha256 at reset
     checks: CheckHashes | None = None  # start and end hashes, once the episode ended
+    repair: RepairMemo = field(default_factory=RepairMemo)  # fixes() listed, apply_fix() applied
 
 
 @dataclass(frozen=True)
@@ -197,10 +199,8 @@ class ToolEnv(Environment, Forkable):
                 self.state.checks_start = {p: h for p, h in hashes.items() if h is not None}
         fmt: ToolFormat = "xml" if self.config.tool_format == "xml" else "json_tags"
         example = format_tool_call("bash", {"command": "ls"}, fmt)
-        text = (
-            f"{task.prompt}\n\n{tool_docs(self.config.navigation_tools, self.config.patch_tool)}\n"
-            f"Call a tool like this:\n{example}"
-        )
+        listed = tool_docs(self.config.navigation_tools, self.config.patch_tool, self.config.repair_tools)
+        text = f"{task.prompt}\n\n{listed}\nCall a tool like this:\n{example}"
         # the tools as JSON schemas too: a chat template that takes `tools=` renders them its own way
         start = EpisodeStart(tools=tuple(tool_schemas()), workspace_digest=digest)
         return Observation(text=text, start=start)
@@ -249,7 +249,8 @@ class ToolEnv(Environment, Forkable):
             try:
                 wall = min(self.config.tool_timeout_s, max(remaining, 0.1))
                 outcome = await asyncio.wait_for(
-                    self._toolbox.run(call.name, call.arguments, wall), timeout=wall + _HANG_GRACE_S
+                    self._toolbox.run(call.name, call.arguments, wall, st.repair),
+                    timeout=wall + _HANG_GRACE_S,
                 )
             except TrialgroundError as e:
                 return self._fail(e.info())
@@ -268,7 +269,8 @@ class ToolEnv(Environment, Forkable):
                 exec_failed = exec_failed or call.name in _EXEC_TOOLS
             st.actions.append(make_action(call.name, call.arguments, outcome))
             seen = shown(self.config.observations, self.task.id, outcome.text, turn=st.turn, call=i)
-            outputs.append(truncate_middle(seen, self.config.observation_budget_chars))
+            budget = self.config.tool_observation_chars.get(call.name, self.config.observation_budget_chars)
+            outputs.append(truncate_middle(seen, budget))
             if outcome.submit:
                 did_submit, submitted = True, outcome.answer
                 break

@@ -38,6 +38,15 @@ _DESCRIPTIONS = {
             "count": "lines to show (default 20, at most 200)",
         },
     ),
+    "fixes": (
+        "Candidate one-line fixes of a repository task, numbered, at the library lines its failing tests "
+        "point at (spectrum-based fault localization over its tests).",
+        {},
+    ),
+    "apply_fix": (
+        "Apply candidate `n` of the last fixes() listing, undoing the candidate applied before it.",
+        {"n": "the candidate's number"},
+    ),
     "submit": ("Finish; the workspace (or `answer`) is graded.", {"answer": "the answer, if one is asked"}),
 }
 

@@ -5,7 +5,9 @@ Tools: ``bash(command)``, ``python(code)``, ``read_file(path)``, ``write_file(pa
 ``apply_patch(patch)`` (a unified diff, applied by ``git apply`` in the sandbox: `trialground.envs.patching`),
 ``run_tests()`` (the task's visible checks; on a repository task its failing tests and the rest of its
 suite, run as grading runs them), ``search(pattern, path?)`` and ``read_lines(path, start?, count?)``
-(bounded search and paged reading, run in the sandbox: `trialground.envs.navigate`) and ``submit(answer?)``.
+(bounded search and paged reading, run in the sandbox: `trialground.envs.navigate`), ``fixes()`` and
+``apply_fix(n)`` (ranked candidate repairs on a repository task: `trialground.envs.repair`) and
+``submit(answer?)``.
 
 Contract: `Toolbox.run` turns every *program* failure (bad arguments, missing file, non-zero exit, timeout)
 into a `ToolOutcome` with ``ok=False``; only a broken sandbox propagates, as `SandboxError`.
@@ -19,7 +21,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from trialground.envs import navigate, patching
+from trialground.envs import navigate, patching, repair
 from trialground.errors import SandboxError
 from trialground.sandbox.base import ExecResult, ExecStatus, Limits, Sandbox
 from trialground.tasks.model import Task
@@ -36,6 +38,8 @@ TOOL_PARAMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "run_tests": ((), ()),
     "search": (("pattern",), ("path",)),
     "read_lines": (("path",), ("start", "count")),
+    "fixes": ((), ()),
+    "apply_fix": (("n",), ()),
     "submit": ((), ("answer",)),
 }
 
@@ -55,12 +59,17 @@ NAVIGATION_DOCS = (
     "- read_lines(path, start?, count?): `count` lines (default 20) of a file from line `start`"
 )
 PATCH_DOCS = "- apply_patch(patch): apply a unified diff to the workspace"
+REPAIR_DOCS = (
+    "- fixes(): numbered candidate one-line fixes at the lines the failing tests point at\n"
+    "- apply_fix(n): apply candidate n of the last fixes(), undoing the one applied before"
+)
 
 
-def tool_docs(navigation: bool, patch: bool = False) -> str:
+def tool_docs(navigation: bool, patch: bool = False, repairs: bool = False) -> str:
     """The prompt's tool list, with `search` and `read_lines` when `navigation`, `apply_patch` when
-    `patch`."""
-    extra = [d for d, on in ((NAVIGATION_DOCS, navigation), (PATCH_DOCS, patch)) if on]
+    `patch`, `fixes` and `apply_fix` when `repairs`."""
+    listed = ((NAVIGATION_DOCS, navigation), (PATCH_DOCS, patch), (REPAIR_DOCS, repairs))
+    extra = [d for d, on in listed if on]
     if not extra:
         return TOOL_DOCS
     head, _, last = TOOL_DOCS.rpartition("\n")
@@ -236,8 +245,11 @@ class Toolbox:
         except (IsADirectoryError, PermissionError, ValueError, OSError) as e:
             raise FileError(str(e) or type(e).__name__) from e
 
-    async def run(self, name: str, args: dict[str, Any], wall_s: float) -> ToolOutcome:
-        """Run a validated call with at most `wall_s` seconds for any program it starts."""
+    async def run(
+        self, name: str, args: dict[str, Any], wall_s: float, memo: repair.RepairMemo | None = None
+    ) -> ToolOutcome:
+        """Run a validated call with at most `wall_s` seconds for any program it starts. `memo`: the
+        episode's record of listed repair candidates (`fixes`, `apply_fix`)."""
         a = {k: str(v) for k, v in args.items()}
         limits = self.limits.model_copy(update={"wall_s": max(0.1, min(self.limits.wall_s, wall_s))})
         if name == "bash":
@@ -260,6 +272,11 @@ class Toolbox:
             return await self._search(a["pattern"], a.get("path") or ".", limits)
         if name == "read_lines":
             return await self._read_lines(a["path"], a.get("start"), a.get("count"), limits)
+        if name in ("fixes", "apply_fix"):
+            memo = memo if memo is not None else repair.RepairMemo()
+            if name == "fixes":
+                return await self._fixes(memo, limits)
+            return await self._apply_fix(memo, a["n"])
         if name == "submit":
             return ToolOutcome("submitted", True, False, submit=True, answer=a.get("answer"))
         raise AssertionError(f"unvalidated tool {name}")  # validate_call rejects unknown names
@@ -411,13 +428,62 @@ class Toolbox:
 
         outputs: list[str] = []
         ok = True
-        for run in test_runs(self.task):
+        runs = test_runs(self.task)
+        failed = 0
+        for run in runs:
             res = await self.sandbox.exec(run.argv, env=TEST_ENV, limits=limits)
             if res.status == ExecStatus.SANDBOX_ERROR:
                 raise SandboxError(f"sandbox failed: {res.stderr.strip()[:300]}", kind="sandbox_died")
             ok = ok and res.ok
+            failed += not res.ok
             text = render_exec(res)
             outputs.append(
                 f"== {run.label}: {'passed' if res.ok else 'FAILED'}\n{text if not res.ok else text[:300]}"
             )
-        return ToolOutcome("\n".join(outputs), ok)
+        # the verdict first: an observation cut to a small budget still shows it
+        head = f"tests passed ({len(runs)} runs)" if ok else f"tests FAILED ({failed} of {len(runs)} runs)"
+        return ToolOutcome("\n".join([head, *outputs]), ok)
+
+    async def _fixes(self, memo: repair.RepairMemo, limits: Limits) -> ToolOutcome:
+        """`trialground.envs.repair`: localize in the sandbox, list candidate edits on the host."""
+        if self.task.verifier.kind != "swe_tests":
+            return ToolOutcome("error: fixes() needs a repository task (its tests localize the bug)", False)
+        digest = await self.workspace_digest()
+        key = (self.task.id, digest) if digest and self.task.id else None
+        result = repair.LOCALIZED.get(key) if key else None
+        if result is None:
+            argv = [self.python, "-I", "-S", "-c", repair.LOCALIZE_PROGRAM]
+            res = await self._exec(argv, _nav_limits(limits), stdin=repair.localize_input(self.task))
+            result = repair.parse_result(res.stdout)
+            if result is None or "error" in result:
+                why = result["error"] if result else render_exec(res)[-300:]
+                return ToolOutcome(f"error: the tests could not be run to localize: {why}", False)
+            if key:
+                repair.LOCALIZED.put(key, result)
+        ranked = [(str(p), int(n)) for p, n, _ in result.get("lines", [])]  # type: ignore[attr-defined]
+        fixes, skipped = await repair.list_fixes(ranked, self._read_text)
+        memo.fixes, memo.applied = fixes, None
+        text = repair.render_fixes(fixes, int(result.get("failed", 0)), int(result.get("passed", 0)))  # type: ignore[call-overload]
+        if skipped:
+            text += f"\n(not parsed, over {repair.HOST_PARSE_MAX_BYTES} bytes: {', '.join(skipped)})"
+        return ToolOutcome(text, bool(fixes), False)
+
+    async def _apply_fix(self, memo: repair.RepairMemo, n: str) -> ToolOutcome:
+        fix = repair.choose(memo, n)
+        if isinstance(fix, str):
+            return ToolOutcome(f"error: {fix}", False, False)
+        new = repair.rewrite(memo, fix, await self._read_text(fix.path))
+        if new is None:
+            return ToolOutcome(
+                f"error: {fix.path} changed since fixes() listed it; call fixes() again",
+                False,
+                False,
+                fix.path,
+            )
+        try:
+            await self._write_raw(fix.path, new.encode("utf-8", errors="surrogateescape"))
+        except FileError as e:
+            return ToolOutcome(f"error: cannot write {fix.path}: {e}", False, None, fix.path)
+        memo.applied = fix
+        k = memo.fixes.index(fix) + 1
+        return ToolOutcome(f"applied fix {k} at {fix.path}:{fix.line}", True, True, fix.path)

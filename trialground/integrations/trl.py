@@ -312,6 +312,26 @@ class TrialgroundToolEnv:
             arguments["count"] = count
         return self._call("read_lines", arguments)
 
+    def fixes(self) -> str:
+        """List candidate one-line fixes of a repository task, ranked by how strongly its failing tests
+        point at each line.
+
+        Returns:
+            Numbered candidates as `n. path:line: old -> new`.
+        """
+        return self._call("fixes", {})
+
+    def apply_fix(self, n: int) -> str:
+        """Apply candidate `n` of the last fixes() listing, undoing the one applied before it.
+
+        Args:
+            n: The candidate's number in the listing.
+
+        Returns:
+            The edit applied, or why none was.
+        """
+        return self._call("apply_fix", {"n": n})
+
     def submit(self, answer: str | None = None) -> str:
         """Finish the episode: the workspace (or `answer`, when the task asks for one) is graded.
 
