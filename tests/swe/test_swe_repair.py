@@ -12,6 +12,7 @@ from trialground.envs.config import EnvConfig
 from trialground.envs.repair import (
     HOST_PARSE_MAX_BYTES,
     Fix,
+    Localized,
     RepairMemo,
     changed_span,
     choose,
@@ -149,12 +150,56 @@ def test_fixes_needs_a_repository_task() -> None:
 
 
 def test_localizations_are_kept_by_task_and_workspace_least_recently_used_first() -> None:
-    from trialground.envs.repair import _Localized
+    from trialground.envs.repair import Localized, _Kept
 
-    kept = _Localized(size=2)
-    kept.put(("t", "d1"), {"lines": [1]})
-    kept.put(("t", "d2"), {"lines": [2]})
-    assert kept.get(("t", "d1")) == {"lines": [1]}  # now the most recent
-    kept.put(("u", "d1"), {"lines": [3]})
-    assert kept.get(("t", "d2")) is None and kept.get(("t", "d1")) is not None
-    assert kept.get(("u", "d1")) == {"lines": [3]}
+    kept = _Kept(size=2)
+    one, two, three = (Localized([("m.py", n)], 1, 1) for n in (1, 2, 3))
+    kept.put(("t", "d1"), one)
+    kept.put(("t", "d2"), two)
+    assert kept.get(("t", "d1")) is one  # now the most recent
+    kept.put(("u", "d1"), three)
+    assert kept.get(("t", "d2")) is None and kept.get(("t", "d1")) is one and kept.get(("u", "d1")) is three
+
+
+def test_a_malformed_localization_report_is_no_result() -> None:
+    from trialground.envs.repair import parse_result
+
+    good = 'noise\nTGLOC {"failed": 2, "passed": 5, "lines": [["m.py", 3, 1.0]]}\n'
+    assert parse_result(good) == Localized([("m.py", 3)], 2, 5)
+    for bad in ("", "TGLOC {", 'TGLOC {"error": "SystemExit"}', 'TGLOC {"lines": [[1]]}', "TGLOC []"):
+        assert parse_result(bad) is None, bad
+
+
+def test_a_call_that_runs_several_programs_ends_within_its_wall_limit() -> None:
+    """run_tests with three checks of 2 s each under a 3 s tool limit: the programs share the limit, so
+    the call ends as a failed tool call (the last check not run), not as a hung sandbox."""
+    from trialground.sandbox.bwrap import bwrap_available
+    from trialground.tasks.model import VerifierSpec
+
+    if not bwrap_available():
+        pytest.skip("bubblewrap is not installed")
+    checks = {f"check_{i}.sh": "sleep 2\n" for i in range(3)}
+    task = Task(
+        domain="code",
+        prompt="p",
+        files={"solution.py": "x = 1\n"},
+        visible_checks=checks,
+        hidden_checks={"test_h.py": "def test_h():\n    assert True\n"},
+        verifier=VerifierSpec(kind="code_tests", params={"solution_path": "solution.py"}),
+    )
+    config = SandboxConfig()
+    env_config = EnvConfig(kind="tool", max_turns=4, tool_timeout_s=3, observation_budget_chars=2000)
+
+    async def run() -> tuple[str, bool]:
+        grader = make_grader(config)
+        env = ToolEnv(grader, env_config, config)
+        try:
+            await env.reset(task)
+            obs = await env.step(format_tool_call("run_tests", {}))
+            return obs.text, obs.done
+        finally:
+            await env.close()
+            await grader.close()
+
+    text, done = asyncio.run(run())
+    assert not done and "not run: run_tests used its 3 s" in text, text

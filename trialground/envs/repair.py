@@ -114,28 +114,28 @@ os._exit(0)
 """
 
 
-class _Localized:
+class _Kept:
     """Localization results by (task id, workspace digest), least recently used first: the same workspace
     of the same task ranks the same lines, so the samples of a task share one run of its suite."""
 
     def __init__(self, size: int = 512) -> None:
         self.size = size
-        self._items: OrderedDict[tuple[str, str], dict[str, object]] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str], Localized] = OrderedDict()
 
-    def get(self, key: tuple[str, str]) -> dict[str, object] | None:
+    def get(self, key: tuple[str, str]) -> Localized | None:
         found = self._items.get(key)
         if found is not None:
             self._items.move_to_end(key)
         return found
 
-    def put(self, key: tuple[str, str], result: dict[str, object]) -> None:
+    def put(self, key: tuple[str, str], result: Localized) -> None:
         self._items[key] = result
         self._items.move_to_end(key)
         while len(self._items) > self.size:
             self._items.popitem(last=False)
 
 
-LOCALIZED = _Localized()
+LOCALIZED = _Kept()
 
 
 @dataclass(frozen=True)
@@ -176,16 +176,29 @@ def localize_input(task: Task, top: int = 40) -> str:
     )
 
 
-def parse_result(stdout: str) -> dict[str, object] | None:
-    """The program's result line, or None when it wrote none that parses."""
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(RESULT_PREFIX):
-            try:
-                data = json.loads(line[len(RESULT_PREFIX) :])
-            except ValueError:
-                return None
-            return data if isinstance(data, dict) else None
-    return None
+@dataclass(frozen=True)
+class Localized:
+    """What the localization program reported: the ranked (path, line) pairs and the test counts."""
+
+    ranked: list[tuple[str, int]]
+    failed: int
+    passed: int
+
+
+def parse_result(stdout: str) -> Localized | None:
+    """The program's last result line, or None when it wrote none that parses or reported an error. The
+    line comes from a process the workspace's code controls: anything malformed is no result."""
+    line = next((x for x in reversed(stdout.splitlines()) if x.startswith(RESULT_PREFIX)), None)
+    if line is None:
+        return None
+    try:
+        data = json.loads(line[len(RESULT_PREFIX) :])
+        if "error" in data:
+            return None
+        ranked = [(str(p), int(n)) for p, n, _ in data["lines"]]
+        return Localized(ranked, int(data["failed"]), int(data["passed"]))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
 
 
 def _shown(text: str) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,6 +196,23 @@ def render_exec(res: ExecResult) -> str:
     return "\n".join(parts)
 
 
+class _Deadline:
+    """One call's wall limit shared by the programs it runs one after another: each gets what is left, so
+    the call ends within its limit however many programs it starts (the environment treats a call that
+    overruns its limit as a hung sandbox)."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.end = time.monotonic() + limits.wall_s
+
+    def next(self) -> Limits | None:
+        """Limits for the next program, or None when under 0.1 s is left."""
+        left = self.end - time.monotonic()
+        if left < 0.1:
+            return None
+        return self.limits.model_copy(update={"wall_s": min(self.limits.wall_s, left)})
+
+
 def _nav_limits(limits: Limits) -> Limits:
     return limits.model_copy(update={"output_bytes": min(limits.output_bytes, navigate.NAV_OUTPUT_BYTES)})
 
@@ -216,10 +234,10 @@ class Toolbox:
             raise SandboxError(f"sandbox failed: {res.stderr.strip()[:300]}", kind="sandbox_died")
         return res
 
-    async def workspace_digest(self) -> str | None:
+    async def workspace_digest(self, limits: Limits | None = None) -> str | None:
         """sha256 over every regular file's path and content in /workspace, as the sandbox sees it now
         (first 16 hex digits); None when the sandbox does not answer with one (a simulated backend)."""
-        res = await self._exec(_DIGEST, self.limits)
+        res = await self._exec(_DIGEST, limits or self.limits)
         digest = res.stdout.split(" ", 1)[0].strip()
         return digest[:16] if res.ok and len(digest) == 64 else None
 
@@ -409,6 +427,7 @@ class Toolbox:
         py = [p for p in paths if p.endswith(".py")]
         outputs: list[str] = []
         ok = True
+        deadline = _Deadline(limits)
         if py:
             res = await self._exec([self.python, "-B", "-c", VISIBLE_RUNNER, *py], limits)
             ok = ok and res.ok
@@ -416,7 +435,12 @@ class Toolbox:
         for p in paths:
             if p.endswith(".py"):
                 continue
-            res = await self._exec(["bash", p] if p.endswith(".sh") else [f"./{p}"], limits)
+            left = deadline.next()
+            if left is None:
+                ok = False
+                outputs.append(f"{p}: not run: run_tests used its {limits.wall_s:g} s")
+                continue
+            res = await self._exec(["bash", p] if p.endswith(".sh") else [f"./{p}"], left)
             ok = ok and res.ok
             outputs.append(f"{p}: " + render_exec(res))
         return ToolOutcome("\n".join(outputs), ok)
@@ -430,8 +454,15 @@ class Toolbox:
         ok = True
         runs = test_runs(self.task)
         failed = 0
+        deadline = _Deadline(limits)
         for run in runs:
-            res = await self.sandbox.exec(run.argv, env=TEST_ENV, limits=limits)
+            left = deadline.next()
+            if left is None:  # out of time: the runs left are failed, not run
+                ok = False
+                failed += 1
+                outputs.append(f"== {run.label}: FAILED\nnot run: run_tests used its {limits.wall_s:g} s")
+                continue
+            res = await self.sandbox.exec(run.argv, env=TEST_ENV, limits=left)
             if res.status == ExecStatus.SANDBOX_ERROR:
                 raise SandboxError(f"sandbox failed: {res.stderr.strip()[:300]}", kind="sandbox_died")
             ok = ok and res.ok
@@ -448,22 +479,25 @@ class Toolbox:
         """`trialground.envs.repair`: localize in the sandbox, list candidate edits on the host."""
         if self.task.verifier.kind != "swe_tests":
             return ToolOutcome("error: fixes() needs a repository task (its tests localize the bug)", False)
-        digest = await self.workspace_digest()
+        deadline = _Deadline(limits)
+        digest = await self.workspace_digest(limits)
         key = (self.task.id, digest) if digest and self.task.id else None
         result = repair.LOCALIZED.get(key) if key else None
         if result is None:
+            left = deadline.next()
+            if left is None:
+                return ToolOutcome(f"error: fixes() used its {limits.wall_s:g} s before the tests ran", False)
             argv = [self.python, "-I", "-S", "-c", repair.LOCALIZE_PROGRAM]
-            res = await self._exec(argv, _nav_limits(limits), stdin=repair.localize_input(self.task))
+            res = await self._exec(argv, _nav_limits(left), stdin=repair.localize_input(self.task))
             result = repair.parse_result(res.stdout)
-            if result is None or "error" in result:
-                why = result["error"] if result else render_exec(res)[-300:]
+            if result is None:
+                why = render_exec(res)[-300:]
                 return ToolOutcome(f"error: the tests could not be run to localize: {why}", False)
             if key:
                 repair.LOCALIZED.put(key, result)
-        ranked = [(str(p), int(n)) for p, n, _ in result.get("lines", [])]  # type: ignore[attr-defined]
-        fixes, skipped = await repair.list_fixes(ranked, self._read_text)
+        fixes, skipped = await repair.list_fixes(result.ranked, self._read_text)
         memo.fixes, memo.applied = fixes, None
-        text = repair.render_fixes(fixes, int(result.get("failed", 0)), int(result.get("passed", 0)))  # type: ignore[call-overload]
+        text = repair.render_fixes(fixes, result.failed, result.passed)
         if skipped:
             text += f"\n(not parsed, over {repair.HOST_PARSE_MAX_BYTES} bytes: {', '.join(skipped)})"
         return ToolOutcome(text, bool(fixes), False)

@@ -26,8 +26,9 @@ from typing import Any
 TINY_NAME = "tiny"
 AGENT_NAME = "tiny-agent"
 NAV_NAME = "tiny-nav"
+FIX_NAME = "tiny-fix"  # tiny-nav continued on repository repairs through fixes/apply_fix (docs/swe.md)
 # bundled model name -> its directory under trialground/policy/
-BUNDLED = {TINY_NAME: "tiny_model", AGENT_NAME: "tiny_agent", NAV_NAME: "tiny_nav"}
+BUNDLED = {TINY_NAME: "tiny_model", AGENT_NAME: "tiny_agent", NAV_NAME: "tiny_nav", FIX_NAME: "tiny_fix"}
 EOS = "<|end|>"
 PAD = "<|pad|>"
 ROLES = ("system", "user", "assistant", "tool")
@@ -46,14 +47,15 @@ def tiny_model_dir(name: str = TINY_NAME) -> Path:
 
 
 def resolve_model_dir(model: str) -> Path:
-    """A bundled name ('tiny', 'tiny-agent', 'tiny-nav') -> its directory; anything else must be a local HF
-    model directory."""
+    """A bundled name ('tiny', 'tiny-agent', 'tiny-nav', 'tiny-fix') -> its directory; anything else must
+    be a local HF model directory."""
     path = tiny_model_dir(model) if model in BUNDLED else Path(model).expanduser()
     if not (path / "config.json").is_file():
         script = {
             TINY_NAME: "pretrain_tiny.py",
             AGENT_NAME: "pretrain_agent.py --longctx-traces 0",
             NAV_NAME: "pretrain_agent.py",
+            FIX_NAME: "pretrain_agent.py --swe-fixes (docs/swe.md)",
         }.get(model)
         hint = f" (run scripts/{script})" if script else ""
         raise FileNotFoundError(f"no Hugging Face model in {path}: config.json missing{hint}")
