@@ -314,11 +314,14 @@ class Toolbox:
         half = READ_FILE_MAX_BYTES // 2
         quoted = shlex.quote(path)
         cut = limits.model_copy(update={"output_bytes": max(limits.output_bytes, half + 64)})
-        size, head, tail = (
-            await self._exec(f"wc -c < {quoted}", cut),
-            await self._exec(f"head -c {half} -- {quoted}", cut),
-            await self._exec(f"tail -c {half} -- {quoted}", cut),
-        )
+        deadline = _Deadline(cut)
+        done: list[ExecResult] = []
+        for cmd in (f"wc -c < {quoted}", f"head -c {half} -- {quoted}", f"tail -c {half} -- {quoted}"):
+            left = deadline.next()
+            if left is None:
+                return ToolOutcome(f"error: cannot read {path}: out of time", False, False, path)
+            done.append(await self._exec(cmd, left))
+        size, head, tail = done
         if not (size.ok and head.ok and tail.ok) or not size.stdout.strip().isdigit():
             return ToolOutcome(f"error: cannot read {path}: it changed while being read", False, False, path)
         hidden = max(0, int(size.stdout) - 2 * half)
