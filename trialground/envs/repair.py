@@ -222,12 +222,9 @@ def _word(ch: str) -> bool:
 def changed_span(old: str, new: str) -> tuple[str, str]:
     """The part of two lines that differs, widened to whole words and brackets' contents: `group(2)` ->
     `group(1)` rather than the whole line."""
-    p = 0
-    while p < min(len(old), len(new)) and old[p] == new[p]:
-        p += 1
-    s = 0
-    while s < min(len(old), len(new)) - p and old[-1 - s] == new[-1 - s]:
-        s += 1
+    from trialground.tasks.swe.mutate import common_ends
+
+    p, s = common_ends(old, new)
     lo, ho, hn = p, len(old) - s, len(new) - s
     while lo > 0 and (_word(old[lo - 1]) or old[lo - 1] in "([."):
         lo -= 1

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from trialground.tasks.model import Task
 from trialground.tasks.swe.build import BugRecord
 from trialground.tasks.swe.line_fix import line_fix
-from trialground.tasks.swe.mutate import inverse_mutations
+from trialground.tasks.swe.mutate import common_ends, inverse_mutations
 from trialground.tasks.swe.repos import RepoSpec
 
 PAGE_LINES = 12  # a page of code read in one call (functions longer than this are read page by page)
@@ -130,12 +130,7 @@ def _grow(line: str, lo: int, hi: int) -> tuple[int, int]:
 def _span_edit(buggy: str, pristine: str, old_line: str, new_line: str) -> tuple[str, str] | None:
     """The shortest `old` -> `new` within one changed line (whole words, at least 8 characters) whose `old`
     occurs once in `buggy` and whose replacement gives `pristine`; None if there is none."""
-    p = 0
-    while p < min(len(old_line), len(new_line)) and old_line[p] == new_line[p]:
-        p += 1
-    s = 0
-    while s < min(len(old_line), len(new_line)) - p and old_line[-1 - s] == new_line[-1 - s]:
-        s += 1
+    p, s = common_ends(old_line, new_line)
     lo, hi = p, len(old_line) - s
     while lo > 0 and (old_line[lo - 1].isalnum() or old_line[lo - 1] == "_"):
         lo -= 1

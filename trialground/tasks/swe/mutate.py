@@ -211,6 +211,17 @@ def _undo_sites(tree: ast.AST) -> Iterator[tuple[str, ast.AST, ast.AST]]:
             yield "swap_args", node, call
 
 
+def common_ends(a: str, b: str) -> tuple[int, int]:
+    """How many characters `a` and `b` share at the start, and then at the end (not overlapping)."""
+    p = 0
+    while p < min(len(a), len(b)) and a[p] == b[p]:
+        p += 1
+    s = 0
+    while s < min(len(a), len(b)) - p and a[-1 - s] == b[-1 - s]:
+        s += 1
+    return p, s
+
+
 def inverse_mutations(path: str, source: str, lines: tuple[int, int] | None = None) -> list[Mutation]:
     """Every edit of `source` that undoes one mutation of the catalogue, at nodes starting within
     `lines` (first, last; 1-based, inclusive) when given; those that would not parse are left out. What a
