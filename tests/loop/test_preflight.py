@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from trialground.errors import ConfigError
-from trialground.orchestrator.preflight import preflight, problems
+from trialground.orchestrator.preflight import cautions, preflight, problems
 from trialground.orchestrator.run_config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,6 +106,26 @@ def test_config_validate_reads_stdin_and_answers_in_json(tmp_path: Path) -> None
     assert report["ok"] is False and "no such directory" in report["problems"][0]
     shown = _cli("config", "show", "-", "--json", cwd=tmp_path, stdin="loop: {steps: 3}\n")
     assert shown.returncode == 0 and json.loads(shown.stdout)["loop"]["steps"] == 3
+
+
+def test_a_pool_smaller_than_a_step_in_flight_is_a_caution_not_a_problem(tmp_path: Path) -> None:
+    """6 tasks x 6 samples in flight on 32 environments: 4 episodes would wait and could fail with
+    acquire_timeout; the run can still start, and validate says so (text and JSON)."""
+    sets = ["env.kind=tool", "loop.batch_tasks=6", "loop.samples_per_task=6", "loop.rollout_concurrency=8"]
+    small = load_config(None, [*sets, "pool.max_active=32"])
+    assert problems(small, "eval") == []
+    (caution,) = cautions(small)
+    assert "pool.max_active=32" in caution and "= 36" in caution and "4 wait" in caution
+    assert cautions(load_config(None, [*sets, "pool.max_active=36"])) == []
+    assert cautions(load_config(None, [*sets, "pool.max_active=32", "loop.rollout_concurrency=5"])) == []
+    scaling = load_config(None, [*sets, "pool.autoscale=true", "pool.max_active_bound=16"])
+    assert "pool.max_active_bound=16" in cautions(scaling)[0]
+    assert cautions(load_config(None, ["env.kind=single_turn", "pool.max_active=1"])) == []
+    stdin = "env: {kind: tool}\nloop: {batch_tasks: 6, samples_per_task: 6}\npool: {max_active: 32}\n"
+    text = _cli("config", "validate", "-", "--eval", cwd=tmp_path, stdin=stdin)
+    assert text.returncode == 0 and "caution: pool.max_active=32" in text.stderr
+    report = json.loads(_cli("config", "validate", "-", "--eval", "--json", cwd=tmp_path, stdin=stdin).stdout)
+    assert report["ok"] is True and len(report["cautions"]) == 1
 
 
 def _train_with_a_missing_model(tmp_path: Path) -> None:

@@ -48,7 +48,7 @@ def validate(
 ) -> None:
     """Check a configuration without starting anything: every check `train` makes before it starts.
     Exit 0 when it can run, 2 when not (each problem on its own line)."""
-    from trialground.orchestrator.preflight import problems
+    from trialground.orchestrator.preflight import cautions, problems
 
     try:
         cfg = load_config(config, overrides)
@@ -57,10 +57,13 @@ def validate(
             typer.echo(json.dumps({"ok": False, "problems": [str(exc)]}))
             raise typer.Exit(2) from None
         fail(str(exc))
-    found = problems(cfg, "train" if train else "eval", resume=False)
+    found, caution = problems(cfg, "train" if train else "eval", resume=False), cautions(cfg)
     if as_json:
-        typer.echo(json.dumps({"ok": not found, "problems": found, "run_dir": str(cfg.run_dir)}))
+        report = {"ok": not found, "problems": found, "cautions": caution, "run_dir": str(cfg.run_dir)}
+        typer.echo(json.dumps(report))
         raise typer.Exit(2 if found else 0)
+    for line in caution:
+        typer.echo(f"caution: {line}", err=True)
     if found:
         fail("\n  ".join(["the configuration cannot run:", *found]))
     typer.echo(f"ok: {config} can run (run directory {cfg.run_dir})")

@@ -48,12 +48,14 @@ def _config(
         fail(str(exc))
     if resume is not None and cfg.run_dir.resolve() != resume.resolve():
         cfg = cfg.model_copy(update={"output_dir": str(resume.parent), "name": resume.name})
-    from trialground.orchestrator.preflight import preflight
+    from trialground.orchestrator.preflight import cautions, preflight
 
     try:  # before anything is created or loaded: a failed start leaves nothing behind
         preflight(cfg, purpose, resume=resume is not None)
     except ConfigError as exc:
         fail(str(exc))
+    for line in cautions(cfg):
+        console.print(f"[yellow]caution:[/yellow] {line}", highlight=False)
     return cfg
 
 

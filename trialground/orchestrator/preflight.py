@@ -10,6 +10,9 @@ no task is made), so `trialground config validate` and a failing `train` answer 
   packages the source needs);
 - every metric sink's package, and the extras the rest of the config needs (`require_extras`);
 - for `train`: the run directory is free (or, with `resume`, holds a complete checkpoint).
+
+`cautions(config)` lists what can run but is likely to cost episodes (`config validate` prints them, `train`
+and `eval` log them before starting).
 """
 
 from __future__ import annotations
@@ -155,6 +158,28 @@ def problems(config: RunConfig, purpose: Purpose, *, resume: bool = False) -> li
     out = _package_problems(config, purpose) + _policy_problems(config, purpose) + _task_problems(config)
     if purpose == "train":
         out += run_dir_problems(config, resume=resume)
+    return out
+
+
+def cautions(config: RunConfig) -> list[str]:
+    """What can run but will likely lose work: a step that puts more episodes in flight than the environment
+    pool holds makes the rest wait for one, and each that waits past `pool.acquire_timeout_s` fails."""
+    out: list[str] = []
+    uses_pool = config.env.kind in ("tool", "harness") or config.cluster == "ray"
+    loop, pool = config.loop, config.pool
+    capacity = pool.max_active_bound if pool.autoscale else pool.max_active
+    groups = min(loop.batch_tasks, loop.rollout_concurrency)
+    in_flight = groups * loop.samples_per_task
+    if uses_pool and in_flight > capacity:
+        key = "pool.max_active_bound" if pool.autoscale else "pool.max_active"
+        out.append(
+            f"{key}={capacity} is below the episodes a training step puts in flight "
+            f"(min(loop.batch_tasks, loop.rollout_concurrency)={groups} x loop.samples_per_task="
+            f"{loop.samples_per_task} = {in_flight}): {in_flight - capacity} wait for an environment and "
+            f"fail (acquire_timeout) when none frees within "
+            f"pool.acquire_timeout_s={pool.acquire_timeout_s:g}; "
+            f"raise {key} to {in_flight} or pool.acquire_timeout_s above an episode's length"
+        )
     return out
 
 
