@@ -71,6 +71,13 @@ def test_walking_skeleton_leaves_a_complete_run_dir(tmp_path: Path) -> None:
     assert all(row["reward"] is not None and row["policy_version"] == 0 for row in table)
     assert (run_dir / "checkpoints" / "step_2" / "meta.json").is_file()
     assert summary.eval_before is not None and summary.eval_after is not None
+    # the held-out episodes of the first and last evaluations, apart from what training saw
+    for step, key in ((0, "eval/pass@1"), (2, "eval/pass@1")):
+        held = pq.read_table(run_dir / "evaluations" / f"eval_step_{step}.parquet").to_pylist()
+        assert len(held) == 4 and {r["step"] for r in held} == {step}
+        assert all(r["advantage"] is None and r["completion"] for r in held)
+        logged = next(m[key] for m in metrics if m["step"] == step and key in m)
+        assert sum(r["outcome"] == 1.0 for r in held) / 4 == pytest.approx(logged)
 
 
 def _train_cmd(*args: str) -> list[str]:

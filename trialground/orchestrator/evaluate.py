@@ -21,6 +21,7 @@ class EvalResult:
     metrics: dict[str, float]
     failed_task_ids: list[str] = field(default_factory=list)
     infra_errors: int = 0
+    trajectories: tuple[Trajectory, ...] = ()  # every episode, task by task (the run writes them)
 
 
 async def evaluate(
@@ -58,4 +59,5 @@ async def evaluate(
     metrics = summarise(outcomes, ks=sorted({1, samples}), prefix=prefix)
     metrics[f"{prefix}/infra_error_rate"] = errors / max(1, len(tasks) * samples)
     failed = [o.task_id for o in outcomes if o.correct == 0]
-    return EvalResult(metrics=metrics, failed_task_ids=failed, infra_errors=errors)
+    episodes = tuple(t for group in groups for t in group)
+    return EvalResult(metrics=metrics, failed_task_ids=failed, infra_errors=errors, trajectories=episodes)

@@ -15,7 +15,7 @@ from trialground.orchestrator.canaries import (
     visible_check_metrics,
 )
 from trialground.orchestrator.dynamic import refill
-from trialground.orchestrator.evaluate import evaluate
+from trialground.orchestrator.evaluate import EvalResult, evaluate
 from trialground.orchestrator.metrics import grading_metrics, rollout_metrics, useful_token_metrics
 from trialground.orchestrator.outcomes import (
     online_failure_metrics,
@@ -32,6 +32,7 @@ from trialground.policy.loading import base_model_dir
 from trialground.rollout.branching import branch_metrics
 from trialground.rollout.context_stats import WorkspaceTokens
 from trialground.rollout.trajectory import Trajectory
+from trialground.train.advantages import Scored
 from trialground.train.batch import score_groups
 
 Progress = Callable[[int, dict[str, float]], None]
@@ -169,6 +170,16 @@ async def _probe(w: Wiring, metrics: dict[str, float]) -> dict[str, float]:
     return (await evaluate(w.collector, tasks, params=config.policy.eval_sampling, prefix="probe")).metrics
 
 
+async def _write_episodes(w: Wiring, step: int, result: EvalResult, prefix: str) -> None:
+    """The evaluation's episodes to the run directory (`evaluations/{prefix}_step_{step}.parquet`)."""
+    if w.run is None or not result.trajectories:
+        return
+    decode = w.policy.tokenizer.decode
+    texts = [decode(t.completion()[0], skip_special_tokens=True) for t in result.trajectories]
+    records = [Scored(t, None if t.reward is None else t.reward.total, None) for t in result.trajectories]
+    await asyncio.to_thread(w.run.write_step, step, records, texts, w.domains, evaluation=prefix)
+
+
 async def _eval_and_log(
     w: Wiring, step: int, metrics: dict[str, float] | None = None
 ) -> tuple[float | None, float | None]:
@@ -179,6 +190,7 @@ async def _eval_and_log(
     result = await evaluate(
         w.collector, w.eval_tasks, params=config.policy.eval_sampling, samples=config.loop.eval_samples
     )
+    await _write_episodes(w, step, result, "eval")
     if config.loop.eval_feedback:
         record_eval(w.tasks, w.monitor, step, w.eval_tasks, result.failed_task_ids)
     scores = dict(result.metrics)
@@ -190,6 +202,7 @@ async def _eval_and_log(
             samples=config.loop.eval_sampled,
             prefix="eval_sampled",
         )
+        await _write_episodes(w, step, sampled, "eval_sampled")
         scores |= sampled.metrics
     scores |= await canary_metrics(w.grader, w.eval_tasks, config.reward.canaries, step)  # reward_drift input
     if metrics is not None:

@@ -2,6 +2,7 @@
 
 ```
 runs/<name>/config.yaml  metrics.jsonl  trajectories/step_N.parquet  checkpoints/step_N/  alerts.jsonl
+             evaluations/eval_step_N.parquet  evaluations/eval_sampled_step_N.parquet
 ```
 """
 
@@ -19,6 +20,7 @@ from trialground.monitor.sinks.jsonl import read_metrics
 from trialground.orchestrator.run_config import RunConfig, dump_config
 from trialground.train.advantages import Scored
 
+EVALUATIONS = "evaluations"  # held-out episodes, apart from trajectories/ (what training saw)
 TRAJECTORY_SCHEMA = pa.schema(
     [
         ("step", pa.int64()),
@@ -86,12 +88,23 @@ class RunDir:
         for f in (self.path / "trajectories").glob("step_*.parquet"):
             if int(f.stem.split("_")[1]) >= step:
                 f.unlink()
+        for f in (self.path / EVALUATIONS).glob("*_step_*.parquet"):
+            if int(f.stem.rsplit("_", 1)[1]) >= step:
+                f.unlink()
 
     def write_step(
-        self, step: int, batch: Sequence[Scored], texts: Sequence[str], domains: Mapping[str, str]
+        self,
+        step: int,
+        batch: Sequence[Scored],
+        texts: Sequence[str],
+        domains: Mapping[str, str],
+        *,
+        evaluation: str | None = None,
     ) -> Path:
         """All of a step's trajectories (trained or left out, `excluded` says why), with the advantage each
-        was given; `texts[i]` is record i's decoded completion, `domains` maps task ids to domains."""
+        was given; `texts[i]` is record i's decoded completion, `domains` maps task ids to domains. With
+        `evaluation` (a metric prefix: `eval`, `eval_sampled`), the held-out episodes of that evaluation at
+        this step, to `evaluations/{evaluation}_step_{step}.parquet` (no advantage)."""
         rows: dict[str, list[object]] = {name: [] for name in TRAJECTORY_SCHEMA.names}
         for rec, text in zip(batch, texts, strict=True):
             traj, adv, domain = rec.trajectory, rec.advantage, domains.get(rec.trajectory.task_id, "unknown")
@@ -122,6 +135,10 @@ class RunDir:
             hashes = traj.end.visible_checks if traj.end is not None else None
             rows["visible_checks"].append(hashes.model_dump_json() if hashes is not None else None)
             rows["visible_checks_changed"].append(traj.visible_checks_changed)
-        path = self.path / "trajectories" / f"step_{step}.parquet"
+        if evaluation is None:
+            path = self.path / "trajectories" / f"step_{step}.parquet"
+        else:
+            path = self.path / EVALUATIONS / f"{evaluation}_step_{step}.parquet"
+            path.parent.mkdir(exist_ok=True)
         pq.write_table(pa.Table.from_pydict(rows, schema=TRAJECTORY_SCHEMA), path)
         return path
