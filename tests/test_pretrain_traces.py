@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import random
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from script_helpers import load_script
 
 from trialground.envs.tool_env import ToolEnv
 from trialground.orchestrator.run_config import load_config
@@ -26,12 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("pretrain_agent", ROOT / "scripts" / "pretrain_agent.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("pretrain_agent", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/pretrain_agent.py")
 
 
 async def _play(

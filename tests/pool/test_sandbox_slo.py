@@ -4,25 +4,16 @@ wrong tool output is counted as a failure (so the 0 is a measurement, not a defa
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import math
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "sandbox_slo.py"
+from script_helpers import load_script
 
 
 @pytest.fixture(scope="module")
 def slo() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sandbox_slo", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/sandbox_slo.py")
 
 
 def test_tiny_run_reports_every_field_and_no_failure(slo: ModuleType) -> None:

@@ -3,35 +3,22 @@ model's own likelihood of that exact call (batched rows padded after the call ch
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from script_helpers import load_script  # noqa: E402
+
 from trialground.policy.tiny import FIX_NAME, resolve_model_dir  # noqa: E402
 from trialground.rollout.chat import ChatRenderer  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("decision_probs", ROOT / "scripts" / "decision_probs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("decision_probs", module)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.slow
 def test_each_call_gets_the_models_own_likelihood_of_it() -> None:
-    script = _script()
+    script = load_script("scripts/decision_probs.py")
     where = resolve_model_dir(FIX_NAME)
     tok = transformers.AutoTokenizer.from_pretrained(where)
     model = transformers.LlamaForCausalLM.from_pretrained(where).eval()
