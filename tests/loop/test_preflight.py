@@ -128,6 +128,19 @@ def test_a_pool_smaller_than_a_step_in_flight_is_a_caution_not_a_problem(tmp_pat
     assert report["ok"] is True and len(report["cautions"]) == 1
 
 
+def test_train_prints_the_caution_before_starting_and_eval_does_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trialground.cli.run_cmd import _config
+
+    path = tmp_path / "small_pool.yaml"
+    path.write_text("env: {kind: tool}\nloop: {batch_tasks: 6, samples_per_task: 6}\npool: {max_active: 32}")
+    _config(path, [f"output_dir={tmp_path}", "name=r"], None, purpose="train")
+    assert "caution: pool.max_active=32" in capsys.readouterr().err
+    _config(path, [f"output_dir={tmp_path}", "name=r"], None, purpose="eval")
+    assert "caution" not in capsys.readouterr().err
+
+
 def _train_with_a_missing_model(tmp_path: Path) -> None:
     """Exit 2 at once (before any model or task loads: well under a minute even on a loaded machine), the
     field named, no run directory left behind."""

@@ -54,7 +54,7 @@ def _config(
         preflight(cfg, purpose, resume=resume is not None)
     except ConfigError as exc:
         fail(str(exc))
-    for line in cautions(cfg):
+    for line in cautions(cfg) if purpose == "train" else ():  # about a training step's shape
         console.print(f"[yellow]caution:[/yellow] {line}", highlight=False)
     return cfg
 

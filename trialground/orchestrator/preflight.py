@@ -12,7 +12,7 @@ no task is made), so `trialground config validate` and a failing `train` answer 
 - for `train`: the run directory is free (or, with `resume`, holds a complete checkpoint).
 
 `cautions(config)` lists what can run but is likely to cost episodes (`config validate` prints them, `train`
-and `eval` log them before starting).
+prints them before starting).
 """
 
 from __future__ import annotations
