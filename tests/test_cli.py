@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -249,10 +250,18 @@ def test_eval_progress_counts_tasks_done_of_all(tmp_path: Path) -> None:
     ]  # fmt: skip
     sets = [arg for kv in small for arg in ("--set", kv)]
     env = {**os.environ, "COLUMNS": "120", "OMP_NUM_THREADS": "1"}
-    ev = _cli(["eval", str(QUICKSTART), *sets, "--json"], env=env)
+    episodes = tmp_path / "episodes"
+    ev = _cli(["eval", str(QUICKSTART), *sets, "--json", "--episodes", str(episodes)], env=env)
     assert ev.returncode == 0, ev.stderr[-3000:]
     assert "3/3 tasks" in ev.stderr, ev.stderr[-3000:]
-    assert "eval/pass@1" in json.loads(ev.stdout)  # stdout stays one JSON object
+    metrics = json.loads(ev.stdout)  # stdout stays one JSON object
+    # --episodes keeps every held-out episode (greedy only without --samples), scored as the metric was
+    assert sorted(p.name for p in episodes.iterdir()) == ["eval.parquet"]
+    rows = pq.read_table(episodes / "eval.parquet").to_pylist()
+    assert len(rows) == 3 and len({r["task_id"] for r in rows}) == 3
+    assert all(r["completion"] is not None and r["advantage"] is None for r in rows)
+    solved = sum(r["outcome"] is not None and r["outcome"] > 0.0 for r in rows)  # RewardBreakdown.solved
+    assert solved / 3 == pytest.approx(metrics["eval/pass@1"])
 
 
 def test_tasks_expert_takes_repository_tasks_only(tmp_path: Path) -> None:

@@ -156,6 +156,11 @@ def evaluate(
         1, min=1, max=1024, help="Also sample this many per task at the training temperature (pass@k)"
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object of metrics on stdout"),
+    episodes: Path | None = typer.Option(
+        None,
+        help="A directory to write every episode to (eval.parquet, eval_sampled.parquet; "
+        "the run directory's trajectory columns)",
+    ),
 ) -> None:
     """Evaluate a policy on the held-out split: greedy pass@1, and sampled pass@1/pass@k with --samples."""
     cfg = _config(config, overrides, None, purpose="eval")
@@ -189,7 +194,14 @@ def evaluate(
                 bar.update(task, completed=done[0])
 
             metrics = asyncio.run(
-                evaluate_run(cfg, checkpoint=checkpoint, samples=samples, on_task=on_task, on_start=on_start)
+                evaluate_run(
+                    cfg,
+                    checkpoint=checkpoint,
+                    samples=samples,
+                    on_task=on_task,
+                    on_start=on_start,
+                    episodes=episodes,
+                )
             )
     except TrialgroundError as exc:
         fail(f"{exc.boundary} failure: {exc}", code=EXIT_INFRA)

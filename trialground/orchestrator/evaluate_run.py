@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from trialground.orchestrator.evaluate import evaluate
+from trialground.orchestrator.evaluate import EvalResult, evaluate
 from trialground.orchestrator.run_config import RunConfig
-from trialground.orchestrator.wiring import build
+from trialground.orchestrator.rundir import evaluation_records, write_episodes
+from trialground.orchestrator.wiring import Wiring, build
 
 
 async def evaluate_run(
@@ -17,10 +18,13 @@ async def evaluate_run(
     samples: int = 1,
     on_task: Callable[[], None] | None = None,
     on_start: Callable[[int], None] | None = None,
+    episodes: Path | None = None,
 ) -> dict[str, float]:
     """Greedy pass@1 (`eval/…`) and, when `samples > 1`, sampled pass@1 and pass@k (`eval_sampled/…`).
     `on_start` is called once the tasks are built, with how many `on_task` calls will follow; `on_task` is
-    called as each task of each pass is done (`len(tasks)` times, twice with `samples > 1`)."""
+    called as each task of each pass is done (`len(tasks)` times, twice with `samples > 1`). With `episodes`
+    (a directory), every episode goes to `episodes/eval.parquet` (greedy) and `episodes/eval_sampled.parquet`
+    in the run directory's trajectory schema."""
     w = build(config, None, train=False)
     try:
         if on_start is not None:
@@ -31,9 +35,11 @@ async def evaluate_run(
 
             state = checkpoint_weights(checkpoint, base_model_dir(config.policy))
             w.policy.load_weights(state, version=0)
-        metrics = (
-            await evaluate(w.collector, w.eval_tasks, params=config.policy.eval_sampling, on_task=on_task)
-        ).metrics
+        greedy = await evaluate(
+            w.collector, w.eval_tasks, params=config.policy.eval_sampling, on_task=on_task
+        )
+        _keep(episodes, "eval", greedy, w)
+        metrics = greedy.metrics
         if samples > 1:
             sampled = await evaluate(
                 w.collector,
@@ -43,7 +49,16 @@ async def evaluate_run(
                 prefix="eval_sampled",
                 on_task=on_task,
             )
+            _keep(episodes, "eval_sampled", sampled, w)
             metrics |= sampled.metrics
         return metrics
     finally:
         await w.close()
+
+
+def _keep(directory: Path | None, name: str, result: EvalResult, w: Wiring) -> None:
+    if directory is None:
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    records, texts = evaluation_records(result.trajectories, w.policy.tokenizer.decode)
+    write_episodes(directory / f"{name}.parquet", 0, records, texts, w.domains)

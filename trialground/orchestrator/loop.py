@@ -25,14 +25,13 @@ from trialground.orchestrator.outcomes import (
 )
 from trialground.orchestrator.preflight import preflight
 from trialground.orchestrator.run_config import RunConfig
-from trialground.orchestrator.rundir import RunDir
+from trialground.orchestrator.rundir import RunDir, evaluation_records
 from trialground.orchestrator.state import Cadence, restore, save
 from trialground.orchestrator.wiring import Wiring, build, sync_weights
 from trialground.policy.loading import base_model_dir
 from trialground.rollout.branching import branch_metrics
 from trialground.rollout.context_stats import WorkspaceTokens
 from trialground.rollout.trajectory import Trajectory
-from trialground.train.advantages import Scored
 from trialground.train.batch import score_groups
 
 Progress = Callable[[int, dict[str, float]], None]
@@ -174,9 +173,7 @@ async def _write_episodes(w: Wiring, step: int, result: EvalResult, prefix: str)
     """The evaluation's episodes to the run directory (`evaluations/{prefix}_step_{step}.parquet`)."""
     if w.run is None or not result.trajectories:
         return
-    decode = w.policy.tokenizer.decode
-    texts = [decode(t.completion()[0], skip_special_tokens=True) for t in result.trajectories]
-    records = [Scored(t, None if t.reward is None else t.reward.total, None) for t in result.trajectories]
+    records, texts = evaluation_records(result.trajectories, w.policy.tokenizer.decode)
     await asyncio.to_thread(w.run.write_step, step, records, texts, w.domains, evaluation=prefix)
 
 

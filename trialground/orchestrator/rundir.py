@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from trialground.monitor.sinks.jsonl import read_metrics
 from trialground.orchestrator.run_config import RunConfig, dump_config
+from trialground.rollout.trajectory import Trajectory
 from trialground.train.advantages import Scored
 
 EVALUATIONS = "evaluations"  # held-out episodes, apart from trajectories/ (what training saw)
@@ -105,40 +106,58 @@ class RunDir:
         was given; `texts[i]` is record i's decoded completion, `domains` maps task ids to domains. With
         `evaluation` (a metric prefix: `eval`, `eval_sampled`), the held-out episodes of that evaluation at
         this step, to `evaluations/{evaluation}_step_{step}.parquet` (no advantage)."""
-        rows: dict[str, list[object]] = {name: [] for name in TRAJECTORY_SCHEMA.names}
-        for rec, text in zip(batch, texts, strict=True):
-            traj, adv, domain = rec.trajectory, rec.advantage, domains.get(rec.trajectory.task_id, "unknown")
-            rows["excluded"].append(rec.excluded)
-            ids, _, _ = traj.completion()
-            reward = traj.reward
-            rows["step"].append(step)
-            rows["task_id"].append(traj.task_id)
-            rows["domain"].append(domain)
-            rows["group_id"].append(traj.group_id)
-            rows["sample_index"].append(traj.sample_index)
-            rows["policy_version"].append(traj.policy_version)
-            rows["reward"].append(None if reward is None else reward.total)
-            rows["outcome"].append(None if reward is None else reward.outcome)
-            rows["advantage"].append(adv)
-            rows["flags"].append([f.name for f in reward.flags] if reward else [])
-            rows["flag_evidence"].append([f.evidence for f in reward.flags] if reward else [])
-            rows["error_boundary"].append(traj.error.boundary if traj.error else None)
-            rows["error_kind"].append(traj.error.kind if traj.error else None)
-            rows["error_message"].append(traj.error.message if traj.error else None)
-            rows["finish_reason"].append(traj.finish_reason)
-            rows["truncated"].append(traj.truncated)
-            rows["completion"].append(text)
-            rows["completion_tokens"].append(len(ids))
-            rows["timings"].append(json.dumps(traj.timings, sort_keys=True))
-            rows["workspace_digest"].append(traj.workspace_digest)
-            rows["turns"].append(sum(turn.role == "policy" for turn in traj.turns))
-            hashes = traj.end.visible_checks if traj.end is not None else None
-            rows["visible_checks"].append(hashes.model_dump_json() if hashes is not None else None)
-            rows["visible_checks_changed"].append(traj.visible_checks_changed)
         if evaluation is None:
             path = self.path / "trajectories" / f"step_{step}.parquet"
         else:
             path = self.path / EVALUATIONS / f"{evaluation}_step_{step}.parquet"
             path.parent.mkdir(exist_ok=True)
-        pq.write_table(pa.Table.from_pydict(rows, schema=TRAJECTORY_SCHEMA), path)
-        return path
+        return write_episodes(path, step, batch, texts, domains)
+
+
+def evaluation_records(
+    trajectories: Sequence[Trajectory], decode: Callable[..., str]
+) -> tuple[list[Scored], list[str]]:
+    """Held-out episodes as `write_episodes` takes them: each with its reward and no advantage, and its
+    completion decoded by `decode` (the policy tokenizer's)."""
+    texts = [decode(t.completion()[0], skip_special_tokens=True) for t in trajectories]
+    records = [Scored(t, None if t.reward is None else t.reward.total, None) for t in trajectories]
+    return records, texts
+
+
+def write_episodes(
+    path: Path, step: int, batch: Sequence[Scored], texts: Sequence[str], domains: Mapping[str, str]
+) -> Path:
+    """Episodes as one parquet file of `TRAJECTORY_SCHEMA` rows (the run directory's trajectories and
+    evaluations, `trialground eval --episodes`); `texts[i]` is record i's decoded completion."""
+    rows: dict[str, list[object]] = {name: [] for name in TRAJECTORY_SCHEMA.names}
+    for rec, text in zip(batch, texts, strict=True):
+        traj, adv, domain = rec.trajectory, rec.advantage, domains.get(rec.trajectory.task_id, "unknown")
+        rows["excluded"].append(rec.excluded)
+        ids, _, _ = traj.completion()
+        reward = traj.reward
+        rows["step"].append(step)
+        rows["task_id"].append(traj.task_id)
+        rows["domain"].append(domain)
+        rows["group_id"].append(traj.group_id)
+        rows["sample_index"].append(traj.sample_index)
+        rows["policy_version"].append(traj.policy_version)
+        rows["reward"].append(None if reward is None else reward.total)
+        rows["outcome"].append(None if reward is None else reward.outcome)
+        rows["advantage"].append(adv)
+        rows["flags"].append([f.name for f in reward.flags] if reward else [])
+        rows["flag_evidence"].append([f.evidence for f in reward.flags] if reward else [])
+        rows["error_boundary"].append(traj.error.boundary if traj.error else None)
+        rows["error_kind"].append(traj.error.kind if traj.error else None)
+        rows["error_message"].append(traj.error.message if traj.error else None)
+        rows["finish_reason"].append(traj.finish_reason)
+        rows["truncated"].append(traj.truncated)
+        rows["completion"].append(text)
+        rows["completion_tokens"].append(len(ids))
+        rows["timings"].append(json.dumps(traj.timings, sort_keys=True))
+        rows["workspace_digest"].append(traj.workspace_digest)
+        rows["turns"].append(sum(turn.role == "policy" for turn in traj.turns))
+        hashes = traj.end.visible_checks if traj.end is not None else None
+        rows["visible_checks"].append(hashes.model_dump_json() if hashes is not None else None)
+        rows["visible_checks_changed"].append(traj.visible_checks_changed)
+    pq.write_table(pa.Table.from_pydict(rows, schema=TRAJECTORY_SCHEMA), path)
+    return path
