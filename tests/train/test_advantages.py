@@ -27,6 +27,9 @@ def test_grpo_hand_values() -> None:
 
 def test_grpo_eps_and_zero_variance() -> None:
     assert grpo([1.0, 1.0, 1.0]).tolist() == [0.0, 0.0, 0.0]
+    # six equal rewards whose float mean is not the reward (1.0999999999999999): exactly 0, not 2e-10
+    for method in (grpo, dr_grpo, rloo):
+        assert method([1.1] * 6).tolist() == [0.0] * 6
     assert grpo([0.0, 2.0], eps=1.0).tolist() == pytest.approx([-1 / (2**0.5 + 1), 1 / (2**0.5 + 1)])
 
 

@@ -53,6 +53,14 @@ def test_no_shared_prefix_is_grpo_with_the_first_turn_doubled() -> None:
     assert out[2] is not None and out[2][1] == pytest.approx((2 * (0 - 1 / 3) / std,))
 
 
+@pytest.mark.parametrize("method", ["grpo", "dr_grpo", "rloo"])
+def test_one_reward_for_the_whole_group_is_exactly_no_signal(method: str) -> None:
+    # the float mean of six 1.1s is 1.0999999999999999: without an exact 0, / (0 + eps) gives 2e-10
+    group = [_ep([[5], [6]], 1.1, i) for i in range(4)] + [_ep([[5], [7]], 1.1, 4), _ep([[9]], 1.1, 5)]
+    out = group_tree_advantages(group, method)  # type: ignore[arg-type]
+    assert out == [(0.0, (0.0, 0.0))] * 5 + [(0.0, (0.0,))]
+
+
 def test_failures_take_no_part_and_get_nothing() -> None:
     clean = group_tree_advantages([_ep([[5], [6]], 1.0, 0), _ep([[5], [7]], 0.0, 1)], "dr_grpo")  # type: ignore[list-item]
     with_failure = group_tree_advantages(

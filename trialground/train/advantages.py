@@ -26,20 +26,28 @@ Method = Literal["grpo", "dr_grpo", "rloo"]
 def grpo(rewards: Sequence[float], eps: float = 1e-6) -> np.ndarray:
     """(r - mean) / (std + eps) with the sample std (ddof=1, as TRL and verl do). Needs len >= 2."""
     r = np.asarray(rewards, dtype=np.float64)  # [G]
-    return (r - r.mean()) / (r.std(ddof=1) + eps)
+    return _centred(r) / (r.std(ddof=1) + eps)
 
 
 def dr_grpo(rewards: Sequence[float]) -> np.ndarray:
     """r - mean: Dr.GRPO drops the std normalisation (it up-weights near-uniform groups)."""
-    r = np.asarray(rewards, dtype=np.float64)  # [G]
-    return r - r.mean()
+    return _centred(np.asarray(rewards, dtype=np.float64))
 
 
 def rloo(rewards: Sequence[float]) -> np.ndarray:
     """r_i - mean_{j != i} r_j, i.e. G/(G-1) * (r_i - mean). Needs len >= 2."""
     r = np.asarray(rewards, dtype=np.float64)  # [G]
     g = r.size
-    return (r - (r.sum() - r) / (g - 1)).astype(np.float64)
+    return _centred(r) * (g / (g - 1))
+
+
+def _centred(r: np.ndarray) -> np.ndarray:
+    """r - mean, exactly 0 for a group of equal rewards: the mean of six 1.1s is 1.0999999999999999, which
+    GRPO's division by (0 + eps) would turn into advantages of 2e-10 that count as signal (no skipped
+    forward pass, `train/active_sequences`)."""
+    if np.all(r == r[0]):
+        return np.zeros_like(r)
+    return r - r.mean()
 
 
 def group_advantages(

@@ -68,6 +68,10 @@ def group_tree_advantages(
             out[i] = (0.0, tuple(0.0 for _ in nodes[i][1]))
         return out
     values = np.asarray([rewards[i] for i in valid], dtype=np.float64)  # [G]
+    if np.all(values == values[0]):  # one reward: every node's value is the root's, no signal (exactly 0)
+        for i in valid:
+            out[i] = (0.0, tuple(0.0 for _ in nodes[i][1]))
+        return out
     scale = float(values.std(ddof=1)) + eps if method == "grpo" else 1.0
     through: dict[str, list[float]] = defaultdict(list)
     for i in valid:
