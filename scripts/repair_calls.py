@@ -113,6 +113,9 @@ def main() -> None:
     parser.add_argument("--episodes", action="store_true", help="also one line per episode")
     parser.add_argument("--groups", action="store_true", help="also the groups whose rewards differ")
     args = parser.parse_args()
+    missing = [str(f) for f in args.files if not f.is_file()]
+    if missing:
+        parser.error(f"no such episode file: {', '.join(missing)}")
     for file in sorted(args.files, key=_step_order):
         print(summarise(file, args.paths, args.episodes, args.groups))
 
