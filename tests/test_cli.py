@@ -264,6 +264,14 @@ def test_eval_progress_counts_tasks_done_of_all(tmp_path: Path) -> None:
     assert solved / 3 == pytest.approx(metrics["eval/pass@1"])
 
 
+def test_eval_episodes_that_cannot_be_written_fail_before_the_evaluation(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    res = CliRunner().invoke(app, ["eval", str(QUICKSTART), "--episodes", str(blocker / "episodes")])
+    assert res.exit_code == 2 and "--episodes" in res.output and "cannot write episodes there" in res.output
+    assert "eval" not in res.output.split("error:")[0]  # no progress line: nothing was evaluated
+
+
 def test_tasks_expert_takes_repository_tasks_only(tmp_path: Path) -> None:
     _, text = _math_tasks(tmp_path, 2)
     res = CliRunner().invoke(app, ["tasks", "expert", "-"], input=text)

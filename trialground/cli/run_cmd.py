@@ -173,6 +173,11 @@ def evaluate(
             f"--checkpoint {checkpoint}: no hf/ or adapter/ directory there "
             "(expected runs/<name>/checkpoints/step_N)"
         )
+    if episodes is not None:  # before the evaluation, not after it
+        try:
+            episodes.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            fail(f"--episodes {episodes}: cannot write episodes there ({exc.strerror or exc})")
     columns = (
         TextColumn("[bold]eval"),
         BarColumn(),
