@@ -29,6 +29,7 @@ from trialground.envs.toolcalls import InvalidCall, parse_tool_calls
 
 SHORT = {"fixes": "F", "run_tests": "R", "submit": "S"}
 VERDICT = re.compile(r"tests (passed|FAILED)")
+APPLY = re.compile(r"A\d*")  # an apply_fix call's code (other tools keep their lower-case names)
 
 
 def calls(completion: str) -> list[str]:
@@ -51,7 +52,7 @@ def path(completion: str) -> str:
 
 def tests_after_first(codes: list[str]) -> bool | None:
     """Whether the call after the first apply_fix ran the suite (None: none applied, or no call after it)."""
-    first = next((i for i, c in enumerate(codes) if c.startswith("A")), None)
+    first = next((i for i, c in enumerate(codes) if APPLY.fullmatch(c)), None)
     if first is None or first + 1 >= len(codes):
         return None
     return codes[first + 1] == "R"
