@@ -259,9 +259,20 @@ def test_eval_progress_counts_tasks_done_of_all(tmp_path: Path) -> None:
     assert sorted(p.name for p in episodes.iterdir()) == ["eval.parquet"]
     rows = pq.read_table(episodes / "eval.parquet").to_pylist()
     assert len(rows) == 3 and len({r["task_id"] for r in rows}) == 3
+    assert {r["step"] for r in rows} == {0}  # the starting policy: no checkpoint
     assert all(r["completion"] is not None and r["advantage"] is None for r in rows)
     solved = sum(r["outcome"] is not None and r["outcome"] > 0.0 for r in rows)  # RewardBreakdown.solved
     assert solved / 3 == pytest.approx(metrics["eval/pass@1"])
+
+
+def test_eval_episodes_carry_the_checkpoints_step(tmp_path: Path) -> None:
+    from trialground.orchestrator.evaluate_run import checkpoint_step
+
+    step_8 = tmp_path / "checkpoints" / "step_8"
+    step_8.mkdir(parents=True)
+    assert checkpoint_step(None) == 0 and checkpoint_step(step_8) == 0  # no meta.json: not a run's
+    (step_8 / "meta.json").write_text('{"step": 8, "version": 8}')
+    assert checkpoint_step(step_8) == 8
 
 
 def test_eval_episodes_that_cannot_be_written_fail_before_the_evaluation(tmp_path: Path) -> None:

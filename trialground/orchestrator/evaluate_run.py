@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,7 +25,7 @@ async def evaluate_run(
     `on_start` is called once the tasks are built, with how many `on_task` calls will follow; `on_task` is
     called as each task of each pass is done (`len(tasks)` times, twice with `samples > 1`). With `episodes`
     (a directory), every episode goes to `episodes/eval.parquet` (greedy) and `episodes/eval_sampled.parquet`
-    in the run directory's trajectory schema."""
+    in the run directory's trajectory schema, `step` the checkpoint's (0 without one)."""
     w = build(config, None, train=False)
     try:
         if on_start is not None:
@@ -38,7 +39,8 @@ async def evaluate_run(
         greedy = await evaluate(
             w.collector, w.eval_tasks, params=config.policy.eval_sampling, on_task=on_task
         )
-        _keep(episodes, "eval", greedy, w)
+        step = checkpoint_step(checkpoint)
+        _keep(episodes, "eval", step, greedy, w)
         metrics = greedy.metrics
         if samples > 1:
             sampled = await evaluate(
@@ -49,16 +51,25 @@ async def evaluate_run(
                 prefix="eval_sampled",
                 on_task=on_task,
             )
-            _keep(episodes, "eval_sampled", sampled, w)
+            _keep(episodes, "eval_sampled", step, sampled, w)
             metrics |= sampled.metrics
         return metrics
     finally:
         await w.close()
 
 
-def _keep(directory: Path | None, name: str, result: EvalResult, w: Wiring) -> None:
+def checkpoint_step(checkpoint: Path | None) -> int:
+    """The training step a checkpoint was saved at (its `meta.json`); 0 for the starting policy or a
+    checkpoint directory without one."""
+    meta = None if checkpoint is None else checkpoint / "meta.json"
+    if meta is None or not meta.is_file():
+        return 0
+    return int(json.loads(meta.read_text()).get("step", 0))
+
+
+def _keep(directory: Path | None, name: str, step: int, result: EvalResult, w: Wiring) -> None:
     if directory is None:
         return
     directory.mkdir(parents=True, exist_ok=True)
     records, texts = evaluation_records(result.trajectories, w.policy.tokenizer.decode)
-    write_episodes(directory / f"{name}.parquet", 0, records, texts, w.domains)
+    write_episodes(directory / f"{name}.parquet", step, records, texts, w.domains)
