@@ -94,7 +94,8 @@ def signal_groups(rows: list[dict[str, Any]]) -> list[str]:
         lines.append(f"  group {task} ({kind}):")
         for r in group:
             adv = "-" if r["advantage"] is None else f"{r['advantage']:+.2f}"
-            lines.append(f"    reward {r['reward']:.3f}  advantage {adv:>5}  {path(r['completion'])}")
+            reward = "none " if r["reward"] is None else f"{r['reward']:.3f}"  # an infrastructure error
+            lines.append(f"    reward {reward}  advantage {adv:>5}  {path(r['completion'])}")
     n = len(by_task)
     return [
         f"  groups whose rewards differ: {sum(line.startswith('  group') for line in lines)} of {n}",

@@ -41,19 +41,27 @@ def test_paths_name_each_call_and_verdict() -> None:
 
 def test_summary_counts_paths_solved_and_the_groups_that_carry_signal(tmp_path: Path) -> None:
     rows = {
-        "task_id": ["a", "a", "a", "b", "b"],
-        "outcome": [1.0, 0.0, 0.0, 0.0, 0.0],
-        "reward": [1.175, 0.0, 0.0, 0.0, 0.0],
-        "advantage": [1.15, -0.58, -0.58, 0.0, 0.0],
-        "completion": [TESTED, SHORTCUT, SHORTCUT, SHORTCUT, TESTED.replace("passed (2", "FAILED (1 of 2")],
+        "task_id": ["a", "a", "a", "b", "b", "a"],
+        "outcome": [1.0, 0.0, 0.0, 0.0, 0.0, None],
+        "reward": [1.175, 0.0, 0.0, 0.0, 0.0, None],  # the last one an infrastructure error
+        "advantage": [1.15, -0.58, -0.58, 0.0, 0.0, None],
+        "completion": [
+            TESTED,
+            SHORTCUT,
+            SHORTCUT,
+            SHORTCUT,
+            TESTED.replace("passed (2", "FAILED (1 of 2"),
+            SHORTCUT,
+        ],
     }
     file = tmp_path / "step_3.parquet"
     pq.write_table(pa.table(rows), file)
     text = rc.summarise(file, top=5, episodes=False, groups=True)
     lines = text.splitlines()
-    assert lines[0] == f"{file}: 5 episodes, 1 solved"
-    assert "     3 (0 solved)  F A1 S" in lines and "     1 (1 solved)  F A1 R A2 R S | Fp" in lines
-    assert "  ran the suite after the first candidate: 2 of 5" in lines
+    assert lines[0] == f"{file}: 6 episodes, 1 solved"
+    assert "     4 (0 solved)  F A1 S" in lines and "     1 (1 solved)  F A1 R A2 R S | Fp" in lines
+    assert "  ran the suite after the first candidate: 2 of 6" in lines
     assert "  groups whose rewards differ: 1 of 2" in lines and "  group a (outcome):" in lines
     assert "group b" not in text  # equal rewards: no signal
     assert "    reward 1.175  advantage +1.15  F A1 R A2 R S | Fp" in lines
+    assert "    reward none   advantage     -  F A1 S" in lines
