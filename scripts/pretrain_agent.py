@@ -233,7 +233,9 @@ async def fixes_traces(args: argparse.Namespace, rng: random.Random) -> list[Tra
         async with gate:
             env = ToolEnv(grader, config.env, config.sandbox)
             try:
-                return await play_fixes(env, task, tries=args.swe_tries, shortcut=shortcut)
+                return await play_fixes(
+                    env, task, tries=args.swe_tries, shortcut=shortcut, next_fix=args.next_fix
+                )
             finally:
                 await env.close()
 
@@ -389,6 +391,12 @@ def main() -> None:
         "(0: greedy only)",
     )  # fmt: skip
     ap.add_argument("--swe-tries", type=int, default=4, help="with --swe-fixes: candidates tried at most")
+    ap.add_argument(
+        "--next-fix",
+        action="store_true",
+        help="with --swe-fixes: the player calls apply_fix() without a number (the next candidate) and, when "
+        "the listing runs out, once more to hear that every candidate was applied",
+    )
     ap.add_argument("--swe-eval-n", type=int, default=1000, help="held-out repository tasks evaluated")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument(

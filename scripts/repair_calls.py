@@ -7,12 +7,13 @@
 
 Reads episode files of the run directory's trajectory columns (`trajectories/step_N.parquet`,
 `evaluations/*.parquet`, `trialground eval --episodes DIR`) and parses every completion's tool calls with
-the environment's own parser. A path is written `F A1 R A2 R S`: `F` fixes(), `An` apply_fix(n), `R`
-run_tests(), `S` submit(), any other tool by its name, `?` a call that did not parse; the suite's verdicts
-follow after `|` (`F` failed, `p` passed). Per file: the paths by frequency with how many were solved, and
-the share of episodes that ran the suite right after applying their first candidate (the decision
-`tiny-fix` is unsure of, docs/swe.md). `--groups` also lists every task whose episodes' rewards differ
-(the only groups a group-relative advantage learns from), each episode with its reward and advantage.
+the environment's own parser. A path is written `F A1 R A2 R S`: `F` fixes(), `An` apply_fix(n) (`A`
+without a number), `R` run_tests(), `S` submit(), any other tool by its name, `?` a call that did not
+parse; the suite's verdicts follow after `|` (`F` failed, `p` passed). Per file: the paths by frequency
+with how many were solved, and the share of episodes that ran the suite right after applying their first
+candidate (the decision `tiny-fix` is unsure of, docs/swe.md). `--groups` also lists every task whose
+episodes' rewards differ (the only groups a group-relative advantage learns from), each episode with its
+reward and advantage.
 """
 
 from __future__ import annotations

@@ -55,6 +55,20 @@ def test_apply_fix_takes_a_listed_number_and_undoes_only_its_own_edit() -> None:
     assert rewrite(memo, b, "x = 1\ny = 9\n") is None  # changed by something else: left alone
 
 
+def test_apply_fix_without_a_number_takes_the_candidate_after_the_last_applied() -> None:
+    a = Fix("m.py", 2, "one", "x = 1\ny = 2\n", "x = 1\ny = 3\n")
+    b = Fix("m.py", 1, "two", "x = 1\ny = 2\n", "x = 0\ny = 2\n")
+    memo = RepairMemo()
+    assert "fixes() first" in str(choose(memo, None))
+    memo.fixes = [a, b]
+    assert choose(memo, None) is a and choose(memo, " ") is a  # none applied yet: the first
+    memo.applied = a
+    assert choose(memo, None) is b
+    memo.applied = b
+    assert choose(memo, None) == "all 2 candidates of the last fixes() were applied"
+    assert choose(memo, "1") is a  # a number still picks any of them
+
+
 def test_the_host_parses_no_library_file_over_its_bound() -> None:
     big = "x = 1 + 2\n" * (HOST_PARSE_MAX_BYTES // 10 + 1)
 
@@ -67,7 +81,7 @@ def test_the_host_parses_no_library_file_over_its_bound() -> None:
 
 
 def test_the_tools_are_listed_only_when_asked() -> None:
-    assert "fixes()" not in tool_docs(True, True) and "apply_fix(n)" in tool_docs(False, False, True)
+    assert "fixes()" not in tool_docs(True, True) and "apply_fix(n?)" in tool_docs(False, False, True)
 
 
 @pytest.mark.slow
@@ -89,6 +103,11 @@ def test_the_player_solves_a_real_task_with_the_listed_fixes_and_a_wrong_one_fai
     solved = [(task, r) for task, r in results if r["solved"]]
     assert solved, [(t.metadata["bug"], r["listed"], r["tried"]) for t, r in results]
     task, trace = solved[0]
+    # the same strategy without numbers: the same candidates tried, the same verdict
+    unnumbered = asyncio.run(episode(task, tries=6, next_fix=True))
+    assert (unnumbered["solved"], unnumbered["tried"]) == (True, trace["tried"])
+    applied = [call for call, _ in unnumbered["turns"] if '"apply_fix"' in call]
+    assert len(applied) == trace["tried"] and all('"n"' not in call for call in applied)
     listing = trace["turns"][0][1]
     assert listing.startswith(f"{trace['listed']} fixes ") and task.metadata["bug_path"] in listing
     assert "tests passed" in trace["turns"][-2][1]  # the suite passed before submitting

@@ -1,4 +1,4 @@
-"""Repair tools for repository tasks: `fixes()` and `apply_fix(n)`.
+"""Repair tools for repository tasks: `fixes()` and `apply_fix(n?)`.
 
 ``fixes()`` ranks the library lines the failing tests point at by spectrum-based fault localization and
 lists the one-place edits that would undo a common mistake there, numbered:
@@ -18,7 +18,10 @@ lists the one-place edits that would undo a common mistake there, numbered:
 
 ``apply_fix(n)`` writes candidate `n` of the last listing, undoing the candidate applied before it when
 the file still holds exactly what that one wrote; a file changed since the listing is left alone (an error
-observation asks for a new listing). Which candidate is right is for the tests to say (``run_tests``).
+observation asks for a new listing). ``apply_fix()`` without a number writes the candidate after the one
+applied last (the first when none was), so an agent that tries them in order never counts; past the last
+one it answers that every candidate was applied. Which candidate is right is for the tests to say
+(``run_tests``).
 
 A listing's localization is kept by task and workspace digest (`LOCALIZED`): another episode of the
 same task, or the same episode again, whose workspace is byte for byte the same reuses it.
@@ -290,10 +293,16 @@ def render_fixes(fixes: list[Fix], failed: int, passed: int) -> str:
     return "\n".join([head, *(f"{i}. {f.path}:{f.line}: {f.label}" for i, f in enumerate(fixes, 1))])
 
 
-def choose(memo: RepairMemo, n: str) -> Fix | str:
-    """Candidate `n` of the last listing, or why there is none."""
+def choose(memo: RepairMemo, n: str | None) -> Fix | str:
+    """Candidate `n` of the last listing (the one after the last applied when `n` is None or blank), or
+    why there is none."""
     if not memo.fixes:
         return "no candidate fixes listed: call fixes() first"
+    if n is None or not str(n).strip():
+        k = 1 if memo.applied is None else memo.fixes.index(memo.applied) + 2
+        if k > len(memo.fixes):
+            return f"all {len(memo.fixes)} candidates of the last fixes() were applied"
+        return memo.fixes[k - 1]
     try:
         k = int(str(n).strip())
     except ValueError:

@@ -44,8 +44,9 @@ _DESCRIPTIONS = {
         {},
     ),
     "apply_fix": (
-        "Apply candidate `n` of the last fixes() listing, undoing the candidate applied before it.",
-        {"n": "the candidate's number"},
+        "Apply candidate `n` of the last fixes() listing, undoing the candidate applied before it; without "
+        "`n`, the candidate after the one applied last.",
+        {"n": "the candidate's number (default: the next)"},
     ),
     "submit": ("Finish; the workspace (or `answer`) is graded.", {"answer": "the answer, if one is asked"}),
 }

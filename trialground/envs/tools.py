@@ -6,7 +6,7 @@ Tools: ``bash(command)``, ``python(code)``, ``read_file(path)``, ``write_file(pa
 ``run_tests()`` (the task's visible checks; on a repository task its failing tests and the rest of its
 suite, run as grading runs them), ``search(pattern, path?)`` and ``read_lines(path, start?, count?)``
 (bounded search and paged reading, run in the sandbox: `trialground.envs.navigate`), ``fixes()`` and
-``apply_fix(n)`` (ranked candidate repairs on a repository task: `trialground.envs.repair`) and
+``apply_fix(n?)`` (ranked candidate repairs on a repository task: `trialground.envs.repair`) and
 ``submit(answer?)``.
 
 Contract: `Toolbox.run` turns every *program* failure (bad arguments, missing file, non-zero exit, timeout)
@@ -40,7 +40,7 @@ TOOL_PARAMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "search": (("pattern",), ("path",)),
     "read_lines": (("path",), ("start", "count")),
     "fixes": ((), ()),
-    "apply_fix": (("n",), ()),
+    "apply_fix": ((), ("n",)),
     "submit": ((), ("answer",)),
 }
 
@@ -62,7 +62,8 @@ NAVIGATION_DOCS = (
 PATCH_DOCS = "- apply_patch(patch): apply a unified diff to the workspace"
 REPAIR_DOCS = (
     "- fixes(): numbered candidate one-line fixes at the lines the failing tests point at\n"
-    "- apply_fix(n): apply candidate n of the last fixes(), undoing the one applied before"
+    "- apply_fix(n?): apply candidate n (default: the next) of the last fixes(), undoing the one applied "
+    "before"
 )
 
 
@@ -294,7 +295,7 @@ class Toolbox:
             memo = memo if memo is not None else repair.RepairMemo()
             if name == "fixes":
                 return await self._fixes(memo, limits)
-            return await self._apply_fix(memo, a["n"])
+            return await self._apply_fix(memo, a.get("n"))
         if name == "submit":
             return ToolOutcome("submitted", True, False, submit=True, answer=a.get("answer"))
         raise AssertionError(f"unvalidated tool {name}")  # validate_call rejects unknown names
@@ -505,7 +506,7 @@ class Toolbox:
             text += f"\n(not parsed, over {repair.HOST_PARSE_MAX_BYTES} bytes: {', '.join(skipped)})"
         return ToolOutcome(text, bool(fixes), False)
 
-    async def _apply_fix(self, memo: repair.RepairMemo, n: str) -> ToolOutcome:
+    async def _apply_fix(self, memo: repair.RepairMemo, n: str | None) -> ToolOutcome:
         fix = repair.choose(memo, n)
         if isinstance(fix, str):
             return ToolOutcome(f"error: {fix}", False, False)
