@@ -85,6 +85,7 @@ def test_the_tools_are_listed_only_when_asked() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # every task played with six tries, then once more without numbers: real suites
 def test_the_player_solves_a_real_task_with_the_listed_fixes_and_a_wrong_one_fails(
     swe_tasks: list[Task],
 ) -> None:
