@@ -6,8 +6,7 @@ cold sandbox), no `struct`. The host talks to it over its stdin/stdout with fram
 request runs one command in a fresh session, streams its output back cut at the requested size, and ends by
 killing and reaping every process in the sandbox, so nothing (daemons, `setsid` children, SIGTERM-ignorers)
 outlives a command. Being PID 1 of the PID namespace it cannot be killed from inside (`kill -9 -1` spares it);
-it makes itself non-dumpable so sandboxed code cannot read or write its memory or file descriptors through
-/proc.
+it makes itself non-dumpable so sandboxed code cannot reach its memory or file descriptors through /proc.
 
 The process that runs the next command is forked ahead, once the previous command's processes are all dead and
 no request is waiting ("the next child"): it pays for the fork and its copy-on-write page faults while the
@@ -18,8 +17,7 @@ Python commands (`python3 [-I -S -E -s -B -u -q] (-c CODE | -m MOD | FILE) ARGS`
 interpreter) run in that forked interpreter (the fast path) unless the request says otherwise; anything else
 is exec'd. Differences from a real start, by design: `sys.flags` are the supervisor's (`-I -S`: no user site,
 ever), the hash seed is shared by the commands of one sandbox, and once a command ran Python with `site` (or
-the host asked, a `site` request), the supervisor runs `site` itself (a `-S` command still gets the `-S`
-sys.path).
+the host asked: a `site` request), the supervisor runs `site` itself (-S commands keep the -S sys.path).
 
 Preloading: a sandbox's first request may ask the supervisor to import named modules from named directories
 (the harness environment's program dependencies, shown read-only) before any command runs, with the code the
