@@ -179,8 +179,13 @@ def run_mode(
     config = load_config(QUICKSTART, overrides)
     served = dict(SERVED)
     ends: list[float] = []  # when each step finished
+
+    def progress(step: int, _metrics: dict[str, float]) -> None:
+        if step > 0:  # step 0 reports the start-up, not a step
+            ends.append(time.perf_counter())
+
     t0 = time.perf_counter()
-    asyncio.run(loop_module.run(config, progress=lambda _step, _m: ends.append(time.perf_counter())))
+    asyncio.run(loop_module.run(config, progress=progress))
     seconds = time.perf_counter() - t0
     # steady state: from the end of the warm-up steps (start-up, pipeline fill) to the last step
     steady = (ends[-1] - ends[WARMUP - 1]) / (len(ends) - WARMUP)
@@ -195,6 +200,7 @@ def run_mode(
         "mode": mode,
         "seconds": round(seconds, 1),
         "steady_step_s": round(steady, 3),
+        "steps_timed": len(ends),
         "steps_per_s": round(args.steps / seconds, 3),
         "samples_per_s": round(args.steps * args.tasks * args.k / seconds, 2),
         "reward_mean": mean("reward/mean"),

@@ -61,7 +61,8 @@ def run_mode(mode: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
 
     def progress(step: int, metrics: dict[str, float]) -> None:
-        stamps.append((time.perf_counter() - t0, dict(metrics)))
+        if step > 0:  # step 0 reports the run's start-up metrics, no rollouts
+            stamps.append((time.perf_counter() - t0, dict(metrics)))
 
     loop_module._eval_and_log = skip_eval  # type: ignore[assignment]
     load_before = os.getloadavg()[0]

@@ -234,23 +234,55 @@ def render_branching(d: dict[str, Any]) -> str:
     return table(["measurement", "off", d["args"].get("point", "first_obs")], rows)
 
 
-def render_tree(d: list[dict[str, Any]]) -> str:
-    rows = [
-        [
-            r["seed"],
-            r["advantage"],
-            r.get("eval_before"),
-            r.get("eval_after"),
-            f(r.get("outcome_last5"), "{:.3f}"),
-            f(r.get("sandbox_s"), "{:.0f}"),
-            f(r.get("wall_s"), "{:.0f}"),
-        ]
-        for r in d
+def _at(curve: list[tuple[float, float]], budget: float) -> float:
+    """Mean training outcome of the last 5 steps finished within `budget` sandbox-seconds."""
+    within = [o for s, o in curve if s <= budget + 1e-9][-5:]
+    return sum(within) / max(1, len(within))
+
+
+def _pct(rate: float | None) -> str:
+    return "-" if rate is None else f"{100 * rate:.1f} %"
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / max(1, len(values))
+
+
+def render_tree(results: list[dict[str, Any]]) -> str:
+    """benchmarks/tree_advantage.py: a row per run, and with several seeds the mean of each advantage."""
+    seeds = sorted({r["seed"] for r in results})
+    lines = [
+        "| seed | advantage | eval before | eval after | outcome, last 5 steps | at equal sandbox-s "
+        "| sandbox-s | wall s |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
-    return table(
-        ["seed", "advantage", "eval before", "eval after", "outcome, last 5 steps", "sandbox-s", "wall s"],
-        rows,
-    )
+    at_equal: dict[int, float] = {}
+    for seed in seeds:
+        pair = [r for r in results if r["seed"] == seed]
+        budget = min(r["sandbox_s"] for r in pair)
+        for r in pair:
+            at_equal[id(r)] = _at(r["curve"], budget)
+            lines.append(
+                f"| {seed} | {r['advantage']} | {_pct(r['eval_before'])} | {_pct(r['eval_after'])} | "
+                f"{r['outcome_last5']:.3f} | {at_equal[id(r)]:.3f} | {r['sandbox_s']:.0f} | "
+                f"{r['wall_s']:.0f} |"
+            )
+    if len(seeds) > 1:
+        for advantage in ("trajectory", "tree"):
+            rows = [r for r in results if r["advantage"] == advantage]
+            after = [r["eval_after"] for r in rows if r["eval_after"] is not None]
+            means = [
+                _mean([r["outcome_last5"] for r in rows]),
+                _mean([at_equal[id(r)] for r in rows]),
+                _mean([r["sandbox_s"] for r in rows]),
+                _mean([r["wall_s"] for r in rows]),
+            ]
+            lines.append(
+                f"| mean | {advantage} | {_pct(rows[0]['eval_before'])} | "
+                f"{_pct(_mean(after) if after else None)} | {means[0]:.3f} | {means[1]:.3f} | "
+                f"{means[2]:.0f} | {means[3]:.0f} |"
+            )
+    return "\n".join(lines)
 
 
 def render_pool(d: dict[str, Any]) -> str:
@@ -348,15 +380,14 @@ def render_scale(d: list[dict[str, Any]]) -> str:
             f"{r['sched_us_per_op']:.1f} µs",
             f"{r['cpu_us_per_episode']:.0f} µs",
             f"{int(r['created']):,}",
-            f"{r['env_errors']}"
-            + ("" if r["env_errors"] == r["recycled"] else f" (recycled {r['recycled']})"),
+            f"{int(r['env_errors']):,} / {int(r['recycled']):,}",
             f"{r['wall_s']:.0f} s" if r["wall_s"] >= 10 else f"{r['wall_s']:.1f} s",
         ]
         for r in d
     ]
     return table(
         ["S", "episodes", "utilisation", "queue wait p50 / p99 (virtual s)", "pool CPU per op (thread time)",
-         "sim CPU per episode", "created", "env errors = recycled", "wall"],
+         "sim CPU per episode", "created", "env errors / recycled", "wall"],
         rows,
         "---:|" * 9,
     )  # fmt: skip

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from run_all_tables import render_tree
+
 from trialground.orchestrator.loop import run
 from trialground.orchestrator.run_config import load_config
 
@@ -48,56 +50,6 @@ def _summary(run_dir: Path, wall_s: float) -> dict[str, Any]:
         "wall_s": wall_s,
         "steps": len(steps),
     }
-
-
-def _at(curve: list[tuple[float, float]], budget: float) -> float:
-    """Mean training outcome of the last 5 steps finished within `budget` sandbox-seconds."""
-    within = [o for s, o in curve if s <= budget + 1e-9][-5:]
-    return sum(within) / max(1, len(within))
-
-
-def _pct(rate: float | None) -> str:
-    return "-" if rate is None else f"{100 * rate:.1f} %"
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / max(1, len(values))
-
-
-def _table(results: list[dict[str, Any]], seeds: list[int]) -> str:
-    """A markdown row per run, and with several seeds the mean of each advantage over them."""
-    lines = [
-        "| seed | advantage | eval before | eval after | outcome, last 5 steps | at equal sandbox-s "
-        "| sandbox-s | wall s |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    at_equal: dict[int, float] = {}
-    for seed in seeds:
-        pair = [r for r in results if r["seed"] == seed]
-        budget = min(r["sandbox_s"] for r in pair)
-        for r in pair:
-            at_equal[id(r)] = _at(r["curve"], budget)
-            lines.append(
-                f"| {seed} | {r['advantage']} | {_pct(r['eval_before'])} | {_pct(r['eval_after'])} | "
-                f"{r['outcome_last5']:.3f} | {at_equal[id(r)]:.3f} | {r['sandbox_s']:.0f} | "
-                f"{r['wall_s']:.0f} |"
-            )
-    if len(seeds) > 1:
-        for advantage in ("trajectory", "tree"):
-            rows = [r for r in results if r["advantage"] == advantage]
-            after = [r["eval_after"] for r in rows if r["eval_after"] is not None]
-            means = [
-                _mean([r["outcome_last5"] for r in rows]),
-                _mean([at_equal[id(r)] for r in rows]),
-                _mean([r["sandbox_s"] for r in rows]),
-                _mean([r["wall_s"] for r in rows]),
-            ]
-            lines.append(
-                f"| mean | {advantage} | {_pct(rows[0]['eval_before'])} | "
-                f"{_pct(_mean(after) if after else None)} | {means[0]:.3f} | {means[1]:.3f} | "
-                f"{means[2]:.0f} | {means[3]:.0f} |"
-            )
-    return "\n".join(lines)
 
 
 def main() -> None:
@@ -129,7 +81,7 @@ def main() -> None:
                 res |= _summary(Path(summary.run_dir), time.perf_counter() - t0)
                 results.append(res)
                 print(json.dumps({k: v for k, v in res.items() if k != "curve"}), flush=True)
-    print(_table(results, args.seeds))
+    print(render_tree(results))
     if args.out is not None:
         args.out.write_text(json.dumps(results, indent=1) + "\n")
 

@@ -139,6 +139,22 @@ def test_quick_run_writes_json_and_only_the_marked_regions(tmp_path: Path) -> No
 
 
 @pytest.mark.slow
+def test_loop_driven_benchmarks_count_steps_not_the_start_up_report(tmp_path: Path) -> None:
+    """The loop reports its start-up as step 0 (no rollouts in it): the branching benchmark must not read
+    it as a step, and async vs sync must take its steady state from real step ends."""
+    out = tmp_path / "results.json"
+    res = run_all("--quick", "--only", "branching,async_vs_sync", "--out", str(out), "--no-write",
+                  tmp_path=tmp_path)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    by = {e["name"]: e for e in json.loads(out.read_text())["entries"]}
+    branching = {r["mode"]: r for r in by["branching"]["result"]["results"]}
+    for r in branching.values():
+        assert r["steps"] == 1 and r["trained_samples"] > 0
+    for r in by["async_vs_sync"]["result"]["results"]:
+        assert r["steps_timed"] == 4 and 0 < r["steady_step_s"] < r["seconds"]
+
+
+@pytest.mark.slow
 def test_a_failing_entry_is_reported_and_the_others_still_run(tmp_path: Path) -> None:
     doc, out = tmp_path / "benchmarks.md", tmp_path / "results.json"
     doc.write_text(DOC)

@@ -185,6 +185,24 @@ async def test_site_preloaded_after_first_use_keeps_semantics(sandbox: Sandbox) 
         assert r.stdout == "False\n"
 
 
+@pytest.mark.parametrize("launcher", ["bwrap", "forkserver"])
+async def test_warm_python_loads_site_in_the_supervisor_without_a_command(launcher: str) -> None:
+    """`warm_python` (what `ReadyPool` does): the next Python command's process is forked from an interpreter
+    that already ran `site`, so even a -S command finds the module, while its sys.path stays the -S one."""
+    probe = ["python3", "-S", "-c", "import sys; print('site' in sys.modules, sys.path)"]
+    show = "import sys; print(any(p.endswith('site-packages') for p in sys.path))"
+    async with await open_sandbox(SandboxConfig(prewarm=0, launcher=launcher)) as cold:
+        before = (await cold.exec(probe)).stdout
+    async with await open_sandbox(SandboxConfig(prewarm=0, launcher=launcher)) as sb:
+        await sb.warm_python()
+        after = (await sb.exec(probe)).stdout
+        assert (await sb.exec(["python3", "-c", show])).stdout == "True\n"
+        ls = await sb.exec(["ls", "-A", "/workspace", "/tmp"])
+        assert ls.ok and ls.stdout.split() == ["/tmp:", "/workspace:"], ls.stdout  # it wrote nothing
+    assert before.startswith("False [") and after.startswith("True [")
+    assert before.split(" ", 1)[1] == after.split(" ", 1)[1]  # the -S sys.path either way
+
+
 def descendants(pid: int) -> set[int]:
     """`pid` and every process below it."""
     parents = {}

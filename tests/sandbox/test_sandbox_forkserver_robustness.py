@@ -46,7 +46,25 @@ def _fds() -> set[int]:
         t.sock.fileno() for key, t in forkserver._templates.items() if key[0] == os.getpid() and not t.dead()
     }
     listed = {int(fd) for fd in os.listdir("/proc/self/fd")} - templates
-    return {fd for fd in listed if _describe(fd) != "?"}  # the listing's own descriptor is closed by now
+    # The listing's own descriptor is closed by now; of sockets, only the kind the launchers make counts.
+    return {fd for fd in listed if _describe(fd) != "?" and _socket_kind(fd) in ("", "unix seqpacket")}
+
+
+def _socket_kind(fd: int) -> str:
+    """Empty for a descriptor that is not a socket, else its family and type. The launchers' only sockets are
+    AF_UNIX SOCK_SEQPACKET pairs (a template's, a request's report channel); the test process's other
+    threads (an HTTP client's pool, a library's own event loop left by an earlier test) open stream and
+    inet sockets of their own at any time, which are not a sandbox's to leak."""
+    found = re.fullmatch(r"socket:\[(\d+)\]", _describe(fd))
+    if found is None:
+        return ""
+    with contextlib.suppress(OSError), open("/proc/net/unix") as f:
+        for line in list(f)[1:]:
+            fields = line.split()
+            if len(fields) > 6 and fields[6] == found.group(1):
+                kind = {"0001": "stream", "0002": "dgram", "0005": "seqpacket"}.get(fields[4], fields[4])
+                return f"unix {kind}"
+    return "other"
 
 
 def _workspace_mounts() -> list[str]:
@@ -109,7 +127,7 @@ async def _settle(before: tuple[set[int], list[str], list[Path], set[int]]) -> N
             return
         await asyncio.sleep(0.05)
     fds, ws, groups, procs = _held()
-    assert fds - before[0] == set(), {fd: _describe(fd) for fd in fds - before[0]}
+    assert fds - before[0] == set(), {fd: f"{_describe(fd)} {_socket_kind(fd)}" for fd in fds - before[0]}
     assert set(ws) - set(before[1]) == set()
     assert set(groups) - set(before[2]) == set()
     assert procs - before[3] == set()

@@ -1,13 +1,12 @@
 """Sandboxes opened ahead and made ready for a Python program, for one-shot requests (`/run_code`).
 
 A sandbox's first Python command pays for `site` (sys.path, the runtime's .pth files), which on some hosts
-costs more than the rest of the sandbox together; the supervisor loads `site` itself, while idle, once a
-command has run Python with it (`sandbox/launch/supervisor.py`), and every later command then finds it loaded.
-`ReadyPool` keeps `size` sandboxes that have each run one trusted `python3 -c pass` and then been left
-idle, so a request gets a sandbox whose next Python command starts at once. Nothing else ever ran in them:
-the warm-up's processes are gone (the supervisor kills everything after each command) and it wrote nothing,
-so each is as new for its request as a fresh sandbox. A request that finds none ready opens a fresh one
-(the prewarm spare of `SandboxConfig.prewarm`, or a new one); each one taken is replaced in the background.
+costs more than the rest of the sandbox together. `ReadyPool` keeps `size` sandboxes made ready with
+`Sandbox.warm_python`: for the local backend the supervisor loads `site` itself, no command run
+(`sandbox/launch/supervisor.py`), and every Python command's process is then forked from an interpreter
+that holds it, so a request gets a sandbox whose first Python command starts at once. Nothing ran in them,
+so each is as new for its request as a fresh sandbox. A request that finds none ready opens a fresh one (the
+prewarm spare of `SandboxConfig.prewarm`, or a new one); each one taken is replaced in the background.
 """
 
 from __future__ import annotations
@@ -16,11 +15,8 @@ import asyncio
 import contextlib
 from collections.abc import Mapping
 
-from trialground.sandbox.base import Limits, Sandbox, SandboxConfig
+from trialground.sandbox.base import Sandbox, SandboxConfig
 from trialground.sandbox.factory import open_sandbox
-
-WARM_UP = ["python3", "-c", "pass"]
-WARM_UP_LIMITS = Limits(wall_s=30, cpu_s=30)
 
 
 class ReadyPool:
@@ -72,11 +68,14 @@ class ReadyPool:
         except Exception:  # no spare this time: requests open their own meanwhile
             return
         try:
-            result = await sandbox.exec(WARM_UP, limits=WARM_UP_LIMITS)
+            await sandbox.warm_python()
+        except Exception:  # not made ready: requests open their own meanwhile
+            await sandbox.close()
+            return
         except BaseException:
             await sandbox.close()
             raise
-        if not result.ok or self._closed:
+        if self._closed:
             await sandbox.close()
             return
         self._ready.append(sandbox)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,6 +9,7 @@ from trialground.orchestrator.evaluate import EvalResult, evaluate
 from trialground.orchestrator.run_config import RunConfig
 from trialground.orchestrator.rundir import evaluation_records, write_episodes
 from trialground.orchestrator.wiring import Wiring, build
+from trialground.train.checkpoint import checkpoint_meta
 
 
 async def evaluate_run(
@@ -61,10 +61,8 @@ async def evaluate_run(
 def checkpoint_step(checkpoint: Path | None) -> int:
     """The training step a checkpoint was saved at (its `meta.json`); 0 for the starting policy or a
     checkpoint directory without one."""
-    meta = None if checkpoint is None else checkpoint / "meta.json"
-    if meta is None or not meta.is_file():
-        return 0
-    return int(json.loads(meta.read_text()).get("step", 0))
+    meta = None if checkpoint is None else checkpoint_meta(checkpoint)
+    return 0 if meta is None else int(meta.get("step", 0))
 
 
 def _keep(directory: Path | None, name: str, step: int, result: EvalResult, w: Wiring) -> None:

@@ -15,6 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from trialground.errors import SandboxError
+
 WORKSPACE = "/workspace"
 
 
@@ -227,6 +229,14 @@ class Sandbox(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None:
         """Kill everything inside and free every resource (processes, mounts, temp directories)."""
+
+    async def warm_python(self) -> None:
+        """Prepare this sandbox so that its next Python command starts at once (`ReadyPool`): here, one
+        trusted `python3 -c pass`, after which a backend with a warm interpreter loads `site` while idle.
+        Backends that can do it without running a command override this. Raises SandboxError if it fails."""
+        result = await self.exec(["python3", "-c", "pass"], limits=Limits(wall_s=30, cpu_s=30))
+        if not result.ok:
+            raise SandboxError(f"python3 -c pass failed in the sandbox: {result.status}")
 
     async def __aenter__(self) -> Sandbox:
         return self

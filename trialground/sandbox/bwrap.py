@@ -75,6 +75,7 @@ SUPERVISOR_PIDS = {"bwrap": 2, "forkserver": 1}
 # The supervisor's reset request at every restore: the scratch directories it empties, and the code that
 # does it and lists what is left (`reset.py`), compiled once by the supervisor.
 RESET_REQUEST = {"reset": {"dirs": ["/tmp", "/dev/shm"], "source": Path(reset.__file__).read_text()}}
+SITE_REQUEST = {"site": True}  # load `site` in the supervisor now (warm_python)
 PRELOAD_SOURCE = Path(reset.__file__).with_name("preload.py").read_text()  # the preload request's code
 
 
@@ -504,6 +505,21 @@ class BwrapSandbox(Sandbox):
                 if answer.get("left") != []:
                     self.restarts += 1
                     await self._stop()
+
+    async def warm_python(self) -> None:
+        """Have the supervisor load `site` now, without running a command: the next Python command's
+        process is forked from an interpreter that holds it. Nothing runs in the sandbox meanwhile."""
+        self._check_open()
+        if not self.config.python_fast:
+            return  # commands are exec'd: nothing the supervisor holds reaches them
+        async with self._lock:
+            if self._proc is None:
+                await self._start()
+            try:
+                await self._exchange(SITE_REQUEST, b"", Collected(cap=0), timeout=60)
+            except (ChannelClosed, TimeoutError) as exc:
+                await self._stop()
+                raise SandboxError(f"sandbox died while loading site: {exc!r}") from exc
 
     async def fork(self) -> Sandbox:
         self._check_open()

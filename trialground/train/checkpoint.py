@@ -64,6 +64,15 @@ def completed_checkpoints(run_dir: str | Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def checkpoint_meta(path: str | Path) -> dict[str, Any] | None:
+    """A checkpoint's `meta.json` (step, version, ...), or None when `path` holds no complete checkpoint."""
+    meta_file = Path(path) / "meta.json"
+    if not meta_file.is_file():
+        return None
+    meta: dict[str, Any] = json.loads(meta_file.read_text())
+    return meta
+
+
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
     """The complete checkpoint with the highest step under `run_dir/checkpoints`, or None."""
     done = completed_checkpoints(run_dir)
@@ -158,10 +167,9 @@ def load_checkpoint(path: str | Path, trainer: Trainer) -> LoadedCheckpoint:
     `trainer` must be built from the same model architecture and `TrainerConfig` as the saved one.
     """
     root = Path(path)
-    meta_file = root / "meta.json"
-    if not meta_file.is_file():
+    meta = checkpoint_meta(root)
+    if meta is None:
         raise FileNotFoundError(f"{root}: not a complete checkpoint (no meta.json)")
-    meta = json.loads(meta_file.read_text())
     if meta.get("lora_rank", 0) != trainer.config.lora_rank:
         raise ValueError(
             f"{root}: saved with lora_rank={meta.get('lora_rank')}, trainer has {trainer.config.lora_rank}"

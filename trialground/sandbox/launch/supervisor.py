@@ -1,34 +1,30 @@
 """The in-sandbox supervisor: PID 1 of the sandbox, runs one command per request.
 
 Runs INSIDE the sandbox under the sandbox's Python runtime, so it imports the standard library only, and at
-start only built-in or small modules: `posix` rather than `os` (whose import alone costs ~2 ms, a seventh
-of a cold sandbox), no `struct`. The host talks to it over its stdin/stdout with frames (`encode_frame`);
-each request runs one command in a fresh session, streams its output back cut at the requested size, and
-ends by killing and reaping every process in the sandbox, so nothing (daemons, `setsid` children,
-SIGTERM-ignorers) outlives a command. Being PID 1 of the PID namespace it cannot be killed from inside
-(`kill -9 -1` spares it); it makes itself non-dumpable so sandboxed code cannot read or write its memory or
-file descriptors through /proc.
+start only built-in or small modules: `posix` rather than `os` (whose import alone costs ~2 ms, a seventh of a
+cold sandbox), no `struct`. The host talks to it over its stdin/stdout with frames (`encode_frame`); each
+request runs one command in a fresh session, streams its output back cut at the requested size, and ends by
+killing and reaping every process in the sandbox, so nothing (daemons, `setsid` children, SIGTERM-ignorers)
+outlives a command. Being PID 1 of the PID namespace it cannot be killed from inside (`kill -9 -1` spares it);
+it makes itself non-dumpable so sandboxed code cannot reach its memory or file descriptors through /proc.
 
-The process that runs the next command is forked ahead, once the previous command's processes are all dead
-and no request is waiting ("the next child"): it pays for the fork and its copy-on-write page faults while
-the sandbox is idle, then blocks until the supervisor hands it its request. It never runs anything before
-that, and no other process exists in the sandbox meanwhile.
+The process that runs the next command is forked ahead, once the previous command's processes are all dead and
+no request is waiting ("the next child"): it pays for the fork and its copy-on-write page faults while the
+sandbox is idle, then blocks until the supervisor hands it its request. It never runs anything before that,
+and no other process exists in the sandbox meanwhile.
 
-Python commands (`python3 [-I -S -E -s -B -u -q] (-c CODE | -m MOD | FILE) ARGS`, where `python3` resolves
-to this very interpreter) are run in that forked interpreter (the fast path) unless the request says
-otherwise; anything else is exec'd. Differences from a real start, by design: `sys.flags` are the
-supervisor's (`-I -S`: no user site, ever), the hash seed is shared by the commands of one sandbox, and
-once a command ran Python with `site`, the supervisor runs `site` itself while idle (a `-S` command still
-gets the `-S` sys.path).
+Python commands (`python3 [-I -S -E -s -B -u -q] (-c CODE | -m MOD | FILE) ARGS`, `python3` being this very
+interpreter) run in that forked interpreter (the fast path) unless the request says otherwise; anything else
+is exec'd. Differences from a real start, by design: `sys.flags` are the supervisor's (`-I -S`: no user site,
+ever), the hash seed is shared by the commands of one sandbox, and once a command ran Python with `site` (or
+the host asked: a `site` request), the supervisor runs `site` itself (-S commands keep the -S sys.path).
 
-Preloading: a sandbox's first request may ask the supervisor to import named modules from named
-directories (the harness environment's program dependencies, shown read-only) before any command runs,
-with the code the host sends (`preload.py`).
-Every later command's process is a fork of an interpreter that holds them, so a program that imports
-them pays nothing. Only before the first command: a preload asked for later is refused, so nothing a
-command did can reach what every later command inherits. A command sees the preloaded modules only when
-its request says so (`PRELOAD_KEEP` in its environment); for every other command they are dropped from
-`sys.modules` at its start, so its imports resolve as without a preload.
+Preloading: a sandbox's first request may ask the supervisor to import named modules from named directories
+(the harness environment's program dependencies, shown read-only) before any command runs, with the code the
+host sends (`preload.py`); every later command's process forks from an interpreter that holds them. Only
+before the first command: a preload asked for later is refused, so nothing a command did can reach what every
+later command inherits. A command sees them only when its request says so (`PRELOAD_KEEP` in its environment);
+for every other command they are dropped from `sys.modules` at its start.
 """
 
 import _signal as signal  # not `signal`: its enum import would double the start-up time
@@ -112,10 +108,8 @@ def _is_this_interpreter(program: str, path_var: str) -> bool:
 def _parse_python(argv: list, path_var: str) -> "tuple[set[str], str, str, list[str]] | None":
     """(flags, mode, target, argv) when `argv` is a plain Python invocation the fast path can run."""
     names = ("python3", "python", f"python3.{sys.version_info[1]}")
-    if not argv or argv[0].rpartition("/")[2] not in names:
-        return None
-    if not _is_this_interpreter(argv[0], path_var):
-        return None  # another Python (e.g. the system's): run the real thing
+    if not argv or argv[0].rpartition("/")[2] not in names or not _is_this_interpreter(argv[0], path_var):
+        return None  # not Python, or another Python (e.g. the system's): run the real thing
     return split_python(argv)
 
 
@@ -513,16 +507,23 @@ def _idle(ctl_in: int) -> bool:
 
 
 def _warm_up(ctl_in: int) -> None:
-    """While no request is waiting, import what Python commands need, so they do not pay for it: runpy
-    (and with it os) always, and `site` (sys.path, .pth files) once a command has shown it runs Python
-    without -S."""
+    """While no request waits, import what Python commands need: runpy (and with it os) always, and `site`
+    (sys.path, .pth files) once a command has shown it runs Python without -S."""
     if "runpy" not in sys.modules and _idle(ctl_in):
         import runpy  # noqa: F401
     if SITE.get("wanted") and not SITE.get("loaded") and _idle(ctl_in):
+        _load_site()
+
+
+def _load_site() -> dict:
+    """Run `site` here for every later Python command; also the host's `site` request (`ReadyPool`)."""
+    SITE["wanted"] = True
+    if not SITE.get("loaded"):
         import site
 
         site.main()
         SITE["loaded"] = True
+    return {"loaded": ["site"]}
 
 
 def main() -> None:
@@ -533,9 +534,8 @@ def main() -> None:
     posix.dup2(null, 0)
     posix.dup2(null, 1)
     posix.close(null)
-    # The first command's work that every Python command does, done here once: pages this process faults
-    # in are inherited by every child, while a child faulting them itself pays ~40 % more, each time
-    # (the compiler alone: 1.5 ms here and 0.2 ms in each child, vs 2.1 ms in each child).
+    # Work every Python command does, done here once: children inherit the pages (the compiler alone:
+    # 1.5 ms here and 0.2 ms in each child, vs 2.1 ms in each child faulting them itself).
     _make_streams(unbuffered=False)
     READY["streams"] = True
     compile("pass", "<warm-up>", "exec")
@@ -569,8 +569,8 @@ def main() -> None:
         if "reset" in req:
             _write_all(ctl_out, encode_frame(b"X", marshal.dumps(_reset(req["reset"], child.pid))))
             continue
-        if "preload" in req:
-            answer = _preload(req["preload"])
+        if "preload" in req or "site" in req:
+            answer = _preload(req["preload"]) if "preload" in req else _load_site()
             if answer["loaded"]:  # the waiting process was forked without them: fork it again
                 child.close()
                 posix.waitpid(child.pid, 0)
