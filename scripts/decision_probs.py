@@ -5,12 +5,13 @@
 
 The scripted repair player (`trialground.rollout.swe_fixer.play_fixes`) plays the first `--n` held-out
 tasks of `examples/swe_fixes_cpu.yaml` through the real environment (list the candidates, apply one, run
-the suite, the next while it fails, submit). For every turn of those episodes the policy is given the
-episode so far, rendered token for token as a rollout renders it, and the script prints the probability
-of the call the player made and of the other calls a repair episode chooses between (`fixes`,
-`apply_fix(1..6)`, `run_tests`, `submit`): each the probability of generating exactly that call and the
-end of the turn. A reinforcement-learning recipe can only change what the policy samples where it is
-unsure; this shows where that is (docs/swe.md).
+the suite, the next while it fails, submit; with `--next-fix` it calls `apply_fix()` for the next). For
+every turn of those episodes the policy is given the episode so far, rendered token for token as a
+rollout renders it, and the script prints the probability of the call the player made and of the other
+calls a repair episode chooses between (`fixes`, `apply_fix()`, `apply_fix(1..6)`, `run_tests`,
+`submit`): each the probability of generating exactly that call and the end of the turn. A
+reinforcement-learning recipe can only change what the policy samples where it is unsure; this shows
+where that is (docs/swe.md).
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ Trace = dict[str, Any]
 
 def repair_calls() -> list[str]:
     """The calls a repair episode chooses between, as the policy writes them."""
-    calls = [format_tool_call(name, {}, "json_tags") for name in ("fixes", "run_tests", "submit")]
+    calls = [
+        format_tool_call(name, {}, "json_tags") for name in ("fixes", "run_tests", "submit", "apply_fix")
+    ]
     return calls + [format_tool_call("apply_fix", {"n": str(k)}, "json_tags") for k in range(1, 7)]
 
 
@@ -63,7 +66,7 @@ def decision_probs(model: Any, tok: Any, trace: Trace, calls: list[str]) -> list
     return out
 
 
-async def _play(n: int, tries: int) -> list[Trace]:
+async def _play(n: int, tries: int, next_fix: bool) -> list[Trace]:
     from trialground.envs.tool_env import ToolEnv
     from trialground.integrations.grading import resolve_tasks
     from trialground.orchestrator.run_config import load_config
@@ -79,7 +82,7 @@ async def _play(n: int, tries: int) -> list[Trace]:
         for task in tasks:
             env = ToolEnv(grader, config.env, config.sandbox)
             try:
-                traces.append(await play_fixes(env, task, tries=tries))
+                traces.append(await play_fixes(env, task, tries=tries, next_fix=next_fix))
             finally:
                 await env.close()
     finally:
@@ -98,6 +101,11 @@ def main() -> None:
     ap.add_argument("model", help="a model directory or a bundled policy name (tiny-fix)")
     ap.add_argument("--n", type=int, default=6, help="held-out tasks played")
     ap.add_argument("--tries", type=int, default=3, help="candidates the player tries at most")
+    ap.add_argument(
+        "--next-fix",
+        action="store_true",
+        help="the player calls apply_fix() without a number (the next candidate)",
+    )
     ap.add_argument("--traces", type=Path, help="reuse (or write) the player's episodes as JSON here")
     args = ap.parse_args()
     from trialground.policy.tiny import resolve_model_dir
@@ -105,7 +113,7 @@ def main() -> None:
     if args.traces is not None and args.traces.is_file():
         traces = json.loads(args.traces.read_text())
     else:
-        traces = asyncio.run(_play(args.n, args.tries))
+        traces = asyncio.run(_play(args.n, args.tries, args.next_fix))
         if args.traces is not None:
             args.traces.write_text(json.dumps(traces))
     where = resolve_model_dir(args.model)
