@@ -11,6 +11,8 @@ import pytest
 def ray_cluster() -> Iterator[None]:
     """One local Ray cluster for a module's runs (a run joins a running cluster instead of starting one)."""
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    from trialground.pool.ray_backend import start_ray
+
+    start_ray(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()

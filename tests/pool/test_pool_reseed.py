@@ -12,7 +12,7 @@ from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
 from trialground.envs.toolcalls import format_tool_call
 from trialground.pool import EnvPool, PoolConfig
-from trialground.pool.sim import SimBackend
+from trialground.pool.sim import LatencyModel, SimBackend, SimProfile
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task, VerifierSpec
 
@@ -129,4 +129,51 @@ async def test_with_nobody_waiting_for_its_task_an_idle_sandbox_is_reseeded() ->
     await pool.release(env_b)
     m = pool.metrics()
     assert m["pool/reseeded"] == 1 and m["pool/created"] == 1
+    await pool.close()
+
+
+async def _in_turn(pool: EnvPool, tasks: list[Task]) -> None:
+    for task in tasks:
+        async with pool.lease(task):
+            pass
+
+
+async def test_auto_makes_new_sandboxes_while_reseeding_measures_slower() -> None:
+    """`reseed: auto` (the default) on a backend whose commands are slow (each exec 20 ms, creation
+    instant): the first chance reseeds (nothing measured yet); after that every chance makes a new sandbox
+    instead, except one in 32 that reseeds to keep the estimate current."""
+    slow_exec = SimProfile(exec=LatencyModel(0.02, 0.0))
+    pool = EnvPool(
+        PoolConfig(max_active=1), env_config=TOOL, grader=NoGrader(), backend=SimBackend(slow_exec)
+    )
+    await _in_turn(pool, [make_task(i) for i in range(2 + 64)])
+    m = pool.metrics()
+    assert m["pool/reseeded"] == 1 + 2, m  # the first chance, then the 32nd and the 64th
+    assert m["pool/reseed_skipped"] == 62 and m["pool/created"] == 1 + 62
+    assert m["pool/reseed_s"] >= 0.02 > m["pool/create_s"]
+    await pool.close()
+
+
+async def test_auto_reseeds_while_reseeding_measures_faster() -> None:
+    slow_create = SimProfile(create=LatencyModel(0.02, 0.0))
+    pool = EnvPool(
+        PoolConfig(max_active=1), env_config=TOOL, grader=NoGrader(), backend=SimBackend(slow_create)
+    )
+    await _in_turn(pool, [make_task(i) for i in range(40)])
+    m = pool.metrics()
+    assert m["pool/created"] == 1 and m["pool/reseeded"] == 39 and m["pool/reseed_skipped"] == 0, m
+    await pool.close()
+
+
+async def test_reseed_true_reseeds_whatever_it_costs() -> None:
+    slow_exec = SimProfile(exec=LatencyModel(0.02, 0.0))
+    pool = EnvPool(
+        PoolConfig(max_active=1, reseed=True),
+        env_config=TOOL,
+        grader=NoGrader(),
+        backend=SimBackend(slow_exec),
+    )
+    await _in_turn(pool, [make_task(i) for i in range(10)])
+    m = pool.metrics()
+    assert m["pool/created"] == 1 and m["pool/reseeded"] == 9 and m["pool/reseed_skipped"] == 0, m
     await pool.close()

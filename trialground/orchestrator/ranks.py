@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from trialground.orchestrator.run_config import RunConfig
+from trialground.pool.ray_backend import start_ray
 from trialground.train.distributed import DataParallel, join, set_active, torchrun_world
 
 
@@ -75,7 +76,7 @@ def _start_ray_ranks(config: RunConfig) -> DataParallel:
     import ray
 
     if not ray.is_initialized():
-        ray.init(address=config.pool.ray_address)
+        start_ray(config.pool.ray_address)
     world = config.trainer.data_parallel
     timeout = timedelta(seconds=config.trainer.dist_timeout_s)
     host = ray.util.get_node_ip_address()

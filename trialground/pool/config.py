@@ -12,10 +12,12 @@ class PoolConfig(BaseModel):
 
     backend: Literal["local", "ray"] = Field("local", description="Where sandboxes live")
     max_active: int = Field(4, ge=1, le=100_000, description="Environments in use at once")
-    reseed: bool = Field(
-        True,
+    reseed: bool | Literal["auto"] = Field(
+        "auto",
         description="With no idle sandbox of the task, reuse the least recently used idle sandbox of another "
-        "task (restored, emptied inside the sandbox, seeded with this task's files) before making a new one",
+        "task (restored, emptied inside the sandbox, seeded with this task's files) before making a new one: "
+        "true always, false never, auto while a reseed measures no slower than making a sandbox (one "
+        "chance in 32 is still reseeded then, to notice when that changes)",
     )
     min_warm: int = Field(0, ge=0, description="Idle environments kept ready")
     max_queue: int = Field(1024, ge=0, description="Waiters beyond which acquire fails fast")

@@ -4,9 +4,9 @@ Contract:
 - ``env = await pool.acquire(task)`` waits for one of `max_active` capacity units (FIFO, at most
   `max_queue` waiters, each at most `acquire_timeout_s`), then hands out an environment whose sandbox holds
   the task's pristine workspace: a warm idle sandbox of that task restored from its snapshot (and
-  health-checked), else (with `reseed`) the least recently used idle sandbox of another task that no
-  queued acquirer is waiting for, restored, emptied from inside and seeded with this task's files, else a
-  new one. The caller then calls
+  health-checked), else (with `reseed`, by default while that measures no slower than creating one) the
+  least recently used idle sandbox of another task that no queued acquirer is waiting for, restored,
+  emptied from inside and seeded with this task's files, else a new one. The caller then calls
   ``env.reset(task)`` and runs the episode. `pool/reused` counts warm hand-outs, `pool/reseeded` those
   of them that changed task.
 - ``await pool.release(env)`` returns it. The sandbox goes back to the warm set unless the episode failed,
@@ -52,6 +52,14 @@ _HEALTH_LIMITS = Limits(wall_s=10.0, cpu_s=5.0)
 _EMPTY_WORKSPACE = ["find", WORKSPACE, "-mindepth", "1", "-delete"]
 # Idle sandboxes looked at (oldest first) for one to reseed whose task nobody waits for: keeps acquire O(1).
 _RESEED_SCAN = 8
+# `reseed: auto`: while reseeding measures slower than making a sandbox, one chance in this many reseeds
+# anyway, so the estimate follows the machine's load; estimates are moving averages with this weight.
+_RESEED_PROBE = 32
+_COST_WEIGHT = 0.1
+
+
+def _average(mean: float | None, x: float) -> float:
+    return x if mean is None else mean + _COST_WEIGHT * (x - mean)
 
 
 @dataclass(eq=False)
@@ -120,12 +128,17 @@ class EnvPool:
         self._resizes = 0  # autoscaler decisions that changed max_active
         self._waits, self._create, self._restore_s = Window(), Window(), Window()
         self._reseed_s = Window()
+        # `reseed: auto`: moving averages of a reseed's and a creation's seconds (None: none measured yet)
+        self._reseed_cost: float | None = None
+        self._create_cost: float | None = None
+        self._reseed_dear = 0  # chances met while reseeding measured the dearer path
         self._exec, self._hold = Window(), Window()
         self._counts: dict[str, int] = {
             "acquires": 0,
             "created": 0,
             "reused": 0,
             "reseeded": 0,
+            "reseed_skipped": 0,
             "recycled": 0,
             "reaped": 0,
             "reclaimed": 0,
@@ -357,7 +370,7 @@ class EnvPool:
             if await self._restore(slot):
                 self._counts["reused"] += 1
                 return slot
-        while self.config.reseed and (other := self._reseedable()) is not None:
+        while (other := self._reseedable()) is not None and self._reseed_pays():
             self._pop_idle(other)
             if await self._reseed(other, task):
                 self._counts["reused"] += 1
@@ -370,10 +383,28 @@ class EnvPool:
         few). A sandbox someone is queued for would be reseeded back for them a moment later: under
         saturation with repeating tasks every acquire would then pay a reseed inside its capacity unit
         instead of a warm restore, so such a sandbox stays and a new one is made instead."""
+        if self.config.reseed is False:
+            return None
         for slot in itertools.islice(self._lru.values(), _RESEED_SCAN):
             if slot.task_id not in self._wanted:
                 return slot
         return None
+
+    def _reseed_pays(self) -> bool:
+        """Whether to reseed rather than make a new sandbox. `auto` compares what each has measured: on some
+        backends a reseed is the dearer path (through Ray the seed's files cross the actor boundary; a
+        backend whose commands are slow pays for emptying the workspace), and it runs inside the acquirer's
+        capacity unit. Passed-up chances are counted in `pool/reseed_skipped`."""
+        if self.config.reseed != "auto":
+            return True
+        reseed, create = self._reseed_cost, self._create_cost
+        if reseed is None or create is None or reseed <= create:
+            return True
+        self._reseed_dear += 1
+        if self._reseed_dear % _RESEED_PROBE == 0:
+            return True
+        self._counts["reseed_skipped"] += 1
+        return False
 
     async def _reseed(self, slot: Slot, task: Task) -> bool:
         """Turn a warm sandbox of another task into one for `task`: restored (its processes gone, /tmp and
@@ -394,7 +425,9 @@ class EnvPool:
             self._destroy(slot)
             return False
         slot.task_id = task.id
-        self._reseed_s.add(asyncio.get_running_loop().time() - t0)
+        took = asyncio.get_running_loop().time() - t0
+        self._reseed_s.add(took)
+        self._reseed_cost = _average(self._reseed_cost, took)
         return True
 
     async def _restore(self, slot: Slot) -> bool:
@@ -437,7 +470,9 @@ class EnvPool:
                 if sandbox is not None:
                     self._spawn(self._close_sandbox(sandbox))
                 continue
-            self._create.add(asyncio.get_running_loop().time() - t0)
+            took = asyncio.get_running_loop().time() - t0
+            self._create.add(took)
+            self._create_cost = _average(self._create_cost, took)
             self._counts["created"] += 1
             return Slot(next(self._ids), task.id, sandbox, snap)
         raise SandboxError(f"could not create a sandbox for task {task.id}: {last}", kind="create_failed")

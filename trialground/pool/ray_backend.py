@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shutil
 import tempfile
@@ -32,6 +33,39 @@ from trialground.pool.backend import SandboxBackend
 from trialground.pool.config import PoolConfig
 from trialground.sandbox.base import Command, ExecResult, Limits, Sandbox, SandboxConfig
 from trialground.tasks.model import Task
+
+log = logging.getLogger(__name__)
+LOCAL_START_TRIES = 3
+
+
+def start_ray(address: str | None = None, **kwargs: Any) -> None:
+    """`ray.init(address, **kwargs)`, with a local cluster's start tried up to LOCAL_START_TRIES times:
+    Ray gives a new local node 30 s to register with its control store (a constant, not a setting), which
+    a machine loaded far past its cores can miss. A timed-out try leaves the node's processes (children of
+    this one) running with nobody to stop them: they are killed before the next try. Any other error, and
+    the last try's, propagates."""
+    import psutil  # a dependency of Ray's
+    import ray
+
+    me = psutil.Process()
+    for attempt in range(1, LOCAL_START_TRIES + 1):
+        before = {child.pid for child in me.children()}
+        try:
+            ray.init(address=address, **kwargs)
+            return
+        except Exception as exc:
+            if "timed out during startup" not in str(exc) or attempt == LOCAL_START_TRIES:
+                raise
+            log.warning(
+                "Ray's local node did not start in time (try %d of %d): %s", attempt, LOCAL_START_TRIES, exc
+            )
+            ray.shutdown()
+            started = [child for child in me.children() if child.pid not in before]
+            for child in started:
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
+            psutil.wait_procs(started, timeout=10)
+
 
 CGROUP_LIST = "cgroups.txt"
 
@@ -234,7 +268,7 @@ class RayBackend(SandboxBackend):
         import ray
 
         if not ray.is_initialized():
-            ray.init(address=self.config.ray_address, **self.init_kwargs)
+            start_ray(self.config.ray_address, **self.init_kwargs)
             self._owns_ray = True
         self._actor = ray.remote(SandboxWorker)
         await asyncio.gather(*(self._spawn() for _ in range(self.config.ray_workers)))
