@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from trialground.errors import SandboxError
 from trialground.sandbox.base import ExecStatus, Limits, SandboxConfig
 from trialground.sandbox.factory import open_sandbox
 
@@ -42,3 +43,14 @@ async def test_snapshot_restore_fork_by_copying() -> None:
         assert (await sb.exec("ls; cat f")).stdout == "f\n1"
         assert (await child.exec("cat f")).stdout == "2\n"
         await child.close()
+
+
+async def test_warm_python_runs_a_trusted_interpreter_start() -> None:
+    """The default `warm_python` (the process and remote backends): one `python3 -c pass`, after which the
+    sandbox runs Python as before; a closed sandbox says so instead."""
+    sb = await open_sandbox(CFG)
+    async with sb:
+        await sb.warm_python()
+        assert (await sb.exec(["python3", "-c", "print(6 * 7)"])).stdout == "42\n"
+    with pytest.raises(SandboxError):
+        await sb.warm_python()

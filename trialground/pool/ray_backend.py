@@ -38,12 +38,21 @@ log = logging.getLogger(__name__)
 LOCAL_START_TRIES = 3
 
 
+def _is_ray(process: Any) -> bool:
+    """Whether a process is one of Ray's own (its control store, raylet, monitors: all run from Ray's
+    package), not something another thread of this process started meanwhile."""
+    try:
+        return "/ray/" in " ".join(process.cmdline())
+    except Exception:  # gone, or not ours to read
+        return False
+
+
 def start_ray(address: str | None = None, **kwargs: Any) -> None:
     """`ray.init(address, **kwargs)`, with a local cluster's start tried up to LOCAL_START_TRIES times:
     Ray gives a new local node 30 s to register with its control store (a constant, not a setting), which
     a machine loaded far past its cores can miss. A timed-out try leaves the node's processes (children of
-    this one) running with nobody to stop them: they are killed before the next try. Any other error, and
-    the last try's, propagates."""
+    this one, run from Ray's package) running with nobody to stop them: they are killed before the next
+    try. Any other error, and the last try's, propagates."""
     import psutil  # a dependency of Ray's
     import ray
 
@@ -60,7 +69,7 @@ def start_ray(address: str | None = None, **kwargs: Any) -> None:
                 "Ray's local node did not start in time (try %d of %d): %s", attempt, LOCAL_START_TRIES, exc
             )
             ray.shutdown()
-            started = [child for child in me.children() if child.pid not in before]
+            started = [child for child in me.children() if child.pid not in before and _is_ray(child)]
             for child in started:
                 with contextlib.suppress(psutil.Error):
                     child.kill()

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from trialground import pyast
 from trialground.envs.base import Observation
 from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
@@ -153,7 +154,7 @@ def _frames(text: str) -> list[tuple[str, int]]:
 def _enclosing(source: str, line: int) -> tuple[int, int] | None:
     """The line span of the innermost function around `line`."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return None
     best: tuple[int, int] | None = None
@@ -168,7 +169,7 @@ def _enclosing(source: str, line: int) -> tuple[int, int] | None:
 def _import_time_functions(source: str) -> list[int]:
     """Definition lines of the module's functions that its top-level statements call (at import)."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return []
     defs = {n.name: n.lineno for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
@@ -200,7 +201,7 @@ def _library_hits(hits: str) -> list[tuple[str, int]]:
 def _method_line(source: str, class_line: int, name: str) -> int | None:
     """The line of method `name` of the class defined at `class_line`."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return None
     for node in ast.walk(tree):

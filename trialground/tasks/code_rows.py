@@ -26,6 +26,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from trialground import pyast
 from trialground.errors import TaskError
 
 SOLUTION = "solution.py"
@@ -70,7 +71,7 @@ def _loaded(nodes: Sequence[ast.stmt]) -> list[str]:
 
 def _parse(code: str, what: str, where: str) -> list[ast.stmt]:
     try:
-        return ast.parse(code).body
+        return pyast.parse(code).body
     except SyntaxError as e:
         raise TaskError(
             f"{where}: {what} is not Python: {e.msg} (line {e.lineno})", kind="invalid_task"

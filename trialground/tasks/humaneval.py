@@ -20,6 +20,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from trialground import pyast
 from trialground.errors import TaskError
 from trialground.tasks.model import Task, VerifierSpec
 
@@ -81,7 +82,7 @@ def _task(problem: dict[str, Any]) -> Task:
 
 
 def _check_function(test_code: str, where: str) -> ast.FunctionDef:
-    for node in ast.parse(test_code).body:
+    for node in pyast.parse(test_code).body:
         if isinstance(node, ast.FunctionDef) and node.name == "check":
             return node
     raise TaskError(f"{where}: test code has no `check` function", kind="invalid_task")
@@ -117,7 +118,7 @@ def hidden_check(problem: dict[str, Any]) -> tuple[str, int]:
 
 
 def _entry_docstring(problem: dict[str, Any]) -> str:
-    for node in ast.parse(problem["prompt"]).body:
+    for node in pyast.parse(problem["prompt"]).body:
         if isinstance(node, ast.FunctionDef) and node.name == problem["entry_point"]:
             return ast.get_docstring(node) or ""
     return ""

@@ -28,6 +28,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from trialground import pyast
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task
 from trialground.tasks.verifiers import (
@@ -81,7 +82,7 @@ class ValidationReport(BaseModel):
 
 def _functions(reference: str | None) -> list[str]:
     try:
-        tree = ast.parse(reference or "")
+        tree = pyast.parse(reference or "")
     except SyntaxError:
         return []
     return [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]

@@ -25,6 +25,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
+from trialground import pyast
 from trialground.tasks.model import Task
 from trialground.tasks.swe.build import BugRecord
 from trialground.tasks.swe.line_fix import line_fix
@@ -208,7 +209,7 @@ def demonstration(
             return None
         old, new, first, last = edit
         repair = ("edit_file", {"path": record.path, "old": old, "new": new})
-    tree = ast.parse(record.text)
+    tree = pyast.parse(record.text)
     fn = _enclosing(tree, first)
     package = spec.library[0].rstrip("/")
     calls: list[tuple[str, dict[str, str]]] = []

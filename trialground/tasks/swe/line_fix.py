@@ -28,6 +28,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from trialground import pyast
+
 _ERE_SPECIAL = set(".[]()*+?{}|^$\\/")
 _REPLACEMENT_SPECIAL = set("\\&/")
 # operator text -> the texts a catalogue mutation could have come from (its inverses)
@@ -121,13 +123,13 @@ def line_fix(buggy: str, pristine: str, kind: str) -> LineFix | None:
     if i2 - i1 != 1 or j2 - j1 != 1:
         return None
     try:
-        want = ast.dump(ast.parse(pristine))
+        want = ast.dump(pyast.parse(pristine))
     except SyntaxError:
         return None
     for fix in _candidates(i1 + 1, a[i1], kind):
         fixed = sed_line(buggy, fix)
         try:
-            if fixed is not None and ast.dump(ast.parse(fixed)) == want:
+            if fixed is not None and ast.dump(pyast.parse(fixed)) == want:
                 return fix
         except SyntaxError:
             continue

@@ -18,6 +18,8 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from trialground import pyast
+
 _BINOP_FLIPS: dict[type, type] = {
     ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.FloorDiv, ast.FloorDiv: ast.Mult,
     ast.Div: ast.Mult, ast.Mod: ast.FloorDiv, ast.BitAnd: ast.BitOr, ast.BitOr: ast.BitAnd,
@@ -124,7 +126,7 @@ def _drop_else(source: str, node: ast.If) -> str:
 def mutations(path: str, source: str) -> list[Mutation]:
     """Every candidate bug of one file, in site order; those that would not parse are left out."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return []
     original = ast.dump(tree)
@@ -136,7 +138,7 @@ def mutations(path: str, source: str) -> list[Mutation]:
                 text = _drop_else(source, node)
             else:
                 text = _replace(source, node, replacement)
-            changed = ast.dump(ast.parse(text)) != original
+            changed = ast.dump(pyast.parse(text)) != original
         except (SyntaxError, ValueError, IndexError, UnicodeDecodeError):
             continue
         if changed:
@@ -227,7 +229,7 @@ def inverse_mutations(path: str, source: str, lines: tuple[int, int] | None = No
     `lines` (first, last; 1-based, inclusive) when given; those that would not parse are left out. What a
     repair may try at a place it has located; which one is right is for the tests to say."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return []
     original = ast.dump(tree)
@@ -238,7 +240,7 @@ def inverse_mutations(path: str, source: str, lines: tuple[int, int] | None = No
             continue
         try:
             text = _replace(source, node, replacement)
-            changed = ast.dump(ast.parse(text)) != original
+            changed = ast.dump(pyast.parse(text)) != original
         except (SyntaxError, ValueError, IndexError, UnicodeDecodeError):
             continue
         if changed:

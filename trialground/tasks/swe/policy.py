@@ -38,6 +38,8 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from trialground import pyast
+
 MAX_FILE_CHARS = 4_000_000
 
 DENIED_MODULES = frozenset(
@@ -147,7 +149,7 @@ def uses(source: str) -> list[Use]:
     if len(source) > MAX_FILE_CHARS:
         raise PolicyError(f"{len(source)} characters: over the policy's {MAX_FILE_CHARS}")
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         raise PolicyError(f"does not parse: {type(e).__name__}: {e}"[:300]) from None
     aliases: dict[str, str] = {}  # local name -> "os" / "sys" for the modules whose attributes are checked

@@ -28,6 +28,7 @@ import ast
 import functools
 from collections.abc import Iterable, Iterator
 
+from trialground import pyast
 from trialground.verify.verdict import Flag
 
 # An exit in the source is evidence only: the checks run in processes the submission does not control,
@@ -150,7 +151,7 @@ def static_flags(
 ) -> list[Flag]:
     """Every static flag for one submission. Unparsable code yields none here (`exit_early` sees it)."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     aliases = _Aliases(tree)
@@ -285,7 +286,7 @@ def _test_cases(hidden_checks: tuple[str, ...]) -> tuple[frozenset[str], frozens
     pairs: set[tuple[str, str]] = set()
     for source in hidden_checks:
         try:
-            tree = ast.parse(source)
+            tree = pyast.parse(source)
         except SyntaxError:
             continue
         for node in ast.walk(tree):

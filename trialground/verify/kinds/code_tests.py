@@ -52,6 +52,7 @@ from pathlib import Path
 from types import CodeType
 from typing import Any, TypeVar
 
+from trialground import pyast
 from trialground.errors import SandboxError, TrialgroundError, VerifierError
 from trialground.sandbox.base import WORKSPACE, ExecResult, Limits, Sandbox, SandboxConfig
 from trialground.sandbox.launch import reset
@@ -124,7 +125,7 @@ def check_imports(source: str) -> frozenset[str]:
     """Top-level modules a check file imports at its top level (the runner imports them once, before it
     forks the checker and the worker, so neither pays for them)."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return frozenset()
     names: set[str] = set()

@@ -11,6 +11,7 @@ import marshal
 from types import CodeType
 from typing import Any
 
+from trialground import pyast
 from trialground.errors import VerifierError
 
 PLACEHOLDER = "<tg-0000>"  # the file name compiled in; the runner's token replaces it per grading
@@ -73,7 +74,7 @@ class _Sealer(ast.NodeTransformer):
 def sealed(source: str, path: str) -> tuple[CodeType, tuple[Any, ...], dict[str, list[int]]]:
     """The check file with its literal expectations sealed: (code, expected literals, check ids per test)."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError as e:
         raise VerifierError(f"{path} does not parse: {e}", kind="bad_task") from e
     sealer = _Sealer()
