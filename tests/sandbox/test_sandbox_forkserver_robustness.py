@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from proc_scan import describe_fd, socket_kind
 
 from trialground.errors import SandboxError
 from trialground.sandbox import prewarm
@@ -47,24 +48,7 @@ def _fds() -> set[int]:
     }
     listed = {int(fd) for fd in os.listdir("/proc/self/fd")} - templates
     # The listing's own descriptor is closed by now; of sockets, only the kind the launchers make counts.
-    return {fd for fd in listed if _describe(fd) != "?" and _socket_kind(fd) in ("", "unix seqpacket")}
-
-
-def _socket_kind(fd: int) -> str:
-    """Empty for a descriptor that is not a socket, else its family and type. The launchers' only sockets are
-    AF_UNIX SOCK_SEQPACKET pairs (a template's, a request's report channel); the test process's other
-    threads (an HTTP client's pool, a library's own event loop left by an earlier test) open stream and
-    inet sockets of their own at any time, which are not a sandbox's to leak."""
-    found = re.fullmatch(r"socket:\[(\d+)\]", _describe(fd))
-    if found is None:
-        return ""
-    with contextlib.suppress(OSError), open("/proc/net/unix") as f:
-        for line in list(f)[1:]:
-            fields = line.split()
-            if len(fields) > 6 and fields[6] == found.group(1):
-                kind = {"0001": "stream", "0002": "dgram", "0005": "seqpacket"}.get(fields[4], fields[4])
-                return f"unix {kind}"
-    return "other"
+    return {fd for fd in listed if describe_fd(fd) != "?" and socket_kind(fd) in ("", "unix seqpacket")}
 
 
 def _workspace_mounts() -> list[str]:
@@ -127,17 +111,10 @@ async def _settle(before: tuple[set[int], list[str], list[Path], set[int]]) -> N
             return
         await asyncio.sleep(0.05)
     fds, ws, groups, procs = _held()
-    assert fds - before[0] == set(), {fd: f"{_describe(fd)} {_socket_kind(fd)}" for fd in fds - before[0]}
+    assert fds - before[0] == set(), {fd: f"{describe_fd(fd)} {socket_kind(fd)}" for fd in fds - before[0]}
     assert set(ws) - set(before[1]) == set()
     assert set(groups) - set(before[2]) == set()
     assert procs - before[3] == set()
-
-
-def _describe(fd: int) -> str:
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return "?"
 
 
 def _template() -> forkserver.Template:
