@@ -139,10 +139,11 @@ async def _in_turn(pool: EnvPool, tasks: list[Task]) -> None:
 
 
 async def test_auto_makes_new_sandboxes_while_reseeding_measures_slower() -> None:
-    """`reseed: auto` (the default) on a backend whose commands are slow (each exec 20 ms, creation
-    instant): the first chance reseeds (nothing measured yet); after that every chance makes a new sandbox
-    instead, except one in 32 that reseeds to keep the estimate current."""
-    slow_exec = SimProfile(exec=LatencyModel(0.02, 0.0))
+    """`reseed: auto` (the default) on a backend whose commands are slow (each exec 0.2 s, creation
+    instant, so a busy machine's scheduling delays cannot reverse the comparison): the first chance
+    reseeds (nothing measured yet); after that every chance makes a new sandbox instead, except one in 32
+    that reseeds to keep the estimate current."""
+    slow_exec = SimProfile(exec=LatencyModel(0.2, 0.0))
     pool = EnvPool(
         PoolConfig(max_active=1), env_config=TOOL, grader=NoGrader(), backend=SimBackend(slow_exec)
     )
@@ -150,12 +151,12 @@ async def test_auto_makes_new_sandboxes_while_reseeding_measures_slower() -> Non
     m = pool.metrics()
     assert m["pool/reseeded"] == 1 + 2, m  # the first chance, then the 32nd and the 64th
     assert m["pool/reseed_skipped"] == 62 and m["pool/created"] == 1 + 62
-    assert m["pool/reseed_s"] >= 0.02 > m["pool/create_s"]
+    assert m["pool/reseed_s"] >= 0.2 > m["pool/create_s"]
     await pool.close()
 
 
 async def test_auto_reseeds_while_reseeding_measures_faster() -> None:
-    slow_create = SimProfile(create=LatencyModel(0.02, 0.0))
+    slow_create = SimProfile(create=LatencyModel(0.2, 0.0))
     pool = EnvPool(
         PoolConfig(max_active=1), env_config=TOOL, grader=NoGrader(), backend=SimBackend(slow_create)
     )
