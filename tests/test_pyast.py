@@ -9,9 +9,12 @@ from __future__ import annotations
 import ast
 import asyncio
 import gc
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from trialground import pyast
 
@@ -68,12 +71,13 @@ def test_a_parse_interleaved_with_another_threads_parse_succeeds() -> None:
     assert fired and errors == []
 
 
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="the failure shown is CPython 3.11's")
 def test_the_interleaving_is_what_breaks_an_unlocked_parse() -> None:
-    """The scenario above does provoke the interpreter's failure when the parses are not serialised (on an
-    interpreter without the fix; a later CPython keeps the counter per thread and passes)."""
+    """The scenario above does provoke the interpreter's failure when the parses are not serialised, so
+    the test before this one shows the lock at work."""
     fired, errors = _interleaved(ast.parse)
     assert fired
-    assert errors == [] or all("recursion depth mismatch" in e for e in errors), errors
+    assert errors and all("recursion depth mismatch" in e for e in errors), errors
 
 
 def test_parse_returns_what_ast_parse_does_and_raises_the_same() -> None:

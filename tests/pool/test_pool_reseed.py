@@ -178,3 +178,14 @@ async def test_reseed_true_reseeds_whatever_it_costs() -> None:
     m = pool.metrics()
     assert m["pool/created"] == 1 and m["pool/reseeded"] == 9 and m["pool/reseed_skipped"] == 0, m
     await pool.close()
+
+
+async def test_auto_keeps_reseeding_when_a_reseed_is_only_a_little_slower() -> None:
+    """A reseed 1.125x a creation (0.45 against 0.4 s): within the margin, so no new sandbox is made. On a
+    loaded CPU both queue alike, and a run without the margin made new sandboxes as the averages crossed."""
+    close = SimProfile(create=LatencyModel(0.4, 0.0), exec=LatencyModel(0.45, 0.0))
+    pool = EnvPool(PoolConfig(max_active=1), env_config=TOOL, grader=NoGrader(), backend=SimBackend(close))
+    await _in_turn(pool, [make_task(i) for i in range(6)])
+    m = pool.metrics()
+    assert m["pool/created"] == 1 and m["pool/reseeded"] == 5 and m["pool/reseed_skipped"] == 0, m
+    await pool.close()

@@ -16,7 +16,7 @@ class PoolConfig(BaseModel):
         "auto",
         description="With no idle sandbox of the task, reuse the least recently used idle sandbox of another "
         "task (restored, emptied inside the sandbox, seeded with this task's files) before making a new one: "
-        "true always, false never, auto while a reseed measures no slower than making a sandbox (one "
+        "true always, false never, auto unless a reseed measures over 1.5x as long as making a sandbox (one "
         "chance in 32 is still reseeded then, to notice when that changes)",
     )
     min_warm: int = Field(0, ge=0, description="Idle environments kept ready")

@@ -4,7 +4,7 @@ Contract:
 - ``env = await pool.acquire(task)`` waits for one of `max_active` capacity units (FIFO, at most
   `max_queue` waiters, each at most `acquire_timeout_s`), then hands out an environment whose sandbox holds
   the task's pristine workspace: a warm idle sandbox of that task restored from its snapshot (and
-  health-checked), else (with `reseed`, by default while that measures no slower than creating one) the
+  health-checked), else (with `reseed`, by default unless that measures 1.5x slower than creating one) the
   least recently used idle sandbox of another task that no queued acquirer is waiting for, restored,
   emptied from inside and seeded with this task's files, else a new one. The caller then calls
   ``env.reset(task)`` and runs the episode. `pool/reused` counts warm hand-outs, `pool/reseeded` those
@@ -52,8 +52,10 @@ _HEALTH_LIMITS = Limits(wall_s=10.0, cpu_s=5.0)
 _EMPTY_WORKSPACE = ["find", WORKSPACE, "-mindepth", "1", "-delete"]
 # Idle sandboxes looked at (oldest first) for one to reseed whose task nobody waits for: keeps acquire O(1).
 _RESEED_SCAN = 8
-# `reseed: auto`: while reseeding measures slower than making a sandbox, one chance in this many reseeds
-# anyway, so the estimate follows the machine's load; estimates are moving averages with this weight.
+# `reseed: auto`: a reseed is passed up only while it measures more than _RESEED_MARGIN times a creation
+# (under a loaded CPU both queue alike and their averages cross back and forth); then one chance in
+# _RESEED_PROBE reseeds anyway, so the estimate follows the machine's load. Moving averages, this weight.
+_RESEED_MARGIN = 1.5
 _RESEED_PROBE = 32
 _COST_WEIGHT = 0.1
 
@@ -398,7 +400,7 @@ class EnvPool:
         if self.config.reseed != "auto":
             return True
         reseed, create = self._reseed_cost, self._create_cost
-        if reseed is None or create is None or reseed <= create:
+        if reseed is None or create is None or reseed <= _RESEED_MARGIN * create:
             return True
         self._reseed_dear += 1
         if self._reseed_dear % _RESEED_PROBE == 0:
