@@ -199,3 +199,46 @@ async def test_surplus_calls_in_one_message_are_invalid(grader: Grader, sandbox_
         assert env.counters["tool_calls"] == 2 and env.counters["invalid_calls"] == 1
     finally:
         await env.close()
+
+
+async def test_a_host_side_tool_bug_is_the_environments_failure_not_the_sandboxes(
+    grader: Grader, sandbox_config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exception in a tool's own code on the host ends the episode as `env/tool_crashed`; one the
+    sandbox backend raises as `sandbox/crashed`. Either way the episode ends with the error as data."""
+    import trialground.envs.tools as tools
+
+    def broken_render(*_a: object, **_k: object) -> str:
+        raise ValueError("host-side rendering bug")
+
+    env = ToolEnv(grader, CFG, sandbox_config)
+    try:
+        await env.reset(code_task())
+        with monkeypatch.context() as m:
+            m.setattr(tools, "render_exec", broken_render)
+            obs = await env.step(call("bash", command="echo hi"))
+        err = error_of(obs)
+        assert obs.done and err is not None, obs
+        assert (err.boundary, err.kind) == ("env", "tool_crashed"), err
+        assert "bash: ValueError: host-side rendering bug" in err.message
+    finally:
+        await env.close()
+
+    env = ToolEnv(grader, CFG, sandbox_config)
+    try:
+        await env.reset(code_task())
+        sandbox = env.sandbox
+        assert sandbox is not None
+
+        async def lost(*_a: object, **_k: object) -> object:
+            raise ConnectionResetError("backend connection lost")
+
+        monkeypatch.setattr(sandbox, "exec", lost)
+        obs = await env.step(call("bash", command="echo hi"))
+        err = error_of(obs)
+        assert obs.done and err is not None, obs
+        assert (err.boundary, err.kind) == ("sandbox", "crashed"), err
+        assert "sandbox exec failed: ConnectionResetError: backend connection lost" in err.message
+        monkeypatch.undo()  # the real exec again, for the close
+    finally:
+        await env.close()

@@ -256,9 +256,10 @@ class ToolEnv(Environment, Forkable):
                 return self._fail(e.info())
             except TimeoutError:
                 return self._fail(SandboxError(f"{call.name} hung past its wall limit", kind="hung").info())
-            except Exception as e:  # a sandbox backend bug must not take the trajectory's siblings down
+            except Exception as e:  # a bug in the tool's host-side code (the toolbox reports the
+                # sandbox backend's own exceptions as SandboxError); it must not take the siblings down
                 return self._fail(
-                    SandboxError(f"{call.name}: {type(e).__name__}: {e}", kind="crashed").info()
+                    EnvError(f"{call.name}: {type(e).__name__}: {e}", kind="tool_crashed").info()
                 )
             if self.on_exec is not None:
                 self.on_exec(_now() - t0)

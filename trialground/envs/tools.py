@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trialground.envs import navigate, patching, repair
-from trialground.errors import SandboxError
+from trialground.errors import SandboxError, TrialgroundError
 from trialground.sandbox.base import ExecResult, ExecStatus, Limits, Sandbox
 from trialground.tasks.model import Task
 from trialground.verify.verdict import Action
@@ -218,6 +218,13 @@ def _nav_limits(limits: Limits) -> Limits:
     return limits.model_copy(update={"output_bytes": min(limits.output_bytes, navigate.NAV_OUTPUT_BYTES)})
 
 
+def _backend_failure(op: str, e: Exception) -> SandboxError:
+    """An exception the sandbox backend raised for `op` (its own bug, a lost connection): a failure of the
+    sandbox, told apart here from one in a tool's host-side code, which the environment reports as its
+    own (`EnvError`, kind `tool_crashed`)."""
+    return SandboxError(f"sandbox {op} failed: {type(e).__name__}: {e}", kind="crashed")
+
+
 class Toolbox:
     """Runs tool calls in one sandbox for one task."""
 
@@ -228,9 +235,18 @@ class Toolbox:
         self.python = python
 
     async def _exec(
-        self, cmd: list[str] | str, limits: Limits, stdin: str | bytes | None = None
+        self,
+        cmd: list[str] | str,
+        limits: Limits,
+        stdin: str | bytes | None = None,
+        env: dict[str, str] | None = None,
     ) -> ExecResult:
-        res = await self.sandbox.exec(cmd, stdin=stdin, env=_ENV, limits=limits)
+        try:
+            res = await self.sandbox.exec(cmd, stdin=stdin, env=_ENV if env is None else env, limits=limits)
+        except TrialgroundError:
+            raise
+        except Exception as e:
+            raise _backend_failure("exec", e) from e
         if res.status == ExecStatus.SANDBOX_ERROR:  # the sandbox broke, not the program: end the episode
             raise SandboxError(f"sandbox failed: {res.stderr.strip()[:300]}", kind="sandbox_died")
         return res
@@ -253,6 +269,10 @@ class Toolbox:
             raise
         except (FileNotFoundError, IsADirectoryError, PermissionError, ValueError) as e:
             raise FileError(str(e) or type(e).__name__) from e
+        except TrialgroundError:
+            raise
+        except Exception as e:
+            raise _backend_failure("read", e) from e
 
     async def _write_raw(self, path: str, data: str | bytes) -> None:
         try:
@@ -263,6 +283,10 @@ class Toolbox:
             raise
         except (IsADirectoryError, PermissionError, ValueError, OSError) as e:
             raise FileError(str(e) or type(e).__name__) from e
+        except TrialgroundError:
+            raise
+        except Exception as e:
+            raise _backend_failure("write", e) from e
 
     async def run(
         self, name: str, args: dict[str, Any], wall_s: float, memo: repair.RepairMemo | None = None
@@ -466,9 +490,7 @@ class Toolbox:
                 failed += 1
                 outputs.append(f"== {run.label}: FAILED\nnot run: run_tests used its {limits.wall_s:g} s")
                 continue
-            res = await self.sandbox.exec(run.argv, env=TEST_ENV, limits=left)
-            if res.status == ExecStatus.SANDBOX_ERROR:
-                raise SandboxError(f"sandbox failed: {res.stderr.strip()[:300]}", kind="sandbox_died")
+            res = await self._exec(run.argv, left, env=TEST_ENV)
             ok = ok and res.ok
             failed += not res.ok
             text = render_exec(res)
