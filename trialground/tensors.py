@@ -34,8 +34,18 @@ def distinct_rows(seqs: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
     return first, owner
 
 
+def _forward_parameters(model: Any) -> Any:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return inspect.signature(base.forward).parameters
+
+
+def keeps_logits(model: Any) -> bool:
+    """Whether the model's forward takes `logits_to_keep` (computes the output layer for the last positions
+    only); a peft wrapper is looked through to its base model."""
+    return "logits_to_keep" in _forward_parameters(model)
+
+
 def cache_keyword(model: Any) -> str:
     """The forward argument (and output field) of the KV cache: transformers >= 5.2x names it `cache`,
     older versions `past_key_values`. A peft wrapper is looked through to its base model."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+    return "cache" if "cache" in _forward_parameters(model) else "past_key_values"

@@ -110,10 +110,13 @@ def test_gradient_accumulation_equals_full_batch() -> None:
         assert torch.allclose(grads[0], other, rtol=1e-4, atol=1e-5 * scale), (grads[0] - other).abs().max()
 
 
-@pytest.mark.parametrize(("loss_agg", "micro_batch"), [("token", 16), ("sequence", 16), ("token", 2)])
+@pytest.mark.parametrize(
+    ("loss_agg", "micro_batch"), [("token", 16), ("sequence", 16), ("token", 2), ("token", 1)]
+)
 def test_shared_prompt_forward_gives_the_same_loss_and_gradients(loss_agg: str, micro_batch: int) -> None:
     """k samples of one prompt run the prompt once; loss, metrics and gradients equal full sequences (also
-    when micro-batches of 2 keep a prompt's samples together, `micro_batch_order`)."""
+    when micro-batches of 2 keep a prompt's samples together, `micro_batch_order`, and in micro-batches of
+    one, where a one-token completion runs its prompt alone)."""
     specs = [([1, 2, 3], [4, 5, 6, 7], 1.0), ([1, 2, 3], [8, 9], 0.0), ([1, 2, 3], [10], 0.0), *SPECS[2:]]
     advantages = [1.0, -0.5, -0.5, -0.5, 0.5]
     grads, metrics = [], []
@@ -300,19 +303,20 @@ def _sample(prompt: list[int], completion: int) -> Sample:
 def test_micro_batches_keep_a_prompts_samples_together_only_when_that_runs_fewer_tokens() -> None:
     a, b = [1] * 10, [2] * 10
     long_prompts = [_sample(a, 5), _sample(b, 5), _sample(a, 4), _sample(b, 4)]
-    # longest first: [a5, b5] [a4, b4] runs both prompts twice: 2 x 10 + 2 x 5, then 2 x 10 + 2 x 4
-    assert forward_tokens(sorted(long_prompts, key=lambda s: -len(s.ids)), 2, True) == 58
+    # longest first: [a5, b5] [a4, b4] runs both prompts twice: 2 x 10 + 2 x 4, then 2 x 10 + 2 x 3 (a
+    # completion's last token predicts nothing that is trained and is not run)
+    assert forward_tokens(sorted(long_prompts, key=lambda s: -len(s.ids)), 2, True) == 54
     order, positions = micro_batch_order(long_prompts, 2, share_prompt=True)
-    assert [s.ids[0] for s in order] == [1, 1, 2, 2]  # [a5, a4] [b5, b4]: 10 + 2 x 5, then 10 + 2 x 5
-    assert positions == forward_tokens(order, 2, True) == 40
+    assert [s.ids[0] for s in order] == [1, 1, 2, 2]  # [a5, a4] [b5, b4]: 10 + 2 x 4, then 10 + 2 x 4
+    assert positions == forward_tokens(order, 2, True) == 36
     # without prompt sharing, or when completions differ far more than prompts cost, longest first wins
     order, positions = micro_batch_order(long_prompts, 2, share_prompt=False)
-    assert [len(s.ids) for s in order] == [15, 15, 14, 14] and positions == 2 * 15 + 2 * 14
+    assert [len(s.ids) for s in order] == [15, 15, 14, 14] and positions == 2 * 14 + 2 * 13
     c, d = [3], [4]
     short_prompts = [_sample(c, 20), _sample(c, 1), _sample(d, 19), _sample(d, 2)]
     order, positions = micro_batch_order(short_prompts, 2, share_prompt=True)
     assert [len(s.ids) - 1 for s in order] == [20, 19, 2, 1]
-    assert positions == 48  # grouped would run 1 + 2 x 20, then 1 + 2 x 19: 80
+    assert positions == 44  # 2 + 2 x 19, then 2 + 2 x 1; grouped would run 1 + 2 x 19, then 1 + 2 x 18: 76
 
 
 def test_the_step_reports_the_token_positions_it_ran() -> None:
@@ -321,6 +325,6 @@ def test_the_step_reports_the_token_positions_it_ran() -> None:
     m = Trainer(model, TrainerConfig(micro_batch_size=2), PAD).step(
         with_advantages(_on_policy(model, specs), [1.0, -1.0, -0.5])
     )
-    # [1,2,3]+4 with [1,2,3]+2 (3 + 2 x 4), then [5,6]+3 (2 + 3): 16; longest first would pair [1,2,3]+4 with
-    # [5,6]+3 (prompts left-padded: 2 x 3 + 2 x 4), then [1,2,3]+2 (3 + 2): 19
-    assert m["train/forward_tokens"] == 16.0
+    # [1,2,3]+4 with [1,2,3]+2 (3 + 2 x 3), then [5,6]+3 (2 + 2): 13; longest first would pair [1,2,3]+4 with
+    # [5,6]+3 (prompts left-padded: 2 x 3 + 2 x 3), then [1,2,3]+2 (3 + 1): 16
+    assert m["train/forward_tokens"] == 13.0

@@ -35,7 +35,7 @@ from torch import nn
 from torch.autograd.graph import increment_version
 
 from trialground.rollout.trajectory import Trajectory
-from trialground.tensors import cache_keyword, distinct_rows, left_pad
+from trialground.tensors import cache_keyword, distinct_rows, keeps_logits, left_pad
 from trialground.train.advantages import Scored
 from trialground.train.config import TrainerConfig
 from trialground.train.losses import finalize_metrics, ppo_clip_loss
@@ -261,7 +261,9 @@ class Trainer:
                 logits, targets = self._shared_prompt_logits(model, chunk)
             else:
                 ids, attn = self._pad(chunk)
-                logits, targets = model(input_ids=ids, attention_mask=attn).logits[:, :-1], ids[:, 1:]
+                # the last position predicts nothing that is trained: it is not run
+                logits = model(input_ids=ids[:, :-1], attention_mask=attn[:, :-1]).logits
+                targets = ids[:, 1:]
             return self._token_logprobs(logits, targets, entropy)
 
     def _shared_prompt_logits(
@@ -273,6 +275,8 @@ class Trainer:
         all end at the same slot) and its KV cache rows are indexed out to the samples; the completions
         then attend to that cache. Gradients flow back through the shared prompt activations, so loss and
         gradients equal those of full sequences (tests compare both), for ~half the tokens at GRPO shapes.
+        Only what is trained is run: the prompts' logits but their last (where the model has an argument for
+        that, `logits_to_keep`), and no completion's last token, which predicts nothing.
         """
         prompts = [s.ids[: s.prompt_len] for s in chunk]
         first, owner = distinct_rows(prompts)
@@ -283,6 +287,7 @@ class Trainer:
             attention_mask=p_mask,
             position_ids=(p_mask.cumsum(-1) - 1).clamp(min=0),
             use_cache=True,
+            **({"logits_to_keep": 1} if keeps_logits(model) else {}),
         )
         cache_kw = cache_keyword(model)
         cache = getattr(out, cache_kw)
@@ -295,16 +300,18 @@ class Trainer:
             c_ids[i, : len(done)] = torch.tensor(done, dtype=torch.long)
             c_mask[i, : len(done)] = 1
         c_ids, c_mask = c_ids.to(self.device), c_mask.to(self.device)
-        positions = p_mask.sum(-1)[rows].unsqueeze(1) + torch.arange(length, device=self.device)
+        first = out.logits[:, -1:][rows]  # [b, 1, V] the prompt's last position predicts token 0
+        if length == 1:
+            return first, c_ids
+        positions = p_mask.sum(-1)[rows].unsqueeze(1) + torch.arange(length - 1, device=self.device)
         rest = model(
-            input_ids=c_ids,
-            attention_mask=torch.cat([p_mask[rows], c_mask], dim=1),
+            input_ids=c_ids[:, :-1],
+            attention_mask=torch.cat([p_mask[rows], c_mask[:, :-1]], dim=1),
             position_ids=positions,
             use_cache=True,
             **{cache_kw: cache},
         ).logits
-        logits = torch.cat([out.logits[:, -1:][rows], rest[:, :-1]], dim=1)  # [b, C, V]
-        return logits, c_ids
+        return torch.cat([first, rest], dim=1), c_ids  # [b, C, V]
 
     def _token_logprobs(
         self, logits: torch.Tensor, targets: torch.Tensor, entropy: bool
@@ -499,16 +506,17 @@ class Trainer:
 def forward_tokens(order: Sequence[Sample], size: int, share_prompt: bool) -> int:
     """Token positions one pass over `order`, cut into micro-batches of `size`, runs through the model,
     padding included: with `share_prompt` each distinct prompt of a micro-batch once (left-padded to the
-    longest of them) and every completion (right-padded to the longest); else every sequence padded to the
-    longest of its micro-batch."""
+    longest of them) and every completion but its last token (right-padded to the longest); else every
+    sequence but its last token, padded to the longest of its micro-batch (a last token predicts nothing
+    that is trained, so it is not run)."""
     total = 0
     for chunk in _chunks(list(order), size):
         if share_prompt:
             prompts = {tuple(s.ids[: s.prompt_len]) for s in chunk}
             total += len(prompts) * max(map(len, prompts))
-            total += len(chunk) * max(len(s.ids) - s.prompt_len for s in chunk)
+            total += len(chunk) * (max(len(s.ids) - s.prompt_len for s in chunk) - 1)
         else:
-            total += len(chunk) * max(len(s.ids) for s in chunk)
+            total += len(chunk) * (max(len(s.ids) for s in chunk) - 1)
     return total
 
 
