@@ -19,6 +19,8 @@ import hashlib
 import json
 import shlex
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,6 +227,27 @@ def _backend_failure(op: str, e: Exception) -> SandboxError:
     return SandboxError(f"sandbox {op} failed: {type(e).__name__}: {e}", kind="crashed")
 
 
+@contextmanager
+def _file_access(op: str, path_errors: tuple[type[Exception], ...]) -> Iterator[None]:
+    """What a sandbox file access (`op`) raises, as the toolbox reports it: a path the workspace refuses
+    (`path_errors` or a SandboxError of a path kind) is a FileError the model sees as a tool error, a file
+    over the read limit a FileTooLarge, the backend's own failure a SandboxError of kind `crashed`."""
+    try:
+        yield
+    except SandboxError as e:
+        if e.kind == "too_large":
+            raise FileTooLarge(str(e)) from e
+        if e.kind in _PATH_KINDS:
+            raise FileError(str(e)) from e
+        raise
+    except path_errors as e:
+        raise FileError(str(e) or type(e).__name__) from e
+    except TrialgroundError:
+        raise
+    except Exception as e:
+        raise _backend_failure(op, e) from e
+
+
 class Toolbox:
     """Runs tool calls in one sandbox for one task."""
 
@@ -259,34 +282,12 @@ class Toolbox:
         return digest[:16] if res.ok and len(digest) == 64 else None
 
     async def _read(self, path: str) -> bytes:
-        try:
+        with _file_access("read", (FileNotFoundError, IsADirectoryError, PermissionError, ValueError)):
             return await self.sandbox.read(path, READ_FILE_MAX_BYTES)
-        except SandboxError as e:
-            if e.kind == "too_large":
-                raise FileTooLarge(str(e)) from e
-            if e.kind in _PATH_KINDS:
-                raise FileError(str(e)) from e
-            raise
-        except (FileNotFoundError, IsADirectoryError, PermissionError, ValueError) as e:
-            raise FileError(str(e) or type(e).__name__) from e
-        except TrialgroundError:
-            raise
-        except Exception as e:
-            raise _backend_failure("read", e) from e
 
     async def _write_raw(self, path: str, data: str | bytes) -> None:
-        try:
+        with _file_access("write", (IsADirectoryError, PermissionError, ValueError, OSError)):
             await self.sandbox.write(path, data)
-        except SandboxError as e:
-            if e.kind in _PATH_KINDS:
-                raise FileError(str(e)) from e
-            raise
-        except (IsADirectoryError, PermissionError, ValueError, OSError) as e:
-            raise FileError(str(e) or type(e).__name__) from e
-        except TrialgroundError:
-            raise
-        except Exception as e:
-            raise _backend_failure("write", e) from e
 
     async def run(
         self, name: str, args: dict[str, Any], wall_s: float, memo: repair.RepairMemo | None = None
