@@ -7,8 +7,19 @@ lists the one-place edits that would undo a common mistake there, numbered:
    its suite (PASS_TO_PASS) with the workspace's bundled pytest, in one process, under a line tracer limited
    to the repository's library files: which lines each test executed, and whether it passed. Each executed
    line gets the Ochiai score ``failed(line) / sqrt(failed * (failed(line) + passed(line)))``: 1 for a line
-   every failing test runs and no passing test does. The program's own stdout and stderr go to /dev/null
-   while pytest runs; it writes one result line at the end.
+   every failing test runs and no passing test does. Ties go to lines that mention more failing tests'
+   words (below). The program's own stdout and stderr go to /dev/null while pytest runs; it writes one
+   result line at the end.
+
+   Code that runs when a library module is imported (tables, registrations, module-level calls) runs
+   before any test, so no test's lines hold it. The tracer is on during collection too and files each line
+   run by an import under the module-level statement that ran it, callees included. A test whose
+   parameters (pytest's `callspec`, as words of three or more letters or digits) share a word with the
+   string constants of such a statement counts as running the statement and those lines, except a line
+   that names module-level data (a name the module assigns) that none of the test's own lines names: a
+   table's lines count for the tests whose code reads that table. A module-level call with swapped or
+   wrong words then ranks first for the tests of those words, and a wrong line in the helper it calls
+   ranks with the lines of the function the failing tests ran.
 2. On the host, for the highest-ranked lines (`MAX_LINES`) it reads the file (at most
    `HOST_PARSE_MAX_BYTES`; a larger file is skipped) and lists the edits of
    `trialground.tasks.swe.mutate.inverse_mutations` at that line: an operator or comparison flipped back,
@@ -48,7 +59,7 @@ _SHOWN_CHARS = 40  # of each side of an edit
 _MIN_SPAN = 10  # an edit's shown span is widened to this many characters where the line has them
 
 LOCALIZE_PROGRAM = r"""
-import json, math, os, sys
+import ast, json, math, os, re, sys
 cfg = json.loads(sys.stdin.read())
 root = os.getcwd()
 sys.path[:0] = [os.path.join(root, ".tg", "site"), root]
@@ -76,10 +87,40 @@ def glob(frame, event, arg):
         lines.add((frame.f_code.co_filename, frame.f_lineno))
         return local
     return None
+at = []  # the line each library module being imported is at, innermost last
+ran = {}  # (file, line) of a module frame -> the library lines run under it, its callees' included
+def imp_module(frame, event, arg):
+    if event == "line":
+        at[-1] = (frame.f_code.co_filename, frame.f_lineno)
+        ran.setdefault(at[-1], set()).add(at[-1])
+    elif event == "return":
+        at.pop()
+    return imp_module
+def imp_inner(frame, event, arg):
+    if event == "line" and at and at[-1] is not None:
+        ran[at[-1]].add((frame.f_code.co_filename, frame.f_lineno))
+    return imp_inner
+def imp_glob(frame, event, arg):
+    if not wanted(frame.f_code.co_filename):
+        return None
+    if frame.f_code.co_name == "<module>":
+        at.append(None)
+        return imp_module
+    return imp_inner if at else None
+WORD = re.compile(r"[A-Za-z0-9]{3,}")
+def words(values):
+    found = set()
+    for v in values:
+        if isinstance(v, (str, int, float)) and not isinstance(v, bool):
+            found.update(w.lower() for w in WORD.findall(str(v)))
+    return found
+asked = {}
 covered, outcome = {}, {}
 class Spectrum:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item):
+        spec = getattr(item, "callspec", None)
+        asked[item.nodeid] = words(spec.params.values()) if spec is not None else set()
         lines.clear()
         sys.settrace(glob)
         try:
@@ -94,10 +135,93 @@ class Spectrum:
             outcome[report.nodeid] = "passed" if report.passed else "skipped"
 args = ["-q", "-p", "no:cacheprovider", "-o", "addopts=", "--color=no", *cfg["args"], *cfg["tests"]]
 try:
+    sys.settrace(imp_glob)
     pytest.main(args, plugins=[Spectrum()])
 except BaseException as e:
     os.write(out, ("TGLOC " + json.dumps({"error": type(e).__name__}) + "\n").encode())
     os._exit(0)
+sys.settrace(None)
+# Code run at import (tables, registrations) runs before any test, so no test's lines hold it. A test
+# whose parameters share a word with the string constants of a module-level statement counts as running
+# that statement and the library lines it ran, except lines about module-level data (names the module
+# assigns) that none of the test's own lines name: a table's lines count for the tests whose code reads it.
+trees = {}
+def tree(path):
+    if path not in trees:
+        try:
+            with open(path, "rb") as f:
+                trees[path] = ast.parse(f.read())
+        except (OSError, SyntaxError, ValueError):
+            trees[path] = None
+    return trees[path]
+BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
+def own_nodes(stmt):
+    todo = [v for k, v in ast.iter_fields(stmt) if k not in BODIES]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, list):
+            todo.extend(v)
+        elif isinstance(v, ast.AST) and not isinstance(v, ast.stmt):
+            yield v
+            todo.extend(ast.iter_child_nodes(v))
+data_names = set()
+line_names = {}  # (file, line) -> module-level data names its innermost statement names
+def index(path):
+    t = tree(path)
+    if t is None or (path, -1) in line_names:
+        return
+    line_names[(path, -1)] = set()
+    data = set()
+    for n in t.body:
+        if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for target in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                data.update(x.id for x in ast.walk(target) if isinstance(x, ast.Name))
+    data_names.update(data)
+    span = {}
+    for node in ast.walk(t):
+        if isinstance(node, ast.stmt):
+            size = (node.end_lineno or node.lineno) - node.lineno
+            names = {x.id for x in own_nodes(node) if isinstance(x, ast.Name)}
+            for n in range(node.lineno, (node.end_lineno or node.lineno) + 1):
+                if n not in span or size < span[n]:
+                    span[n] = size
+                    line_names[(path, n)] = names
+def statements(path):
+    t = tree(path)
+    skip = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)
+    return [n for n in (t.body if t else []) if not isinstance(n, skip)
+            and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+mentions = {}
+def link():
+    linked = []  # (its words, its own lines, the lines it ran) of each module-level statement with words
+    for path in sorted({f for f, _ in ran}):
+        for node in statements(path):
+            own = {(path, n) for n in range(node.lineno, (node.end_lineno or node.lineno) + 1)} & ran.keys()
+            said = words(c.value for c in ast.walk(node) if isinstance(c, ast.Constant)) if own else set()
+            if said:
+                linked.append((said, own, set().union(*(ran[k] for k in own))))
+    if not linked or not any(asked.values()):
+        return
+    for f in {f for lns in covered.values() for f, _ in lns} | {f for _, _, u in linked for f, _ in u}:
+        index(f)
+    for t, said_t in asked.items():
+        found = [(own, under) for said, own, under in linked if said_t & said]
+        if not found:
+            continue
+        reads = set().union(*(line_names.get(ln, ()) for ln in covered.get(t, ()))) & data_names
+        mine = covered.setdefault(t, set())
+        for own, under in found:
+            for ln in under:
+                about = line_names.get(ln, set()) & data_names
+                if not about or about & reads:
+                    mine.add(ln)
+            if outcome.get(t) == "failed":
+                for ln in own:
+                    mentions[ln] = mentions.get(ln, 0) + 1
+try:
+    link()
+except Exception:
+    pass  # the tests' own lines still rank
 failed = [t for t, o in outcome.items() if o == "failed"]
 passed = [t for t, o in outcome.items() if o == "passed"]
 ef, ep = {}, {}
@@ -109,7 +233,7 @@ for t in passed:
         if ln in ef:
             ep[ln] = ep.get(ln, 0) + 1
 score = {ln: n / math.sqrt(len(failed) * (n + ep.get(ln, 0))) for ln, n in ef.items()}
-ranked = sorted(score, key=lambda ln: (-score[ln], ln))[: cfg["top"]]
+ranked = sorted(score, key=lambda ln: (-score[ln], -mentions.get(ln, 0), ln))[: cfg["top"]]
 shown = [[os.path.relpath(f, root), n, round(score[(f, n)], 4)] for f, n in ranked]
 result = {"failed": len(failed), "passed": len(passed), "lines": shown}
 os.write(out, ("TGLOC " + json.dumps(result) + "\n").encode())
