@@ -270,3 +270,17 @@ async def test_orphans_are_reaped_while_the_command_runs(sandbox: Sandbox) -> No
     r = await sandbox.exec(["python3", "-c", ORPHANS], limits=limits)
     assert r.status is ExecStatus.OK and r.exit_code == 0, (r.status, r.stderr)  # no fork was refused
     assert r.stdout.split("\n")[:3] == ["0 0", "1 0", "2 0"], r.stdout
+
+
+@pytest.mark.parametrize("launcher", ["bwrap", "forkserver"])
+async def test_a_stopped_command_is_continued_not_left_to_its_wall_limit(launcher: str) -> None:
+    """`kill -STOP -1` from inside stops every process but PID 1 and the caller: a command whose processes
+    stop (here the shell stops itself, and a Python child stops its parent) would otherwise hold its
+    sandbox until the wall limit. PID 1 continues them; the command ends on its own, with its output."""
+    stop_parent = "import os, signal; os.kill(os.getppid(), signal.SIGSTOP)"
+    limits = Limits(wall_s=120, cpu_s=60, memory_mb=256, pids=32)
+    async with await open_sandbox(SandboxConfig(launcher=launcher)) as sb:
+        r = await sb.exec("kill -STOP $$; echo resumed", limits=limits)
+        assert (r.status, r.stdout) == (ExecStatus.OK, "resumed\n"), (r.status, r.stderr)
+        r = await sb.exec(f'python3 -c "{stop_parent}"; echo resumed again', limits=limits)
+        assert (r.status, r.stdout) == (ExecStatus.OK, "resumed again\n"), (r.status, r.stderr)

@@ -5,8 +5,9 @@ start only built-in or small modules: `posix` rather than `os` (whose import alo
 cold sandbox), no `struct`. The host talks to it over its stdin/stdout with frames (`encode_frame`); each
 request runs one command in a fresh session, streams its output back cut at the requested size, and ends by
 killing and reaping every process in the sandbox, so nothing (daemons, `setsid` children, SIGTERM-ignorers)
-outlives a command. Being PID 1 of the PID namespace it cannot be killed from inside (`kill -9 -1` spares it);
-it makes itself non-dumpable so sandboxed code cannot reach its memory or file descriptors through /proc.
+outlives a command. As PID 1 of the PID namespace it cannot be killed or stopped from inside (`kill -9 -1`
+spares it); it continues a child that stops (`kill -STOP -1`), which would hold the command to its wall
+limit; it is non-dumpable, so sandboxed code cannot reach its memory or descriptors through /proc.
 
 The process that runs the next command is forked ahead, once the previous command's processes are all dead and
 no request is waiting ("the next child"): it pays for the fork and its copy-on-write page faults while the
@@ -305,9 +306,8 @@ def _child(request_fd: int, fds: "tuple[int, int, int]", to_close: "list[int]", 
         if PRELOADED.get("modules") and req["env"].get(PRELOAD_KEEP) != "keep":
             for name in PRELOADED["modules"]:
                 sys.modules.pop(name, None)
-        parsed = (
-            _parse_python(req["argv"], req["env"].get("PATH", "")) if req.get("python_fast", True) else None
-        )
+        fast = req.get("python_fast", True)
+        parsed = _parse_python(req["argv"], req["env"].get("PATH", "")) if fast else None
         if parsed is not None:
             if req["env"] != READY.get("env"):
                 _set_environ(req["env"])
@@ -391,12 +391,14 @@ def _run(req: dict, child: NextChild, ctl_out: int) -> dict:
     while True:
         # Reap the command and the orphans PID 1 inherits (their zombies would hold the process limit)
         while main_status is None:
-            done, status, usage = posix.wait4(-1, posix.WNOHANG)
+            done, status, usage = posix.wait4(-1, posix.WNOHANG | posix.WUNTRACED)
             if not done:
                 break
+            if posix.WIFSTOPPED(status):
+                posix.kill(done, signal.SIGCONT)
+                continue
             maxrss = max(maxrss, usage.ru_maxrss)
-            if done == pid:
-                main_status = status
+            main_status = status if done == pid else None
         if main_status is not None:
             break
         timeout = deadline - time.monotonic()
@@ -585,9 +587,8 @@ def main() -> None:
                 break
             stdin_parts.append(chunk)
         req["stdin_bytes"] = b"".join(stdin_parts)
-        parsed = (
-            _parse_python(req["argv"], req["env"].get("PATH", "")) if req.get("python_fast", True) else None
-        )
+        fast = req.get("python_fast", True)
+        parsed = _parse_python(req["argv"], req["env"].get("PATH", "")) if fast else None
         if parsed is not None and "S" not in parsed[0]:
             SITE["wanted"] = True
         report = _run(req, child, ctl_out)
