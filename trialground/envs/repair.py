@@ -193,6 +193,8 @@ def statements(path):
             and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
 mentions = {}
 def link():
+    if not any(asked.values()):
+        return
     linked = []  # (its words, its own lines, the lines it ran) of each module-level statement with words
     for path in sorted({f for f, _ in ran}):
         for node in statements(path):
@@ -200,7 +202,7 @@ def link():
             said = words(c.value for c in ast.walk(node) if isinstance(c, ast.Constant)) if own else set()
             if said:
                 linked.append((said, own, set().union(*(ran[k] for k in own))))
-    if not linked or not any(asked.values()):
+    if not linked:
         return
     for f in {f for lns in covered.values() for f, _ in lns} | {f for _, _, u in linked for f, _ in u}:
         index(f)
