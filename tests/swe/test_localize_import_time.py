@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from trialground.envs.repair import LOCALIZE_PROGRAM, Localized, parse_result
+from trialground.tasks.model import Task
 
 LIBRARY = """\
 WORDS = []
@@ -179,3 +180,19 @@ def test_a_swapped_irregular_word_of_inflection_is_the_first_candidate(swe_cache
     text, afters = asyncio.run(listing())
     assert text.startswith(f"{len(afters)} fixes in {path} for 3 failing tests (3 passing)"), text
     assert afters and ast.dump(ast.parse(afters[0])) == ast.dump(ast.parse(pristine)), text
+
+
+def test_the_ceiling_script_finds_the_candidate_that_undoes_a_real_bug(swe_tasks: list[Task]) -> None:
+    """`scripts/repair_ceiling.py`'s rank: the listed candidate whose file parses to the library's own tree.
+    The session's three inflection bugs include one the player solves (test_swe_repair.py); its rank is a
+    listed position, and a candidate that leaves the bug in place is never taken for the fix."""
+    from script_helpers import load_script
+
+    from trialground.tasks.swe.repos import repo_files, repo_spec
+
+    ceiling = load_script("scripts/repair_ceiling.py")
+    pristine = repo_files(repo_spec("inflection"))
+    found = [ceiling.rank(task, pristine) for task in swe_tasks]
+    assert any(rank is not None and 1 <= rank <= listed for rank, listed in found), found
+    buggy = {**pristine, **{p: t for p, t in swe_tasks[0].files.items() if p in pristine}}
+    assert ceiling.rank(swe_tasks[0], buggy)[0] is None  # the bug itself is no candidate's result
