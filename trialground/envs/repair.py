@@ -166,11 +166,12 @@ def own_nodes(stmt):
             todo.extend(ast.iter_child_nodes(v))
 data_names = set()
 line_names = {}  # (file, line) -> module-level data names its innermost statement names
+indexed = set()
 def index(path):
     t = tree(path)
-    if t is None or (path, -1) in line_names:
+    if t is None or path in indexed:
         return
-    line_names[(path, -1)] = set()
+    indexed.add(path)
     data = set()
     for n in t.body:
         if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
