@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from trialground.errors import SandboxError
 from trialground.sandbox.base import Limits, SandboxConfig
 from trialground.sandbox.factory import open_sandbox
-from trialground.sandbox.launch import teardown
+from trialground.sandbox.launch import mounts, teardown
 from trialground.sandbox.launch.mounts import overlay_works
 from trialground.sandbox.workspace import BASE_DIR
 
@@ -105,6 +106,32 @@ async def test_repeated_restores_do_not_fill_the_quota() -> None:
             assert r.stdout == "ok\n", r
             await sb.restore(sid)
             await asyncio.sleep(0.05)  # the discarded layer is freed in the background
+
+
+@pytest.mark.skipif(not overlay_works(), reason="overlayfs cannot be mounted here")
+async def test_a_host_view_unmounted_from_outside_is_an_error_until_a_restore() -> None:
+    """The overlay at a workspace's host path detached by someone else (as a root process's unshared mount
+    namespace used to, through the shared mount it sits on): the host must not read the directory beneath
+    it as an empty workspace, nor write there where the sandbox never looks; a restore mounts it again."""
+    from trialground.verify.kinds.swe_tests import workspace_changes
+
+    start = {"lib/a.py": "a = 1\n", "setup.py": "# s\n"}
+    async with await open_sandbox(SandboxConfig(snapshot_mode="overlay"), start) as sb:
+        sid = await sb.snapshot()
+        assert (await sb.exec(["true"])).ok
+        assert await workspace_changes(start, sb) == {}
+        mounts.umount(sb.workspace.ws)  # type: ignore[attr-defined]  # our own mount, not another process's
+        for access in (sb.read("lib/a.py"), sb.write("lib/a.py", "a = 2\n"), workspace_changes(start, sb)):
+            with pytest.raises(SandboxError) as caught:
+                await access
+            assert caught.value.kind == "workspace_lost", caught.value
+        restarts = sb.restarts  # type: ignore[attr-defined]
+        await sb.restore(sid)
+        assert sb.restarts == restarts + 1  # type: ignore[attr-defined]  # a new sandbox binds it afresh
+        assert (await sb.read("lib/a.py")).decode() == "a = 1\n"
+        await sb.write("lib/a.py", "a = 3\n")
+        assert (await sb.exec(["cat", "lib/a.py"])).stdout == "a = 3\n"
+        assert await workspace_changes(start, sb) == {"lib/a.py": "a = 3\n"}
 
 
 def own_mounts() -> list[str]:

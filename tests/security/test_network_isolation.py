@@ -230,6 +230,25 @@ async def test_the_uplink_ends_with_the_sandbox() -> None:
         assert uplink.proc.poll() is not None, f"{launcher}: slirp4netns outlived its sandbox"
 
 
+@ROOT_ONLY
+async def test_a_networked_sandbox_leaves_every_other_workspace_mounted() -> None:
+    """Starting an uplink must not unmount anything of the host's: slirp4netns detaches its old root in a
+    mount namespace of its own, and a copy of the host's namespace that is not private would carry that
+    back through the workspaces' shared mounts (every overlay of every sandbox on the host unmounted: the
+    host then read each workspace as empty, and graded every file of it as deleted)."""
+    files = {"lib/a.py": "a = 1\n", ".tg/site/m.py": "m = 2\n"}
+    async with await open_sandbox(CONFIG.model_copy(update={"prewarm": 0}), files) as other:
+        await other.snapshot()  # the workspace is now an overlay on a shared mount
+        assert (await other.exec(["cat", "lib/a.py"])).stdout == "a = 1\n"
+        for launcher in ("forkserver", "bwrap"):
+            async with await open_sandbox(NET.model_copy(update={"launcher": launcher})) as sb:
+                assert (await sb.exec(["true"])).ok
+                assert sb._uplink is not None  # type: ignore[attr-defined]
+            for path, text in files.items():
+                assert (await other.read(path)).decode() == text, launcher
+                assert (await other.exec(["cat", path])).stdout == text, launcher
+
+
 FORKED_CHILD = """
 import asyncio, gc, os, sys
 from trialground.sandbox.base import Limits, SandboxConfig

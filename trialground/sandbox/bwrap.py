@@ -491,8 +491,16 @@ class BwrapSandbox(Sandbox):
             # Every command's processes die with the command, so only the supervisor (and the idle process
             # forked for the next command, whose cwd is /) is left; neither holds anything open under
             # /workspace, and the new layers reach them by mount propagation.
+            lost = self.workspace.view_lost()
             async with self._io:
                 await offload.run(self.workspace.restore, snapshot_id)
+            if lost is not None and self.alive():
+                # The host's view was unmounted from outside: what the running sandbox sees of /workspace
+                # (its copy may have kept the old overlay) is not provably the restored one. A new sandbox
+                # binds the workspace afresh.
+                self.restarts += 1
+                await self._stop()
+                return
             # Everything else a previous occupant could leave lives in the sandbox's namespaces (/tmp,
             # /dev/shm, SysV IPC objects, POSIX message queues): the supervisor removes it all and lists
             # what is still there (`reset.py`). A sandbox not proven clean is stopped: the next exec starts

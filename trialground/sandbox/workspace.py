@@ -8,7 +8,11 @@ inode quota; a plain temp directory otherwise):
     root/u/N, w/N  the current overlay upper and work directories
 
 Host-side `write`/`read` and the tree copies of snapshots go through `beneath`: resolved by the kernel
-beneath a descriptor of `root/ws`, never through a symlink, regular files only.
+beneath a descriptor of `root/ws`, never through a symlink, regular files only. The overlay at `root/ws`
+sits on a shared mount (restores reach running sandboxes by propagation), so a root process elsewhere that
+copies the host's mount namespace without making it private and then unmounts there would detach it
+here too: every read and write first checks that `root/ws` is still the overlay mounted last, and says so
+(`SandboxError` kind `workspace_lost`) instead of reading the empty directory beneath as "no files".
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class Workspace:
         self._chown(self.ws)
         self.layers: list[Path] = []  # frozen lower directories, oldest first
         self.mounted = False
+        self._device = 0  # st_dev of the overlay at `ws` while mounted (`check_view`)
         self._gen = 0
         self._snapshots: dict[str, tuple[Path, ...]] = {}
 
@@ -56,11 +61,36 @@ class Workspace:
     # -- files -------------------------------------------------------------------------------------------
     def write(self, path: str, data: bytes | str) -> None:
         """Create or overwrite a regular file, making parents; race-free against the sandbox (`beneath`)."""
+        self.check_view()
         beneath.write_file(self.ws, path, text_bytes(data), self.uid)
 
     def read(self, path: str, limit: int = beneath.READ_LIMIT) -> bytes:
         """A regular file's bytes (at most `limit`); FileNotFoundError when missing (`beneath`)."""
+        self.check_view()
         return beneath.read_file(self.ws, path, limit)
+
+    def check_view(self) -> None:
+        """SandboxError (kind `workspace_lost`) when the overlay mounted at `ws` is no longer there: the
+        host would see the empty directory beneath it, and every file of the workspace as missing."""
+        why = self.view_lost()
+        if why is not None:
+            raise SandboxError(
+                f"the host's view of this workspace is gone ({why}): its overlay at {self.ws} was unmounted "
+                "from outside (a process that copied the host's mount namespace without making it private "
+                "and unmounted in it); restore the sandbox to mount it again",
+                kind="workspace_lost",
+            )
+
+    def view_lost(self) -> str | None:
+        """Why the overlay last mounted at `ws` is not what `ws` shows now; None while it is (or when no
+        overlay is mounted: a plain directory cannot be unmounted)."""
+        if not self.mounted:
+            return None
+        try:
+            device = os.stat(self.ws).st_dev
+        except OSError as exc:
+            return exc.strerror or "cannot stat it"
+        return None if device == self._device else "another filesystem is there now"
 
     # -- snapshots ---------------------------------------------------------------------------------------
     def snapshot(self) -> str:
@@ -113,6 +143,7 @@ class Workspace:
         self._chown(upper)
         mounts.mount_overlay(self.ws, list(reversed(layers)), upper, work)
         self.mounted = True
+        self._device = os.stat(self.ws).st_dev
 
     def _gen_next(self) -> int:
         self._gen += 1

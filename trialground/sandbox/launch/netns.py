@@ -14,6 +14,10 @@ offers only to itself:
 - no port is forwarded into the sandbox: nothing outside can connect in.
 - `--enable-sandbox --enable-seccomp`: slirp4netns itself runs in a mount namespace of its own with
   capabilities dropped and a syscall filter, since it parses the sandbox's packets.
+- it is started by `unshare --mount --propagation private`: slirp4netns makes only its new root private
+  before detaching the old one, so in a namespace copied straight from the host the detach would reach
+  back, through the workspaces' shared mounts, and unmount every workspace overlay on the host (all
+  sandboxes of every process, mid-episode). In a private copy nothing it unmounts propagates.
 
 The uplink lives as long as the sandbox's PID 1: `Uplink.close` ends it (closing its exit pipe, then
 SIGKILL), and it also ends by itself when we die (the pipe closes). Without slirp4netns a networked
@@ -47,8 +51,14 @@ def helper() -> str | None:
     return shutil.which("slirp4netns")
 
 
-def require() -> str:
-    """The helper's path; SandboxError when there is none (a networked sandbox is then refused)."""
+@functools.cache
+def _unshare() -> str | None:
+    return shutil.which("unshare")
+
+
+def require() -> list[str]:
+    """The command that starts the helper (in a private copy of our mount namespace); SandboxError when
+    it cannot be started so (a networked sandbox is then refused)."""
     path = helper()
     if path is None:
         raise SandboxError(
@@ -66,7 +76,14 @@ def require() -> str:
             "the host's network",
             kind="config",
         )
-    return path
+    unshare = _unshare()
+    if unshare is None:
+        raise SandboxError(
+            "network=True needs util-linux's unshare: slirp4netns is started in a private copy of the mount "
+            "namespace, or its own namespace set-up would unmount every sandbox's workspace on the host",
+            kind="config",
+        )
+    return [unshare, "--mount", "--propagation", "private", "--", path]
 
 
 class Uplink:
@@ -108,7 +125,7 @@ async def attach(pid: int, alive_fd: int | None = None, *, timeout: float = ATTA
     namespace opened is still that process's. Raises SandboxError, with slirp4netns's own message, when it
     cannot be attached.
     """
-    binary = require()
+    command = require()
     try:
         ns_fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:
@@ -125,7 +142,7 @@ async def attach(pid: int, alive_fd: int | None = None, *, timeout: float = ATTA
         exit_r, exit_w = os.pipe2(os.O_CLOEXEC)
         opened += [ready_r, ready_w, exit_r, exit_w]
         argv = [
-            binary, "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox",
+            *command, "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox",
             "--enable-seccomp", f"--ready-fd={ready_w}", f"--exit-fd={exit_r}", "--netns-type=path",
         ]  # fmt: skip
         argv += [f"/proc/self/fd/{ns_fd}", "tap0"]
