@@ -134,6 +134,24 @@ async def test_a_host_view_unmounted_from_outside_is_an_error_until_a_restore() 
         assert await workspace_changes(start, sb) == {"lib/a.py": "a = 3\n"}
 
 
+@pytest.mark.skipif(not overlay_works(), reason="overlayfs cannot be mounted here")
+async def test_a_fork_whose_parent_layer_was_unbound_from_outside_refuses_to_restore() -> None:
+    """A fork shares its parent's frozen layers through binds: one detached from outside would restore to
+    a workspace without the parent's files, silently. The restore says so instead."""
+    async with await open_sandbox(SandboxConfig(snapshot_mode="overlay"), {"p.txt": "parent"}) as sb:
+        child = await sb.fork()
+        try:
+            sid = await child.snapshot()
+            assert (await child.read("p.txt")) == b"parent"
+            bound = child.workspace.layers[0]  # type: ignore[attr-defined]
+            mounts.umount(bound)  # our own bind, as a foreign namespace's detach would leave it
+            with pytest.raises(SandboxError) as caught:
+                await child.restore(sid)
+            assert caught.value.kind == "workspace_lost", caught.value
+        finally:
+            await child.close()
+
+
 def own_mounts() -> list[str]:
     """Mount points of this process's workspaces: the host's mount table as a whole is shared with every
     other process (other test runs' sandboxes come and go in it)."""

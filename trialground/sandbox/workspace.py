@@ -51,6 +51,7 @@ class Workspace:
         self.layers: list[Path] = []  # frozen lower directories, oldest first
         self.mounted = False
         self._device = 0  # st_dev of the overlay at `ws` while mounted (`check_view`)
+        self._bound: dict[Path, int] = {}  # a fork's binds of its parent's layers: their st_dev
         self._gen = 0
         self._snapshots: dict[str, tuple[Path, ...]] = {}
 
@@ -136,6 +137,12 @@ class Workspace:
         threading.Thread(target=_remove_all, args=(garbage,), daemon=True).start()
 
     def _mount(self, layers: list[Path]) -> None:
+        for layer, device in self._bound.items():  # a parent's layer unbound from outside: files missing
+            if layer in layers and os.stat(layer).st_dev != device:
+                raise SandboxError(
+                    f"layer {layer} of this fork was unmounted from outside; the workspace cannot be mounted",
+                    kind="workspace_lost",
+                )
         self._upper_gen = self._gen_next()
         upper, work = self.root / "u" / str(self._upper_gen), self.root / "w" / str(self._upper_gen)
         for d in (upper, work):
@@ -160,6 +167,7 @@ class Workspace:
                 mine = self.root / "l" / f"p{i}"
                 mine.mkdir(parents=True)
                 mounts.bind(layer, mine)
+                self._bound[mine] = os.stat(mine).st_dev
                 self.layers.append(mine)
             self._mount(self.layers)
         else:
