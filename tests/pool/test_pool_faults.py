@@ -111,3 +111,41 @@ async def episodes(sandbox_config: SandboxConfig, backend: RecordingBackend) -> 
     finally:
         await pool.close()
         await grader.close()
+
+
+async def test_a_host_view_unmounted_under_an_episode_is_an_infrastructure_error() -> None:
+    """The overlay at an episode's workspace path detached from outside (a foreign mount namespace's detach
+    propagated through the shared mount): the episode ends as a sandbox error that the rollout starts
+    again on a fresh environment, never a reading of the workspace as empty; the pool's next episode on
+    that task sees its files."""
+    from trialground.rollout.agent import LOST_ENV_KINDS
+    from trialground.sandbox.launch import mounts
+
+    sandbox_config = SandboxConfig()
+    grader = make_grader(sandbox_config)
+    pool = EnvPool(
+        PoolConfig(max_active=2), env_config=EnvConfig(kind="tool"), sandbox_config=sandbox_config,
+        grader=grader,
+    )  # fmt: skip
+    task = make_task(7)
+    read = format_tool_call("read_file", {"path": "a.txt"})
+    try:
+        env = await pool.acquire(task)
+        await env.reset(task)
+        assert isinstance(env, ToolEnv)
+        assert "content 7" in (await env.step(read)).text
+        workspace = env.sandbox.workspace  # type: ignore[attr-defined]
+        if not workspace.mounted:
+            return  # no overlay here (not root): nothing can be unmounted
+        mounts.umount(workspace.ws)  # our own mount, as a foreign namespace's detach leaves it
+        out = await env.step(read)
+        assert out.done and reward_of(out) is None and error_of(out).boundary == "sandbox"
+        assert error_of(out).kind == "workspace_lost" and "workspace_lost" in LOST_ENV_KINDS
+        await pool.release(env)
+        again = await pool.acquire(task)
+        await again.reset(task)
+        assert "content 7" in (await again.step(read)).text
+        await pool.release(again)
+    finally:
+        await pool.close()
+        await grader.close()

@@ -352,7 +352,9 @@ async def rollout_group(
 
 
 LOST_ENV_RETRIES = 2  # fresh starts of one episode whose environment the infrastructure lost
-LOST_ENV_KINDS = frozenset({"worker_lost"})  # SandboxError kinds no submission can cause
+# SandboxError kinds no submission can cause: a Ray worker that died; the host's view of a workspace
+# unmounted from outside (the sandbox's own unmounts never leave its user namespace).
+LOST_ENV_KINDS = frozenset({"worker_lost", "workspace_lost"})
 
 
 def _lost_by_infrastructure(traj: Trajectory) -> bool:
