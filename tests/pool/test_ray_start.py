@@ -39,7 +39,8 @@ def test_a_local_start_that_times_out_is_tried_again_and_its_processes_killed(
     monkeypatch.setattr(ray._private.services, "get_node", get_node)
     try:
         start_ray(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
-        assert len(tries) == 2 and ray.is_initialized()
+        # two tries at least: on a busy machine a real start may time out as well and be tried again
+        assert len(tries) >= 2 and ray.is_initialized()
         assert ray.get(ray.remote(lambda: 41 + 1).remote()) == 42
         now = {child.pid for child in me.children()}
         first_try = seen_in_first - tries[0]  # what the first try started

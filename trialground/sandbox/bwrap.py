@@ -29,6 +29,7 @@ import os
 import time
 import typing
 import uuid
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -119,6 +120,7 @@ class BwrapSandbox(Sandbox):
         self._io = asyncio.Lock()
         self._closed = False
         self._freed = False
+        self._owner = os.getpid()  # a forked copy of us must never free our sandboxes (`__del__`)
         self.restarts = 0  # restores whose reset could not prove the sandbox clean: it was started afresh
         self._preload_pending = False  # the preload's answer is still to be read (after the hello)
         self._preload_bytes = 0  # memory the running supervisor's preload took: added to every limit
@@ -189,6 +191,18 @@ class BwrapSandbox(Sandbox):
                 proc.release()
         self._proc = self._closing = None
         self._free()
+
+    def __del__(self) -> None:
+        """A sandbox dropped without `close()` (an environment that forgot it): freed now, with a
+        ResourceWarning, rather than keeping its PID 1, cgroup and workspace mount until we exit (and its
+        workspace until another process's sweep)."""
+        if getattr(self, "_freed", True) or getattr(self, "_owner", None) != os.getpid():
+            return
+        try:
+            self.close_now()
+            warnings.warn(f"sandbox {self.name} was never closed; freed it", ResourceWarning, stacklevel=1)
+        except Exception:  # at interpreter exit the exit hooks free what is left
+            pass
 
     def _kill(self) -> None:
         """SIGKILL bubblewrap (the sandbox's PID 1 dies with it: --die-with-parent) or the fork server's
