@@ -121,7 +121,13 @@ async def test_a_host_view_unmounted_from_outside_is_an_error_until_a_restore() 
         assert (await sb.exec(["true"])).ok
         assert await workspace_changes(start, sb) == {}
         mounts.umount(sb.workspace.ws)  # type: ignore[attr-defined]  # our own mount, not another process's
-        for access in (sb.read("lib/a.py"), sb.write("lib/a.py", "a = 2\n"), workspace_changes(start, sb)):
+        accesses = (
+            sb.read("lib/a.py"),
+            sb.write("lib/a.py", "a = 2\n"),
+            workspace_changes(start, sb),
+            sb.snapshot(),
+        )
+        for access in accesses:
             with pytest.raises(SandboxError) as caught:
                 await access
             assert caught.value.kind == "workspace_lost", caught.value

@@ -96,6 +96,9 @@ class Workspace:
     # -- snapshots ---------------------------------------------------------------------------------------
     def snapshot(self) -> str:
         """Freeze the current state; with overlays this is O(1) in the number of files."""
+        # With the view lost the sandbox may still write to the upper layer this would freeze (its own copy
+        # of the overlay): a frozen layer must never change, so no snapshot is taken then.
+        self.check_view()
         self._gen += 1
         sid = f"s{self._gen}"
         if not self.overlay:
