@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import time
 from pathlib import Path
@@ -223,3 +224,32 @@ def sandbox_children() -> int:
         fields = stat.rsplit(")", 1)[1].split()
         count += fields[1] == me and "(bwrap)" in stat
     return count
+
+
+async def test_a_sandbox_dropped_without_close_is_freed_with_a_warning() -> None:
+    """An environment that forgets `close()`: once nothing refers to its sandbox, its PID 1 and workspace
+    mount are freed (with a ResourceWarning), not kept until the process exits."""
+    async with await open_sandbox(SandboxConfig(prewarm=0)) as sb:  # shared views are made once
+        await sb.exec(["true"])
+    await teardown.drain()
+    before = own_mounts()
+    for launcher in ("forkserver", "bwrap"):
+        sb = await open_sandbox(SandboxConfig(prewarm=0, launcher=launcher), {"f": "x"})
+        assert (await sb.exec(["cat", "f"])).stdout == "x"
+        root, pid1 = sb.workspace.root, sb._proc.pid  # type: ignore[attr-defined]
+        with pytest.warns(ResourceWarning, match="never closed"):
+            del sb
+            gc.collect()
+        assert not root.exists() and own_mounts() == before, launcher
+        for _ in range(600):  # killed at once; the host's reaping of it may lag on a busy machine
+            if not Path(f"/proc/{pid1}").exists() or _zombie(pid1):
+                break
+            await asyncio.sleep(0.05)
+        assert not Path(f"/proc/{pid1}").exists() or _zombie(pid1), launcher
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
