@@ -11,8 +11,8 @@ Host-side `write`/`read` and the tree copies of snapshots go through `beneath`: 
 beneath a descriptor of `root/ws`, never through a symlink, regular files only. The overlay at `root/ws`
 sits on a shared mount (restores reach running sandboxes by propagation), so a root process elsewhere that
 copies the host's mount namespace without making it private and then unmounts there would detach it
-here too: every read and write first checks that `root/ws` is still the overlay mounted last, and says so
-(`SandboxError` kind `workspace_lost`) instead of reading the empty directory beneath as "no files".
+here too: every read, write and snapshot first checks that `root/ws` is still the overlay mounted last, and
+says so (`SandboxError` kind `workspace_lost`) instead of reading the empty directory beneath as "no files".
 """
 
 from __future__ import annotations
