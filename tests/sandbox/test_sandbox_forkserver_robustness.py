@@ -29,7 +29,7 @@ from trialground.sandbox.base import ExecResult, ExecStatus, Limits, Sandbox, Sa
 from trialground.sandbox.bwrap import BwrapSandbox, bwrap_available
 from trialground.sandbox.factory import SyncSandbox, open_sandbox
 from trialground.sandbox.launch import cgroup, forkserver, teardown
-from trialground.sandbox.workspace import BASE_DIR
+from trialground.sandbox.workspace import BASE_DIR, own_prefix
 
 pytestmark = pytest.mark.skipif(
     not bwrap_available() or not forkserver.available(), reason="needs bubblewrap and the fork server"
@@ -52,7 +52,7 @@ def _fds() -> set[int]:
 
 
 def _workspace_mounts() -> list[str]:
-    ours = f"{BASE_DIR}/ws-{os.getpid()}-"
+    ours = f"{BASE_DIR}/{own_prefix()}"
     with open("/proc/self/mountinfo") as f:
         return [line.split()[4] for line in f if line.split()[4].startswith(ours)]
 

@@ -15,7 +15,7 @@ from trialground.sandbox.base import Limits, SandboxConfig
 from trialground.sandbox.factory import open_sandbox
 from trialground.sandbox.launch import mounts, teardown
 from trialground.sandbox.launch.mounts import overlay_works
-from trialground.sandbox.workspace import BASE_DIR
+from trialground.sandbox.workspace import BASE_DIR, own_prefix
 
 MODES = ["overlay", "copy"]
 
@@ -162,7 +162,7 @@ async def test_a_fork_whose_parent_layer_was_unbound_from_outside_refuses_to_res
 def own_mounts() -> list[str]:
     """Mount points of this process's workspaces: the host's mount table as a whole is shared with every
     other process (other test runs' sandboxes come and go in it)."""
-    ours = f"{BASE_DIR}/ws-{os.getpid()}-"
+    ours = f"{BASE_DIR}/{own_prefix()}"
     with open("/proc/self/mountinfo") as f:
         return sorted(line.split()[4] for line in f if line.split()[4].startswith(ours))
 
@@ -195,7 +195,7 @@ async def test_background_close_leaks_nothing() -> None:
             own_mounts(),
             sandbox_children(),
             cgroups,
-            len(list(BASE_DIR.glob(f"ws-{os.getpid()}-*"))),
+            len(list(BASE_DIR.glob(f"{own_prefix()}*"))),
         )
 
     async with await open_sandbox(SandboxConfig(prewarm=0)) as sb:  # shared views are made once

@@ -5,13 +5,13 @@
 told how many sandboxes the pool may lease and keep idle at once, so a backend can make room on the host.
 
 Open files: every sandbox of `LocalBackend` holds a few file descriptors in this process for as long as it
-is open (with the fork-server launcher 4: its request and reply pipes, its stderr pipe and a pidfd;
-`FDS_PER_SANDBOX` allows for more), so 1,024 of them need ~4,000 more than a bare process, over the
-1,024 soft `RLIMIT_NOFILE` most hosts start a process with. `reserve` raises the soft limit, never above
-the hard limit and never lowering it, when the pool's most sandboxes (leased and idle) need more; where
-the hard limit is too low for the leased ones alone it logs a warning at once (`max_idle` is a cap, often
-set far above what a run keeps), and a sandbox that cannot be opened for lack of descriptors raises
-`SandboxError(kind="host_limit")` that names the limit and how to raise it.
+is open (with the fork-server launcher 5: its request and reply pipes, its stderr pipe, a pidfd and the
+lock on its cgroup; `FDS_PER_SANDBOX` allows for more), so 1,024 of them need ~5,000 more than a bare
+process, over the 1,024 soft `RLIMIT_NOFILE` most hosts start a process with. `reserve` raises the soft
+limit, never above the hard limit and never lowering it, when the pool's most sandboxes (leased and idle)
+need more; where the hard limit is too low for the leased ones alone it logs a warning at once
+(`max_idle` is a cap, often set far above what a run keeps), and a sandbox that cannot be opened for lack
+of descriptors raises `SandboxError(kind="host_limit")` that names the limit and how to raise it.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from trialground.sandbox.base import Sandbox, SandboxConfig
 from trialground.tasks.model import Task
 
 log = logging.getLogger(__name__)
-FDS_PER_SANDBOX = 8  # measured 4 with the fork-server launcher; bubblewrap's launcher holds a few more
+FDS_PER_SANDBOX = 8  # measured 5.25 with the fork-server launcher and 4.2 with bubblewrap's, as root
 FDS_BASE = 256  # the process's own: interpreter, event loop, logs, sockets, the fork server
 
 

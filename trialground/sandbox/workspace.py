@@ -21,6 +21,7 @@ import contextlib
 import fcntl
 import functools
 import os
+import secrets
 import stat
 import tempfile
 import threading
@@ -28,11 +29,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from trialground.errors import SandboxError
-from trialground.sandbox import beneath
+from trialground.sandbox import beneath, owned
 from trialground.sandbox.base import text_bytes
 from trialground.sandbox.launch import mounts
 
 BASE_DIR = Path(os.environ.get("TRIALGROUND_SANDBOX_DIR", tempfile.gettempdir())) / "trialground-sandboxes"
+# A workspace is BASE_DIR/ws.<owner>.<random>, where <owner> (`<pid>.<random>`) names the lock file
+# BASE_DIR/owner.<owner> that its process holds for as long as it lives (`owned`, `sweep_stale`).
+PREFIX = "ws."
+OWNER_PREFIX = "owner."
+SWEEP_GUARD = ".sweep"
 
 
 class Workspace:
@@ -41,7 +47,7 @@ class Workspace:
     def __init__(self, disk_mb: int, uid: int | None, *, overlay: bool) -> None:
         _check_base_dir()
         sweep_stale()
-        self.root = Path(tempfile.mkdtemp(prefix=f"ws-{os.getpid()}-", dir=BASE_DIR))
+        self.root = Path(tempfile.mkdtemp(prefix=own_prefix(), dir=BASE_DIR))
         self.uid = uid
         self.tmpfs = mounts.CAN_MOUNT and mounts.mount_tmpfs(self.root, disk_mb)
         self.overlay = overlay and self.tmpfs and mounts.overlay_works()
@@ -213,6 +219,78 @@ def base_dir_lock() -> Iterator[None]:
         os.close(fd)
 
 
+_owner: tuple[int, str, int] | None = None  # this process's (pid, owner token, descriptor holding its lock)
+_owner_mutex = threading.Lock()
+
+
+def _after_fork() -> None:
+    global _owner_mutex
+    _owner_mutex = threading.Lock()  # a thread of the parent may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def _owner_token() -> str:
+    """This process's owner token; its lock file is made (under the sweep guard, so no sweep sees it
+    unlocked) and held on first use, and a forked child makes its own."""
+    global _owner
+    with _owner_mutex:
+        if _owner is None or _owner[0] != os.getpid():
+            _check_base_dir()
+            token = f"{os.getpid()}.{secrets.token_hex(4)}"
+            with owned.guard(BASE_DIR / SWEEP_GUARD, sweeping=False):
+                _owner = (os.getpid(), token, owned.hold(BASE_DIR / f"{OWNER_PREFIX}{token}", create=True))
+        return _owner[1]
+
+
+def own_prefix() -> str:
+    """The name prefix of this process's workspaces under BASE_DIR."""
+    return f"{PREFIX}{_owner_token()}."
+
+
+def owner_lock(root: Path) -> Path:
+    """The lock file whose holder owns the workspace at `root`."""
+    return BASE_DIR / f"{OWNER_PREFIX}{root.name.removeprefix(PREFIX).rpartition('.')[0]}"
+
+
+@functools.cache
+def sweep_stale() -> None:
+    """Once per process: free the workspaces whose owners died without closing them (SIGKILL). An owner
+    holds its lock file from before its first workspace until it exits (`owned`): the workspaces of a
+    lock that can be taken, or that is missing (the sweep that found its owner gone was cut short), are
+    freed, then the lock file. Under the sweep guard, so no owner's lock is being made meanwhile."""
+    with owned.guard(BASE_DIR / SWEEP_GUARD, sweeping=True):
+        by_lock: dict[Path, list[Path]] = {}
+        for entry in BASE_DIR.glob(f"{PREFIX}*"):
+            by_lock.setdefault(owner_lock(entry), []).append(entry)
+        for lock in BASE_DIR.glob(f"{OWNER_PREFIX}*"):
+            by_lock.setdefault(lock, [])
+        for lock, entries in by_lock.items():
+            fd = owned.abandoned(lock) if lock.exists() else -1
+            if fd is None:
+                continue  # its owner is alive
+            try:
+                for entry in entries:
+                    _free(entry)
+                lock.unlink(missing_ok=True)
+            finally:
+                owned.release(fd)
+        # Workspaces named by pid alone (`ws-<pid>-...`, before owners held locks): gone with the pid.
+        for entry in BASE_DIR.glob("ws-*-*"):
+            pid = entry.name.split("-")[1]
+            if pid.isdigit() and not _pid_alive(int(pid)):
+                _free(entry)
+
+
+def _free(entry: Path) -> None:
+    for mounted in (entry / "ws", entry):
+        if mounts.CAN_MOUNT and mounts.is_mount_point(mounted):
+            with contextlib.suppress(SandboxError):
+                mounts.umount(mounted)
+    beneath.remove_tree(entry, ignore_errors=True)
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -221,20 +299,6 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-@functools.cache
-def sweep_stale() -> None:
-    """Once per process: free the workspaces of processes that died without closing them (SIGKILL)."""
-    for entry in BASE_DIR.glob("ws-*-*"):
-        pid = entry.name.split("-")[1]
-        if not pid.isdigit() or _pid_alive(int(pid)):
-            continue
-        for mounted in (entry / "ws", entry):
-            if mounts.CAN_MOUNT and mounts.is_mount_point(mounted):
-                with contextlib.suppress(SandboxError):
-                    mounts.umount(mounted)
-        beneath.remove_tree(entry, ignore_errors=True)
 
 
 def _remove_all(paths: list[Path]) -> None:

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import abc
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from trialground.sandbox import owned
 
 GROUP = "trialground"  # the directory our groups live in (v1: in each controller's hierarchy)
 
@@ -11,6 +16,16 @@ class Cgroup(abc.ABC):
     """One sandbox's group: its processes, ceilings, counters and kill-all."""
 
     version: int
+    owner = -1  # the descriptor holding the group's lock while we own it (`owned`)
+
+    @staticmethod
+    def name_for(sandbox: str) -> str:
+        """The group name of this process's sandbox `sandbox` (`<pid>.<sandbox>`)."""
+        return f"{os.getpid()}.{sandbox}"
+
+    def disown(self) -> None:
+        owned.release(self.owner)
+        self.owner = -1
 
     @abc.abstractmethod
     def enforced(self) -> frozenset[str]:
@@ -52,3 +67,31 @@ class Cgroup(abc.ABC):
     @abc.abstractmethod
     def remove(self) -> None:
         """Delete the group (its members must be gone: see `kill_all`)."""
+
+
+def sweep_groups(guard_dir: Path, group_of: Callable[[str], Cgroup]) -> None:
+    """Kill and remove the groups in `guard_dir` whose owners are gone: a group's owner holds a lock on the
+    group's directory until it removes it (`owned`), taken under a shared lock on `guard_dir`. Groups
+    named `<pid>-<name>` (made before owners held locks) are gone with their pid."""
+    if not guard_dir.is_dir():
+        return
+    with owned.guard(guard_dir, sweeping=True):
+        for entry in guard_dir.iterdir():
+            if not entry.is_dir():
+                continue
+            pid, dot, _ = entry.name.partition(".")
+            if dot and pid.isdigit():
+                fd = owned.abandoned(entry)
+                if fd is None:
+                    continue  # its owner is alive
+            else:
+                pid = entry.name.split("-")[0]
+                if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+                    continue
+                fd = -1
+            group = group_of(entry.name)
+            group.owner = fd
+            try:
+                group.kill_all()
+            finally:
+                group.remove()

@@ -23,8 +23,9 @@ import time
 from pathlib import Path
 
 from trialground.errors import SandboxError
+from trialground.sandbox import owned
 from trialground.sandbox.launch import mounts
-from trialground.sandbox.launch.cgroup_base import GROUP, Cgroup
+from trialground.sandbox.launch.cgroup_base import GROUP, Cgroup, sweep_groups
 from trialground.sandbox.workspace import BASE_DIR, base_dir_lock
 
 CONTROLLERS = ("memory", "pids", "freezer")
@@ -52,13 +53,16 @@ class CgroupV1(Cgroup):
 
     @classmethod
     def make(cls, root: Path, name: str) -> CgroupV1 | None:
-        """The group `<our pid>-<name>`; None when it cannot be made."""
+        """The group `<our pid>.<name>`, its lock held (`owned`); None when it cannot be made."""
         _sweep_stale(root)
         favor_dynamic_moves()
-        group = cls(root, f"{os.getpid()}-{name}")
+        group = cls(root, cls.name_for(name))
         try:
-            for d in group.dirs.values():
-                d.mkdir(parents=True, exist_ok=True)
+            group.dirs["pids"].parent.mkdir(parents=True, exist_ok=True)
+            with owned.guard(group.dirs["pids"].parent, sweeping=False):
+                for d in group.dirs.values():
+                    d.mkdir(parents=True, exist_ok=True)
+                group.owner = owned.hold(group.dirs["pids"])
         except OSError:
             group.remove()
             return None
@@ -66,7 +70,7 @@ class CgroupV1(Cgroup):
 
     @staticmethod
     def own(root: Path) -> list[Path]:
-        return sorted((root / "pids" / GROUP).glob(f"{os.getpid()}-*"))
+        return sorted((root / "pids" / GROUP).glob(Cgroup.name_for("*")))
 
     def enforced(self) -> frozenset[str]:
         return frozenset({"memory", "pids", "kill"})
@@ -151,6 +155,7 @@ class CgroupV1(Cgroup):
                     break
                 except OSError:
                     time.sleep(0.005)  # the last members are still being reaped
+        self.disown()
 
 
 @functools.cache
@@ -173,10 +178,4 @@ def favor_dynamic_moves() -> bool:
 @functools.cache
 def _sweep_stale(root: Path) -> None:
     """Once per process: remove the groups of processes that died without closing their sandboxes."""
-    for entry in (root / "pids" / GROUP).glob("*-*"):
-        pid = entry.name.split("-")[0]
-        if not pid.isdigit() or Path(f"/proc/{pid}").exists():
-            continue
-        group = CgroupV1(root, entry.name)
-        group.kill_all()
-        group.remove()
+    sweep_groups(root / "pids" / GROUP, lambda name: CgroupV1(root, name))

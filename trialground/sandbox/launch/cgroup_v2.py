@@ -18,7 +18,8 @@ import signal
 import time
 from pathlib import Path
 
-from trialground.sandbox.launch.cgroup_base import Cgroup
+from trialground.sandbox import owned
+from trialground.sandbox.launch.cgroup_base import Cgroup, sweep_groups
 
 WANTED = ("memory", "pids", "cpu")
 CPU_PERIOD_US = 100_000
@@ -59,20 +60,23 @@ class CgroupV2(Cgroup):
 
     @classmethod
     def make(cls, base: Path, name: str) -> CgroupV2 | None:
-        """The group `<our pid>-<name>` under `base`; None when it cannot be made."""
+        """The group `<our pid>.<name>` under `base`, its lock held (`owned`); None when it cannot be made."""
         _sweep_stale(base)
         enable(base)
-        group = cls(base, f"{os.getpid()}-{name}")
+        group = cls(base, cls.name_for(name))
         try:
-            group.dir.mkdir()
+            with owned.guard(base, sweeping=False):
+                group.dir.mkdir()
+                group.owner = owned.hold(group.dir)
         except OSError:
+            group.remove()
             return None
         group._controllers = controllers(group.dir)
         return group
 
     @staticmethod
     def own(base: Path) -> list[Path]:
-        return sorted(base.glob(f"{os.getpid()}-*"))
+        return sorted(base.glob(Cgroup.name_for("*")))
 
     def enforced(self) -> frozenset[str]:
         found: set[str] = {c for c in ("memory", "pids", "cpu") if c in self._controllers}
@@ -173,11 +177,12 @@ class CgroupV2(Cgroup):
         for _ in range(100):
             try:
                 self.dir.rmdir()
-                return
+                break
             except FileNotFoundError:
-                return
+                break
             except OSError:
                 time.sleep(0.005)  # the last members are still being reaped
+        self.disown()
 
 
 def _field(text: str, key: str) -> int:
@@ -191,10 +196,4 @@ def _field(text: str, key: str) -> int:
 @functools.cache
 def _sweep_stale(base: Path) -> None:
     """Once per process and base: remove the groups of processes that died without closing them."""
-    for entry in base.glob("*-*"):
-        pid = entry.name.split("-")[0]
-        if not pid.isdigit() or Path(f"/proc/{pid}").exists():
-            continue
-        group = CgroupV2(base, entry.name)
-        group.kill_all()
-        group.remove()
+    sweep_groups(base, lambda name: CgroupV2(base, name))
