@@ -16,6 +16,9 @@ by our loop because its eos set is emptied), alternating rep by rep so a busy ma
 - `generate`: `model.generate()`, asked for its scores too, as a policy needs per-token logprobs.
 
 `--dtype bfloat16` loads the weights in bf16 for all three (tokens are then no longer comparable).
+`--device cuda` runs all three on the GPU (timed between synchronisations; the peak GPU memory of each is
+reported). `lean` and `loop` draw from the same seeds rep by rep, so their tokens are compared: the line
+`tokens lean vs loop` says how many rows of the first timed rep differ (0: exact).
 """
 
 from __future__ import annotations
@@ -49,21 +52,28 @@ def main() -> None:
         default="float32",
         help="the weights' dtype for all three (bfloat16: the lean decoder keeps fp32 activations on CPU)",
     )
+    ap.add_argument("--device", default="cpu", help="torch device for all three (cpu, cuda, cuda:N)")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
-    policy = HFPolicy(PolicyConfig(model=args.model, cpu_threads=args.threads, dtype=args.dtype))
+    policy = HFPolicy(
+        PolicyConfig(model=args.model, cpu_threads=args.threads, dtype=args.dtype, device=args.device)
+    )
+    device = policy.device
+    cuda = device.type == "cuda"
     print(f"{type(policy.model).__name__}: {sum(p.numel() for p in policy.model.parameters()) / 1e6:.1f}M")
     tok, model = policy.tokenizer, policy.model
     tasks = generate_codegen_tasks(args.batch // args.group, seed=0, split="eval")
     prompts = [
         policy.encode_chat([{"role": "user", "content": t.prompt}]) for t in tasks for _ in range(args.group)
     ]
-    enc = tok.pad({"input_ids": prompts}, return_tensors="pt", padding_side="left")
+    enc = tok.pad({"input_ids": prompts}, return_tensors="pt", padding_side="left").to(device)
     eos_ids = policy.eos_ids if args.eos else [-1]
     decoder = LlamaDecoder(model)
     generated: dict[str, list[int]] = {}
+    first_tokens: dict[str, list[list[int]]] = {}  # each way's tokens in its first timed rep
 
     def ours(name: str, dec: LlamaDecoder | None) -> None:
+        rep = len(generated.setdefault(name, []))
         raw = sample_batch(
             model,
             prompts,
@@ -72,9 +82,11 @@ def main() -> None:
             eos_ids=eos_ids,
             pad_id=0,
             decoder=dec,
-            generator=torch.Generator().manual_seed(len(generated.setdefault(name, []))),
+            generator=torch.Generator(device=device).manual_seed(rep),
         )
         generated[name].append(sum(len(t) for t in raw.token_ids))
+        if rep == 1:
+            first_tokens[name] = [list(t) for t in raw.token_ids]
 
     def hf_generate() -> None:
         with torch.no_grad():
@@ -99,26 +111,41 @@ def main() -> None:
         "generate": hf_generate,
     }
     times: dict[str, list[float]] = {name: [] for name in runs}
+    peak_mb: dict[str, float] = {}
     for fn in runs.values():
         fn()  # warm-up
     for _ in range(args.reps):
         for name, fn in runs.items():
+            if cuda:
+                torch.cuda.synchronize(device)
+                torch.cuda.reset_peak_memory_stats(device)
             t0 = time.perf_counter()
             fn()
+            if cuda:
+                torch.cuda.synchronize(device)
+                peak_mb[name] = max(peak_mb.get(name, 0.0), torch.cuda.max_memory_allocated(device) / 2**20)
             times[name].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
+    lean_rows, loop_rows = first_tokens.get("lean", []), first_tokens.get("loop", [])
+    differing = sum(a != b for a, b in zip(lean_rows, loop_rows, strict=True))
     print(f"{len(prompts)} rows ({len(tasks)} prompts x {args.group}), up to {args.tokens} new tokens")
     for name, sec in med.items():
         mean_tokens = statistics.mean(generated[name][1:])
         print(
             f"{name:9s} median {sec * 1000:7.1f} ms per batch  {mean_tokens:6.0f} tokens per batch  "
             f"{med['generate'] / sec:.2f}x generate()"
+            + (f"  peak {peak_mb[name]:,.0f} MiB" if name in peak_mb else "")
         )
+    print(f"tokens lean vs loop: {differing} of {len(lean_rows)} rows differ (first timed rep, same seed)")
     if args.json:
         params = sum(p.numel() for p in policy.model.parameters())
         out = {
             "model": args.model,
             "dtype": args.dtype,
+            "device": str(device),
+            "gpu": torch.cuda.get_device_name(device) if cuda else None,
+            "peak_mib": peak_mb,
+            "rows_differing_lean_vs_loop": differing,
             "architecture": type(policy.model).__name__,
             "parameters": params,
             "rows": len(prompts),

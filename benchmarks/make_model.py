@@ -6,7 +6,9 @@ The shape is SmolLM-135M's (30 layers, hidden 576, 9 query / 3 key-value heads, 
 tokenizer's 384-token vocabulary: 106M parameters, all in the transformer layers. (SmolLM's own 49k
 vocabulary would add 28M tied embedding parameters and a 576 x 49152 output layer, which costs every
 sampler and trainer the same.) `--arch qwen2` adds q/k/v biases, `--arch qwen3` per-head q/k norms.
-`--shape tiny` is the bundled tiny model's shape instead (hidden 128, 4 layers, 4 heads, MLP 384).
+`--shape tiny` is the bundled tiny model's shape instead (hidden 128, 4 layers, 4 heads, MLP 384);
+`--shape qwen2.5-0.5b` is Qwen2.5-0.5B's transformer layers (hidden 896, 24 layers, 14 query / 2 key-value
+heads, MLP 4864: 358M parameters), what scripts/gpu_smoke.sh trains where no model can be downloaded.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ SHAPES = {
     "smollm135m": dict(
         hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
         num_key_value_heads=3, head_dim=64,
+    ),
+    "qwen2.5-0.5b": dict(
+        hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+        num_key_value_heads=2, head_dim=64,
     ),
     "tiny": dict(
         hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,

@@ -1,67 +1,145 @@
 #!/usr/bin/env bash
-# One-GPU smoke run of examples/gpu_humaneval.yaml: a few GRPO steps of a ~0.5B instruct model sampled by
-# vLLM, then it prints generation tokens/s, training tokens/s and peak GPU memory. Meant to finish in
-# under 8 minutes (it stops itself at 7m50s). Not yet run on a GPU by this project.
+# One-GPU smoke run, made to run as it is where nothing can be fetched (the lent GPU machines: python3 with
+# a CUDA PyTorch and transformers; no vLLM, no bubblewrap, no model hub). Prepare once on a networked machine:
 #
-#   MODEL=models/Qwen2.5-0.5B-Instruct scripts/gpu_smoke.sh
+#   scripts/device_bundle.sh          # .whl/: the wheels and bubblewrap package that image lacks
+#
+# then run it on the GPU machine with .whl/ beside the checkout: `scripts/gpu_smoke.sh`. It
+#   1. installs .whl/ (no index) into /tmp/tg-site and bubblewrap's package into /tmp/tg-root, if present;
+#   2. measures generation at ~100M parameters on the GPU for the architectures the lean decoder covers
+#      (llama, qwen2, qwen3; benchmarks/generation.py --device cuda: lean decoder, our transformers loop,
+#      `generate()`; 64 rows = 8 prompts x 8 samples, 64 tokens; GEN=0 skips it);
+#   3. runs a few GRPO steps of examples/gpu_humaneval.yaml: sampled by vLLM where it is installed, else by
+#      the in-process sampler on the GPU (policy.backend hf); on MODEL, or, where MODEL is left unset and
+#      models/Qwen2.5-0.5B-Instruct is missing, on random weights in Qwen2.5-0.5B's shape made on the spot
+#      (speed and memory are real, rewards are not); graded in bubblewrap sandboxes where one starts, else
+#      with the `process` backend (no isolation: said loudly);
+# and prints generation and training tokens/s and peak GPU memory. Everything stops by 7m50s. Where $OUT is
+# set (the device tool's output folder), the summary and the generation results are copied there.
 #
 # Environment: MODEL (local model directory), STEPS (default 3), EVAL_TASKS (HumanEval problems evaluated
-# before and after, default 32), OUT (run output directory, default runs/), PYTHON (default .venv/bin/python
-# when present). Needs: nvidia-smi, the [train,vllm] extras, bubblewrap (the grading sandbox).
+# before and after, default 32), RUNS (run output directory, default runs/), GEN (0: skip step 2), PYTHON
+# (default .venv/bin/python when present, else python3). REHEARSE=1 runs the same steps on the CPU with
+# tiny shapes and no GPU (.whl/ not installed): the script's whole path, checked where there is no GPU
+# (tests/test_gpu_example.py). SMOKE_WORK: where the made models and results go (default /tmp/tg-smoke).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-
-MODEL=${MODEL:-models/Qwen2.5-0.5B-Instruct}
+START=$(date +%s)
+DEFAULT_MODEL=models/Qwen2.5-0.5B-Instruct
+MODEL_GIVEN=${MODEL:+yes}
+MODEL=${MODEL:-$DEFAULT_MODEL}
 STEPS=${STEPS:-3}
 EVAL_TASKS=${EVAL_TASKS:-32}
-OUT=${OUT:-runs}
+RUNS=${RUNS:-runs}
+GEN=${GEN:-1}
+REHEARSE=${REHEARSE:-0}
 NAME=gpu_smoke_$(date +%Y%m%d_%H%M%S)
+WORK=${SMOKE_WORK:-/tmp/tg-smoke}  # made models, the summary, generation results
 if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
 fi
 
 die() { echo "gpu_smoke: $*" >&2; exit 2; }
-command -v nvidia-smi >/dev/null || die "nvidia-smi not found: this needs an NVIDIA GPU"
-[[ -f "$MODEL/config.json" ]] || die "no model in $MODEL (config.json missing); download one, e.g.
-  huggingface-cli download Qwen/Qwen2.5-0.5B-Instruct --local-dir $MODEL"
-"$PYTHON" -c "import vllm, torch; assert torch.cuda.is_available(), 'torch sees no CUDA device'" \
-  || die "needs vLLM and a CUDA torch: pip install -e '.[train,vllm]'"
+say() { echo "gpu_smoke: $*" | tee -a "$WORK/summary.txt"; }
+left() { local s=$((470 - ($(date +%s) - START))); echo $((s > 30 ? s : 30)); }
+if [[ "$REHEARSE" == 1 ]]; then
+  DEVICE=cpu SHAPE=tiny GEN_ARGS=(--batch 16 --group 4 --tokens 16 --reps 1 --threads 1)
+  TRAIN_ARGS=(--set policy.device=cpu --set policy.sampling.max_new_tokens=32 --set policy.eval_sampling.max_new_tokens=32
+    --set loop.batch_tasks=2 --set loop.samples_per_task=2 --set pool.max_active=2)
+else
+  DEVICE=cuda SHAPE=smollm135m GEN_ARGS=(--batch 64 --group 8 --tokens 64 --reps 3)
+  TRAIN_ARGS=()
+  command -v nvidia-smi >/dev/null || die "nvidia-smi not found: this needs an NVIDIA GPU"
+fi
+if [[ -n "$MODEL_GIVEN" && ! -f "$MODEL/config.json" ]]; then
+  die "no model in $MODEL (config.json missing); unset MODEL to train random weights in Qwen2.5-0.5B's shape"
+fi
+mkdir -p "$WORK" "$RUNS"
+: >"$WORK/summary.txt"
 
-RUN_DIR="$OUT/$NAME"
-mkdir -p "$OUT"
-MEM_LOG=$(mktemp)
-# GPU memory of device 0, sampled every second while the run lasts (vLLM's engine is its own process, so
-# torch's counters in the trainer would miss it).
-( while sleep 1; do nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits -i 0; done ) \
-  >"$MEM_LOG" 2>/dev/null &
-SAMPLER=$!
-trap 'kill $SAMPLER 2>/dev/null || true; rm -f "$MEM_LOG"' EXIT
+# 1. What the machine lacks, from .whl/ (scripts/device_bundle.sh); the checkout itself is on PYTHONPATH.
+if [[ "$REHEARSE" != 1 ]] && compgen -G ".whl/*.whl" >/dev/null; then
+  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/tg-site \
+    .whl/*.whl || die "installing .whl/ failed (made for another Python? scripts/device_bundle.sh, PY_VERSION)"
+  export PYTHONPATH=$PWD:/tmp/tg-site${PYTHONPATH:+:$PYTHONPATH}
+fi
+if ! command -v bwrap >/dev/null; then
+  for deb in .whl/*.deb; do
+    [[ -f $deb && "$REHEARSE" != 1 ]] && dpkg -x "$deb" /tmp/tg-root && export PATH=/tmp/tg-root/usr/bin:$PATH
+  done
+fi
+MEM_LOG=$WORK/gpu_memory.csv
+: >"$MEM_LOG"
+SAMPLER=
+if [[ "$DEVICE" == cuda ]]; then
+  "$PYTHON" -c "import torch, trialground; assert torch.cuda.is_available(), 'torch sees no CUDA device'" \
+    || die "needs trialground importable and a CUDA torch (pip install -e '.[train]', or .whl/ from scripts/device_bundle.sh)"
+  say "GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader -i 0)"
+  # GPU memory of device 0, sampled every second (a vLLM engine is its own process: torch's counters miss it).
+  ( while sleep 1; do nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits -i 0; done ) \
+    >"$MEM_LOG" 2>/dev/null &
+  SAMPLER=$!
+  trap 'kill $SAMPLER 2>/dev/null || true' EXIT
+else
+  say "REHEARSAL on the CPU with tiny shapes: no figure of this run says anything about a GPU"
+fi
+say "$("$PYTHON" -c "import sys, torch, transformers as t
+print(f'Python {sys.version.split()[0]}, torch {torch.__version__}, transformers {t.__version__}')")"
 
-START=$(date +%s)
+# 2. Generation at ~100M parameters: the three ways side by side, per architecture.
+if [[ "$GEN" != 0 ]]; then
+  for arch in llama qwen2 qwen3; do
+    (( $(left) > 240 )) || { say "generation: skipped $arch and after (time)"; break; }
+    "$PYTHON" benchmarks/make_model.py --arch "$arch" --shape "$SHAPE" --out "$WORK/bench-$arch" >/dev/null 2>&1 \
+      || { say "generation: could not make the $arch model"; continue; }
+    timeout 90 "$PYTHON" benchmarks/generation.py --model "$WORK/bench-$arch" --device "$DEVICE" "${GEN_ARGS[@]}" \
+      --json "$WORK/generation-$arch.json" 2>/dev/null | grep -E "^(lean|loop|generate|tokens|[A-Z])" \
+      | sed "s/^/gpu_smoke: generation $arch: /" | tee -a "$WORK/summary.txt" || say "generation $arch: failed or timed out"
+  done
+fi
+
+# 3. A few GRPO steps.
+if [[ ! -f "$MODEL/config.json" ]]; then
+  shape=$([[ "$REHEARSE" == 1 ]] && echo tiny || echo qwen2.5-0.5b)
+  MODEL=$WORK/train-$shape
+  [[ -f "$MODEL/config.json" ]] || "$PYTHON" benchmarks/make_model.py --arch qwen2 --shape "$shape" --out "$MODEL" >/dev/null 2>&1 \
+    || die "could not make a model in the $shape shape"
+  say "training random weights in the $shape shape (bundled tokenizer): tokens/s and memory are real, rewards are not"
+fi
+BACKEND=vllm
+"$PYTHON" -c "import vllm" 2>/dev/null || { BACKEND=hf; say "no vLLM here: sampling with policy.backend hf on the $DEVICE"; }
+SANDBOX=bwrap
+if ! "$PYTHON" -m trialground sandbox run --json -- python3 -c "print(6 * 7)" 2>/dev/null | grep -q '"stdout": "42'; then
+  SANDBOX=process
+  say "WARNING: no bubblewrap sandbox starts here: grading runs with sandbox.backend process (NO isolation)"
+fi
+say "training: $MODEL, policy.backend $BACKEND, sandbox.backend $SANDBOX, $(left) s left"
 set +e
-timeout --signal=INT 470 "$PYTHON" -m trialground train examples/gpu_humaneval.yaml \
+timeout --signal=INT "$(left)" "$PYTHON" -m trialground train examples/gpu_humaneval.yaml \
   --set "policy.model=$MODEL" \
   --set "loop.steps=$STEPS" \
   --set loop.eval_interval=0 \
   --set "tasks.eval_sources=[{source: humaneval, limit: $EVAL_TASKS}]" \
-  --set "output_dir=$OUT" \
-  --set "name=$NAME"
+  --set "output_dir=$RUNS" \
+  --set "name=$NAME" \
+  --set "policy.backend=$BACKEND" \
+  --set "sandbox.backend=$SANDBOX" \
+  "${TRAIN_ARGS[@]}"
 STATUS=$?
 set -e
-WALL=$(( $(date +%s) - START ))
-kill $SAMPLER 2>/dev/null || true
-
+[[ -n "$SAMPLER" ]] && kill "$SAMPLER" 2>/dev/null || true
+RUN_DIR="$RUNS/$NAME"
 echo
-echo "gpu_smoke: trialground train exited $STATUS after ${WALL}s (run directory $RUN_DIR)"
-[[ -f "$RUN_DIR/metrics.jsonl" ]] || die "no metrics.jsonl: the run did not get to its first step"
-"$PYTHON" - "$RUN_DIR/metrics.jsonl" "$MEM_LOG" <<'PY'
+say "trialground train exited $STATUS after $(($(date +%s) - START))s in all (run directory $RUN_DIR)"
+if [[ -f "$RUN_DIR/metrics.jsonl" ]]; then
+  "$PYTHON" - "$RUN_DIR/metrics.jsonl" "$MEM_LOG" <<'PY' | tee -a "$WORK/summary.txt"
 import json
 import sys
 
 steps = [m for m in map(json.loads, open(sys.argv[1])) if "train/tokens_per_s" in m]
 if not steps:
     sys.exit("gpu_smoke: no training step finished")
-# Every step's samples are one vLLM batch (rollout_concurrency >= batch_tasks x samples_per_task), so the
+# Every step's samples are one batch (rollout_concurrency >= batch_tasks x samples_per_task), so the
 # slowest sample's generation time is that batch's wall time.
 gen = [m["rollout/generated_tokens"] / m["env/generate_p99_s"] for m in steps if m.get("env/generate_p99_s")]
 train = [m["train/tokens_per_s"] for m in steps]
@@ -78,4 +156,12 @@ for key in ("eval/pass@1", "reward/mean"):
     if values:
         print(f"{key}:{' ' * (23 - len(key))}{values[0]:.3f} -> {values[-1]:.3f}")
 PY
+else
+  say "no metrics.jsonl: the run did not get to its first step"
+  [[ "$STATUS" != 0 ]] || STATUS=1
+fi
+if [[ -n "${OUT:-}" && -d "${OUT:-}" ]]; then
+  cp "$WORK/summary.txt" "$WORK"/generation-*.json "$OUT"/ 2>/dev/null || true
+  [[ -f "$RUN_DIR/metrics.jsonl" ]] && cp "$RUN_DIR/metrics.jsonl" "$OUT/" || true
+fi
 exit "$STATUS"

@@ -9,6 +9,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from trialground.orchestrator.run_config import load_config
 from trialground.tasks.sources import load_source
 
@@ -20,9 +22,10 @@ SMOKE = ROOT / "scripts" / "gpu_smoke.sh"
 def _smoke_overrides() -> list[str]:
     """The `--set` values of the smoke script's train command, read from the script itself."""
     text = SMOKE.read_text()
+    text = text[text.index("-m trialground train") : text.index("STATUS=$?")]  # the GPU run's own command
     sets = re.findall(r'--set "?([^"\n]+?)"?\s*\\?\n', text)
     values = {"$MODEL": "/models/Qwen2.5-0.5B-Instruct", "$STEPS": "3", "$EVAL_TASKS": "32"}
-    values |= {"$OUT": "runs", "$NAME": "gpu_smoke_test"}
+    values |= {"$RUNS": "runs", "$NAME": "gpu_smoke_test", "$BACKEND": "hf", "$SANDBOX": "bwrap"}
     out = []
     for item in sets:
         for var, value in values.items():
@@ -37,10 +40,11 @@ def test_gpu_example_validates_with_the_smoke_overrides() -> None:
     assert cfg.loop.rollout_concurrency >= cfg.loop.batch_tasks * cfg.loop.samples_per_task
     assert [s.source for s in cfg.tasks.eval_sources] == ["humaneval"]
     overrides = _smoke_overrides()
-    assert len(overrides) == 6, overrides
+    assert len(overrides) == 8, overrides
     smoke = load_config(EXAMPLE, overrides)
     assert smoke.loop.steps == 3 and smoke.policy.model == "/models/Qwen2.5-0.5B-Instruct"
     assert smoke.tasks.eval_sources[0].limit == 32
+    assert smoke.policy.backend == "hf" and smoke.policy.device == "cuda"  # where vLLM is missing
     # the training source is a real one (HumanEval itself has no training split)
     assert load_source(cfg.tasks.sources[0].source, n=4)
 
@@ -54,3 +58,21 @@ def test_smoke_script_refuses_a_machine_without_a_gpu(tmp_path: Path) -> None:
         env["MODEL"] = str(tmp_path / "absent")
         result = subprocess.run([str(SMOKE)], capture_output=True, text=True, env=env, timeout=60)
         assert result.returncode == 2 and f"no model in {tmp_path / 'absent'}" in result.stderr
+
+
+@pytest.mark.slow
+def test_the_smoke_script_runs_through_in_rehearsal(tmp_path: Path) -> None:
+    """REHEARSE=1: every step of the script on the CPU with tiny shapes: the generation comparison for the
+    three architectures, one GRPO step with its evaluations, and the summary read from the run's metrics."""
+    env = dict(os.environ, REHEARSE="1", STEPS="1", EVAL_TASKS="2", RUNS=str(tmp_path / "runs"))
+    env |= {"SMOKE_WORK": str(tmp_path / "work"), "OUT": str(tmp_path / "out")}
+    (tmp_path / "out").mkdir()
+    result = subprocess.run([str(SMOKE)], capture_output=True, text=True, env=env, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    for arch in ("llama", "qwen2", "qwen3"):
+        assert re.search(rf"generation {arch}: lean +median", summary), summary
+        assert f"generation {arch}: tokens lean vs loop: 0 of 16 rows differ" in summary, summary
+        assert (tmp_path / "out" / f"generation-{arch}.json").exists()
+    assert "steps finished:          1" in summary and "training tokens/s:" in summary, summary
+    assert (tmp_path / "out" / "metrics.jsonl").exists()
