@@ -67,9 +67,12 @@ class CgroupV2(Cgroup):
         try:
             with owned.guard(base, sweeping=False):
                 group.dir.mkdir()
-                group.owner = owned.hold(group.dir)
+                try:
+                    group.owner = owned.hold(group.dir)
+                except OSError:
+                    group.remove()
+                    raise
         except OSError:
-            group.remove()
             return None
         group._controllers = controllers(group.dir)
         return group
