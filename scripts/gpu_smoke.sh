@@ -56,6 +56,7 @@ if [[ -n "$MODEL_GIVEN" && ! -f "$MODEL/config.json" ]]; then
 fi
 mkdir -p "$WORK" "$RUNS"
 : >"$WORK/summary.txt"
+: >"$WORK/errors.log"  # what the generation comparisons printed on stderr
 
 # 1. What the machine lacks, from .whl/ (scripts/device_bundle.sh); the checkout itself is on PYTHONPATH.
 if [[ "$REHEARSE" != 1 ]] && compgen -G ".whl/*.whl" >/dev/null; then
@@ -93,8 +94,9 @@ if [[ "$GEN" != 0 ]]; then
     "$PYTHON" benchmarks/make_model.py --arch "$arch" --shape "$SHAPE" --out "$WORK/bench-$arch" >/dev/null 2>&1 \
       || { say "generation: could not make the $arch model"; continue; }
     timeout 90 "$PYTHON" benchmarks/generation.py --model "$WORK/bench-$arch" --device "$DEVICE" "${GEN_ARGS[@]}" \
-      --json "$WORK/generation-$arch.json" 2>/dev/null | grep -E "^(lean|loop|generate|tokens|[A-Z])" \
-      | sed "s/^/gpu_smoke: generation $arch: /" | tee -a "$WORK/summary.txt" || say "generation $arch: failed or timed out"
+      --json "$WORK/generation-$arch.json" 2>>"$WORK/errors.log" | grep -E "^(lean|loop|generate|tokens|[A-Z])" \
+      | sed "s/^/gpu_smoke: generation $arch: /" | tee -a "$WORK/summary.txt" \
+      || { say "generation $arch: failed or timed out; the end of errors.log:"; tail -5 "$WORK/errors.log"; }
   done
 fi
 
@@ -161,7 +163,7 @@ else
   [[ "$STATUS" != 0 ]] || STATUS=1
 fi
 if [[ -n "${OUT:-}" && -d "${OUT:-}" ]]; then
-  cp "$WORK/summary.txt" "$WORK"/generation-*.json "$OUT"/ 2>/dev/null || true
+  cp "$WORK/summary.txt" "$WORK/errors.log" "$WORK"/generation-*.json "$OUT"/ 2>/dev/null || true
   [[ -f "$RUN_DIR/metrics.jsonl" ]] && cp "$RUN_DIR/metrics.jsonl" "$OUT/" || true
 fi
 exit "$STATUS"
