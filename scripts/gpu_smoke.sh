@@ -8,7 +8,8 @@
 #   1. installs .whl/ (no index) into /tmp/tg-site and bubblewrap's package into /tmp/tg-root, if present;
 #   2. measures generation at ~100M parameters on the GPU for the architectures the lean decoder covers
 #      (llama, qwen2, qwen3; benchmarks/generation.py --device cuda: lean decoder, our transformers loop,
-#      `generate()`; 64 rows = 8 prompts x 8 samples, 64 tokens; GEN=0 skips it);
+#      `generate()`; 64 rows = 8 prompts x 8 samples, 64 tokens; then Llama at the GPU recipe's 128 rows x
+#      256 tokens where time allows; GEN=0 skips it);
 #   3. runs a few GRPO steps of examples/gpu_humaneval.yaml: sampled by vLLM where it is installed, else by
 #      the in-process sampler on the GPU (policy.backend hf); on MODEL, or, where MODEL is left unset and
 #      models/Qwen2.5-0.5B-Instruct is missing, on random weights in Qwen2.5-0.5B's shape made on the spot
@@ -98,6 +99,13 @@ if [[ "$GEN" != 0 ]]; then
       | sed "s/^/gpu_smoke: generation $arch: /" | tee -a "$WORK/summary.txt" \
       || { say "generation $arch: failed or timed out; the end of errors.log:"; tail -5 "$WORK/errors.log"; }
   done
+  # The GPU recipe's shape: 16 prompts x 8 samples, 256 of its up to 512 tokens (Llama only: time).
+  if [[ "$DEVICE" == cuda ]] && (( $(left) > 330 )) && [[ -f "$WORK/bench-llama/config.json" ]]; then
+    timeout 120 "$PYTHON" benchmarks/generation.py --model "$WORK/bench-llama" --device cuda --batch 128 --group 8 \
+      --tokens 256 --reps 2 --json "$WORK/generation-llama-128x256.json" 2>>"$WORK/errors.log" \
+      | grep -E "^(lean|loop|generate|tokens)" | sed "s/^/gpu_smoke: generation llama 128x256: /" \
+      | tee -a "$WORK/summary.txt" || say "generation llama 128x256: failed or timed out"
+  fi
 fi
 
 # 3. A few GRPO steps.
