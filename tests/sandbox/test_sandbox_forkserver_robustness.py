@@ -9,7 +9,6 @@ import gc
 import json
 import os
 import re
-import resource
 import signal
 import subprocess
 import sys
@@ -152,23 +151,6 @@ def _stopped(template: forkserver.Template, for_s: float) -> Iterator[None]:
 
 
 # -- found by review, fixed ----------------------------------------------------------------------------------
-@pytest.fixture
-def many_descriptors() -> Iterator[None]:
-    """This process holds > 1024 descriptors, as a busy trainer (sockets, files, CUDA) may."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard < 1400:
-        pytest.skip("needs RLIMIT_NOFILE >= 1400")
-    if soft != resource.RLIM_INFINITY and soft < 1400:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (1400, hard))
-    held = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
-    try:
-        yield
-    finally:
-        for fd in held:
-            os.close(fd)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-
-
 async def test_a_host_with_more_than_1024_descriptors_can_open_sandboxes(many_descriptors: None) -> None:
     """A host holding more than 1024 descriptors opens sandboxes (pidfds are polled: select() refuses
     descriptors past 1023)."""
@@ -184,6 +166,7 @@ async def test_a_host_with_more_than_1024_descriptors_can_open_sandboxes(many_de
         await teardown.drain()
 
 
+@pytest.mark.usefixtures("room_for_200_sandboxes")
 async def test_a_stalled_template_does_not_block_the_event_loop() -> None:
     """A stalled template (its socket buffer full: ~170 requests in flight) never blocks the event loop:
     requests are sent without blocking and retried until it reads again. Shown by the order of events, not
