@@ -13,13 +13,7 @@ from poolkit import NoGrader, make_task
 
 from trialground.envs.config import EnvConfig
 from trialground.pool import EnvPool, PoolConfig
-from trialground.pool.backend import (
-    FDS_BASE,
-    FDS_PER_SANDBOX,
-    host_limit_error,
-    open_files_needed,
-    reserve_open_files,
-)
+from trialground.pool.backend import FDS_BASE, FDS_PER_SANDBOX, open_files_needed, reserve_open_files
 from trialground.pool.sim import SimBackend
 
 
@@ -64,7 +58,7 @@ def test_the_soft_limit_is_raised_to_what_the_sandboxes_need() -> None:
 def test_a_hard_limit_too_low_is_a_warning_and_a_clear_error() -> None:
     code = (
         "import errno, logging, resource\n"
-        "from trialground.pool.backend import host_limit_error, reserve_open_files\n"
+        "from trialground.pool.backend import reserve_open_files\n"
         "logging.basicConfig(level=logging.WARNING)\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (300, 300))\n"
         "print(reserve_open_files(100, required=2))\n"  # 2 fit in 300: no warning
@@ -73,6 +67,8 @@ def test_a_hard_limit_too_low_is_a_warning_and_a_clear_error() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.split() == ["(300,", f"{open_files_needed(100)})"] * 2
     assert out.stderr.count("may open 300 (RLIMIT_NOFILE hard limit)") == 1 and "ulimit -Hn" in out.stderr
+
+    from trialground.sandbox.factory import host_limit_error
 
     err = host_limit_error(OSError(errno.EMFILE, "Too many open files"))
     assert err is not None and err.kind == "host_limit" and "RLIMIT_NOFILE soft" in str(err)
@@ -96,3 +92,30 @@ async def test_local_backend_names_the_host_limit_when_out_of_descriptors(
     with pytest.raises(SandboxError) as e:
         await LocalBackend(SandboxConfig()).create(make_task(0))
     assert e.value.kind == "host_limit" and "ulimit -Hn" in str(e.value)
+
+
+def test_opening_sandboxes_past_the_descriptor_limit_is_a_clear_error() -> None:
+    """Real sandboxes opened without a pool in a process whose soft RLIMIT_NOFILE is 64: the one that does
+    not fit raises SandboxError kind host_limit naming the limit, and the ones open still run."""
+    code = (
+        "import asyncio, resource\n"
+        "from trialground.errors import SandboxError\n"
+        "from trialground.sandbox.factory import open_sandbox\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
+        "async def main():\n"
+        "    opened = []\n"
+        "    try:\n"
+        "        for _ in range(64):\n"
+        "            opened.append(await open_sandbox())\n"
+        "        print('no error')\n"
+        "    except SandboxError as e:\n"
+        "        ran = (await opened[0].exec(['echo', 'ok'])).stdout.strip()\n"
+        "        print(len(opened), e.kind, 'RLIMIT_NOFILE soft 64' in str(e), ran)\n"
+        "    for sb in opened:\n"
+        "        await sb.close()\n"
+        "asyncio.run(main())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    opened, kind, names_limit, ran = out.stdout.split()
+    assert int(opened) >= 1 and kind == "host_limit" and names_limit == "True" and ran == "ok", out.stdout

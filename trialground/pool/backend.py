@@ -17,7 +17,6 @@ of descriptors raises `SandboxError(kind="host_limit")` that names the limit and
 from __future__ import annotations
 
 import abc
-import errno
 import logging
 import resource
 from collections.abc import Mapping
@@ -25,10 +24,10 @@ from collections.abc import Mapping
 from trialground.envs.tool_env import workspace_files
 from trialground.errors import SandboxError, TrialgroundError
 from trialground.sandbox.base import Sandbox, SandboxConfig
+from trialground.sandbox.factory import FDS_PER_SANDBOX, host_limit_error
 from trialground.tasks.model import Task
 
 log = logging.getLogger(__name__)
-FDS_PER_SANDBOX = 8  # measured 5.25 with the fork-server launcher and 4.2 with bubblewrap's, as root
 FDS_BASE = 256  # the process's own: interpreter, event loop, logs, sockets, the fork server
 
 
@@ -57,25 +56,6 @@ def reserve_open_files(sandboxes: int, required: int | None = None) -> tuple[int
             max(0, (soft - FDS_BASE) // FDS_PER_SANDBOX),
         )  # fmt: skip
     return soft, need
-
-
-def host_limit_error(e: OSError) -> SandboxError | None:
-    """A clear error for a sandbox that could not be opened because a host limit on open files was hit."""
-    if e.errno == errno.EMFILE:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        return SandboxError(
-            f"could not open a sandbox: this process has no file descriptor left (RLIMIT_NOFILE soft {soft}, "
-            f"hard {hard}; each open sandbox holds up to {FDS_PER_SANDBOX}): raise the hard limit (ulimit "
-            "-Hn, systemd LimitNOFILE=, docker --ulimit nofile=) or run fewer sandboxes at once",
-            kind="host_limit",
-        )
-    if e.errno == errno.ENFILE:
-        return SandboxError(
-            "could not open a sandbox: the host's file table is full (sysctl fs.file-max): raise it or run "
-            "fewer sandboxes at once",
-            kind="host_limit",
-        )
-    return None
 
 
 class SandboxBackend(abc.ABC):
@@ -110,11 +90,8 @@ class LocalBackend(SandboxBackend):
         from trialground.sandbox.factory import open_sandbox  # late: the factory pulls in every backend
 
         try:
-            return await open_sandbox(self.config, files)
-        except TrialgroundError as e:
-            cause = e.__cause__
-            if isinstance(cause, OSError) and (clear := host_limit_error(cause)) is not None:
-                raise clear from e
+            return await open_sandbox(self.config, files)  # a host limit hit: SandboxError kind host_limit
+        except TrialgroundError:
             raise
         except OSError as e:
             if (clear := host_limit_error(e)) is not None:
