@@ -25,7 +25,8 @@ async def open_sandbox(
     """A fresh sandbox of `config.backend` with `files` written into its workspace.
 
     bwrap is the default; `process` (no isolation) and `remote` are used only when chosen. Raises
-    SandboxError when the backend cannot be set up (for example bubblewrap missing), never falls back.
+    SandboxError when the backend cannot be set up (for example bubblewrap missing), never falls back;
+    kind `host_limit` when the process or host ran out of open files (`host_limit_error`).
     """
     config = config or SandboxConfig()
     backend = BACKENDS.lookup(config.backend)
