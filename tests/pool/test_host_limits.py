@@ -77,30 +77,17 @@ def test_a_hard_limit_too_low_is_a_warning_and_a_clear_error() -> None:
     assert host_limit_error(OSError(errno.ENOENT, "missing")) is None
 
 
-async def test_local_backend_names_the_host_limit_when_out_of_descriptors(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from trialground.errors import SandboxError
-    from trialground.pool.backend import LocalBackend
-    from trialground.sandbox import factory
-    from trialground.sandbox.base import SandboxConfig
-
-    async def out_of_fds(*args: object) -> None:
-        raise OSError(errno.EMFILE, "Too many open files")
-
-    monkeypatch.setattr(factory, "open_sandbox", out_of_fds)
-    with pytest.raises(SandboxError) as e:
-        await LocalBackend(SandboxConfig()).create(make_task(0))
-    assert e.value.kind == "host_limit" and "ulimit -Hn" in str(e.value)
-
-
 def test_opening_sandboxes_past_the_descriptor_limit_is_a_clear_error() -> None:
     """Real sandboxes opened without a pool in a process whose soft RLIMIT_NOFILE is 64: the one that does
-    not fit raises SandboxError kind host_limit naming the limit, and the ones open still run."""
+    not fit raises SandboxError kind host_limit naming the limit, and the ones open still run; the pool's
+    `LocalBackend` then says the same (its sandboxes come from `open_sandbox`)."""
     code = (
         "import asyncio, resource\n"
         "from trialground.errors import SandboxError\n"
+        "from trialground.pool.backend import LocalBackend\n"
+        "from trialground.sandbox.base import SandboxConfig\n"
         "from trialground.sandbox.factory import open_sandbox\n"
+        "from trialground.tasks.model import Task, VerifierSpec\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
         "async def main():\n"
         "    opened = []\n"
@@ -111,11 +98,19 @@ def test_opening_sandboxes_past_the_descriptor_limit_is_a_clear_error() -> None:
         "    except SandboxError as e:\n"
         "        ran = (await opened[0].exec(['echo', 'ok'])).stdout.strip()\n"
         "        print(len(opened), e.kind, 'RLIMIT_NOFILE soft 64' in str(e), ran)\n"
+        "    spec = VerifierSpec(kind='code_tests')\n"
+        "    task = Task(domain='code', prompt='p', files={'a.txt': 'a'}, verifier=spec)\n"
+        "    try:\n"
+        "        opened.append(await LocalBackend(SandboxConfig()).create(task))\n"
+        "        print('pool: no error')\n"
+        "    except SandboxError as e:\n"
+        "        print(e.kind, 'ulimit -Hn' in str(e))\n"
         "    for sb in opened:\n"
         "        await sb.close()\n"
         "asyncio.run(main())\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    opened, kind, names_limit, ran = out.stdout.split()
+    opened, kind, names_limit, ran, pool_kind, pool_says_how = out.stdout.split()
     assert int(opened) >= 1 and kind == "host_limit" and names_limit == "True" and ran == "ok", out.stdout
+    assert pool_kind == "host_limit" and pool_says_how == "True", out.stdout

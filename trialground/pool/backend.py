@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from trialground.envs.tool_env import workspace_files
 from trialground.errors import SandboxError, TrialgroundError
 from trialground.sandbox.base import Sandbox, SandboxConfig
-from trialground.sandbox.factory import FDS_PER_SANDBOX, host_limit_error
+from trialground.sandbox.factory import FDS_PER_SANDBOX
 from trialground.tasks.model import Task
 
 log = logging.getLogger(__name__)
@@ -93,12 +93,6 @@ class LocalBackend(SandboxBackend):
             return await open_sandbox(self.config, files)  # a host limit hit: SandboxError kind host_limit
         except TrialgroundError:
             raise
-        except OSError as e:
-            if (clear := host_limit_error(e)) is not None:
-                raise clear from e
-            raise SandboxError(
-                f"could not open a sandbox: {type(e).__name__}: {e}", kind="open_failed"
-            ) from e
         except Exception as e:
             raise SandboxError(
                 f"could not open a sandbox: {type(e).__name__}: {e}", kind="open_failed"

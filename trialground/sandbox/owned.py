@@ -49,7 +49,7 @@ def abandoned(path: Path) -> int | None:
     None too when `path` cannot be opened (it went away)."""
     try:
         return hold(path)
-    except (BlockingIOError, OSError):
+    except OSError:  # BlockingIOError: another process holds it
         return None
 
 
