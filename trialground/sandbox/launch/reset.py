@@ -5,7 +5,9 @@ the previous one. The workspace comes back from its snapshot on the host; everyt
 occupant could leave lives in the sandbox's own namespaces, and is removed here, from inside:
 
 - processes: every command's processes are killed when it ends (the supervisor); what is left is listed;
-- files in the private scratch directories (/tmp, /dev/shm): emptied (`wipe`);
+- files in the private scratch directories (/tmp, /dev/shm): emptied (`wipe`), and what lives on those
+  directories themselves (extended attributes, ACLs, mode, timestamps: state an occupant could read back)
+  set back as the launchers make them (`restore_top`);
 - SysV shared memory segments, message queues and semaphore sets of the sandbox's IPC namespace (they
   outlive every process and stay charged to the sandbox's memory): removed, found in /proc/sysvipc;
 - POSIX message queues of that namespace: unlinked, found in its mqueue file system at /dev/mqueue, which
@@ -29,6 +31,8 @@ MQUEUE = "/dev/mqueue"
 IPC_RMID = 0
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _MAX_OPEN = 64  # directories held open at once; deeper ones are moved up to the top first
+# The mode both launchers give the scratch directories (owned by the sandbox's user, who may change it)
+TOP_MODE = 0o755
 
 
 def wipe(top):
@@ -103,6 +107,56 @@ def wipe(top):
         return False
 
 
+def restore_top(top):
+    """Set `top` itself back as the launchers make it: no extended attributes (`user.*`, POSIX ACLs), mode
+    `TOP_MODE`, access and modification times now. Emptying a directory keeps the directory, and these
+    live on it: an occupant could leave a value there for the next one to read. True when achieved."""
+    try:
+        fd = os.open(top, _OPEN_DIR)
+    except OSError:
+        return False
+    try:
+        for name in _xattrs(fd):
+            try:  # noqa: SIM105 - contextlib would be one more import
+                os.removexattr(fd, name)
+            except OSError:
+                pass  # reported by `top_leftovers`
+        os.chmod(fd, TOP_MODE)
+        os.utime(fd)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return not top_leftovers(top)
+
+
+def _xattrs(target):
+    try:
+        return os.listxattr(target)
+    except OSError as e:
+        if e.errno in (95, 61):  # EOPNOTSUPP, ENODATA: the file system keeps none
+            return []
+        raise
+
+
+def top_leftovers(top):
+    """What is left on `top` itself (see `restore_top`), one line each."""
+    try:
+        mode = os.stat(top, follow_symlinks=False).st_mode & 0o7777
+        names = _xattrs(top)
+    except OSError as e:
+        return [f"{top}: cannot be inspected ({e.strerror})"]
+    left = [f"{top}: extended attribute {name}" for name in names]
+    if mode != TOP_MODE:
+        left.append(f"{top}: mode {mode:o}, not {TOP_MODE:o}")
+    return left
+
+
+def empty(top):
+    """`wipe` and `restore_top`: True when `top` is empty and set back."""
+    return wipe(top) and restore_top(top)
+
+
 def sysv_objects():
     """{kind: [id, ...]} of the SysV IPC objects of this IPC namespace; None when it cannot be read."""
     found = {}
@@ -170,6 +224,7 @@ def leftovers(dirs, keep):
             left += [f"{top}/{name}" for name in sorted(os.listdir(top))]
         except OSError as e:
             left.append(f"{top}: cannot list ({e.strerror})")
+        left += top_leftovers(top)
     return left + ipc_leftovers()
 
 
@@ -192,6 +247,6 @@ def ipc_leftovers():
 def reset(dirs, keep):
     """Empty `dirs`, remove every IPC object; returns `leftovers` (empty when the sandbox is clean)."""
     for top in dirs:
-        wipe(top)
+        empty(top)
     remove_ipc()
     return leftovers(dirs, keep)

@@ -17,12 +17,13 @@ host key and the sealed literals. Roles:
   and prints one signed report line. It is non-dumpable (inherited by every fork), so no process here gets
   /proc or ptrace access to another; the children's stdio is /dev/null.
 - in a batch, after each member (and each visible rerun) the supervisor kills every other process of the
-  sandbox except its ancestors, empties /workspace, /tmp and /dev/shm (`wipe` of `sandbox/launch/reset.py`:
-  iterative, through directory descriptors opened with O_NOFOLLOW, so no depth, lock or link stops it)
-  and removes every SysV IPC object and POSIX message queue of the sandbox; a member whose
-  leftovers cannot be removed is failed and flagged, and the remaining members are reported `abandoned`
-  for the host to regrade alone. An exception while a member runs fails that member; only writing a
-  member's files can be an infrastructure error.
+  sandbox except its ancestors, empties /workspace, /tmp and /dev/shm (`empty` of
+  `sandbox/launch/reset.py`: iterative, through directory descriptors opened with O_NOFOLLOW, so no depth,
+  lock or link stops it; the directories' own extended attributes, mode and times set back) and removes
+  every SysV IPC object and POSIX message queue of the sandbox; a member whose leftovers cannot be removed
+  is failed and flagged, and the remaining members are reported `abandoned` for the host to regrade alone.
+  An exception while a member runs fails that member; only writing a member's files can be an
+  infrastructure error.
 
 Sealed checks: the host rewrites `assert EXPR == LITERAL` in hidden checks so the checker sends EXPR's
 value; the literals follow the host key on stdin and are read, like it, only after every pair of the hidden
@@ -83,7 +84,7 @@ def _load_wire(code):
 def _load_reset(code):
     namespace = {"__name__": "tg_reset"}
     exec(code, namespace)
-    return {k: namespace[k] for k in ("wipe", "remove_ipc", "ipc_leftovers")}
+    return {k: namespace[k] for k in ("empty", "remove_ipc", "ipc_leftovers")}
 
 
 PARTS: dict = {}  # worker, checker, wire, reset: set by main() before any fork
@@ -339,7 +340,7 @@ def clean_sandbox(tops=SCRATCH):
     object left in the sandbox's IPC namespace (`sandbox/launch/reset.py`); True when achieved."""
     alone = kill_strays()
     reset = PARTS["reset"]
-    wiped = all([reset["wipe"](top) for top in tops])
+    wiped = all([reset["empty"](top) for top in tops])
     reset["remove_ipc"]()
     return wiped and alone and not reset["ipc_leftovers"]()
 
