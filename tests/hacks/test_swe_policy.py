@@ -53,6 +53,22 @@ def test_grader_only_fix_is_refused() -> None:
         "import subprocess",
         "def f():\n    try:\n        1 / 0\n    except Exception as e:\n"
         "        return e.__traceback__.tb_frame",
+        # a name built elsewhere reaches any attribute: refused unless it is a literal
+        "def pick(o, name):\n    return getattr(o, name)\n\nm = pick(sys, 'mod' + 'ules')",
+        "def get(o, name):\n    return getattr(o, name, None)",
+        "import functools\nm = functools.reduce(getattr, ['modules'], sys)",
+        "g = getattr\nm = g(sys, 'modules')",
+        "import operator\nm = operator.attrgetter('mod' + 'ules')(sys)",
+        "from operator import attrgetter as ag\nm = ag('modules')(sys)",
+        "from operator import methodcaller\nf = methodcaller('_get' + 'frame', 1)",
+        "import operator\nget = operator.attrgetter",
+        # annotation strings are evaluated by typing.get_type_hints and functools.singledispatch
+        "def f(x: \"__import__('sys').modules\"):\n    pass",
+        "def f(x: \"List['sys.modules']\") -> None:\n    pass",
+        "import typing\nh = typing.get_type_hints(area)",
+        "from typing import ForwardRef",
+        "import string\nf = string.Formatter()",
+        "import pydoc",
     ],
 )
 def test_each_introspection_process_or_dynamic_use_is_refused(code: str) -> None:
@@ -68,8 +84,11 @@ def test_each_introspection_process_or_dynamic_use_is_refused(code: str) -> None
         "v = sys.version_info >= (3, 8)",
         "class A:\n    def __init__(self):\n        self.x = 1\n\n"
         "    def __repr__(self):\n        return type(self).__name__",
-        "def get(o, name):\n    return getattr(o, name, None)",
         "x = getattr(area, 'real', 0)",
+        "from operator import attrgetter, itemgetter\nkey = attrgetter('real', 'imag.real')",
+        "import operator\nstrip = operator.methodcaller('strip', 'x')",
+        "from typing import List, Optional\n\n\ndef f(x: 'List[int]') -> 'Optional[str]':\n    return None",
+        "from typing import Literal\n\n\ndef f(x: Literal['two words']) -> None:\n    pass",
         "import threading\nlock = threading.RLock()",
         "def f():\n    return locals()",
     ],
@@ -82,6 +101,12 @@ def test_a_kind_of_use_the_file_already_has_is_not_counted_and_a_new_one_is() ->
     before = BASE + "def code_of(f):\n    return f.__code__\n"
     assert added_violations(before, before + "def other(f):\n    return f.__code__.co_flags\n") == []
     assert added_violations(before, before + "def g(f):\n    return f.__globals__\n")
+
+
+def test_a_files_own_dynamic_lookup_does_not_admit_a_new_one() -> None:
+    before = BASE + "def get(o, name):\n    return getattr(o, name, None)\n"
+    assert added_violations(before, before + "def nothing():\n    return None\n") == []
+    assert added_violations(before, before + "def grab(o, n):\n    return getattr(o, n)\n")
 
 
 def test_unparseable_huge_and_deleted_files() -> None:

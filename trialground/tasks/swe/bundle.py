@@ -37,6 +37,13 @@ LAUNCHER_SOURCE = """\
 # Runs the bundled pytest on this repository: python3 -I -S .tg/pytest.py [pytest arguments]
 # Node ids named on the command line (PATH::NAME) must each run and pass: a skip, an xfail, a deselected
 # or missing id is a failed run (exit status 1), so the exit status alone says whether they all passed.
+# The code under test runs in this process. What it could patch to make tests pass without running them
+# (pytest's and pluggy's test-running functions, the report classes, the collected tests' code, the import
+# machinery, how this process exits) is compared with what it was before any of that code ran, at every
+# test report and at the end; any change fails the run ("harness tampered"). From the start of pytest on,
+# an audit hook refuses C calls through ctypes, other threads' frames, and rewriting the code of a test's,
+# a conftest's or the harness's function.
+import builtins
 import os
 import sys
 
@@ -45,13 +52,102 @@ sys.path[:0] = [os.path.join(_here, "site"), os.path.dirname(_here)]
 sys.dont_write_bytecode = True
 os.environ.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
 import pytest  # noqa: E402
+import pluggy._callers  # noqa: E402
+import pluggy._hooks  # noqa: E402
+import pluggy._manager  # noqa: E402
+import _pytest.main  # noqa: E402
+import _pytest.nodes  # noqa: E402
+import _pytest.python  # noqa: E402
+import _pytest.reports  # noqa: E402
+import _pytest.runner  # noqa: E402
+
+# Namespaces whose every binding must stay the object it was (what runs a test, makes and delivers its
+# report, calls the hooks), and single bindings of those tests may patch for themselves (imports, exits)
+_WATCHED = [
+    _pytest.runner, _pytest.python, _pytest.reports, _pytest.main, _pytest.nodes, pluggy._callers,
+    pluggy._hooks, pluggy._manager, _pytest.runner.CallInfo, _pytest.python.Function, _pytest.nodes.Item,
+    _pytest.nodes.Node, _pytest.reports.BaseReport, _pytest.reports.TestReport, _pytest.main.Session,
+    pluggy._hooks.HookCaller, pluggy._hooks.HookImpl, pluggy._manager.PluginManager,
+]
+_SINGLE = [(builtins, "__import__"), (builtins, "SystemExit"), (os, "_exit")]
+_REFUSED_EVENTS = frozenset({"sys._current_frames", "ctypes.dlopen", "ctypes.dlsym", "ctypes.addressof",
+                             "ctypes.cdata", "ctypes.call_function"})
+_EXIT = os._exit
+_HARNESS = os.path.join(_here, "")
+
+
+def _ours(code):
+    # a test's, a conftest's or the harness's own code (the library may rewrite its own functions)
+    path = getattr(code, "co_filename", "")
+    base = os.path.basename(path)
+    return (path.startswith(_HARNESS) or base.startswith("test_") or base.endswith("_test.py")
+            or base == "conftest.py" or "/tests/" in path or "/test/" in path or "/testing/" in path)
+
+
+def _audit(event, args):
+    rewrites = event == "object.__setattr__" and args[1:2] == ("__code__",)
+    if event in _REFUSED_EVENTS or (rewrites and _ours(getattr(args[0], "__code__", None))):
+        raise RuntimeError(f"refused in a test run: {event}")
+
+
+def _bindings():
+    return [dict(vars(ns)) for ns in _WATCHED] + [{name: vars(ns).get(name)} for ns, name in _SINGLE]
+
+
+def _pytests_own(key, value):
+    # what pytest and Python set on these themselves: the legacy-path properties (at start-up), a flag of
+    # pytest's, the warnings module's registry of a module
+    fget = getattr(value, "fget", None)
+    return (key in ("fspath", "startdir") and getattr(fget, "__module__", "") == "_pytest.legacypath") or (
+        key == "_pytest_diamond_inheritance_warning_shown" and value is True) or key == "__warningregistry__"
+
+
+def _changed(before, after):
+    out = set()
+    for ns, old, new in zip([*_WATCHED, *(ns for ns, _ in _SINGLE)], before, after):
+        name = getattr(ns, "__name__", "?")
+        out |= {f"{name}.{k}" for k in old.keys() | new.keys()
+                if old.get(k) is not new.get(k) and not _pytests_own(k, new.get(k))}
+    return out
+
+
+def _hooks(config):
+    return {name: [(id(i.plugin), id(i.function)) for i in caller.get_hookimpls()]
+            for name, caller in vars(config.pluginmanager.hook).items() if hasattr(caller, "get_hookimpls")}
+
+
+def _shadowed(item):
+    cls = type(item)
+    return [k for k in vars(item) if callable(getattr(cls, k, None)) and not isinstance(getattr(cls, k), type)
+            ]
 
 
 class _NamedIdsMustPass:
     def __init__(self, named):
-        self.named, self.passed, self.bad = set(named), set(), []
+        self.named, self.passed, self.bad, self.tampered = set(named), set(), [], set()
+        self.bindings, self.codes, self.meta_path, self.config, self.hooks = _bindings(), [], None, None, {}
+
+    def check(self, meta_path=True):
+        found = _changed(self.bindings, _bindings())
+        for item, code in self.codes:
+            if getattr(getattr(item, "obj", None), "__code__", None) is not code:
+                found.add(f"code of {item.nodeid}")
+            found |= {f"{item.nodeid}.{k}" for k in _shadowed(item)}
+        if self.config is not None:
+            now = _hooks(self.config)
+            found |= {f"hook {k}" for k in now.keys() | self.hooks.keys() if now.get(k) != self.hooks.get(k)}
+        if meta_path and self.meta_path is not None and list(sys.meta_path) != self.meta_path:
+            found.add("sys.meta_path")  # compared from collection's end until the session's
+        self.tampered |= found
+        return not self.tampered
+
+    def pytest_collection_modifyitems(self, session, config, items):
+        self.codes = [(i, getattr(getattr(i, "obj", None), "__code__", None)) for i in items]
+        self.meta_path, self.config, self.hooks = list(sys.meta_path), config, _hooks(config)
 
     def pytest_runtest_logreport(self, report):
+        if not self.check():
+            self.bad.append(report.nodeid)
         if report.nodeid not in self.named:
             return
         if report.when == "call" and report.passed and not hasattr(report, "wasxfail"):
@@ -60,7 +156,8 @@ class _NamedIdsMustPass:
             self.bad.append(report.nodeid)
 
     def pytest_sessionfinish(self, session, exitstatus):
-        if self.named and (self.bad or self.passed != self.named) and session.exitstatus == 0:
+        failed = self.named and (self.bad or self.passed != self.named)
+        if (failed or not self.check()) and session.exitstatus == 0:
             session.exitstatus = 1
 
     def pytest_terminal_summary(self, terminalreporter):
@@ -69,11 +166,19 @@ class _NamedIdsMustPass:
             terminalreporter.write_line(
                 f"named tests not passed: {len(set(self.bad))} failed or skipped, {len(missing)} did not run"
             )
+        if not self.check():
+            terminalreporter.write_line(f"harness tampered: {', '.join(sorted(self.tampered)[:8])}")
 
 
+sys.addaudithook(_audit)
 _named = [a for a in sys.argv[1:] if "::" in a and not a.startswith("-")]
-sys.exit(pytest.main(["-p", "no:cacheprovider", "-o", "addopts=", "--color=no", *sys.argv[1:]],
-                     plugins=[_NamedIdsMustPass(_named)]))
+_plugin = _NamedIdsMustPass(_named)
+_code = pytest.main(["-p", "no:cacheprovider", "-o", "addopts=", "--color=no", *sys.argv[1:]],
+                    plugins=[_plugin])
+_ok = _plugin.check(meta_path=False)  # pytest has taken its own import hook away by now
+sys.stdout.flush()
+sys.stderr.flush()
+_EXIT(int(_code) if _ok else int(_code) or 1)  # os._exit as it was before pytest started
 """
 
 

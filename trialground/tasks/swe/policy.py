@@ -11,7 +11,12 @@ and `before` has not:
   `__class__.__mro__`, `__subclasses__`, ...), frame, traceback and code-object attributes (`f_back`,
   `tb_frame`, `co_code`, ...), `vars`, `globals`, `locals`, `dir`;
 - dynamic attribute access: `getattr`, `setattr`, `delattr`, `hasattr` whose name is not a string literal
-  (a literal name is checked like an attribute);
+  (a literal name is checked like an attribute), each call counted by its own text, so a file's existing
+  `getattr(obj, name)` does not admit a new one; these four named as values (`reduce(getattr, ...)`);
+  and what looks names up by a string built at run time: `operator.attrgetter` and `methodcaller`,
+  `typing.get_type_hints` and `ForwardRef` (they `eval` annotation strings), `string.Formatter`, `pydoc`;
+- annotation strings: each is parsed and checked as code (`get_type_hints` and `functools.singledispatch`
+  evaluate them);
 - code objects and dynamic code: `eval`, `exec`, `compile`, `__import__`, `breakpoint`;
 - process control and the process's own state: `SystemExit`, `KeyboardInterrupt`, `exit`, `quit`, and
   every attribute of `os` and `sys` outside a read-only allowlist (`os.path`, `os.sep`, `sys.version_info`,
@@ -25,11 +30,15 @@ and `before` has not:
 A use is identified by its rule and what it names: a kind of use the file already had (a function-
 introspection module that reads `__code__`) is not counted against a fix, a new kind is. Names
 built at run time do not help: every place a built name could be used (dynamic `getattr`, `__dict__`,
-`importlib.import_module`, `eval`) is itself refused. The check is bounded: a file over `MAX_FILE_CHARS`
-or one that does not parse is refused, parsing is linear in the file, and walking the tree is iterative.
+`importlib.import_module`, `eval`, `attrgetter`, an annotation string) is itself refused. Code the file
+already had and the submission merely calls (an existing helper that reads an attribute by a name it is
+given) is not a new use: the test process's own checks (`bundle.LAUNCHER_SOURCE`) stand behind this.
+The check is bounded: a file over `MAX_FILE_CHARS` or one that does not parse is refused, parsing is
+linear in the file, and walking the tree is iterative.
 
-Measured to accept every gold patch of the validated task sets and every real upstream fix in
-`tests/swe/upstream_fixes/` (docs/swe.md).
+Measured on the gold patches of the cached task sets (all accepted) and on every library file changed
+between consecutive releases of the task repositories (32 of 33 accepted; the one refused reads attributes
+by a variable name): `benchmarks/swe_policy.py`, docs/swe.md.
 """
 
 from __future__ import annotations
@@ -52,7 +61,7 @@ DENIED_MODULES = frozenset(
         "sysconfig", "site", "posix", "nt", "_imp", "_frozen_importlib", "_frozen_importlib_external",
         "_posixsubprocess", "pty", "fcntl", "select", "selectors", "asyncio", "sched", "weakref", "_weakref",
         "ast", "symtable", "linecache", "tokenize", "zipfile", "tarfile", "glob", "fnmatch", "fileinput",
-        "os", "sys",
+        "os", "sys", "typing", "string", "pydoc",
     }
 )  # fmt: skip
 # `sys` may be imported; only these of its attributes may be used.
@@ -76,6 +85,8 @@ DENIED_ATTRS_OF = {
                      "waitpid", "wait3", "wait4", "waitid", "dup", "dup2", "getpid", "getppid",
                      "pidfd_open",
                      "register_at_fork", "setsid", "setpgrp", "nice", "write", "read", "pipe", "openpty"}),
+    "typing": frozenset({"get_type_hints", "ForwardRef", "_eval_type"}),
+    "string": frozenset({"Formatter"}),
 }  # fmt: skip
 _IMPORTABLE = frozenset({*ALLOWED_ATTRS, *DENIED_ATTRS_OF, "os.path"})
 DENIED_NAMES = frozenset(
@@ -84,12 +95,15 @@ DENIED_NAMES = frozenset(
      "memoryview", "help", "input"}
 )  # fmt: skip
 _DYNAMIC = frozenset({"getattr", "setattr", "delattr", "hasattr"})
+# operator's getters: called with literal names they are checked like attributes, else refused
+_GETTERS = frozenset({"attrgetter", "methodcaller"})
 # Attributes that reach frames, code objects, generators' state or the harness, on any object.
 DENIED_ATTRS = frozenset(
     {"f_back", "f_globals", "f_locals", "f_code", "f_builtins", "f_trace", "f_lineno", "f_lasti", "gi_frame",
      "gi_code", "cr_frame", "cr_code", "ag_frame", "ag_code", "tb_frame", "tb_next", "co_code", "co_consts",
      "co_names", "_getframe", "_current_frames", "settrace", "setprofile", "modules", "meta_path",
-     "path_hooks", "path_importer_cache", "argv", "orig_argv", "environ", "environb", "getenv", "_exit"}
+     "path_hooks", "path_importer_cache", "argv", "orig_argv", "environ", "environb", "getenv", "_exit",
+     "get_type_hints", "ForwardRef", "_eval_type"}
 )  # fmt: skip
 # Dunder attributes of the data model that ordinary library code uses; every other dunder is refused.
 ALLOWED_DUNDERS = frozenset(
@@ -144,20 +158,52 @@ def _module_root(name: str) -> str:
     return name.split(".", 1)[0]
 
 
+def _annotations(node: ast.AST) -> list[ast.expr]:
+    if isinstance(node, ast.arg | ast.AnnAssign):
+        return [node.annotation] if node.annotation is not None else []
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        return [node.returns] if node.returns is not None else []
+    return []
+
+
+def _annotation_code(tree: ast.AST) -> list[ast.AST]:
+    """The code written as strings in annotations (`x: "T"`, `-> List["T"]`), parsed, and the strings
+    within that code, parsed in turn. A string that does not parse cannot be evaluated either."""
+    out: list[ast.AST] = []
+    todo: list[ast.AST] = [a for node in ast.walk(tree) for a in _annotations(node)]
+    while todo:
+        for c in ast.walk(todo.pop()):
+            if isinstance(c, ast.Constant) and isinstance(c.value, str):
+                try:
+                    code = pyast.parse(c.value.strip())
+                except (SyntaxError, ValueError):
+                    continue
+                out.append(ast.increment_lineno(code, getattr(c, "lineno", 1) - 1))
+                todo.append(code)
+    return out
+
+
 def uses(source: str) -> list[Use]:
     """Every use the policy refuses in `source` (see the module docstring). Raises PolicyError."""
     if len(source) > MAX_FILE_CHARS:
         raise PolicyError(f"{len(source)} characters: over the policy's {MAX_FILE_CHARS}")
     try:
         tree = pyast.parse(source)
+        extra = _annotation_code(tree)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         raise PolicyError(f"does not parse: {type(e).__name__}: {e}"[:300]) from None
     aliases: dict[str, str] = {}  # local name -> "os" / "sys" for the modules whose attributes are checked
-    for node in ast.walk(tree):
+    getters: dict[str, str] = {}  # local name -> "attrgetter" / "methodcaller" (from operator import ...)
+    called: set[int] = set()  # the nodes that are what a call calls
+    for node in (n for root in (tree, *extra) for n in ast.walk(root)):
         if isinstance(node, ast.Import):
             for a in node.names:
                 if a.name in _IMPORTABLE:
                     aliases[a.asname or a.name] = a.name
+        elif isinstance(node, ast.ImportFrom) and node.module == "operator":
+            getters.update({a.asname or a.name: a.name for a in node.names if a.name in _GETTERS})
+        elif isinstance(node, ast.Call):
+            called.add(id(node.func))
     found: list[Use] = []
 
     def add(rule: str, name: str, scope: str, node: ast.AST) -> None:
@@ -171,7 +217,7 @@ def uses(source: str) -> list[Use]:
         elif name in DENIED_ATTRS or _refused_dunder(name):
             add("introspection", name, scope, node)
 
-    for node, scope in _scoped(tree):
+    for node, scope in (pair for root in (tree, *extra) for pair in _scoped(root)):
         if isinstance(node, ast.Import):
             for a in node.names:
                 if _module_root(a.name) in DENIED_MODULES and a.name not in _IMPORTABLE:
@@ -192,9 +238,13 @@ def uses(source: str) -> list[Use]:
         elif isinstance(node, ast.Name):
             if node.id in DENIED_NAMES:
                 add("name", node.id, scope, node)
+            elif (node.id in _DYNAMIC or node.id in getters) and id(node) not in called:
+                add("dynamic_attribute", f"{node.id} as a value", scope, node)
         elif isinstance(node, ast.Attribute):
             owner = aliases.get(node.value.id) if isinstance(node.value, ast.Name) else None
             attr(node.attr, scope, node, owner)
+            if node.attr in _GETTERS and id(node) not in called:
+                add("dynamic_attribute", f"{node.attr} as a value", scope, node)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _DYNAMIC:
             name_arg = node.args[1] if len(node.args) > 1 else None
             if isinstance(name_arg, ast.Constant) and isinstance(name_arg.value, str):
@@ -202,9 +252,33 @@ def uses(source: str) -> list[Use]:
                 if isinstance(node.args[0], ast.Name):
                     owner = aliases.get(node.args[0].id)
                 attr(name_arg.value, scope, node, owner)
-            elif not (node.func.id in ("getattr", "hasattr") and isinstance(name_arg, ast.Name)):
-                add("dynamic_attribute", node.func.id, scope, node)
+            else:  # the call's own text: an unchanged existing call keeps its identity, a new one has its own
+                add("dynamic_attribute", _text(node), scope, node)
+        elif isinstance(node, ast.Call) and _getter(node.func, getters):
+            literal = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            if node.keywords or not node.args or len(literal) != len(node.args):
+                add("dynamic_attribute", _text(node), scope, node)
+            else:  # attrgetter("a.b", "c") reads a, b and c; methodcaller("m", ...) reads m
+                names = literal if _getter(node.func, getters) == "attrgetter" else literal[:1]
+                for name in (part for dotted in names for part in dotted.split(".")):
+                    attr(name, scope, node, None)
     return found
+
+
+def _getter(func: ast.expr, getters: dict[str, str]) -> str | None:
+    """`attrgetter` or `methodcaller` when `func` is one (by name, alias or attribute), else None."""
+    if isinstance(func, ast.Name):
+        return getters.get(func.id)
+    if isinstance(func, ast.Attribute) and func.attr in _GETTERS:
+        return func.attr
+    return None
+
+
+def _text(node: ast.AST) -> str:
+    try:
+        return ast.unparse(node)[:200]
+    except (ValueError, RecursionError):
+        return ast.dump(node)[:200]
 
 
 def added_violations(before: str | None, after: str | None) -> list[str]:
