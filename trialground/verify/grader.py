@@ -64,8 +64,15 @@ class Grader:
         self.judge = judge
         self.cross_check = CrossCheck(self.reward_config.judge_sample_rate)
         self.code = CodeTestsVerifier(sandbox_config, grading, opener)
+        # Keyed on the task's limits: one exec runs under one set. A run's tasks mostly share one (a task
+        # family sets its limits once, or none), so this rarely cuts a batch; gradings of tasks with their
+        # own limits still batch among themselves instead of each paying an exec of its own.
         self._batcher: Batcher[tuple[Task, str], Verdict] = Batcher(
-            self.code.verify_many, max_batch=grading.max_batch, window_s=grading.batch_window_s, even=True
+            self.code.verify_many,
+            max_batch=grading.max_batch,
+            window_s=grading.batch_window_s,
+            key=lambda item: self.code.limits(item[0]),
+            even=True,
         )
         self.checks = CheckProgramVerifier(sandbox_config, grading, opener)
         self._math: MathWorker | None = None

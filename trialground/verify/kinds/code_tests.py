@@ -32,7 +32,8 @@ is not reported clean is closed, never reused). Single-turn gradings that arrive
 (`verify_many`): one sandbox exec, in which the trusted runner grades each submission in freshly forked
 processes, then kills what it left and empties the workspace, /tmp and /dev/shm before writing the next
 one's files. A batch member's behaviour never decides a sibling's verdict: members the batch did not report
-(its runner was killed, or an earlier member left the sandbox dirty) are regraded alone.
+(its runner was killed, or an earlier member left the sandbox dirty) are regraded alone. A batch holds only
+submissions whose tasks have equal limits (the exec's), and each member's worker has its task's CPU seconds.
 """
 
 from __future__ import annotations
@@ -394,17 +395,39 @@ class CodeTestsVerifier:
         stdin = runner_stdin(
             task, self.grading, token, host_key, visible=self.grading.run_visible, wipe_tmp=reused
         )
-        limits = task.limits or self.sandbox_config.limits
-        limits = limits.model_copy(update={"wall_s": min(3600.0, self.grading.total_timeout_s + 10.0)})
+        limits = self.limits(task).model_copy(
+            update={"wall_s": min(3600.0, self.grading.total_timeout_s + 10.0)}
+        )
         async with self._slots:
             sandbox, snap = await self.pool.acquire(files)
             report = await self._run(sandbox, snap, stdin, limits, host_key)
         return report if isinstance(report, Verdict) else self._verdict(task, report)
 
+    def limits(self, task: Task) -> Limits:
+        """The limits `task`'s submissions are graded under: its own, else the run's."""
+        return task.limits or self.sandbox_config.limits
+
     async def verify_many(self, items: Sequence[tuple[Task, str]]) -> list[Verdict | TrialgroundError]:
-        """Single-turn submissions graded in ONE sandbox exec: the runner wipes and rewrites the workspace
-        before each (and /tmp, /dev/shm), forks fresh workers for each, and reports each separately.
-        Per-item failures are returned, not raised."""
+        """Single-turn submissions graded in ONE sandbox exec per set of limits (`limits`): the runner wipes
+        and rewrites the workspace before each (and /tmp, /dev/shm), forks fresh workers for each, and
+        reports each separately. Per-item failures are returned, not raised."""
+        # One exec has one memory, process and disk ceiling: members whose tasks set different limits
+        # never share one (the grader's batcher already splits its batches the same way).
+        groups: dict[Limits, list[int]] = {}
+        for i, (task, _) in enumerate(items):
+            groups.setdefault(self.limits(task), []).append(i)
+        parts = await asyncio.gather(
+            *(self._verify_batch([items[i] for i in idx], lim) for lim, idx in groups.items())
+        )
+        results: dict[int, Verdict | TrialgroundError] = {}
+        for idx, part in zip(groups.values(), parts, strict=True):
+            results.update(zip(idx, part, strict=True))
+        return [results[i] for i in range(len(items))]
+
+    async def _verify_batch(
+        self, items: Sequence[tuple[Task, str]], base: Limits
+    ) -> list[Verdict | TrialgroundError]:
+        """`verify_many` for submissions whose tasks share the limits `base`."""
         out: list[Verdict | TrialgroundError] = []
         jobs: list[dict[str, Any]] = []
         token, host_key = secrets.token_hex(16), os.urandom(32)
@@ -417,6 +440,7 @@ class CodeTestsVerifier:
                     {
                         **job_header(task, self.grading, token, visible=self.grading.run_visible),
                         "files": files,
+                        "cpu_s": base.cpu_s,  # the runner gives each member's worker its task's CPU time
                     }
                 )
             except TrialgroundError as e:
@@ -426,8 +450,8 @@ class CodeTestsVerifier:
         if not jobs:
             return out
         stdin = batch_stdin(jobs, token, host_key, self.grading.preload)
-        base = items[0][0].limits or self.sandbox_config.limits
         wall = min(3600.0, len(jobs) * self.grading.total_timeout_s + 10.0)
+        # the exec's CPU time covers the runner, which lives through every member
         limits = base.model_copy(update={"wall_s": wall, "cpu_s": min(3600.0, max(base.cpu_s, wall))})
         async with self._slots:
             sandbox, snap = await self.pool.acquire({})

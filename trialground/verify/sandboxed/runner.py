@@ -32,6 +32,7 @@ checks is gone (`seal`). The worker's audit hook and the static detectors are ev
 
 import marshal
 import os
+import resource
 import select
 import signal
 import sys
@@ -107,6 +108,16 @@ def _scrub(hdr):
     SECRETS.clear()
 
 
+def _cap_cpu(seconds):
+    """In a batch's submission worker: its own task's CPU seconds (RLIMIT_CPU, as a grading alone has),
+    below the exec's, which covers this supervisor through every member of the batch."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    cap = max(1, int(float(seconds) + 0.999))
+    hard = cap + 1 if hard == resource.RLIM_INFINITY else min(hard, cap + 1)
+    soft = min(cap, hard) if soft == resource.RLIM_INFINITY else min(soft, cap, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
 def _worker_opts(hdr):
     return {k: hdr[k] for k in ("token", "solution_module", "strict_types", "check_names")}
 
@@ -121,6 +132,8 @@ def _start_pair(hdr, start, names, failed_before):
     if wpid == 0:
         try:
             os.setsid()  # killpg(0, ...) and the like reach only this worker and what it starts
+            if hdr.get("cpu_s") is not None:
+                _cap_cpu(hdr["cpu_s"])
             os.close(call_w)
             os.close(reply_r)
             worker = PARTS["worker"]
