@@ -12,6 +12,7 @@ kinds.
         base_url: http://127.0.0.1:8000/v1
         model: my-judge
         api_key_env: JUDGE_API_KEY       # the key is read from this environment variable, never the config
+        max_submission_chars: 32000      # a longer submission fails (score 0) without a judge call
 
 `kind` is a registered `JudgeKind` (`JUDGES`) or a plugin's dotted path `package.module:NAME`; every other
 field but `threshold` belongs to the kind and is validated by its own params model when the config loads
@@ -65,6 +66,13 @@ class OpenAIJudgeParams(BaseModel):
         description="Retries after a connection error, a 429 or a 5xx, within timeout_s (exponential backoff "
         "with jitter; Retry-After honoured)",
     )
+    max_submission_chars: int = Field(
+        32_000,
+        ge=1,
+        le=10_000_000,
+        description="Longest submission sent to the judge, in characters; a longer one fails (score 0, flag "
+        "judge_input_too_long) without a call. Keep it within the judge model's context",
+    )
 
 
 JudgeBuild = Callable[[Any], Judge]
@@ -104,7 +112,7 @@ class JudgeConfig(BaseModel):
         description="hf_classifier: a local Hugging Face sequence-classification model (needs the train "
         "extra; path, positive_label, max_length); openai: an OpenAI-compatible chat endpoint whose "
         "complete reply ends in a line `SCORE: x` (base_url, model, api_key_env, timeout_s, max_tokens, "
-        "max_retries); or a plugin `package.module:NAME`",
+        "max_retries, max_submission_chars); or a plugin `package.module:NAME`",
     )
     threshold: float = Field(0.5, ge=0.0, le=1.0, description="A score at or above this counts as a pass")
     _params: BaseModel | None = PrivateAttr(None)
@@ -162,6 +170,7 @@ def _openai(params: OpenAIJudgeParams) -> Judge:
         timeout_s=params.timeout_s,
         max_tokens=params.max_tokens,
         max_retries=params.max_retries,
+        max_submission_chars=params.max_submission_chars,
     )
 
 

@@ -10,6 +10,10 @@
   and add sections of its own. `timeout_s` bounds the whole call (connect, retries, every byte of the
   reply). A connection error, a 429 or a 5xx answer is retried up to `max_retries` times within it, with
   exponential backoff and jitter, waiting at least what `Retry-After` asks (`trialground.retry`).
+  Input too long for the judge is the submission's own failure, kind `judge_input_too_long`: a submission
+  over `max_submission_chars` is refused before any request, and a 400, 413 or 422 answer whose body says
+  the input is too long (vLLM's and OpenAI's wording, `TOO_LONG`) is one too. Any other non-2xx answer is
+  an endpoint failure (`judge_http`), never the submission's.
 - `HFClassifierJudge`: a local Hugging Face sequence-classification model; the score is the softmax
   probability of label `positive_label` for the text `prompt [SEP] submission`. Needs the `train` extra.
 - `disagreement_rate`: on a sample, how often the judge (score >= threshold) disagrees with rule verdicts.
@@ -48,6 +52,12 @@ and `{tag}` (the boundary's tag)."""
 _SCORE_LINE = re.compile(
     r"[*_`]*SCORE\s*[:=]\s*(0(?:\.\d{1,6})?|1(?:\.0{1,6})?|\.\d{1,6})[*_`]*", re.IGNORECASE
 )
+
+
+# An error body that says the request was over the judge model's context: vLLM's "maximum context length
+# is N tokens" and "max_model_len", OpenAI's "context length", "prompt is too long" and the like.
+TOO_LONG = re.compile(r"context length|max_model_len|too long", re.IGNORECASE)
+TOO_LONG_STATUS = frozenset({400, 413, 422})
 
 
 def quote_submission(submission: str) -> tuple[str, str]:
@@ -100,14 +110,22 @@ class OpenAIJudge(Judge):
         max_tokens: int = 256,
         max_retries: int = 2,
         retry_base_s: float = 0.5,
+        max_submission_chars: int = 32_000,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
         self.model, self.prompt, self.max_tokens, self.timeout_s = model, prompt, max_tokens, timeout_s
+        self.max_submission_chars = max_submission_chars
         # every wait ends within the call's deadline; a Retry-After past it gives up at once
         self.backoff = Backoff(attempts=max_retries + 1, base_s=retry_base_s, total_s=timeout_s)
 
     async def score(self, task: Task, submission: str) -> float:
+        if len(submission) > self.max_submission_chars:
+            raise VerifierError(
+                f"submission of {len(submission)} characters is over the judge's max_submission_chars "
+                f"({self.max_submission_chars}): not sent to the judge",
+                kind="judge_input_too_long",
+            )
         tag, quoted = quote_submission(submission)
         content = self.prompt.format(prompt=task.prompt, submission=quoted, tag=tag)
         body = {
@@ -130,6 +148,12 @@ class OpenAIJudge(Judge):
         except httpx.HTTPError as e:
             raise VerifierError(f"judge endpoint failed: {type(e).__name__}: {e}", kind="judge_http") from e
         if resp.is_error:
+            said = resp.text[:2000]
+            if resp.status_code in TOO_LONG_STATUS and TOO_LONG.search(said):
+                raise VerifierError(
+                    f"judge refused the input as too long (HTTP {resp.status_code}): {said[:300]}",
+                    kind="judge_input_too_long",
+                )
             raise VerifierError(f"judge endpoint failed: HTTP {resp.status_code}", kind="judge_http")
         try:
             reply = resp.json()

@@ -94,6 +94,11 @@ async def judge(grader: Grader, req: VerifyRequest) -> Verdict:
     try:
         score = await grader.judge.score(req.task, req.submission)
     except VerifierError as e:
+        if e.kind == "judge_input_too_long":
+            # Too long for the judge (over `max_submission_chars`, or the endpoint said so): the submission
+            # made it so, and it is scored 0 like any wrong one instead of leaving the batch.
+            flag = Flag(name="judge_input_too_long", evidence=str(e)[:300], severity="warn")
+            return Verdict(passed=False, score=0.0, flags=(flag,), detail=f"not judged: {str(e)[:300]}")
         if e.kind != "judge_parse":  # the endpoint failed or timed out: infrastructure
             raise
         # A reply not in the declared format is content the submission can provoke (a prompt injection
