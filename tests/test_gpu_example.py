@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,7 +66,8 @@ def test_the_smoke_script_runs_through_in_rehearsal(tmp_path: Path) -> None:
     """REHEARSE=1: every step of the script on the CPU with tiny shapes: the generation comparison for the
     three architectures, one GRPO step with its evaluations, and the summary read from the run's metrics."""
     env = dict(os.environ, REHEARSE="1", STEPS="1", EVAL_TASKS="2", RUNS=str(tmp_path / "runs"))
-    env |= {"SMOKE_WORK": str(tmp_path / "work"), "OUT": str(tmp_path / "out")}
+    # this interpreter, wherever its environment lives (the script's default is the checkout's .venv)
+    env |= {"SMOKE_WORK": str(tmp_path / "work"), "OUT": str(tmp_path / "out"), "PYTHON": sys.executable}
     (tmp_path / "out").mkdir()
     result = subprocess.run([str(SMOKE)], capture_output=True, text=True, env=env, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -35,7 +35,7 @@ done
 awk '$2 ~ "^/(usr|etc|tmp|workspace|dev/shm|proc)$" {print $2, $3}' /proc/mounts | sort
 python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print("loopback up")'
 python3 -c 'import os, sys; print(sys.prefix, os.getcwd())'
-ls /proc | grep -c '^[0-9]'
+python3 -c 'import os; print(sum(n.isdigit() for n in os.listdir("/proc")))'
 """
 
 
