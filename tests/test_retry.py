@@ -5,7 +5,6 @@ error; the same through the three clients that use them (openai and remote polic
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -14,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
+from app_server import serve
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
@@ -72,20 +71,8 @@ def _app(script: Script) -> FastAPI:
 @pytest.fixture(scope="module")
 def served() -> Iterator[tuple[str, Script]]:
     script = Script()
-    sock = socket.socket()  # bound here and handed to uvicorn: port 0, never a fixed one
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(_app(script), log_level="error", lifespan="off")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}", script
-    server.should_exit = True
-    thread.join(10)
-    sock.close()
+    with serve(_app(script), lifespan="off") as url:
+        yield url, script
 
 
 FAST = Backoff(attempts=3, base_s=0.05, max_wait_s=1.0, total_s=60.0)

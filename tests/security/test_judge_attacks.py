@@ -10,14 +10,12 @@ failure never changes a rule-graded verdict.
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-import uvicorn
+from app_server import serve
 from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 from reward_helpers import grade_scored, step_metrics
@@ -76,21 +74,8 @@ def _app(seen: list[dict]) -> FastAPI:
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, list[dict]]]:
     seen: list[dict] = []
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    srv = uvicorn.Server(uvicorn.Config(_app(seen), host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [s]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert srv.started
-    yield f"http://127.0.0.1:{port}/v1", seen
-    srv.should_exit = True
-    srv.force_exit = True
-    thread.join(10)
-    s.close()
+    with serve(_app(seen), force_exit=True) as url:
+        yield f"{url}/v1", seen
 
 
 @pytest.mark.parametrize(

@@ -3,13 +3,10 @@ the rule-vs-judge disagreement rate and the canary re-check."""
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
 
 import pytest
-import uvicorn
+from app_server import serve
 from fastapi import FastAPI, HTTPException
 from reward_helpers import grade_scored, step_metrics
 
@@ -53,21 +50,8 @@ def _app(seen: list[dict]) -> FastAPI:
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, list[dict]]]:
     seen: list[dict] = []
-    s = socket.socket()  # kept bound and handed to uvicorn: no other process can take the port meanwhile
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    config = uvicorn.Config(_app(seen), host="127.0.0.1", port=port, log_level="error")
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [s]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert srv.started
-    yield f"http://127.0.0.1:{port}/v1", seen
-    srv.should_exit = True
-    thread.join(10)
-    s.close()
+    with serve(_app(seen)) as url:
+        yield f"{url}/v1", seen
 
 
 async def test_openai_judge_over_http(server: tuple[str, list[dict]]) -> None:

@@ -4,14 +4,11 @@ answers like vLLM past its context length and counts the requests it gets."""
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvicorn
+from app_server import serve
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from reward_helpers import grade_scored
@@ -65,20 +62,8 @@ def _app(seen: list[str]) -> FastAPI:
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, list[str]]]:
     seen: list[str] = []
-    s = socket.socket()  # kept bound and handed to uvicorn: no other process can take the port meanwhile
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    srv = uvicorn.Server(uvicorn.Config(_app(seen), host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [s]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert srv.started
-    yield f"http://127.0.0.1:{port}/v1", seen
-    srv.should_exit = True
-    thread.join(10)
-    s.close()
+    with serve(_app(seen)) as url:
+        yield f"{url}/v1", seen
 
 
 async def grade(config: RewardConfig, submission: str) -> tuple[Graded, Any]:
