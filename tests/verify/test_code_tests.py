@@ -217,3 +217,20 @@ async def test_exceptions_of_the_submission_are_raised_in_the_checks(grader: Gra
     )
     verdict, _ = await grade_and_score(grader, code_task(checks, expected=2), solution)
     assert verdict.passed, verdict.tests
+
+
+SURROGATES = [
+    "def add(a, b):\n    return a - b  # \ud800\n",
+    "def add(a, b:\n    '\udcff'\n",
+    GOOD + "# \ud83d\n",
+]
+
+
+@pytest.mark.parametrize("text", SURROGATES)
+async def test_a_lone_surrogate_is_graded_not_an_infrastructure_error(grader: Grader, text: str) -> None:
+    """No UTF-8 file can hold a lone surrogate; a model's text may (a server's JSON may send one). It is
+    graded as U+FFFD there, like any other text, never an error that would keep a wrong answer out of
+    training."""
+    verdict, reward = await grade_and_score(grader, code_task(), text)
+    assert verdict.error is None, verdict.error
+    assert verdict.passed == text.startswith(GOOD) and reward.total == float(verdict.passed)

@@ -97,6 +97,7 @@ class Grader:
     ) -> Verdict:
         """The verifier's decision with every flag attached; raises TrialgroundError on infrastructure
         failure (an unknown kind or bad params is a `TaskError`, kind `bad_task`)."""
+        submission = encodable(submission)
         kind = lookup(task.verifier.kind)
         params = task.verifier.typed_params  # validated once, when the task was made
         if not isinstance(params, kind.params):  # the kind was registered again since
@@ -176,6 +177,18 @@ class Grader:
             self._math = None
         if self.judge is not None:
             await self.judge.close()
+
+
+def encodable(text: str) -> str:
+    """`text` with every lone surrogate (which no UTF-8 file, pipe or request can carry) replaced by U+FFFD.
+    A model's text can hold one (an OpenAI-compatible server may send `\\ud800` in its JSON); graded as it
+    is, every encoding on the way fails, which would make a wrong answer an infrastructure error and keep it
+    out of training."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return text
 
 
 def make_grader(
