@@ -5,6 +5,8 @@ no memory charged. Proved with inventories taken before and after, under both la
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from reusekit import inventory, leftovers, plant, shm_hog, spawned
 from seckit import CONFIG, unenforced
@@ -137,21 +139,117 @@ GOOD = "def add(a, b):\n    work = bytearray(100 << 20)\n    return a + b + work
 HOG = spawned(shm_hog(460)) + "def add(a, b):\n    return a - b\n"
 
 
+# Wrong, and tries to narrow what every other process of its sandbox passes on (PID 1 forks every later
+# command; the batch's runner forks every later member): a small address space, a low priority, one CPU.
+LIMITER = (
+    "import os, resource\n"
+    "for _p in [int(n) for n in os.listdir('/proc') if n.isdigit() and int(n) != os.getpid()]:\n"
+    "    for _call in (lambda: resource.prlimit(_p, resource.RLIMIT_AS, (80 << 20, 80 << 20)),\n"
+    "                  lambda: resource.prlimit(_p, resource.RLIMIT_NOFILE, (12, 12)),\n"
+    "                  lambda: os.setpriority(os.PRIO_PROCESS, _p, 19),\n"
+    "                  lambda: os.sched_setaffinity(_p, {0})):\n"
+    "        try:\n            _call()\n        except OSError:\n            pass\n"
+    "def add(a, b):\n    return a - b\n"
+)
+
+
 @LAUNCHERS
 @pytest.mark.parametrize("batch", [1, 8], ids=["single", "batched"])
-async def test_a_wrong_submission_cannot_fail_the_correct_ones_after_it(launcher: str, batch: int) -> None:
+@pytest.mark.parametrize("attack", ["hog", "limiter"])
+async def test_a_wrong_submission_cannot_fail_the_correct_ones_after_it(
+    launcher: str, batch: int, attack: str
+) -> None:
+    wrong = HOG if attack == "hog" else LIMITER
     config = CONFIG.model_copy(update={"launcher": launcher, "limits": Limits()})
     grading = GradingConfig(reuse_sandboxes=1, max_parallel=1, max_batch=batch)
     verifier = CodeTestsVerifier(config, grading)
     try:
         for _ in range(2):
             if batch == 1:
-                bad = await verifier.verify(ADD, HOG)
+                bad = await verifier.verify(ADD, wrong)
                 goods = [await verifier.verify(ADD, GOOD) for _ in range(3)]
             else:
-                bad, *goods = await verifier.verify_many([(ADD, HOG)] + [(ADD, GOOD)] * 3)
+                bad, *goods = await verifier.verify_many([(ADD, wrong)] + [(ADD, GOOD)] * 3)
                 goods += [await verifier.verify(ADD, GOOD)]
             assert not bad.passed and bad.error is None  # type: ignore[union-attr]
             assert all(v.passed for v in goods), [(v.detail, v.tests) for v in goods]  # type: ignore[union-attr]
     finally:
         await verifier.close()
+
+
+@LAUNCHERS
+async def test_pid1s_cpus_narrowed_by_an_occupant_are_the_next_ones_again(launcher: str) -> None:
+    """CPU affinity is the one setting of PID 1 a command may change (seccomp refuses the others): the
+    restore's inventory sees it, and the next occupant gets a new sandbox with every CPU."""
+    import os
+
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) < 2:
+        pytest.skip("one CPU: there is nothing to narrow")
+    sandbox = await open_sandbox(CONFIG.model_copy(update={"launcher": launcher}))
+    try:
+        snap = await sandbox.snapshot()
+        show = ["python3", "-c", "import os; print(sorted(os.sched_getaffinity(1)))"]
+        before = (await sandbox.exec(show)).stdout
+        narrow = await sandbox.exec(["python3", "-c", f"import os; os.sched_setaffinity(1, {{{min(cpus)}}})"])
+        assert narrow.ok, narrow
+        await sandbox.restore(snap)
+        assert sandbox.restarts == 1  # type: ignore[attr-defined]
+        assert (await sandbox.exec(show)).stdout == before
+    finally:
+        await sandbox.close()
+
+
+@LAUNCHERS
+async def test_a_sandbox_whose_pid1_died_between_occupants_starts_afresh_at_the_restore(
+    launcher: str,
+) -> None:
+    import os
+    import signal
+
+    sandbox = await open_sandbox(CONFIG.model_copy(update={"launcher": launcher}))
+    try:
+        snap = await sandbox.snapshot()
+        assert (await sandbox.exec(["true"])).ok
+        os.kill(sandbox._proc.pid, signal.SIGKILL)  # type: ignore[attr-defined]  # from outside: the OOM killer
+        for _ in range(400):
+            if not sandbox.alive():  # type: ignore[attr-defined]
+                break
+            await asyncio.sleep(0.05)
+        assert not sandbox.alive()  # type: ignore[attr-defined]
+        await sandbox.restore(snap)
+        after = await sandbox.exec(["echo", "next occupant"])
+        assert after.ok and after.stdout == "next occupant\n", after
+    finally:
+        await sandbox.close()
+
+
+@LAUNCHERS
+async def test_every_later_restore_reaches_a_fork_and_a_sandbox_started_afresh(launcher: str) -> None:
+    """A sandbox started while an overlay was mounted at /workspace (a fork; one started afresh after an
+    unclean restore) binds that overlay: later snapshots and restores must still reach what it runs."""
+    import os
+
+    parent = await open_sandbox(CONFIG.model_copy(update={"launcher": launcher}), {"a.txt": "parent\n"})
+    try:
+        child = await parent.fork()
+        try:
+            snap = await child.snapshot()
+            for i in range(3):
+                await child.restore(snap)
+                await child.write("solution.py", f"x = {i}\n")
+                seen = await child.exec(["cat", "solution.py", "a.txt"])
+                assert seen.stdout == f"x = {i}\nparent\n", seen
+        finally:
+            await child.close()
+        if len(os.sched_getaffinity(0)) > 1:  # an unclean restore (see above) starts it afresh
+            snap = await parent.snapshot()
+            assert (await parent.exec(["python3", "-c", "import os; os.sched_setaffinity(1, {0})"])).ok
+            for i in range(3):
+                await parent.restore(snap)
+                await parent.write("solution.py", f"y = {i}\n")
+                seen = await parent.exec(["cat", "solution.py"])
+                assert seen.stdout == f"y = {i}\n", seen
+            assert parent.restarts == 1  # type: ignore[attr-defined]
+    finally:
+        await parent.close()

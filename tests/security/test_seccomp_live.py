@@ -119,3 +119,56 @@ async def test_i386_entry_point_kills_the_process(sandbox: Sandbox) -> None:
     """`int 0x80` reaches the 32-bit system call table (another audit architecture): the filter kills."""
     r = await sandbox.exec(["python3", "-I", "-S", "-c", I386_GETPID])
     assert r.stdout == "calling\n" and r.status is ExecStatus.KILLED and r.signal == 31, r
+
+
+# Each call on PID 1 (the sandbox's supervisor, which outlives every occupant and forks every command) and
+# the same call on the caller itself; the first must be EPERM, the second work. Raw numbers, real arguments.
+SELF_ONLY = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+lim = (ctypes.c_uint64 * 2)(0, 0)
+old = (ctypes.c_uint64 * 2)()
+param = ctypes.c_int(0)
+def call(name, *args):
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(NR[name]), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    return "ok" if r >= 0 else os.strerror(ctypes.get_errno())
+for target in (1, 0):
+    print(target, "prlimit64", call("prlimit64", target, 4, ctypes.byref(lim), None))
+    print(target, "prlimit64_read", call("prlimit64", target, 4, None, ctypes.byref(old)))
+    print(target, "setpriority", call("setpriority", 0, target, 5))
+    print(target, "setpriority_user", call("setpriority", 2, target, 5))
+    print(target, "sched_setscheduler", call("sched_setscheduler", target, 3, ctypes.byref(param)))
+    print(target, "sched_setparam", call("sched_setparam", target, ctypes.byref(param)))
+    print(target, "ioprio_set", call("ioprio_set", 1, target, (2 << 13) | 4))
+"""
+
+
+async def test_limits_priority_and_policy_change_only_the_callers_own(sandbox: Sandbox) -> None:
+    source = f"NR = {dict(NR)!r}\n" + SELF_ONLY
+    r = await sandbox.exec(["python3", "-I", "-S", "-c", source])
+    assert r.ok, r
+    seen = {
+        (int(t), name): result for t, name, result in (line.split(" ", 2) for line in r.stdout.splitlines())
+    }
+    for name in (
+        "prlimit64",
+        "setpriority",
+        "setpriority_user",
+        "sched_setscheduler",
+        "sched_setparam",
+        "ioprio_set",
+    ):
+        assert seen[(1, name)] == "Operation not permitted", (name, seen)
+    assert seen[(1, "prlimit64_read")] == "ok"  # reading another's limits is harmless
+    for name in (
+        "prlimit64",
+        "prlimit64_read",
+        "setpriority",
+        "sched_setscheduler",
+        "sched_setparam",
+        "ioprio_set",
+    ):
+        assert seen[(0, name)] == "ok", (name, seen)
+    assert seen[(0, "setpriority_user")] == "Operation not permitted"  # every process of the uid: PID 1 too

@@ -73,8 +73,7 @@ SUPERVISOR_SLACK_BYTES = 32 << 20  # the supervisor's own memory, on top of the 
 # Processes in the sandbox's cgroup besides the command's: the supervisor, and bubblewrap's outer process
 # under its launcher (the fork server's intermediate stays outside the cgroup).
 SUPERVISOR_PIDS = {"bwrap": 2, "forkserver": 1}
-# The supervisor's reset request at every restore: the scratch directories it empties, and the code that
-# does it and lists what is left (`reset.py`), compiled once by the supervisor.
+# The reset request at every restore: the scratch directories to empty, and `reset.py` (compiled once there)
 RESET_REQUEST = {"reset": {"dirs": ["/tmp", "/dev/shm"], "source": Path(reset.__file__).read_text()}}
 SITE_REQUEST = {"site": True}  # load `site` in the supervisor now (warm_python)
 PRELOAD_SOURCE = Path(reset.__file__).with_name("preload.py").read_text()  # the preload request's code
@@ -122,6 +121,7 @@ class BwrapSandbox(Sandbox):
         self._freed = False
         self._owner = os.getpid()  # a forked copy of us must never free our sandboxes (`__del__`)
         self.restarts = 0  # restores whose reset could not prove the sandbox clean: it was started afresh
+        self._follows = True  # the running sandbox's /workspace follows the host's overlay (`_rebind`)
         self._preload_pending = False  # the preload's answer is still to be read (after the hello)
         self._preload_bytes = 0  # memory the running supervisor's preload took: added to every limit
         self._preload_vm_bytes = 0  # address space it mapped: added to RLIMIT_AS where that is the cap
@@ -182,8 +182,7 @@ class BwrapSandbox(Sandbox):
         return not self._closed and self._proc is not None and self._proc.returncode is None
 
     def close_now(self) -> None:
-        """Synchronous close, for when no event loop can run it (exit hook, pools of closed loops, a
-        cancelled teardown). Idempotent."""
+        """Synchronous close where no event loop runs (exit hook, closed loops, teardown). Idempotent."""
         self._closed = True
         self._kill()
         for proc in (self._proc, self._closing):
@@ -193,9 +192,8 @@ class BwrapSandbox(Sandbox):
         self._free()
 
     def __del__(self) -> None:
-        """A sandbox dropped without `close()` (an environment that forgot it): freed now, with a
-        ResourceWarning, rather than keeping its PID 1, cgroup and workspace mount until we exit (and its
-        workspace until another process's sweep)."""
+        """A sandbox dropped without `close()`: freed now, with a ResourceWarning, not keeping its PID 1,
+        cgroup and workspace mount until we exit (and its workspace until another process's sweep)."""
         if getattr(self, "_freed", True) or getattr(self, "_owner", None) != os.getpid():
             return
         try:
@@ -234,6 +232,7 @@ class BwrapSandbox(Sandbox):
         code), and ask for the config's preload as its first request; waits for neither answer (`_hello`
         reads both)."""
         await self._launch()
+        self._follows = not self.workspace.mounted
         if self.config.preload and self._proc is not None and self._proc.stdin is not None:
             spec = {"modules": list(self.config.preload), "path": list(self.config.preload_path)}
             request = {"preload": {**spec, "source": PRELOAD_SOURCE}}
@@ -491,10 +490,18 @@ class BwrapSandbox(Sandbox):
         if self._proc is not None and self._proc.returncode is None:
             await self._hello()
 
+    async def _rebind(self) -> None:
+        """Before /workspace's overlay changes: stop a sandbox whose bind keeps the old one (only a bind made
+        before any overlay, of the shared tmpfs's directory, gets later ones by propagation; a fork's does
+        not, nor one made after an unclean restore). The next command binds anew."""
+        if not self._follows and self._proc is not None:
+            await self._stop()
+
     async def snapshot(self) -> str:
         self._check_open()
         async with self._lock:
             await self._settled()
+            await self._rebind()
             async with self._io:
                 return await offload.run(self.workspace.snapshot)
 
@@ -502,10 +509,10 @@ class BwrapSandbox(Sandbox):
         self._check_open()
         async with self._lock:
             await self._settled()
-            # Every command's processes die with the command, so only the supervisor (and the idle process
-            # forked for the next command, whose cwd is /) is left; neither holds anything open under
-            # /workspace, and the new layers reach them by mount propagation.
+            # Only the supervisor and the next command's process (cwd /) are left, neither holding anything
+            # under /workspace; the new layers reach them by mount propagation (`_rebind`)
             lost = self.workspace.view_lost()
+            await self._rebind()
             async with self._io:
                 await offload.run(self.workspace.restore, snapshot_id)
             if lost is not None and self.alive():
@@ -515,10 +522,8 @@ class BwrapSandbox(Sandbox):
                 self.restarts += 1
                 await self._stop()
                 return
-            # Everything else a previous occupant could leave lives in the sandbox's namespaces (/tmp,
-            # /dev/shm, SysV IPC objects, POSIX message queues): the supervisor removes it all and lists
-            # what is still there (`reset.py`). A sandbox not proven clean is stopped: the next exec starts
-            # a brand-new one, whose namespaces are new.
+            # Everything else a previous occupant could leave is in the sandbox's namespaces or on PID 1: the
+            # supervisor removes it and lists what is left (`reset.py`); one not proven clean is stopped.
             if self.alive():
                 try:
                     answer = await self._exchange(RESET_REQUEST, b"", Collected(cap=0), timeout=30)
@@ -527,6 +532,9 @@ class BwrapSandbox(Sandbox):
                 if answer.get("left") != []:
                     self.restarts += 1
                     await self._stop()
+            elif self._proc is not None:  # PID 1 died with the occupant: the next one gets a new sandbox
+                self.restarts += 1
+                await self._stop()
 
     async def warm_python(self) -> None:
         """Have the supervisor load `site` now, without running a command: the next Python command's

@@ -5,10 +5,13 @@ allowed; calls that reach kernel attack surface or other processes (ptrace and c
 descriptor access, mount and the new mount API, pivot_root, chroot, bpf, perf_event_open, keys, modules,
 reboot, kexec, io_uring, unshare, setns, userfaultfd, handle-based opens, swap, clock and quota calls, ...)
 get EPERM; every other number, including calls newer than the table, gets ENOSYS (as from an older kernel).
-Arguments are checked for three calls: `clone` with any CLONE_NEW* flag is EPERM (`clone3` is ENOSYS, so
+Arguments are checked for these calls: `clone` with any CLONE_NEW* flag is EPERM (`clone3` is ENOSYS, so
 that libc falls back to `clone`, whose flags the filter can see), `ioctl` TIOCSTI/TIOCLINUX (typing into a
-terminal) is EPERM, and `personality` may only query or set the default persona. A call from another
-architecture (the 32-bit entry points) or through the x32 ABI kills the process.
+terminal) is EPERM, `personality` may only query or set the default persona, and the calls that change a
+process's limits, priority or scheduling may change only the caller's own (`SELF_ONLY`; `prlimit64` may
+still read another's limits). Every process of a sandbox has one uid, PID 1 included, and PID 1 outlives
+its occupants: a limit lowered on it, which it cannot raise back, would reach every later command. A call
+from another architecture (the 32-bit entry points) or through the x32 ABI kills the process.
 
 The program checks the few argument-checked calls first, then finds the call's number by binary search over
 ranges of numbers with one action (~9 comparisons), so that its cost does not grow with the table.
@@ -46,7 +49,16 @@ TIOCSTI, TIOCLINUX = 0x5412, 0x541C
 # personality(): query (0xffffffff), PER_LINUX, PER_LINUX32, UNAME26 and both; never ADDR_NO_RANDOMIZE,
 # READ_IMPLIES_EXEC and the like.
 PERSONAS = (0xFFFFFFFF, 0x0, 0x8, 0x20000, 0x20008)
-ARG_CHECKED = ("clone", "clone3", "ioctl", "personality")
+# Calls allowed only on the caller itself: (argument index, value) pairs that must all hold, else EPERM
+# (the caller is pid 0, or PRIO_PROCESS / IOPRIO_WHO_PROCESS with who 0). `prlimit64` is checked apart.
+SELF_ONLY = {
+    "setpriority": ((0, 0), (1, 0)),
+    "ioprio_set": ((0, 1), (1, 0)),
+    "sched_setscheduler": ((0, 0),),
+    "sched_setparam": ((0, 0),),
+    "sched_setattr": ((0, 0),),
+}
+ARG_CHECKED = ("clone", "clone3", "ioctl", "personality", "prlimit64", *SELF_ONLY)
 
 
 def _policy(table: dict[str, int]) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
@@ -79,6 +91,34 @@ def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
 
 def _arg_lo(i: int) -> int:
     return 16 + 8 * i  # offsetof(struct seccomp_data, args[i]); low word on little-endian machines
+
+
+def _arg_hi(i: int) -> int:
+    return _arg_lo(i) + 4
+
+
+def _self_only(nr: int, conditions: tuple[tuple[int, int], ...]) -> list[bytes]:
+    """Allowed when every (argument, value) holds, else EPERM; other calls fall through untouched."""
+    size = 1 + 2 * len(conditions) + 2
+    out = [_insn(JEQ, nr, jf=size - 1)]
+    for i, (arg, value) in enumerate(conditions):
+        out += [_insn(LD_W_ABS, _arg_lo(arg)), _insn(JEQ, value, jf=size - 1 - (2 + 2 * i) - 1)]
+    return [*out, _insn(RET, RET_ALLOW), _insn(RET, RET_EPERM)]
+
+
+def _prlimit(nr: int) -> list[bytes]:
+    """prlimit64(pid, resource, new, old): allowed on the caller (pid 0) or without a new limit."""
+    return [
+        _insn(JEQ, nr, jf=8),
+        _insn(LD_W_ABS, _arg_lo(0)),
+        _insn(JEQ, 0, jt=4),
+        _insn(LD_W_ABS, _arg_lo(2)),
+        _insn(JEQ, 0, jf=3),
+        _insn(LD_W_ABS, _arg_hi(2)),
+        _insn(JEQ, 0, jf=1),
+        _insn(RET, RET_ALLOW),
+        _insn(RET, RET_EPERM),
+    ]
 
 
 def _ranges(allowed: dict[str, int], refused: dict[str, int]) -> list[tuple[int, int]]:
@@ -132,6 +172,9 @@ def build_filter(machine: str | None = None) -> bytes:
     prog += [_insn(JEQ, checked["personality"], jf=n + 3), _insn(LD_W_ABS, _arg_lo(0))]
     prog += [_insn(JEQ, persona, jt=n - i) for i, persona in enumerate(PERSONAS)]
     prog += [_insn(RET, RET_EPERM), _insn(RET, RET_ALLOW)]
+    prog += _prlimit(checked["prlimit64"])
+    for name, conditions in SELF_ONLY.items():
+        prog += _self_only(checked[name], conditions)
     # The accumulator holds the number again on every path that reaches the search (the argument loads
     # above all end in a return).
     prog += _search(_ranges(allowed, refused))

@@ -1,31 +1,24 @@
 """The in-sandbox supervisor: PID 1 of the sandbox, runs one command per request.
 
-Runs INSIDE the sandbox under the sandbox's Python runtime, so it imports the standard library only, and at
-start only built-in or small modules: `posix` rather than `os` (whose import alone costs ~2 ms, a seventh of a
-cold sandbox), no `struct`. The host talks to it over its stdin/stdout with frames (`encode_frame`); each
-request runs one command in a fresh session, streams its output back cut at the requested size, and ends by
-killing and reaping every process in the sandbox, so nothing (daemons, `setsid` children, SIGTERM-ignorers)
-outlives a command. As PID 1 of the PID namespace it cannot be killed or stopped from inside (`kill -9 -1`
-spares it); it continues a child that stops (`kill -STOP -1`), which would hold the command to its wall
-limit; it is non-dumpable, so sandboxed code cannot reach its memory or descriptors through /proc.
+Runs INSIDE the sandbox under its Python runtime: standard library only, and at start only built-in or small
+modules (`posix`, not `os`: its import alone costs ~2 ms, a seventh of a cold sandbox). The host talks to it
+over its stdin/stdout in frames (`encode_frame`); each request runs one command in a fresh session, streams
+its output back cut at the requested size, and ends by killing and reaping every process in the sandbox, so
+nothing (daemons, `setsid` children, SIGTERM-ignorers) outlives a command. As PID 1 it cannot be killed or
+stopped from inside (`kill -9 -1` spares it); it continues a child that stops (`kill -STOP -1`), which would
+hold the command to its wall limit; it is non-dumpable, so no command reaches its memory or descriptors.
 
-The process that runs the next command is forked ahead, once the previous command's processes are all dead and
-no request is waiting ("the next child"): it pays for the fork and its copy-on-write page faults while the
-sandbox is idle, then blocks until the supervisor hands it its request. It never runs anything before that,
-and no other process exists in the sandbox meanwhile.
+The next command's process is forked ahead ("the next child"), once the previous command's processes are
+all dead and no request waits: it pays for the fork and its page faults while the sandbox is idle, then
+blocks until it gets its request. It runs nothing before that, and nothing else exists meanwhile.
 
 Python commands (`python3 [-I -S -E -s -B -u -q] (-c CODE | -m MOD | FILE) ARGS`, `python3` being this very
 interpreter) run in that forked interpreter (the fast path) unless the request says otherwise; anything else
-is exec'd. Differences from a real start, by design: `sys.flags` are the supervisor's (`-I -S`: no user site,
-ever), the hash seed is shared by the commands of one sandbox, and once a command ran Python with `site` (or
-the host asked: a `site` request), the supervisor runs `site` itself (-S commands keep the -S sys.path).
-
-Preloading: a sandbox's first request may ask the supervisor to import named modules from named directories
-(the harness environment's program dependencies, shown read-only) before any command runs, with the code the
-host sends (`preload.py`); every later command's process forks from an interpreter that holds them. Only
-before the first command: a preload asked for later is refused, so nothing a command did can reach what every
-later command inherits. A command sees them only when its request says so (`PRELOAD_KEEP` in its environment);
-for every other command they are dropped from `sys.modules` at its start.
+is exec'd. By design, unlike a real start: `sys.flags` are the supervisor's (`-I -S`: no user site, ever),
+the hash seed is shared by a sandbox's commands, and once a command ran Python with `site` (or the host sent
+a `site` request) the supervisor runs `site` itself (-S commands keep the -S sys.path). Preloading
+(`preload.py`): before the first command only, named modules imported into PID 1, which every later command
+inherits; a command sees them only when its request says so (`PRELOAD_KEEP`).
 """
 
 import _signal as signal  # not `signal`: its enum import would double the start-up time
@@ -48,6 +41,7 @@ PRE_SITE_PATH = list(sys.path)  # sys.path of a -S interpreter
 SITE: dict = {}  # "wanted": a command ran Python with site; "loaded": we ran site.main()
 RESET: dict = {}  # the reset module's "source" and its "reset" function, once the host sent them
 READY: dict = {}  # in the next child, what it did ahead: "env" (the environment it set up), "streams"
+OWN_STATE: dict = {}  # what PID 1 passes on to every command, as it was before the first one (`_own_state`)
 PRELOADED: dict = {}  # "modules": names the preload added to sys.modules; "ran": a command has run
 PRELOAD_KEEP = "TRIALGROUND_PRELOADED"  # a request whose environment sets this to "keep" sees them
 
@@ -257,9 +251,8 @@ def _execvpe(argv: list, env: dict) -> None:
 
 
 def _get_ready(request_fd: int, env: "dict | None") -> None:
-    """Work every Python command needs, done before its request while the sandbox is idle (each step
-    faults in memory pages the command would otherwise fault in on its clock); stops as soon as the request
-    is there. What was done is noted in READY."""
+    """Work every Python command needs, done while the sandbox is idle (each step faults in pages the command
+    would fault in on its clock) until the request is there; what was done is noted in READY."""
     if env is not None and _idle(request_fd):
         _set_environ(env)  # the previous command's: usually the next one's too
         READY["env"] = env
@@ -384,6 +377,12 @@ def _run(req: dict, child: NextChild, ctl_out: int) -> dict:
     cap = int(req["output_bytes"])
     sent = {out_r: 0, err_r: 0}
     kinds = {out_r: b"O", err_r: b"E"}
+
+    def forward(fd: int, chunk: bytes) -> None:  # to the host, up to the cap; everything is counted
+        if cap > sent[fd]:
+            _write_all(ctl_out, encode_frame(kinds[fd], chunk[: cap - sent[fd]]))
+        sent[fd] += len(chunk)
+
     open_fds = [out_r, err_r]
     reason = ""
     main_status = None
@@ -426,10 +425,7 @@ def _run(req: dict, child: NextChild, ctl_out: int) -> dict:
             if not chunk:
                 open_fds.remove(fd)
                 continue
-            room = cap - sent[fd]
-            if room > 0:
-                _write_all(ctl_out, encode_frame(kinds[fd], chunk[:room]))
-            sent[fd] += len(chunk)
+            forward(fd, chunk)
             if sent[fd] > cap:
                 reason = "output_limit"
         if reason:
@@ -439,10 +435,7 @@ def _run(req: dict, child: NextChild, ctl_out: int) -> dict:
         posix.set_blocking(fd, False)
         try:
             while sent[fd] <= cap and (chunk := posix.read(fd, 1 << 16)):
-                room = cap - sent[fd]
-                if room > 0:
-                    _write_all(ctl_out, encode_frame(kinds[fd], chunk[:room]))
-                sent[fd] += len(chunk)
+                forward(fd, chunk)
         except BlockingIOError:
             pass
     reaped = _kill_everything()
@@ -464,16 +457,27 @@ def _run(req: dict, child: NextChild, ctl_out: int) -> dict:
     return report
 
 
+def _own_state() -> dict:
+    """What PID 1 passes on to every command and a command could change on it: limits, nice value, policy
+    (seccomp lets a command change only its own) and CPU affinity (any process of its uid: checked here)."""
+    limits = {n: resource.getrlimit(getattr(resource, n)) for n in dir(resource) if n.startswith("RLIMIT_")}
+    nice, policy = posix.getpriority(posix.PRIO_PROCESS, 0), posix.sched_getscheduler(0)
+    return {**limits, "nice": nice, "scheduler": policy, "affinity": sorted(posix.sched_getaffinity(0))}
+
+
 def _reset(spec: dict, next_child: int) -> dict:
-    """The host's reset request at a restore: the reset module's code (`reset.py`, loaded once) run over
-    the scratch directories; answers what is left besides us and the next command's process (empty:
-    clean). A failure is an answer too: the host then starts the sandbox afresh."""
+    """The host's reset request at a restore: `reset.py` (its code loaded once) over the scratch directories;
+    answers what is left besides us and the next child (empty: clean), and what changed on this process
+    since it started (`_own_state`). A failure is an answer too: the host starts the sandbox afresh."""
     try:
         if RESET.get("source") != spec["source"]:
             namespace = {"__name__": "tg_reset"}
             exec(compile(spec["source"], "reset.py", "exec"), namespace)
             RESET.update(source=spec["source"], reset=namespace["reset"])
-        return {"left": RESET["reset"](spec["dirs"], {1, next_child})}
+        left = RESET["reset"](spec["dirs"], {1, next_child})
+        now = _own_state()
+        left += [f"PID 1 {k}: {now.get(k)} (was {v})" for k, v in OWN_STATE.items() if now.get(k) != v]
+        return {"left": left}
     except Exception as e:
         return {"left": [f"the reset failed: {type(e).__name__}: {e}"]}
 
@@ -493,9 +497,8 @@ def _preload(spec: dict) -> dict:
 
 
 def _set_non_dumpable() -> None:
-    """PR_SET_DUMPABLE 0: the command (same uid) can then open neither /proc/1/mem nor /proc/1/fd/*, so it
-    can neither patch this process nor forge frames on the host channel. `_ctypes` directly: `ctypes`
-    costs milliseconds to import."""
+    """PR_SET_DUMPABLE 0: a command (same uid) opens neither /proc/1/mem nor /proc/1/fd/*, so it can neither
+    patch this process nor forge frames on the host channel. (`_ctypes`: `ctypes` costs milliseconds.)"""
     import _ctypes
 
     prctl = _ctypes.dlsym(_ctypes.dlopen(None), "prctl")  # type: ignore[arg-type]
@@ -509,8 +512,7 @@ def _idle(ctl_in: int) -> bool:
 
 
 def _warm_up(ctl_in: int) -> None:
-    """While no request waits, import what Python commands need: runpy (and with it os) always, and `site`
-    (sys.path, .pth files) once a command has shown it runs Python without -S."""
+    """While no request waits, import runpy (and os), and `site` once a command ran Python without -S."""
     if "runpy" not in sys.modules and _idle(ctl_in):
         import runpy  # noqa: F401
     if SITE.get("wanted") and not SITE.get("loaded") and _idle(ctl_in):
@@ -531,10 +533,11 @@ def _load_site() -> dict:
 def main() -> None:
     if posix.getpid() != 1:  # `kill(-1)` below would otherwise reach every process we may signal
         raise SystemExit("supervisor: must be PID 1 of its own PID namespace")
+    OWN_STATE.update(_own_state())
     ctl_in, ctl_out = posix.dup(0), posix.dup(1)
     null = posix.open("/dev/null", posix.O_RDWR)
-    posix.dup2(null, 0)
-    posix.dup2(null, 1)
+    for fd in (0, 1):
+        posix.dup2(null, fd)
     posix.close(null)
     # Work every Python command does, done here once: children inherit the pages (the compiler alone:
     # 1.5 ms here and 0.2 ms in each child, vs 2.1 ms in each child faulting them itself).
@@ -553,8 +556,8 @@ def main() -> None:
     child = None
     env = None  # the last command's environment
     if not _idle(ctl_in):
-        # A request came with the start: fork its process first, so that its start-up overlaps the
-        # next step on the other core. It gets its request only after that step.
+        # A request came with the start: fork its process first, so its start-up overlaps the next step on
+        # the other core (it gets its request only after that step)
         child = NextChild(keep=(ctl_in, ctl_out), env=env)
     _set_non_dumpable()  # before any command can run
     while True:
@@ -581,11 +584,8 @@ def main() -> None:
             continue
         PRELOADED["ran"] = True
         stdin_parts = []
-        while True:
-            kind, chunk = _read_frame(ctl_in)
-            if kind != "I" or not chunk:
-                break
-            stdin_parts.append(chunk)
+        while (frame := _read_frame(ctl_in))[0] == "I" and frame[1]:
+            stdin_parts.append(frame[1])
         req["stdin_bytes"] = b"".join(stdin_parts)
         fast = req.get("python_fast", True)
         parsed = _parse_python(req["argv"], req["env"].get("PATH", "")) if fast else None

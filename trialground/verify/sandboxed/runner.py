@@ -88,7 +88,7 @@ def _load_reset(code):
     return {k: namespace[k] for k in ("empty", "remove_ipc", "ipc_leftovers")}
 
 
-PARTS: dict = {}  # worker, checker, wire, reset: set by main() before any fork
+PARTS: dict = {}  # worker, checker, wire, reset, affinity: set by main() before any fork
 JOBS: list = []  # the batch's jobs, scrubbed from every submission worker's copy of memory
 SECRETS: dict = {}  # host key (a bytearray) and sealed literals once read: zeroed in every later worker
 
@@ -352,6 +352,12 @@ def clean_sandbox(tops=SCRATCH):
     """No process of a submission left, `tops` (default: workspace, /tmp, /dev/shm) empty and no IPC
     object left in the sandbox's IPC namespace (`sandbox/launch/reset.py`); True when achieved."""
     alone = kill_strays()
+    # A member may have narrowed this process's CPUs (of its settings, the one the seccomp filter lets
+    # another process of the sandbox change): set them back
+    try:
+        os.sched_setaffinity(0, PARTS["affinity"])
+    except (OSError, KeyError):
+        alone = False
     reset = PARTS["reset"]
     wiped = all([reset["empty"](top) for top in tops])
     reset["remove_ipc"]()
@@ -443,6 +449,7 @@ def main():
     except Exception:
         pass
     t0 = time.perf_counter()
+    PARTS["affinity"] = os.sched_getaffinity(0)
     size = int(_read_exact(0, 10))
     hdr = marshal.loads(_read_exact(0, size))
     PARTS["worker"] = _load(hdr.pop("worker_code"), "worker")
