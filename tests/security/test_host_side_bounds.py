@@ -135,3 +135,46 @@ async def test_read_file_never_reads_a_huge_file_onto_the_host(sandbox: Sandbox)
     assert (await sandbox.exec(["ln", "-s", "big.log", "link.log"], cwd="/workspace")).ok
     for path in ("link.log", "/etc/passwd", "../../etc/passwd"):
         assert not (await box.run("read_file", {"path": path}, wall_s=10.0)).ok, path
+
+
+@pytest.mark.security
+async def test_workspace_reads_at_grading_are_bounded_per_file_and_in_all(sandbox: Sandbox) -> None:
+    """Sparse files and hard links cost a sandbox no disk, and the host a file's whole size at each path:
+    a repository task's grading reads each file up to a limit and the workspace up to a budget (over it:
+    `WorkspaceTooLarge`, a failed verdict), and the tamper check reads a visible check up to its own size."""
+    from trialground.verify.detectors.tamper import workspace_flags
+    from trialground.verify.kinds.swe_tests import WorkspaceTooLarge, workspace_changes
+
+    plant = "truncate -s 3M pkg/big.py && for i in 1 2 3 4 5; do ln pkg/big.py pkg/big$i.py; done"
+    assert (await sandbox.exec(["sh", "-c", f"mkdir pkg && {plant}"], cwd="/workspace")).ok
+    await sandbox.write("pkg/ok.py", "x = 2\n")
+    reads: list[int] = []
+    real_read = sandbox.read
+
+    async def counted(path: str, limit: int | None = None) -> bytes:
+        data = await real_read(path, limit)
+        reads.append(len(data))
+        return data
+
+    sandbox.read = counted  # type: ignore[method-assign]
+    start = {"pkg/ok.py": "x = 1\n"}
+    # each big file over the per-file limit: as if gone (they were not there at the start: no change)
+    assert await workspace_changes(start, sandbox, file_limit=1 << 20, budget=64 << 20) == {
+        "pkg/ok.py": "x = 2\n"
+    }
+    assert max(reads) <= 1 << 20
+    reads.clear()
+    with pytest.raises(WorkspaceTooLarge):  # each under the per-file limit, together over the budget
+        await workspace_changes(start, sandbox, file_limit=4 << 20, budget=8 << 20)
+    assert sum(reads) <= 8 << 20, reads
+    reads.clear()
+    check = "def test_x():\n    assert True\n"
+    task = Task(
+        domain="code",
+        prompt="p",
+        visible_checks={"pkg/big.py": check},
+        verifier=VerifierSpec(kind="code_tests"),
+    )
+    flags = await workspace_flags(task, sandbox)
+    assert any(f.name == "test_tampering" and "pkg/big.py" in f.evidence for f in flags), flags
+    assert max(reads, default=0) <= len(check) + 1, reads

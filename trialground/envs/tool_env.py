@@ -56,6 +56,7 @@ from trialground.envs.tools import Toolbox, make_action, tool_docs, validate_cal
 from trialground.errors import EnvError, ErrorInfo, SandboxError, TrialgroundError, VerifierError
 from trialground.sandbox.base import Sandbox, SandboxConfig
 from trialground.tasks.model import Task
+from trialground.verify.config import GradingConfig
 from trialground.verify.kinds.submitted import UnreadableSubmission, read_submitted
 from trialground.verify.verdict import Action, Graded
 
@@ -311,8 +312,8 @@ class ToolEnv(Environment, Forkable):
         assert self.task is not None and self.sandbox is not None
         out: dict[str, str | None] = {}
         for path in sorted(self.task.visible_checks):
-            try:
-                data = await read_submitted(self.sandbox, path)
+            try:  # a file larger than the check was is changed: never read past that on the host
+                data = await read_submitted(self.sandbox, path, len(self.task.visible_checks[path].encode()))
             except UnreadableSubmission:
                 data = None
             except Exception:
@@ -348,8 +349,11 @@ class ToolEnv(Environment, Forkable):
     async def _solution_text(self) -> str:
         assert self.task is not None and self.sandbox is not None
         path = self.task.verifier.params.get("solution_path", "solution.py")
+        # what grading itself reads at most (the run's setting where the grader has one)
+        grading = getattr(getattr(self.grader, "reward_config", None), "grading", None) or GradingConfig()
+        limit = grading.max_solution_bytes
         try:
-            return (await self.sandbox.read(str(path))).decode("utf-8", errors="replace")
+            return (await self.sandbox.read(str(path), limit)).decode("utf-8", errors="replace")
         except (OSError, ValueError, SandboxError):  # no readable solution: grade the empty submission
             return ""
 

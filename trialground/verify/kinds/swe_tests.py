@@ -38,6 +38,7 @@ from trialground.verify.verdict import Flag, TestResult, Verdict
 
 _LISTING_LIMITS = Limits(wall_s=30.0, cpu_s=20.0, output_bytes=8_000_000)
 _MAX_FILES = 20_000
+WORKSPACE_BYTES = 64 << 20  # read from an agent's workspace to grade it, at least (`workspace_changes`)
 MAX_PARALLEL = 4
 
 
@@ -65,7 +66,14 @@ class SweTestsVerifier:
         params = task.verifier.params_as(SweTestsParams)
         spec = repo_spec(params.repo)
         if workspace is not None:
-            changes = await workspace_changes(task.files, workspace)
+            budget = max(WORKSPACE_BYTES, 2 * sum(len(t.encode()) for t in task.files.values()))
+            try:
+                changes = await workspace_changes(
+                    task.files, workspace, file_limit=self.grading.max_solution_bytes, budget=budget
+                )
+            except WorkspaceTooLarge as e:
+                flag = Flag(name="oversized_workspace", evidence=str(e), severity="warn")
+                return Verdict(passed=False, flags=(flag,), detail=f"not graded: {e}"[:500])
         else:
             try:
                 changes = apply_patch(task.files, submission)
@@ -128,9 +136,17 @@ class SweTestsVerifier:
             await image.close()  # type: ignore[attr-defined]
 
 
-async def workspace_changes(start: Mapping[str, str], workspace: Sandbox) -> dict[str, str | None]:
+class WorkspaceTooLarge(Exception):
+    """The workspace's files add up to more than the host reads to grade it: the submission's failure."""
+
+
+async def workspace_changes(
+    start: Mapping[str, str], workspace: Sandbox, *, file_limit: int = 8 << 20, budget: int = WORKSPACE_BYTES
+) -> dict[str, str | None]:
     """{path: new text, or None when gone} for every file of the agent's workspace that differs from the
-    task's start. The listing comes from the trusted `find` (names only); contents are read host-side."""
+    task's start. The listing comes from the trusted `find` (names only); contents are read host-side,
+    each file up to `file_limit` bytes (a larger one counts as gone) and `budget` bytes in all (more raises
+    `WorkspaceTooLarge`): sparse files and hard links cost a sandbox no disk but the host its memory."""
     from trialground.tasks.swe.paths import valid_path
 
     res = await workspace.exec(["find", ".", "-type", "f"], cwd=WORKSPACE, limits=_LISTING_LIMITS)
@@ -139,14 +155,19 @@ async def workspace_changes(start: Mapping[str, str], workspace: Sandbox) -> dic
     listed = {line[2:] for line in res.stdout.splitlines() if line.startswith("./")}
     paths = sorted({p for p in listed if valid_path(p)} | set(start))[:_MAX_FILES]
     changes: dict[str, str | None] = {}
+    total = 0
     for path in paths:
         try:
-            data: str | None = (await workspace.read(path)).decode("utf-8", "replace")
+            raw = await workspace.read(path, min(file_limit, budget - total))
+            total += len(raw)
+            data: str | None = raw.decode("utf-8", "replace")
         except FileNotFoundError:
             data = None
         except SandboxError as e:
             if e.kind not in ("bad_path", "not_a_file", "too_large"):
                 raise
+            if e.kind == "too_large" and file_limit > budget - total:
+                raise WorkspaceTooLarge(f"its files add up to over {budget} bytes") from e
             data = (
                 None  # a symlink, a directory or a huge file where a file was: gone, as far as grading goes
             )
