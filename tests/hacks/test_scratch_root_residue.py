@@ -33,7 +33,7 @@ import os
 for top in {TOPS!r}:
     for name, call in (("xattr", lambda: os.setxattr(top, "user.tg", b"1")),
                        ("time", lambda: os.utime(top, (4000000000, 4000000000))),
-                       ("mode", lambda: os.chmod(top, 0o701))):
+                       ("mode", lambda: os.chmod(top, 0o000 if top == "/dev/shm" else 0o701))):
         try:
             call()
         except OSError:

@@ -110,29 +110,24 @@ def wipe(top):
 def restore_top(top):
     """Set `top` itself back as the launchers make it: no extended attributes (`user.*`, POSIX ACLs), mode
     `TOP_MODE`, access and modification times now. Emptying a directory keeps the directory, and these
-    live on it: an occupant could leave a value there for the next one to read. True when achieved."""
+    live on it: an occupant could leave a value there for the next one to read. By path: `top` is a mount
+    point (never a link), and a mode that refuses its owner reading must not stop this. True when achieved."""
     try:
-        fd = os.open(top, _OPEN_DIR)
-    except OSError:
-        return False
-    try:
-        for name in _xattrs(fd):
+        for name in _xattrs(top):
             try:  # noqa: SIM105 - contextlib would be one more import
-                os.removexattr(fd, name)
+                os.removexattr(top, name, follow_symlinks=False)
             except OSError:
                 pass  # reported by `top_leftovers`
-        os.chmod(fd, TOP_MODE)
-        os.utime(fd)
+        os.chmod(top, TOP_MODE)
+        os.utime(top, follow_symlinks=False)
     except OSError:
         return False
-    finally:
-        os.close(fd)
     return not top_leftovers(top)
 
 
 def _xattrs(target):
     try:
-        return os.listxattr(target)
+        return os.listxattr(target, follow_symlinks=False)
     except OSError as e:
         if e.errno in (95, 61):  # EOPNOTSUPP, ENODATA: the file system keeps none
             return []
@@ -153,8 +148,9 @@ def top_leftovers(top):
 
 
 def empty(top):
-    """`wipe` and `restore_top`: True when `top` is empty and set back."""
-    return wipe(top) and restore_top(top)
+    """`restore_top` (first: a mode may refuse its owner) and `wipe`: True when set back and empty."""
+    restored = restore_top(top)
+    return wipe(top) and restored
 
 
 def sysv_objects():
