@@ -101,6 +101,21 @@ async def test_unrepresentable_numbers_are_wrong_answers(answer: str) -> None:
     assert not verdict.passed and reward.total == 0.0
 
 
+def count_reads(sandbox: Sandbox) -> list[int]:
+    """The sizes of what reaches the host through the sandbox's own `read`, from now on (the real read
+    still does the reading)."""
+    reads: list[int] = []
+    real_read = sandbox.read
+
+    async def counted(path: str, limit: int | None = None) -> bytes:
+        data = await real_read(path, limit)
+        reads.append(len(data))
+        return data
+
+    sandbox.read = counted  # type: ignore[method-assign]
+    return reads
+
+
 @pytest.mark.security
 async def test_read_file_never_reads_a_huge_file_onto_the_host(sandbox: Sandbox) -> None:
     from trialground.envs.tools import READ_FILE_MAX_BYTES, Toolbox
@@ -110,15 +125,7 @@ async def test_read_file_never_reads_a_huge_file_onto_the_host(sandbox: Sandbox)
     res = await sandbox.exec(["python3", "-c", make], cwd="/workspace")
     assert res.ok, res.stderr
     box = Toolbox(sandbox, _task("exact", answer="x"), Limits())
-    reads: list[int] = []  # what reached the host through the sandbox's own read
-    real_read = sandbox.read
-
-    async def counted(path: str, limit: int | None = None) -> bytes:
-        data = await real_read(path, limit)
-        reads.append(len(data))
-        return data
-
-    sandbox.read = counted  # type: ignore[method-assign]
+    reads = count_reads(sandbox)
     out = await box.run("read_file", {"path": "big.log"}, wall_s=10.0)
     assert out.ok, out.text
     assert len(out.text) <= READ_FILE_MAX_BYTES + 200
@@ -148,15 +155,7 @@ async def test_workspace_reads_at_grading_are_bounded_per_file_and_in_all(sandbo
     plant = "truncate -s 3M pkg/big.py && for i in 1 2 3 4 5; do ln pkg/big.py pkg/big$i.py; done"
     assert (await sandbox.exec(["sh", "-c", f"mkdir pkg && {plant}"], cwd="/workspace")).ok
     await sandbox.write("pkg/ok.py", "x = 2\n")
-    reads: list[int] = []
-    real_read = sandbox.read
-
-    async def counted(path: str, limit: int | None = None) -> bytes:
-        data = await real_read(path, limit)
-        reads.append(len(data))
-        return data
-
-    sandbox.read = counted  # type: ignore[method-assign]
+    reads = count_reads(sandbox)
     start = {"pkg/ok.py": "x = 1\n"}
     # each big file over the per-file limit: as if gone (they were not there at the start: no change)
     assert await workspace_changes(start, sandbox, file_limit=1 << 20, budget=64 << 20) == {
