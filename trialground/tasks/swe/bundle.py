@@ -112,8 +112,13 @@ def _changed(before, after):
 
 
 def _hooks(config):
-    return {name: [(id(i.plugin), id(i.function)) for i in caller.get_hookimpls()]
+    # the objects themselves, held here: a replacement can never reuse a freed one's identity
+    return {name: [x for i in caller.get_hookimpls() for x in (i.plugin, i.function)]
             for name, caller in vars(config.pluginmanager.hook).items() if hasattr(caller, "get_hookimpls")}
+
+
+def _same(a, b):
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 
 def _shadowed(item):
@@ -134,8 +139,8 @@ class _NamedIdsMustPass:
                 found.add(f"code of {item.nodeid}")
             found |= {f"{item.nodeid}.{k}" for k in _shadowed(item)}
         if self.config is not None:
-            now = _hooks(self.config)
-            found |= {f"hook {k}" for k in now.keys() | self.hooks.keys() if now.get(k) != self.hooks.get(k)}
+            now, was = _hooks(self.config), self.hooks
+            found |= {f"hook {k}" for k in now.keys() | was.keys() if not _same(now.get(k, []), was.get(k, []))}
         if meta_path and self.meta_path is not None and list(sys.meta_path) != self.meta_path:
             found.add("sys.meta_path")  # compared from collection's end until the session's
         self.tampered |= found
