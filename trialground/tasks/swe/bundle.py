@@ -140,7 +140,7 @@ class _NamedIdsMustPass:
             found |= {f"{item.nodeid}.{k}" for k in _shadowed(item)}
         if self.config is not None:
             now, was = _hooks(self.config), self.hooks
-            found |= {f"hook {k}" for k in now.keys() | was.keys() if not _same(now.get(k, []), was.get(k, []))}
+            found |= {f"hook {k}" for k in {*now, *was} if not _same(now.get(k, ()), was.get(k, ()))}
         if meta_path and self.meta_path is not None and list(sys.meta_path) != self.meta_path:
             found.add("sys.meta_path")  # compared from collection's end until the session's
         self.tampered |= found
