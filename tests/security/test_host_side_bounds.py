@@ -177,3 +177,19 @@ async def test_workspace_reads_at_grading_are_bounded_per_file_and_in_all(sandbo
     flags = await workspace_flags(task, sandbox)
     assert any(f.name == "test_tampering" and "pkg/big.py" in f.evidence for f in flags), flags
     assert max(reads, default=0) <= len(check) + 1, reads
+
+
+@pytest.mark.security
+async def test_a_task_file_larger_than_the_per_file_limit_is_read_whole(sandbox: Sandbox) -> None:
+    """The per-file limit bounds what a submission adds; a file of the task itself is read up to twice its
+    size, so a large library file, unchanged or edited, is not taken for a deleted one."""
+    from trialground.verify.kinds.swe_tests import workspace_changes
+
+    big = "x = 1\n" * 50_000  # 300 kB
+    start = {"pkg/big.py": big}
+    await sandbox.write("pkg/big.py", big)
+    assert await workspace_changes(start, sandbox, file_limit=64 << 10, budget=8 << 20) == {}
+    await sandbox.write("pkg/big.py", big + "y = 2\n")
+    assert await workspace_changes(start, sandbox, file_limit=64 << 10, budget=8 << 20) == {
+        "pkg/big.py": big + "y = 2\n"
+    }

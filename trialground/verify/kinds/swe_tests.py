@@ -145,8 +145,9 @@ async def workspace_changes(
 ) -> dict[str, str | None]:
     """{path: new text, or None when gone} for every file of the agent's workspace that differs from the
     task's start. The listing comes from the trusted `find` (names only); contents are read host-side,
-    each file up to `file_limit` bytes (a larger one counts as gone) and `budget` bytes in all (more raises
-    `WorkspaceTooLarge`): sparse files and hard links cost a sandbox no disk but the host its memory."""
+    each file up to `file_limit` bytes or twice its size at the start (a larger one counts as gone) and
+    `budget` bytes in all (more raises `WorkspaceTooLarge`): sparse files and hard links cost a sandbox no
+    disk but the host its memory."""
     from trialground.tasks.swe.paths import valid_path
 
     res = await workspace.exec(["find", ".", "-type", "f"], cwd=WORKSPACE, limits=_LISTING_LIMITS)
@@ -157,8 +158,11 @@ async def workspace_changes(
     changes: dict[str, str | None] = {}
     total = 0
     for path in paths:
+        # a file of the task itself may be larger than `file_limit`: it is read up to twice its own size
+        own = len(start[path].encode()) if path in start and len(start[path]) > file_limit // 8 else 0
+        cap = max(file_limit, 2 * own)
         try:
-            raw = await workspace.read(path, min(file_limit, budget - total))
+            raw = await workspace.read(path, min(cap, budget - total))
             total += len(raw)
             data: str | None = raw.decode("utf-8", "replace")
         except FileNotFoundError:
@@ -166,7 +170,7 @@ async def workspace_changes(
         except SandboxError as e:
             if e.kind not in ("bad_path", "not_a_file", "too_large"):
                 raise
-            if e.kind == "too_large" and file_limit > budget - total:
+            if e.kind == "too_large" and cap > budget - total:
                 raise WorkspaceTooLarge(f"its files add up to over {budget} bytes") from e
             data = (
                 None  # a symlink, a directory or a huge file where a file was: gone, as far as grading goes
