@@ -74,6 +74,39 @@ ATTACKS = {
     ),
 }
 
+# Data, not bindings: after the failing report, a session finalizer rewrites what pytest and the
+# launcher's plugin counted, so the test process itself exits 0. The failure was sent to the waiting
+# parent the moment pytest reported it, and the parent decides.
+_PLUGIN = (
+    "def _plugin(it):\n"
+    "    return [p for p in it.config.pluginmanager.get_plugins() if hasattr(p, 'named')][0]\n\n"
+)
+DATA_ATTACKS = {
+    "counts_rewritten_after_the_failure": _FIND_ITEM
+    + _PLUGIN
+    + (
+        "def _forge(it):\n    p, s = _plugin(it), it.session\n"
+        "    tr = it.config.pluginmanager.get_plugin('terminalreporter')\n"
+        "    s.testsfailed = 0\n    failed = tr.stats.pop('failed', [])\n"
+        "    for rep in failed:\n        rep.outcome = 'passed'\n"
+        "    tr.stats.setdefault('passed', []).extend(failed)\n"
+        "    p.bad.clear()\n    p.passed.update(p.named)\n\n"
+        "def touch():\n    it = _item()\n    it.session.addfinalizer(lambda: _forge(it))\n"
+    ),
+    "named_set_emptied": _FIND_ITEM
+    + _PLUGIN
+    + (
+        "def _forget(it):\n    it.session.testsfailed = 0\n\n"
+        "def touch():\n    it = _item()\n    _plugin(it).named.clear()\n"
+        "    it.session.addfinalizer(lambda: _forget(it))\n"
+    ),
+}
+# what the waiting parent says when the test process exits 0 all the same
+DATA_VERDICTS = {
+    "counts_rewritten_after_the_failure": "named test failed: tests/test_lib.py::test_add",
+    "named_set_emptied": "3 named test(s) not reported passed",
+}
+
 
 NAMED = tuple(f"tests/test_lib.py::{name}" for name in ("test_a_touch", "test_add", "test_other"))
 
@@ -104,3 +137,10 @@ def test_library_code_that_reaches_the_harness_fails_the_run(attack: str) -> Non
     code, out = _run(BUGGY + "\n" + ATTACKS[attack])
     assert code != 0, out
     assert "tampered" in out or "refused in a test run" in out, out
+
+
+@pytest.mark.parametrize("attack", sorted(DATA_ATTACKS))
+def test_a_failure_once_reported_cannot_be_taken_back(attack: str) -> None:
+    code, out = _run(BUGGY + "\n" + DATA_ATTACKS[attack])
+    assert code != 0, out
+    assert f"run failed ({DATA_VERDICTS[attack]}), although the test process exited 0" in out, out

@@ -69,6 +69,25 @@ def test_grader_only_fix_is_refused() -> None:
         "from typing import ForwardRef",
         "import string\nf = string.Formatter()",
         "import pydoc",
+        # the launcher's own module, and what other modules hand out as their attributes
+        "import __main__",
+        "from __main__ import plugin",
+        "import dataclasses\nm = dataclasses.builtins.getattr(dataclasses.sys, 'mod' + 'ules')",
+        "import dataclasses\nk = dataclasses.os.kill",
+        "def f(x):\n    return x.getattr(x, 'a')",
+        # functools' copiers with names of one's own are a getattr/setattr by name
+        "import functools\nfunctools.update_wrapper(area, sys, assigned=('mod' + 'ules',), updated=())",
+        "from functools import update_wrapper\nupdate_wrapper(area, sys, ('modules',))",
+        "import functools\nw = functools.wraps(area, ('x',))",
+        "from functools import update_wrapper\nu = update_wrapper",
+        # a returned object that answers a comparison for itself: `result == expected` whatever expected is
+        "class S(str):\n    def __eq__(self, other):\n        return True",
+        "class S(str):\n    __eq__ = lambda self, other: True",
+        "class C:\n    def __contains__(self, item):\n        return True",
+        "class C:\n    def __lt__(self, other):\n        return True",
+        "S = type('S', (str,), {'__eq__': lambda s, o: True})",
+        "class S(str):\n    pass\n\n\nS.__ne__ = lambda s, o: False",
+        "class S(str):\n    pass\n\n\nsetattr(S, '__eq__', lambda s, o: True)",
     ],
 )
 def test_each_introspection_process_or_dynamic_use_is_refused(code: str) -> None:
@@ -91,6 +110,11 @@ def test_each_introspection_process_or_dynamic_use_is_refused(code: str) -> None
         "from typing import Literal\n\n\ndef f(x: Literal['two words']) -> None:\n    pass",
         "import threading\nlock = threading.RLock()",
         "def f():\n    return locals()",
+        "import functools\n\n\ndef deco(f):\n    @functools.wraps(f)\n    def inner(*a):\n"
+        "        return f(*a)\n\n    return inner",
+        "import re\np = re.compile('x+')",
+        "class A:\n    def __hash__(self):\n        return 1\n\n"
+        "    def __bool__(self):\n        return False",
     ],
 )
 def test_ordinary_library_code_is_accepted(code: str) -> None:
@@ -101,6 +125,14 @@ def test_a_kind_of_use_the_file_already_has_is_not_counted_and_a_new_one_is() ->
     before = BASE + "def code_of(f):\n    return f.__code__\n"
     assert added_violations(before, before + "def other(f):\n    return f.__code__.co_flags\n") == []
     assert added_violations(before, before + "def g(f):\n    return f.__globals__\n")
+
+
+def test_a_class_may_change_its_own_comparison_but_no_new_class_may_define_one() -> None:
+    before = BASE + "class A:\n    def __eq__(self, other):\n        return self is other\n"
+    changed = before.replace("return self is other", "return isinstance(other, A)")
+    assert added_violations(before, changed) == []
+    lying = "\n\nclass B(str):\n    def __eq__(self, other):\n        return True\n"
+    assert added_violations(before, changed + lying)
 
 
 def test_a_files_own_dynamic_lookup_does_not_admit_a_new_one() -> None:

@@ -18,8 +18,10 @@ The verdict is never decided inside the process the submission controls. How a g
    left from an earlier run), with the task's bug and the kept changes written on top. The command and
    environment are the ones the agent's `run_tests` tool uses;
 5. a run passes only when its exit status, as the sandbox's supervisor saw it, is 0 (the pristine
-   launcher exits 0 only when every named test ran and passed); the verdict passes only when every run
-   passed. Nothing the process prints is trusted: its output is shown as detail only.
+   launcher exits 0 only when every named test ran and passed: its waiting parent decides, from each
+   test's outcome as the child running the tests sent it, and a failure once sent is final); the verdict
+   passes only when every run passed. Nothing the process prints is trusted: its output is shown as
+   detail only.
 """
 
 from __future__ import annotations
