@@ -253,3 +253,38 @@ async def test_every_later_restore_reaches_a_fork_and_a_sandbox_started_afresh(l
             assert parent.restarts == 1  # type: ignore[attr-defined]
     finally:
         await parent.close()
+
+
+# The namespaces' sysctls an occupant could try to leave set: 64 bits in one file, or a next occupant
+# with no SysV queue, segment or semaphore set, no POSIX queue, a lower pid ceiling.
+SYSCTLS = {
+    "/proc/sys/kernel/shmmax": "81985529216486895",
+    "/proc/sys/kernel/msgmni": "0",
+    "/proc/sys/kernel/shmmni": "0",
+    "/proc/sys/kernel/sem": "250\t32000\t32\t0",
+    "/proc/sys/fs/mqueue/queues_max": "0",
+    "/proc/sys/kernel/pid_max": "4321",
+}
+_SYSCTL_PROBE = (
+    "import json, sys\nout = {}\nfor p, v in json.loads(sys.argv[1]).items():\n"
+    "    try:\n        open(p, 'w').write(v)\n        out[p] = 'written'\n"
+    "    except OSError as e:\n        out[p] = open(p).read().strip()\nprint(json.dumps(out))\n"
+)
+
+
+@LAUNCHERS
+async def test_an_occupant_cannot_set_its_namespaces_sysctls_for_the_next(launcher: str) -> None:
+    import json
+
+    sb = await open_sandbox(CONFIG.model_copy(update={"launcher": launcher}))
+    try:
+        snap = await sb.snapshot()
+        read = "import json, sys\nprint(json.dumps({p: open(p).read().strip() for p in json.loads(sys.argv[1])}))"
+        before = json.loads((await sb.exec(["python3", "-c", read, json.dumps(SYSCTLS)])).stdout)
+        tried = json.loads((await sb.exec(["python3", "-c", _SYSCTL_PROBE, json.dumps(SYSCTLS)])).stdout)
+        assert "written" not in tried.values(), tried
+        await sb.restore(snap)
+        after = json.loads((await sb.exec(["python3", "-c", read, json.dumps(SYSCTLS)])).stdout)
+        assert after == before
+    finally:
+        await sb.close()

@@ -171,7 +171,7 @@ class ToolEnv(Environment, Forkable):
             )
         if self.sandbox is not None and self.state.turn > 0:
             if self.initial_snapshot is not None:
-                await self.sandbox.restore(self.initial_snapshot)
+                await self.sandbox.hand_over(self.initial_snapshot)
             elif self.owns_sandbox:
                 await self.sandbox.close()  # a second episode on an owned sandbox starts from a fresh one
                 self.sandbox = None

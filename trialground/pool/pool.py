@@ -415,7 +415,7 @@ class EnvPool:
         assert slot.sandbox is not None and slot.snapshot is not None
         t0 = asyncio.get_running_loop().time()
         try:
-            await slot.sandbox.restore(slot.snapshot)
+            await slot.sandbox.hand_over(slot.snapshot)
             res = await slot.sandbox.exec(_EMPTY_WORKSPACE, limits=_HEALTH_LIMITS)
             if not res.ok:
                 raise SandboxError(f"emptying the workspace failed: {res.status}", kind="reseed")
@@ -436,7 +436,7 @@ class EnvPool:
         assert slot.sandbox is not None and slot.snapshot is not None
         t0 = asyncio.get_running_loop().time()
         try:
-            await slot.sandbox.restore(slot.snapshot)
+            await slot.sandbox.hand_over(slot.snapshot)
             await self._health(slot.sandbox)
         except Exception as e:
             self._fail(e.kind if isinstance(e, TrialgroundError) else "restore")

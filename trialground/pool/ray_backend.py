@@ -130,6 +130,9 @@ class SandboxWorker:
             if op == "restore":
                 await box.restore(args[0])
                 return "ok", None
+            if op == "hand_over":
+                await box.hand_over(args[0])
+                return "ok", None
             if op == "fork":
                 return "ok", self._record(await box.fork())
             if op == "close":
@@ -233,6 +236,9 @@ class RaySandbox(Sandbox):
 
     async def restore(self, snapshot_id: str) -> None:
         await self._call("restore", snapshot_id)
+
+    async def hand_over(self, snapshot_id: str) -> None:
+        await self._call("hand_over", snapshot_id)
 
     async def fork(self) -> Sandbox:
         child: str = await self._call("fork")

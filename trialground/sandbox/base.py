@@ -222,6 +222,13 @@ class Sandbox(abc.ABC):
     async def restore(self, snapshot_id: str) -> None:
         """Make the workspace byte-identical to the snapshot; kill leftover processes."""
 
+    async def hand_over(self, snapshot_id: str) -> None:
+        """Restore `snapshot_id` for a new occupant (the next episode, the next submission graded): as
+        `restore`, and what the previous occupant could count up or set in the sandbox's kernel state
+        (the next process id, IPC ids, inode numbers of /tmp and /dev/shm, network counters) starts afresh
+        too, so nothing it did can be read by the next. Backends without such state: `restore`."""
+        await self.restore(snapshot_id)
+
     @abc.abstractmethod
     async def fork(self) -> Sandbox:
         """A new, independent sandbox starting from this one's current workspace."""

@@ -113,9 +113,8 @@ class BwrapSandbox(Sandbox):
         self._greeted = False  # the running supervisor's hello was read
         self._uplink: netns.Uplink | None = None  # a networked sandbox's slirp4netns, while PID 1 lives
         self._lock = asyncio.Lock()
-        # Host-side workspace work (file reads and writes, snapshot, restore, seeding a fork) runs in
-        # worker threads (`offload.py`) so that it never stalls the event loop; this lock keeps it one
-        # at a time per sandbox, as it was when it ran on the loop. Taken after `_lock` where both are held.
+        # Host-side workspace work (reads, writes, snapshot, restore, seeding a fork) runs in worker threads
+        # (`offload.py`), one at a time per sandbox under this lock; taken after `_lock` where both are held.
         self._io = asyncio.Lock()
         self._closed = False
         self._freed = False
@@ -192,8 +191,7 @@ class BwrapSandbox(Sandbox):
         self._free()
 
     def __del__(self) -> None:
-        """A sandbox dropped without `close()`: freed now, with a ResourceWarning, not keeping its PID 1,
-        cgroup and workspace mount until we exit (and its workspace until another process's sweep)."""
+        """A sandbox dropped without `close()`: freed now (with a ResourceWarning), not at exit or a sweep."""
         if getattr(self, "_freed", True) or getattr(self, "_owner", None) != os.getpid():
             return
         try:
@@ -243,23 +241,18 @@ class BwrapSandbox(Sandbox):
             self._preload_pending = True
 
     async def _launch(self) -> None:
-        self._greeted = False
-        self._preload_pending = False
+        self._greeted = self._preload_pending = False
         self._preload_bytes = self._preload_vm_bytes = 0
         self.preload_report = {}
         self._drop_uplink()
         if self.forked():
             # Cancelled half-way, the start leaves nothing behind itself (forkserver.start).
             self._proc = await forkserver.start(
-                python_prefix=python_prefix(self.config),
-                uid=self._uid,
-                workspace=self.workspace.ws,
-                views_=bwrap_cmd.sandbox_views(self.config),
-                network=self.config.network,
-                tmp_bytes=self.config.limits.disk_mb << 20,
-                cgroup=self.cgroup,
+                python_prefix=python_prefix(self.config), uid=self._uid, workspace=self.workspace.ws,
+                views_=bwrap_cmd.sandbox_views(self.config), network=self.config.network,
+                tmp_bytes=self.config.limits.disk_mb << 20, cgroup=self.cgroup,
                 before_go=self._attach_uplink if self.config.network else None,
-            )
+            )  # fmt: skip
             return
         fd = seccomp.filter_fd()
         net = netns.BubblewrapHandshake() if self.config.network else None
@@ -305,8 +298,7 @@ class BwrapSandbox(Sandbox):
             uplink.close()
 
     async def _hello(self) -> None:
-        """Read the supervisor's first frame; a sandbox that did not start is stopped and SandboxError says
-        why (bubblewrap's own message)."""
+        """Read the supervisor's first frame; one that did not start is stopped (SandboxError says why)."""
         if self._greeted:
             return
         assert self._proc is not None and self._proc.stdout is not None
@@ -403,9 +395,8 @@ class BwrapSandbox(Sandbox):
         async with self._lock:
             start = time.monotonic()
             if self._greeted and self._proc is not None and self._proc.returncode is not None:
-                # PID 1 ended between commands (killed from outside, or its launcher died): say so once,
-                # like a death during a command; the next exec starts the sandbox afresh. (One that never
-                # said hello failed to start: the exchange below raises with its own message.)
+                # PID 1 ended between commands (killed from outside, its launcher died): say so once; the next
+                # exec starts afresh. (One that never said hello failed to start: the exchange below says so.)
                 await self._stop()
                 return error_result("sandbox died: its PID 1 ended between commands", 0.0)
             if self._proc is None:
@@ -422,8 +413,7 @@ class BwrapSandbox(Sandbox):
             except (ChannelClosed, TimeoutError) as exc:
                 if self._closed:  # closed while the command ran (close kills at once)
                     raise SandboxError("sandbox is closed", kind="closed") from exc
-                # The supervisor did not answer: the sandbox is broken. Kill all of it; the next exec
-                # starts afresh.
+                # The supervisor did not answer: the sandbox is broken. Kill it; the next exec starts afresh.
                 await self._stop()
                 if isinstance(exc, TimeoutError):
                     report = {"reason": "timeout", "wall_s": time.monotonic() - start}
@@ -467,9 +457,8 @@ class BwrapSandbox(Sandbox):
             # no memory cgroup here: the address-space cap instead (plus what a preload mapped, inherited)
             rl["RLIMIT_AS"] = (lim.memory_mb << 20) + self._preload_vm_bytes
         if "pids" not in enforced:
-            # No pids cgroup: RLIMIT_NPROC, which the kernel counts per uid in the sandbox's own user
-            # namespace (so: the sandbox's processes), with the supervisor and the process it keeps forked
-            # for the next command on top.
+            # No pids cgroup: RLIMIT_NPROC, counted per uid in the sandbox's own user namespace (its
+            # processes), plus the supervisor and the process it keeps forked for the next command.
             rl["RLIMIT_NPROC"] = lim.pids + 2
         return rl
 
@@ -509,16 +498,14 @@ class BwrapSandbox(Sandbox):
         self._check_open()
         async with self._lock:
             await self._settled()
-            # Only the supervisor and the next command's process (cwd /) are left, neither holding anything
-            # under /workspace; the new layers reach them by mount propagation (`_rebind`)
+            # Left: the supervisor and the next command's process (cwd /), holding nothing under /workspace
             lost = self.workspace.view_lost()
             await self._rebind()
             async with self._io:
                 await offload.run(self.workspace.restore, snapshot_id)
             if lost is not None and self.alive():
-                # The host's view was unmounted from outside: what the running sandbox sees of /workspace
-                # (its copy may have kept the old overlay) is not provably the restored one. A new sandbox
-                # binds the workspace afresh.
+                # The host's view was unmounted from outside: what the sandbox sees of /workspace (its copy
+                # may keep the old overlay) is not provably the restored one. A new sandbox binds it afresh.
                 self.restarts += 1
                 await self._stop()
                 return
@@ -535,6 +522,19 @@ class BwrapSandbox(Sandbox):
             elif self._proc is not None:  # PID 1 died with the occupant: the next one gets a new sandbox
                 self.restarts += 1
                 await self._stop()
+
+    async def hand_over(self, snapshot_id: str) -> None:
+        """A new PID 1 (namespaces, /tmp, /dev/shm) on a new workspace filesystem holding the snapshot, under
+        the same id: the counters a reset keeps (next pid, IPC ids, inode numbers) start afresh."""
+        self._check_open()
+        async with self._lock:
+            await self._stop()
+            async with self._io:
+                await offload.run(self.workspace.renew, snapshot_id)
+            await self._start()  # bound to the plain directory: the snapshot's overlay reaches it
+            await self._settled()
+            async with self._io:
+                await offload.run(self.workspace.snapshot, snapshot_id)
 
     async def warm_python(self) -> None:
         """Have the supervisor load `site` now, without running a command: the next Python command's

@@ -48,7 +48,7 @@ class Workspace:
         _check_base_dir()
         sweep_stale()
         self.root = Path(tempfile.mkdtemp(prefix=own_prefix(), dir=BASE_DIR))
-        self.uid = uid
+        self.uid, self.disk_mb = uid, disk_mb
         self.tmpfs = mounts.CAN_MOUNT and mounts.mount_tmpfs(self.root, disk_mb)
         self.overlay = overlay and self.tmpfs and mounts.overlay_works()
         self.ws = self.root / "ws"
@@ -100,13 +100,13 @@ class Workspace:
         return None if device == self._device else "another filesystem is there now"
 
     # -- snapshots ---------------------------------------------------------------------------------------
-    def snapshot(self) -> str:
-        """Freeze the current state; with overlays this is O(1) in the number of files."""
+    def snapshot(self, name: str | None = None) -> str:
+        """Freeze the current state (as `name`, else a new id); with overlays O(1) in the number of files."""
         # With the view lost the sandbox may still write to the upper layer this would freeze (its own copy
         # of the overlay): a frozen layer must never change, so no snapshot is taken then.
         self.check_view()
         self._gen += 1
-        sid = f"s{self._gen}"
+        sid = name or f"s{self._gen}"
         if not self.overlay:
             copy = self.root / "c" / sid
             copy.parent.mkdir(exist_ok=True)
@@ -144,6 +144,25 @@ class Workspace:
         # The discarded upper layer still counts against the quota: free it, off the restore's clock.
         garbage = [self.root / "u" / str(old), self.root / "w" / str(old)]
         threading.Thread(target=_remove_all, args=(garbage,), daemon=True).start()
+
+    def renew(self, sid: str) -> None:
+        """Move to a new filesystem (a new tmpfs on a root host, else a new directory) holding exactly the
+        files of snapshot `sid`, with no snapshot (the caller takes one, `snapshot(sid)`, once the sandbox
+        binds the new `ws`): the start of a new occupant (`Sandbox.hand_over`). The old filesystem's
+        counters go with it: the next inode number, which an occupant sets by making files, would tell the
+        next what it did. Callers first stop every process using `ws`."""
+        self.restore(sid)
+        fresh = Workspace(self.disk_mb, self.uid, overlay=self.overlay)
+        try:
+            _copy_tree(self.ws, fresh.ws)
+        except BaseException:
+            fresh.close()
+            raise
+        gen, old = self._gen, dict(vars(self))
+        vars(self).update(vars(fresh))
+        vars(fresh).update(old)
+        self._gen = max(gen, self._gen)  # ids and layer names never repeat one given out before
+        fresh.close()  # the old filesystem: lazily, while a fork still binds its layers
 
     def _mount(self, layers: list[Path]) -> None:
         for layer, device in self._bound.items():  # a parent's layer unbound from outside: files missing

@@ -90,7 +90,11 @@ def bwrap_argv(
                 argv += ["--ro-bind", host, host]
         for source, target in sandbox_views(config):
             argv += ["--ro-bind", source, target]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--mqueue", reset.MQUEUE]
+    # /proc/sys read-only: the sandbox's user is uid 0 of the user namespace that owns its IPC and PID
+    # namespaces, so their sysctls (kernel.shmmax, msgmni, sem, pid_max, fs.mqueue.*) would otherwise be
+    # writable, kept across reuse, and able to starve the next occupant.
+    argv += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
+    argv += ["--dev", "/dev", "--mqueue", reset.MQUEUE]
     argv += ["--size", str(tmp_mb << 20), "--tmpfs", "/dev/shm"]
     argv += ["--size", str(tmp_mb << 20), "--tmpfs", "/tmp", "--bind", str(workspace), WORKSPACE]
     # Everything but /workspace, /tmp and /dev/shm read-only (the root and /dev are tmpfs bubblewrap made).

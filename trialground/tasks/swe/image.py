@@ -41,7 +41,7 @@ class RepoImage:
         if self._idle:
             sandbox, sid = self._idle.pop()
             try:
-                await sandbox.restore(sid)
+                await sandbox.hand_over(sid)
             except BaseException:
                 await sandbox.close()
                 raise

@@ -338,7 +338,7 @@ class SandboxPool:
             await sandbox.close()
             return
         try:
-            await sandbox.restore(snap)
+            await sandbox.hand_over(snap)
         except SandboxError:
             await sandbox.close()
             return

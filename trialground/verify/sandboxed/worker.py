@@ -109,7 +109,8 @@ def worker(opts, wire, call_r, reply_w):
             path = os.fsdecode(path) if isinstance(path, bytes) else str(path)
             base = path.rsplit("/", 1)[-1]
             mode = str(args[1] or "r")
-            if path.startswith("/proc"):
+            real = os.path.realpath(path)  # `//proc`, `../proc` and links into it are the same place
+            if path.startswith("/proc") or real == "/proc" or real.startswith("/proc/"):
                 flag("runner_tampering", f"opens {path} from {caller_files()[0]}")
                 raise PermissionError("access to process internals is not allowed during grading")
             writing = any(c in mode for c in "wax+")
