@@ -8,6 +8,9 @@ the bundled pytest), each iteration changing one of its library files.
 
     .venv/bin/python benchmarks/swe_restore.py --sizes 200 2000 8000 --iterations 30 [--json out.json]
     .venv/bin/python benchmarks/swe_restore.py --sizes --repos inflection fonttools --iterations 50
+
+`--hand-over` measures `Sandbox.hand_over` instead (what each graded run of a repository task pays: a new
+workspace file system holding the image's files and a new PID 1), beside `restore` in the same run.
 """
 
 from __future__ import annotations
@@ -26,7 +29,11 @@ MODULE = "def f(x):\n    return x + 1\n" * 140  # ~4 KiB
 
 
 async def measure(
-    n: int, iterations: int, files: dict[str, str] | None = None, target: str = "pkg/sub0/mod0.py"
+    n: int,
+    iterations: int,
+    files: dict[str, str] | None = None,
+    target: str = "pkg/sub0/mod0.py",
+    hand_over: bool = False,
 ) -> tuple[float, float, float]:
     files = files or {f"pkg/sub{i // 100}/mod{i}.py": MODULE for i in range(n)}
     disk_mb = max(256, n * 8 // 1000 + 64, sum(len(t) for t in files.values()) * 3 // (1 << 20) + 64)
@@ -41,7 +48,7 @@ async def measure(
             res = await sandbox.exec(f"echo '# changed' >> {target} && echo new > scratch{i}.py")
             assert res.ok, res.stderr
             t = time.perf_counter()
-            await sandbox.restore(sid)
+            await (sandbox.hand_over(sid) if hand_over else sandbox.restore(sid))
             times.append(time.perf_counter() - t)
         check = await sandbox.exec(f"test ! -e scratch0.py && ! grep -q '# changed' {target}")
         assert check.ok, "restore did not bring back the snapshot"
@@ -57,6 +64,7 @@ async def main() -> None:
     ap.add_argument("--repos", nargs="*", default=[], help="pinned repositories to measure too")
     ap.add_argument("--iterations", type=int, default=30)
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--hand-over", action="store_true", help="also time hand_over (a new occupant)")
     args = ap.parse_args()
     rows = []
     head = f"{'image':>16} {'files':>7} {'build s':>14} {'restore median ms':>18} {'restore p90 ms':>15}"
@@ -74,8 +82,14 @@ async def main() -> None:
             }
         )
 
+    modes = [False, True] if args.hand_over else [False]
     for n in args.sizes:
-        row("synthetic", n, *await measure(n, args.iterations))
+        for mode in modes:
+            row(
+                "synthetic" + (" hand_over" if mode else ""),
+                n,
+                *await measure(n, args.iterations, hand_over=mode),
+            )
     for name in args.repos:
         from trialground.tasks.swe.build import workspace_image_files
         from trialground.tasks.swe.repos import is_mutable, repo_spec
@@ -83,7 +97,9 @@ async def main() -> None:
         spec = repo_spec(name)
         files = workspace_image_files(spec)
         target = sorted(p for p in files if is_mutable(spec, p) and p.endswith(".py"))[0]
-        row(name, len(files), *await measure(len(files), args.iterations, files, target))
+        for mode in modes:
+            label = name + (" hand_over" if mode else "")
+            row(label, len(files), *await measure(len(files), args.iterations, files, target, mode))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

@@ -246,8 +246,7 @@ class BwrapSandbox(Sandbox):
         self.preload_report = {}
         self._drop_uplink()
         if self.forked():
-            # Cancelled half-way, the start leaves nothing behind itself (forkserver.start).
-            self._proc = await forkserver.start(
+            self._proc = await forkserver.start(  # cancelled half-way, it leaves nothing behind
                 python_prefix=python_prefix(self.config), uid=self._uid, workspace=self.workspace.ws,
                 views_=bwrap_cmd.sandbox_views(self.config), network=self.config.network,
                 tmp_bytes=self.config.limits.disk_mb << 20, cgroup=self.cgroup,
@@ -293,15 +292,16 @@ class BwrapSandbox(Sandbox):
         self._uplink = uplink
 
     def _drop_uplink(self) -> None:
-        uplink, self._uplink = self._uplink, None
-        if uplink is not None:
+        if (uplink := self._uplink) is not None:
+            self._uplink = None
             uplink.close()
 
     async def _hello(self) -> None:
         """Read the supervisor's first frame; one that did not start is stopped (SandboxError says why)."""
         if self._greeted:
             return
-        assert self._proc is not None and self._proc.stdout is not None
+        if self._proc is None or self._proc.stdout is None:  # closed while a request was being sent
+            raise ChannelClosed("the sandbox was stopped")
         try:
             async with asyncio.timeout(30):
                 kind, _ = await read_frame(self._proc.stdout)
@@ -340,16 +340,17 @@ class BwrapSandbox(Sandbox):
     async def _exchange(self, request: dict, stdin: bytes, out: Collected, timeout: float) -> dict:
         """One request to the supervisor and its answer (output into `out`); reads the hello first when
         the supervisor has just started. Raises ChannelClosed / TimeoutError when the supervisor fails."""
-        assert self._proc is not None and self._proc.stdin and self._proc.stdout
+        proc = self._proc  # held: `close` drops `_proc` while this awaits
+        assert proc is not None and proc.stdin and proc.stdout
         try:
-            await send_request(self._proc.stdin, request, stdin)
+            await send_request(proc.stdin, request, stdin)
         except ChannelClosed as exc:
             if not self._greeted:
                 await self._start_failed(exc)
             raise
         await self._hello()
         async with asyncio.timeout(timeout):
-            return await collect(self._proc.stdout, out)
+            return await collect(proc.stdout, out)
 
     async def _stop(self) -> None:
         """Kill the sandbox's processes (all of them: PID 1 dying takes its namespace down)."""
@@ -524,8 +525,7 @@ class BwrapSandbox(Sandbox):
                 await self._stop()
 
     async def hand_over(self, snapshot_id: str) -> None:
-        """A new PID 1 (namespaces, /tmp, /dev/shm) on a new workspace filesystem holding the snapshot, under
-        the same id: the counters a reset keeps (next pid, IPC ids, inode numbers) start afresh."""
+        """A new PID 1 and workspace file system at the snapshot (same id): what no reset undoes, afresh."""
         self._check_open()
         async with self._lock:
             await self._stop()

@@ -22,7 +22,8 @@ class GradingConfig(BaseModel):
         8,
         ge=0,
         le=1024,
-        description="Idle grading sandboxes kept for reuse (restored to empty, /tmp wiped); 0: new each time",
+        description="Idle grading sandboxes kept for reuse (each handed over: a new workspace filesystem "
+        "and new namespaces, nothing of the last grading); 0: new each time",
     )
     max_parallel: int = Field(4, ge=1, le=1024, description="Grading sandbox execs running at once")
     max_batch: int = Field(

@@ -1,8 +1,11 @@
-"""Giving a reused sandbox back at its snapshot: runs INSIDE the sandbox, standard library only.
+"""Giving a sandbox back at its snapshot: runs INSIDE the sandbox, standard library only.
 
-A sandbox handed to its next occupant (an episode of the environment pool, a grading) must hold nothing of
-the previous one. The workspace comes back from its snapshot on the host; everything else a previous
-occupant could leave lives in the sandbox's own namespaces, and is removed here, from inside:
+A sandbox handed to its next occupant (an episode of the environment pool, a grading) gets new namespaces
+and a new workspace filesystem (`Sandbox.hand_over`): their counters (the next pid, IPC ids, inode numbers,
+network statistics) cannot be set back from inside, and an occupant can set them to any value. A restore
+within one occupant (a rollback), and the members of one grading batch, keep the namespaces: the workspace
+comes back from its snapshot on the host, and everything else an earlier command could leave lives in the
+sandbox's own namespaces and is removed here, from inside:
 
 - processes: every command's processes are killed when it ends (the supervisor); what is left is listed;
 - files in the private scratch directories (/tmp, /dev/shm): emptied (`wipe`), and what lives on those
