@@ -181,3 +181,17 @@ async def test_grading_through_the_service_reuses_a_session_and_restores_it_clea
     finally:
         await verifier.close()
     assert len(opened) == 1  # one session served every grading: reused, not opened per grading
+
+
+async def test_a_hand_over_through_the_service_gives_new_namespaces(server: Server) -> None:
+    """`hand_over` of a remote sandbox reaches the service's sandbox: the next pid starts afresh there
+    (a restore keeps it: one occupant could set it for the next)."""
+    pid = ["python3", "-c", "import os; print(os.getpid())"]
+    async with await open_sandbox(server.config()) as sb:
+        sid = await sb.snapshot()
+        await sb.exec("for i in $(seq 60); do /bin/true; done")
+        await sb.restore(sid)
+        kept = int((await sb.exec(pid)).stdout)
+        await sb.hand_over(sid)
+        fresh = int((await sb.exec(pid)).stdout)
+    assert kept > 60 > fresh, (kept, fresh)

@@ -113,6 +113,9 @@ class RemoteSandbox(Sandbox):
     async def restore(self, snapshot_id: str) -> None:
         await self._call("POST", "/restore", json={"snapshot_id": snapshot_id})
 
+    async def hand_over(self, snapshot_id: str) -> None:
+        await self._call("POST", "/restore", json={"snapshot_id": snapshot_id, "hand_over": True})
+
     async def fork(self) -> Sandbox:
         body = await self._call("POST", "/fork")
         return RemoteSandbox(self.config, self._client_for(self.config), body["session_id"])

@@ -89,6 +89,8 @@ class RestoreRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     snapshot_id: str
+    # for a new occupant (`Sandbox.hand_over`): new namespaces and workspace file system, not a reset
+    hand_over: bool = False
 
 
 @dataclass
@@ -328,7 +330,7 @@ def create_app(
     async def restore(sid: str, req: RestoreRequest) -> dict[str, bool]:
         async with table.use(sid) as sandbox:
             try:
-                await sandbox.restore(req.snapshot_id)
+                await (sandbox.hand_over if req.hand_over else sandbox.restore)(req.snapshot_id)
             except SandboxError as exc:
                 raise _sandbox_failed(exc, "restore") from exc
             return {"ok": True}
