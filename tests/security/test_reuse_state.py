@@ -265,6 +265,9 @@ SYSCTLS = {
     "/proc/sys/fs/mqueue/queues_max": "0",
     "/proc/sys/kernel/pid_max": "4321",
 }
+_SYSCTL_READ = (
+    "import json, sys\nprint(json.dumps({p: open(p).read().strip() for p in json.loads(sys.argv[1])}))\n"
+)
 _SYSCTL_PROBE = (
     "import json, sys\nout = {}\nfor p, v in json.loads(sys.argv[1]).items():\n"
     "    try:\n        open(p, 'w').write(v)\n        out[p] = 'written'\n"
@@ -279,12 +282,11 @@ async def test_an_occupant_cannot_set_its_namespaces_sysctls_for_the_next(launch
     sb = await open_sandbox(CONFIG.model_copy(update={"launcher": launcher}))
     try:
         snap = await sb.snapshot()
-        read = "import json, sys\nprint(json.dumps({p: open(p).read().strip() for p in json.loads(sys.argv[1])}))"
-        before = json.loads((await sb.exec(["python3", "-c", read, json.dumps(SYSCTLS)])).stdout)
+        before = json.loads((await sb.exec(["python3", "-c", _SYSCTL_READ, json.dumps(SYSCTLS)])).stdout)
         tried = json.loads((await sb.exec(["python3", "-c", _SYSCTL_PROBE, json.dumps(SYSCTLS)])).stdout)
         assert "written" not in tried.values(), tried
         await sb.restore(snap)
-        after = json.loads((await sb.exec(["python3", "-c", read, json.dumps(SYSCTLS)])).stdout)
+        after = json.loads((await sb.exec(["python3", "-c", _SYSCTL_READ, json.dumps(SYSCTLS)])).stdout)
         assert after == before
     finally:
         await sb.close()
