@@ -300,11 +300,11 @@ class BwrapSandbox(Sandbox):
         """Read the supervisor's first frame; one that did not start is stopped (SandboxError says why)."""
         if self._greeted:
             return
-        if self._proc is None or self._proc.stdout is None:  # closed while a request was being sent
+        if (proc := self._proc) is None or proc.stdout is None:  # closed while a request was being sent
             raise ChannelClosed("the sandbox was stopped")
         try:
             async with asyncio.timeout(30):
-                kind, _ = await read_frame(self._proc.stdout)
+                kind, _ = await read_frame(proc.stdout)
         except (ChannelClosed, TimeoutError) as exc:
             await self._start_failed(exc)
         if kind != "H":
@@ -314,7 +314,7 @@ class BwrapSandbox(Sandbox):
         if self._preload_pending:
             self._preload_pending = False
             try:  # importing a large package on a loaded machine: seconds
-                answer = await asyncio.wait_for(collect(self._proc.stdout, Collected(cap=0)), timeout=300)
+                answer = await asyncio.wait_for(collect(proc.stdout, Collected(cap=0)), timeout=300)
             except (ChannelClosed, TimeoutError) as exc:
                 await self._start_failed(exc)
             self.preload_report = answer
