@@ -213,3 +213,23 @@ def test_a_submission_cannot_count_its_gradings_in_a_reused_grading_sandbox(
             await grader.close()
 
     assert asyncio.run(go()) == [False] * 5
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the members of one grading batch run one after another in one sandbox and share its counters "
+    "(docs/architecture.md); max_batch: 1 closes it",
+)
+def test_a_submission_cannot_count_its_gradings_within_one_batch() -> None:
+    async def go() -> list[bool]:
+        grading = GradingConfig(reuse_sandboxes=1, max_parallel=1, max_batch=8, share_identical=False)
+        grader = make_grader(SandboxConfig(), RewardConfig(grading=grading))
+        try:
+            verdicts = await grader.code.verify_many(
+                [(COUNTING_TASK, COUNTING.replace("SCRATCH", "/tmp"))] * 5
+            )
+            return [v.passed for v in verdicts]  # type: ignore[union-attr]
+        finally:
+            await grader.close()
+
+    assert asyncio.run(go()) == [False] * 5
