@@ -1,7 +1,7 @@
 """The harness environment: the user's own agent program is the episode.
 
 ``reset(task)`` prepares the task's sandbox exactly as the tool environment does (workspace files and
-visible checks; a pooled sandbox restored to its snapshot). ``play(path, key)`` runs
+visible checks; a pooled sandbox handed over at its snapshot). ``play(path, key)`` runs
 `EnvConfig.harness_command` in it, once, for the whole episode: through the launcher
 (`harness_launcher.py`), with the workspace as its working directory, the task's prompt on standard input
 and in ``TRIALGROUND_PROMPT``, ``OPENAI_BASE_URL`` (the sandbox's own loopback, relayed to the gateway's
