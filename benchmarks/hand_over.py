@@ -2,15 +2,17 @@
 occupant: a new workspace file system and a new PID 1) and a new sandbox (`open_sandbox` + `close`), each
 followed by writing one file and running one Python command, per launcher, side by side in one run.
 
-    .venv/bin/python benchmarks/hand_over.py --iterations 30
+    .venv/bin/python benchmarks/hand_over.py --iterations 30 [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import time
+from pathlib import Path
 
 from trialground.sandbox.base import Sandbox, SandboxConfig
 from trialground.sandbox.factory import open_sandbox
@@ -55,7 +57,9 @@ async def fresh(launcher: str, iterations: int) -> list[float]:
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--iterations", type=int, default=30)
+    ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
+    rows = []
     print(f"{'launcher':>10} {'path':>10} {'median ms':>10} {'p90 ms':>8}")
     for launcher in ("forkserver", "bwrap"):
         for name in ("restore", "hand_over", "new"):
@@ -65,7 +69,13 @@ async def main() -> None:
                 times = await reused(launcher, args.iterations, name == "hand_over")
             times.sort()
             p90 = times[int(0.9 * (len(times) - 1))]
-            print(f"{launcher:>10} {name:>10} {statistics.median(times) * 1000:>10.1f} {p90 * 1000:>8.1f}")
+            median = statistics.median(times)
+            print(f"{launcher:>10} {name:>10} {median * 1000:>10.1f} {p90 * 1000:>8.1f}")
+            rows.append(
+                {"launcher": launcher, "path": name, "median_ms": median * 1000, "p90_ms": p90 * 1000}
+            )
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
 
 
 if __name__ == "__main__":

@@ -155,6 +155,8 @@ ENTRIES: list[Entry] = [
     Entry("swe_restore", "SWE workspace image restore", "swe_restore.py",
           ["--sizes", "200", "2000", "8000", "--iterations", "50"], ["--sizes", "20", "--iterations", "3"],
           render_swe),
+    Entry("hand_over", "Handing a sandbox to its next occupant", "hand_over.py", ["--iterations", "30"],
+          ["--iterations", "2"], generic),
 ]
 # fmt: on
 
