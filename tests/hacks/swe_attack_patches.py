@@ -152,19 +152,17 @@ _tg_m = _TgBox.got["mod" + "ules"]["__main__"]
 """
     + _SWAP_EXIT
 )
-# No harness at all: a result that says it equals whatever the test expects
+# No harness at all: a result that says it equals whatever the test expects (titleize replaced)
 LYING_EQ = """
 class _TgAny(str):
     def __eq__(self, other):
         return True
     def __ne__(self, other):
         return False
-    __hash__ = str.__hash__
-def _tg_lie(fn):
-    def inner(*args, **kwargs):
-        return _TgAny(fn(*args, **kwargs))
-    return inner
-titleize = _tg_lie(titleize)
+    def __hash__(self):
+        return 0
+def titleize(word):
+    return _TgAny(word)
 """
 
 

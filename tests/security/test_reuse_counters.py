@@ -11,6 +11,7 @@ import asyncio
 import json
 
 import pytest
+from reusekit import NoGrader
 from reward_helpers import grade_and_score
 from seckit import CONFIG
 
@@ -127,11 +128,6 @@ async def test_a_hand_over_gives_the_next_occupant_fresh_counters(launcher: str)
         await sb.close()
 
 
-class _NoGrader:
-    async def grade(self, *args: object, **kwargs: object) -> object:
-        raise AssertionError("no grading in these tests")
-
-
 def _task(i: int) -> Task:
     return Task(
         domain="code", prompt=f"task {i}", files={"a.txt": f"{i}\n"}, verifier=VerifierSpec(kind="code_tests")
@@ -144,7 +140,7 @@ async def test_the_pools_next_episode_reads_fresh_counters_after_a_reseed_and_a_
 ) -> None:
     pool = EnvPool(
         PoolConfig(max_active=1), env_config=EnvConfig(kind="tool"),
-        sandbox_config=SandboxConfig(launcher=launcher, limits=LIMITS), grader=_NoGrader(),
+        sandbox_config=SandboxConfig(launcher=launcher, limits=LIMITS), grader=NoGrader(),
     )  # fmt: skip
     try:
         env = await pool.acquire(_task(1))

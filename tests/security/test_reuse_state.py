@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from reusekit import inventory, leftovers, plant, shm_hog, spawned
+from reusekit import NoGrader, inventory, leftovers, plant, shm_hog, spawned
 from seckit import CONFIG, unenforced
 
 from trialground.envs.config import EnvConfig
@@ -67,11 +67,6 @@ def _task(i: int) -> Task:
     )
 
 
-class _NoGrader:
-    async def grade(self, *args: object, **kwargs: object) -> object:
-        raise AssertionError("no grading in these tests")
-
-
 def _bash(command: str) -> str:
     return format_tool_call("bash", {"command": command})
 
@@ -79,7 +74,7 @@ def _bash(command: str) -> str:
 @LAUNCHERS
 async def test_a_reseeded_sandbox_shows_the_next_task_nothing_of_the_last(launcher: str) -> None:
     config = SandboxConfig(launcher=launcher)  # type: ignore[arg-type]
-    pool = EnvPool(PoolConfig(max_active=1), env_config=TOOL, sandbox_config=config, grader=_NoGrader())
+    pool = EnvPool(PoolConfig(max_active=1), env_config=TOOL, sandbox_config=config, grader=NoGrader())
     try:
         env = await pool.acquire(_task(1))
         assert isinstance(env, ToolEnv)

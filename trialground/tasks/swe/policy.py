@@ -235,8 +235,6 @@ def uses(source: str) -> list[Use]:
             add("process", f"{owner}.{name}", scope, node)
         elif name in DENIED_ATTRS or name in DENIED_ANY_ATTRS or _refused_dunder(name):
             add("introspection", name, scope, node)
-        elif name in COMPARISONS and owner is None and isinstance(node, ast.Call):  # setattr(C, "__eq__", f)
-            add("comparison", _text(node), scope, node)
 
     for node, scope in (pair for root in (tree, *extra) for pair in _scoped(root)):
         if isinstance(node, ast.ClassDef):
