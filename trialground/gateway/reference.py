@@ -12,11 +12,15 @@ Routes:
   `skip_special_tokens`; choice `index` is `prompt_index * n + sample_index`; `token_logprobs[i]` is the
   sampling logprob of `token_ids[i]`; a turn ended by eos has `finish_reason` "stop" with the eos id in
   `token_ids`. A prompt plus `max_tokens` beyond the model's context is a 400, as is a `seed` outside
-  0..2**63-1. Streaming is refused;
+  0..2**63-1. A sampling field the request leaves out (top_k, min_p, temperature, ...) takes the
+  server's default: neutral, or what `sampling_defaults` sets (`policy serve --default-top-k`), as vLLM
+  fills omitted fields from the model's generation_config.json. Penalties are refused (400). Streaming is
+  refused;
 - `POST /collective_rpc` with `{"method": "trialground_load_weights", "args": [DIR]}` loads the
   safetensors weights in DIR (what vLLM does with trialground's worker extension); `POST
   /reset_prefix_cache` (accepted; no cache is kept); `POST /weight_checker` `{"action": "checksum"}`:
-  SHA-256 of every weight under its Hugging Face name; `GET /trialground/info`.
+  SHA-256 of every weight under its Hugging Face name; `GET /trialground/info` (model, request and load
+  counts, and `sampling_defaults`: the defaults that differ from the neutral ones).
 
 Authentication: with `api_key`, every route but `/health` needs `Authorization: Bearer KEY` (401 before the
 body is read). Without one, inference is open to whoever reaches the address (127.0.0.1 by default) and the
@@ -65,6 +69,10 @@ class _Locked:
         return self.policy.tokenizer
 
     async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        if params.penalties():
+            raise GatewayError(
+                f"this server applies no repetition, presence or frequency penalty: {params.penalties()}"
+            )
         async with self.lock:
             return list(await self.policy.generate(prompts, params))
 
@@ -81,9 +89,13 @@ class ReferenceServer:
         port: int = 0,
         api_key: str | None = None,
         sock: socket.socket | None = None,
+        sampling_defaults: SamplingParams | None = None,
     ) -> None:
-        """`sock`: a socket already listening (then `host` and `port` are not used)."""
+        """`sock`: a socket already listening (then `host` and `port` are not used). `sampling_defaults`:
+        what a request that leaves a sampling field out gets (vLLM takes them from the model's
+        generation_config.json unless started with `--generation-config vllm`); None: the neutral ones."""
         self.policy = policy
+        self.sampling_defaults = sampling_defaults or SamplingParams()
         self.served_name = served_name
         self.api_key = api_key or None
         self.requests = 0
@@ -106,7 +118,7 @@ class ReferenceServer:
         self._generator = generator
         session = Session(
             generator,
-            SamplingParams(),
+            self.sampling_defaults,
             self.served_name,
             max_context_tokens=self.max_positions,
             record=False,
@@ -138,7 +150,12 @@ class ReferenceServer:
             return await call_next(request)
 
         async def info(_request: Request) -> Any:
-            return {"model": self.served_name, "requests": self.requests, "weight_loads": self.weight_loads}
+            return {
+                "model": self.served_name,
+                "requests": self.requests,
+                "weight_loads": self.weight_loads,
+                "sampling_defaults": self.sampling_defaults.changed(),
+            }
 
         async def reset(_request: Request) -> Any:
             return {}

@@ -93,6 +93,12 @@ class PolicyConfig(BaseModel):
         description="openai and remote backends: no retry wait of a request ends later than this after "
         "its first try",
     )
+    sampling_extras: bool = Field(
+        True,
+        description="openai backend: state top_k, min_p and repetition_penalty in every request (vLLM, "
+        "SGLang, policy serve); false for endpoints that refuse fields outside OpenAI's API, which then "
+        "need those at their neutral values",
+    )
     max_concurrency: int = Field(16, ge=1, le=1024, description="openai backend: requests in flight at once")
     responses: tuple[str, ...] = Field(
         (), description="scripted backend: responses, used in order and cycled"
