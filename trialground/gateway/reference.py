@@ -17,7 +17,9 @@ Routes:
   fills omitted fields from the model's generation_config.json. Penalties are refused (400). Streaming is
   refused;
 - `POST /collective_rpc` with `{"method": "trialground_load_weights", "args": [DIR]}` loads the
-  safetensors weights in DIR (what vLLM does with trialground's worker extension); `POST
+  safetensors weights in DIR (what vLLM does with trialground's worker extension): names and shapes are
+  checked from the files' headers first, then each tensor is copied into the model as it is read, so the
+  server never holds a second copy of the model; `POST
   /reset_prefix_cache` (accepted; no cache is kept); `POST /weight_checker` `{"action": "checksum"}`:
   SHA-256 of every weight under its Hugging Face name; `GET /trialground/info` (model, request and load
   counts, and `sampling_defaults`: the defaults that differ from the neutral ones).
@@ -46,7 +48,7 @@ from trialground.errors import PolicyError
 from trialground.gateway.app import Sessions, bearer, error_response, guarded, make_app, read_json
 from trialground.gateway.session import GatewayError, Session
 from trialground.policy.base import Generation, SamplingParams
-from trialground.policy.weight_files import RELOAD_METHOD, read_weights, tensor_digest
+from trialground.policy.weight_files import RELOAD_METHOD, iter_weights, tensor_digest, weight_headers
 from trialground.ports import POLICY_SERVE_PORT, listen
 
 DEFAULT_PORT = POLICY_SERVE_PORT  # every server's default: trialground/ports.py
@@ -155,6 +157,7 @@ class ReferenceServer:
                 "requests": self.requests,
                 "weight_loads": self.weight_loads,
                 "sampling_defaults": self.sampling_defaults.changed(),
+                "dtype": str(next(self.policy.model.parameters()).dtype).removeprefix("torch."),
             }
 
         async def reset(_request: Request) -> Any:
@@ -176,21 +179,25 @@ class ReferenceServer:
         if not (isinstance(args, list) and len(args) == 1 and isinstance(args[0], str)):
             raise GatewayError(f"args: {RELOAD_METHOD} takes one argument, the weights directory")
         try:
-            weights = await asyncio.to_thread(read_weights, args[0])
+            headers = await asyncio.to_thread(weight_headers, args[0])
         except PolicyError as exc:
             raise GatewayError(f"args[0]: {exc}") from exc
         own = self.policy.model.state_dict()
-        unknown = sorted(set(weights) - set(own))
+        unknown = sorted(set(headers) - set(own))
         if unknown:
             raise GatewayError(f"args[0]: weights this model does not have: {unknown[:5]}")
-        wrong = [k for k, v in weights.items() if tuple(v.shape) != tuple(own[k].shape)]
+        wrong = [k for k, (_, shape) in headers.items() if shape != tuple(own[k].shape)]
         if wrong:
             raise GatewayError(f"args[0]: weights of the wrong shape: {wrong[:5]}")
         assert self._generator is not None
         async with self._generator.lock:  # no generation is running: the load applies at once
             self.weight_loads += 1
-            await asyncio.to_thread(self.policy.load_weights, weights, self.weight_loads)
-        return {"results": [len(weights)]}
+            stream = iter_weights(args[0])  # bucket by bucket, one tensor in memory at a time
+            try:
+                count = await asyncio.to_thread(self.policy.load_weight_stream, stream, self.weight_loads)
+            except PolicyError as exc:
+                raise GatewayError(f"args[0]: {exc}") from exc
+        return {"results": [count]}
 
     async def _weight_checker(self, request: Request) -> Any:
         body = await read_json(request)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -485,6 +485,20 @@ class HFPolicy(Policy):
                 self._apply_staged()
             finally:
                 self._lock.release()
+
+    def load_weight_stream(self, items: Iterable[tuple[str, Any]], version: int) -> int:
+        """Copy each `(name, tensor)` into the model as it comes (one tensor held at a time, never a staged
+        copy of the model), after any running generation; then stamp `version`. The caller has checked
+        names and shapes (a bad one midway leaves a partial load). Returns the tensors copied."""
+        own = self.model.state_dict()
+        count = 0
+        with self._lock, torch.no_grad():
+            self._apply_staged()
+            for name, tensor in items:
+                own[name].copy_(tensor)
+                count += 1
+            self.version = version
+        return count
 
     def _apply_staged(self) -> None:
         """Copy staged weights into the model; the caller holds `_lock`."""

@@ -13,6 +13,8 @@ vllm`; the trainer scores the full softmax at temperature T. So:
   `GET /server_info?config_format=json` (`VLLM_SERVER_DEV_MODE=1`): `model_config.generation_config`
   "vllm" means neutral defaults, anything else the model's generation config (read here from the same
   model directory), then `override_generation_config` on top. None when the server says neither.
+- `engine_dtype(client, server)` reads the server's weight dtype the same way (pushed weights are cast to
+  it).
 - `check_defaults(server, defaults, params)` raises `PolicyError` when a server default names a field the
   requests do not state (it would change the distribution), and otherwise returns the warnings to log: a
   default that differs from the run's value (the requests override it, but any program that calls the
@@ -123,3 +125,19 @@ def check_defaults(server: str, source: str, defaults: dict[str, Any], params: S
                 "call the server without it sample another distribution (vLLM: --generation-config vllm)"
             )
     return warnings
+
+
+def engine_dtype(client: httpx.Client, server: str) -> str | None:
+    """The server's weight dtype ('bfloat16', ...) from `/trialground/info` or vLLM's `/server_info`; None
+    when it says neither."""
+    try:
+        resp = client.get(server + "/trialground/info")
+        if resp.status_code == 200 and isinstance(resp.json().get("dtype"), str):
+            return str(resp.json()["dtype"])
+        resp = client.get(server + "/server_info", params={"config_format": "json"})
+        config = resp.json().get("vllm_config") if resp.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    model = config.get("model_config") if isinstance(config, dict) else None
+    dtype = model.get("dtype") if isinstance(model, dict) else None
+    return str(dtype).removeprefix("torch.") if isinstance(dtype, str) else None
