@@ -33,7 +33,8 @@ TASK = [{"role": "user", "content": "Write f(x) for an integer x: add 3."}]
 @pytest.fixture(scope="module")
 def top_k_server(tiny: HFPolicy) -> Iterator[ReferenceServer]:
     """A reference server whose requests default to top_k 20 (a real knob, `--default-top-k`)."""
-    server = ReferenceServer(tiny, served_name="tiny", api_key=KEY, sampling_defaults=SamplingParams(top_k=20))
+    defaults = SamplingParams(top_k=20)
+    server = ReferenceServer(tiny, served_name="tiny", api_key=KEY, sampling_defaults=defaults)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server
     server.shutdown()
@@ -94,7 +95,9 @@ def test_every_field_is_on_the_wire_and_openai_only_endpoints_refuse_extras() ->
     assert policy._body(SamplingParams(min_p=0.1))["min_p"] == 0.1
 
 
-def test_penalties_are_refused_by_the_reference_sampler(top_k_server: ReferenceServer, tiny: HFPolicy) -> None:
+def test_penalties_are_refused_by_the_reference_sampler(
+    top_k_server: ReferenceServer, tiny: HFPolicy
+) -> None:
     body = {"model": "tiny", "prompt": tiny.encode_chat(TASK), "max_tokens": 2, "repetition_penalty": 1.05}
     resp = httpx.post(top_k_server.url + "/v1/completions", json=body, headers=AUTH, timeout=60)
     assert resp.status_code == 400 and "repetition_penalty" in resp.text

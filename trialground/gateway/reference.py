@@ -14,8 +14,8 @@ Routes:
   `token_ids`. A prompt plus `max_tokens` beyond the model's context is a 400, as is a `seed` outside
   0..2**63-1. A sampling field the request leaves out (top_k, min_p, temperature, ...) takes the
   server's default: neutral, or what `sampling_defaults` sets (`policy serve --default-top-k`), as vLLM
-  fills omitted fields from the model's generation_config.json. Penalties are refused (400). Streaming is
-  refused;
+  fills omitted fields from the model's generation_config.json. Penalties are refused (400). Both stream
+  with `stream: true` (`gateway/streaming.py`);
 - `POST /collective_rpc` with `{"method": "trialground_load_weights", "args": [DIR]}` loads the
   safetensors weights in DIR (what vLLM does with trialground's worker extension): names and shapes are
   checked from the files' headers first, then each tensor is copied into the model as it is read, so the

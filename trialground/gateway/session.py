@@ -73,8 +73,6 @@ class Session:
                 status=404,
                 code="model_not_found",
             )
-        if req.stream:
-            raise GatewayError("stream: streaming is not supported by this gateway")
         update: dict[str, Any] = {}
         for name in SAMPLING_FIELDS:
             if getattr(req, name) is not None:
