@@ -45,8 +45,10 @@ def _model_dir(path: Path) -> Path:
 
 def _serve(model: Path, key_file: Path) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "trialground", "policy", "serve", "--model", str(model), "--port", "0"]
-        + ["--api-key-file", str(key_file)],
+        [
+            *(sys.executable, "-m", "trialground", "policy", "serve", "--model", str(model), "--port", "0"),
+            *("--api-key-file", str(key_file)),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
