@@ -93,11 +93,22 @@ def serve(
 
 @app.command("check-template")
 def check_template(
-    model_dir: Annotated[str, typer.Argument(help="A model or tokenizer directory, 'tiny' or 'tiny-agent'")],
+    model_dir: Annotated[
+        str,
+        typer.Argument(
+            help="A model or tokenizer directory, a bundled or packaged model's name, a .gguf file"
+        ),
+    ],
     style: Annotated[
         str | None, typer.Option(help="Tool-call style (tags, llama3, mistral); default: from the template")
     ] = None,
     tool_role: Annotated[str, typer.Option(help="The role tool results are rendered in")] = "tool",
+    chat_template: Annotated[
+        str,
+        typer.Option(
+            help="auto (the tokenizer's, else plain), own, plain, or a Jinja file (policy.chat_template)"
+        ),
+    ] = "auto",
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON")] = False,
 ) -> None:
     """Check a chat template for token-exact multi-turn training: per turn, whether the rendered prefix
@@ -106,8 +117,8 @@ def check_template(
     from trialground.gateway.conformance import check, load_tokenizer_dir
 
     try:
-        tokenizer = load_tokenizer_dir(model_dir)
-    except (OSError, ValueError) as exc:
+        tokenizer = load_tokenizer_dir(model_dir, chat_template)
+    except (OSError, ImportError, ValueError) as exc:
         fail(f"{model_dir}: {exc}", EXIT_USAGE)
     try:
         report = check(tokenizer, style=style, tool_role=tool_role)

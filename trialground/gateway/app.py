@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
+from trialground.gateway import sse
 from trialground.gateway.api import ChatRequest, CompletionRequest
 from trialground.gateway.session import GatewayError, Session, describe
+from trialground.gateway.streaming import chat_chunks, completion_chunks
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 M = TypeVar("M", bound=BaseModel)
@@ -104,10 +106,13 @@ def parse(model: type[M], body: Any) -> M:
 Handler = Callable[[Request], Awaitable[Any]]
 
 
-def guarded(fn: Handler) -> Callable[[Request], Awaitable[JSONResponse]]:
-    async def route(request: Request) -> JSONResponse:
+def guarded(fn: Handler) -> Callable[[Request], Awaitable[Response]]:
+    """`fn`'s answer as JSON (a `Response`, e.g. a stream, as it is); a `GatewayError` as OpenAI's error."""
+
+    async def route(request: Request) -> Response:
         try:
-            return JSONResponse(await fn(request))
+            answer = await fn(request)
+            return answer if isinstance(answer, Response) else JSONResponse(answer)
         except GatewayError as exc:
             return error_response(exc)
 
@@ -129,11 +134,17 @@ def make_app(
 
     async def chat(request: Request) -> Any:
         session = session_of(request)
-        return await session.chat(parse(ChatRequest, await read_json(request)))
+        req = parse(ChatRequest, await read_json(request))
+        reply = await session.chat(req)
+        tok = session.generator.tokenizer
+        return sse.data_stream(chat_chunks(reply, tok, req)) if req.stream else reply
 
     async def complete(request: Request) -> Any:
         session = session_of(request)
-        return await session.complete(parse(CompletionRequest, await read_json(request)))
+        req = parse(CompletionRequest, await read_json(request))
+        reply = await session.complete(req)
+        tok = session.generator.tokenizer
+        return sse.data_stream(completion_chunks(reply, tok, req)) if req.stream else reply
 
     async def models(request: Request) -> Any:
         session = session_of(request)

@@ -12,7 +12,7 @@ Routes:
   `skip_special_tokens`; choice `index` is `prompt_index * n + sample_index`; `token_logprobs[i]` is the
   sampling logprob of `token_ids[i]`; a turn ended by eos has `finish_reason` "stop" with the eos id in
   `token_ids`. A prompt plus `max_tokens` beyond the model's context is a 400, as is a `seed` outside
-  0..2**63-1. Streaming is refused;
+  0..2**63-1. Both stream with `stream: true` (`gateway/streaming.py`);
 - `POST /collective_rpc` with `{"method": "trialground_load_weights", "args": [DIR]}` loads the
   safetensors weights in DIR (what vLLM does with trialground's worker extension); `POST
   /reset_prefix_cache` (accepted; no cache is kept); `POST /weight_checker` `{"action": "checksum"}`:

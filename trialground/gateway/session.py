@@ -70,8 +70,6 @@ class Session:
                 status=404,
                 code="model_not_found",
             )
-        if req.stream:
-            raise GatewayError("stream: streaming is not supported by this gateway")
         update: dict[str, Any] = {}
         for name in ("temperature", "top_p", "seed"):
             if getattr(req, name) is not None:

@@ -52,8 +52,14 @@ def _installed(module: str) -> bool:
 
 def model_problems(model: str, what: str, *, weights: bool) -> list[str]:
     """What is missing from the local Hugging Face directory `model` (a bundled name or a path)."""
+    from trialground.policy.packaged import is_packaged, package_problem
     from trialground.policy.tiny import BUNDLED, tiny_model_dir
 
+    if is_packaged(model):
+        problem = package_problem(model)
+        return [problem] if problem else []
+    if model.endswith(".gguf"):
+        return _gguf_problems(model, what)
     path = tiny_model_dir(model) if model in BUNDLED else Path(model).expanduser()
     if not path.is_dir():
         hub = (
@@ -81,6 +87,21 @@ def model_problems(model: str, what: str, *, weights: bool) -> list[str]:
             f"{what}={model!r}: {path} holds no tokenizer (tokenizer.json, tokenizer.model or vocab.json)"
         )
     return out
+
+
+def _gguf_problems(model: str, what: str) -> list[str]:
+    """What stops the GGUF file `model` from being converted into a model directory here."""
+    from trialground.policy.gguf import GGUF_EXTRA, missing_modules
+
+    if not Path(model).expanduser().is_file():
+        return [f"{what}={model!r}: no such file"]
+    missing = missing_modules()
+    if missing:
+        return [
+            f"{what}={model!r}: a GGUF file needs {', '.join(missing)}: "
+            f"pip install 'trialground[{GGUF_EXTRA}]'"
+        ]
+    return []
 
 
 def _policy_problems(config: RunConfig, purpose: Purpose) -> list[str]:

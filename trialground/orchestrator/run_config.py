@@ -7,12 +7,13 @@ out-of-range value raises `ConfigError` naming the file, the dotted path and wha
 from __future__ import annotations
 
 import difflib
+import re
 import sys
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trialground.envs.config import EnvConfig
 from trialground.envs.kinds import KINDS as ENV_KINDS
@@ -30,13 +31,23 @@ from trialground.tasks.config import TaskPoolConfig
 from trialground.train.config import TrainerConfig
 from trialground.verify.config import RewardConfig
 
+# One directory name under output_dir: no '/', no '\\', no leading '.' (so never '.' or '..'), nothing
+# absolute; checked when the config is built, before any directory is made.
+RUN_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+
 
 class RunConfig(BaseModel):
     """Everything a run needs. Each section belongs to one component."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field("run", min_length=1, description="Run name: the run directory is <output_dir>/<name>")
+    name: str = Field(
+        "run",
+        min_length=1,
+        max_length=128,
+        description="Run name: the run directory is <output_dir>/<name>; one path component of letters, "
+        "digits, '.', '_' and '-' that does not start with '.' (no separators, no '..', not absolute)",
+    )
     output_dir: str = Field("runs", description="Parent directory of run directories")
     seed: int = Field(
         0,
@@ -53,6 +64,16 @@ class RunConfig(BaseModel):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="The trainer")
     loop: LoopConfig = Field(default_factory=LoopConfig, description="The training loop")
     monitor: MonitorConfig = Field(default_factory=MonitorConfig, description="Metrics and alerts")
+
+    @field_validator("name")
+    @classmethod
+    def _one_directory_name(cls, name: str) -> str:
+        if not re.fullmatch(RUN_NAME_PATTERN, name):
+            raise ValueError(
+                f"{name!r} is not a run name: one directory name of letters, digits, '.', '_' and '-', "
+                "not starting with '.' (no '/', no '..', not an absolute path)"
+            )
+        return name
 
     @model_validator(mode="after")
     def _ray_ranks_need_ray(self) -> RunConfig:

@@ -62,6 +62,13 @@ class PolicyConfig(BaseModel):
         description="Chat role of the environment's answers in multi-turn episodes: 'user', or the role "
         "the model's chat template gives tool results ('tool' for Qwen, 'ipython' for Llama 3)",
     )
+    chat_template: str = Field(
+        "auto",
+        min_length=1,
+        description="How prompts and episodes are rendered: 'auto' (the tokenizer's chat template, else "
+        "'plain'), 'own' (the tokenizer's, refused when it has none), 'plain' (base models: the prompt "
+        "as text, documented in trialground/policy/templates.py), or the path of a Jinja chat template",
+    )
     sampling: SamplingParams = Field(default_factory=SamplingParams, description="Training-time sampling")
     eval_sampling: SamplingParams = Field(
         default_factory=lambda: SamplingParams(temperature=0.0), description="Evaluation sampling"
