@@ -106,6 +106,12 @@ class PolicyConfig(BaseModel):
         description="openai and remote backends: no retry wait of a request ends later than this after "
         "its first try",
     )
+    sampling_extras: bool = Field(
+        True,
+        description="openai backend: state top_k, min_p and repetition_penalty in every request (vLLM, "
+        "SGLang, policy serve); false for endpoints that refuse fields outside OpenAI's API, which then "
+        "need those at their neutral values",
+    )
     max_concurrency: int = Field(16, ge=1, le=1024, description="openai backend: requests in flight at once")
     responses: tuple[str, ...] = Field(
         (), description="scripted backend: responses, used in order and cycled"
@@ -117,6 +123,14 @@ class PolicyConfig(BaseModel):
         (),
         description="remote backend: base URLs of the running inference servers (vLLM's OpenAI-compatible "
         "server or `trialground policy serve`), e.g. http://10.0.0.5:8000; requests go to the least loaded",
+    )
+    weight_bucket_mb: int = Field(
+        512,
+        ge=1,
+        le=65536,
+        description="remote and vllm backends: pushed weights move in buckets of at most this many MiB in "
+        "the engine's dtype (a larger tensor is a bucket of its own), each written, sent and loaded on its "
+        "own: never a whole extra copy of the model",
     )
     served_model: str | None = Field(
         None, description="remote backend: the servers' model name (None: the first one /v1/models lists)"
