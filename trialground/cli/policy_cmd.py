@@ -38,13 +38,23 @@ def serve(
     dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16")] = "float32",
     cpu_threads: Annotated[int, typer.Option(help="torch threads on CPU")] = 1,
     decode: Annotated[str, typer.Option(help="auto (lean decoder where exact) or transformers")] = "auto",
+    default_top_k: Annotated[
+        int,
+        typer.Option(
+            help="top_k of a request that does not state one (0: off), as vLLM takes it from a model's "
+            "generation_config.json; trialground's own requests always state it"
+        ),
+    ] = 0,
 ) -> None:
     """Serve a model over HTTP until interrupted. The first line on stdout is `serving URL`."""
     from trialground.errors import PolicyError
+    from trialground.policy.base import SamplingParams
     from trialground.policy.config import PolicyConfig
 
     if not 0 <= port <= 65535:
         fail(f"--port: {port} is not a TCP port (0..65535)", EXIT_USAGE)
+    if default_top_k < 0:
+        fail(f"--default-top-k: {default_top_k} is negative (0 turns top-k off)", EXIT_USAGE)
     try:
         config = PolicyConfig(
             model=model,
@@ -53,6 +63,7 @@ def serve(
             cpu_threads=cpu_threads,
             decode=decode,  # type: ignore[arg-type]
         )
+        defaults = SamplingParams(top_k=default_top_k)
     except ValidationError as exc:
         problems = sorted({f"--{str(e['loc'][-1]).replace('_', '-')}: {e['msg']}" for e in exc.errors()})
         fail(f"invalid option: {'; '.join(problems)}", EXIT_USAGE)
@@ -75,7 +86,9 @@ def serve(
     except (PolicyError, FileNotFoundError) as exc:
         sock.close()
         fail(str(exc), EXIT_USAGE)
-    server = ReferenceServer(policy, served_name=served_model_name or model, sock=sock, api_key=api_key)
+    server = ReferenceServer(
+        policy, served_name=served_model_name or model, sock=sock, api_key=api_key, sampling_defaults=defaults
+    )
 
     def stop(_signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt
