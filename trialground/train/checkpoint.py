@@ -5,6 +5,7 @@ Layout of `runs/<name>/checkpoints/step_N/`:
     meta.json       step, version, time, file list (human-readable)
     model.pt        the trainer's module state dict (LoRA adapters included, as trained)
     optimizer.pt    AdamW state
+    master.pt       16-bit weights only: the fp32 masters AdamW steps (`trialground.train.precision`)
     rng.pt          python `random`, numpy global, torch CPU (+ CUDA) generator states
     extra.pt        whatever the caller passes (task-pool state, loop counters, ...), pickled by torch
     hf/             the model in Hugging Face format, LoRA merged (+ tokenizer, generation config): loads
@@ -119,6 +120,8 @@ def save_checkpoint(
     tmp.mkdir(parents=True)
     torch.save(trainer.model.state_dict(), tmp / "model.pt")
     torch.save(trainer.optimizer.state_dict(), tmp / "optimizer.pt")
+    if trainer.masters is not None:  # 16-bit weights: their fp32 masters are what the optimiser steps
+        torch.save(trainer.masters.state(), tmp / "master.pt")
     torch.save(rng_state(), tmp / "rng.pt")
     torch.save(dict(extra or {}), tmp / "extra.pt")
     if export_hf:
@@ -179,6 +182,10 @@ def load_checkpoint(path: str | Path, trainer: Trainer) -> LoadedCheckpoint:
     trainer.optimizer.load_state_dict(
         torch.load(root / "optimizer.pt", map_location=device, weights_only=True)
     )
+    if trainer.masters is not None:
+        if not (root / "master.pt").is_file():
+            raise ValueError(f"{root}: no master.pt, but the trainer's weights are 16-bit (saved in fp32?)")
+        trainer.masters.load(torch.load(root / "master.pt", map_location=device, weights_only=True))
     trainer.version = int(meta["version"])
     extra = torch.load(root / "extra.pt", weights_only=False)
     set_rng_state(torch.load(root / "rng.pt", weights_only=False))
