@@ -108,6 +108,7 @@ def train(
 
 def _train(cfg: RunConfig, resume: Path | None) -> None:
     from trialground.orchestrator.loop import run
+    from trialground.train.checkpoint import CheckpointError
 
     columns = (
         TextColumn("[bold]train"),
@@ -127,7 +128,7 @@ def _train(cfg: RunConfig, resume: Path | None) -> None:
 
         try:
             summary = asyncio.run(run(cfg, resume=resume is not None, progress=on_step))
-        except (FileExistsError, FileNotFoundError) as exc:
+        except (FileExistsError, FileNotFoundError, CheckpointError) as exc:
             fail(str(exc))
         except TrialgroundError as exc:
             fail(f"{exc.boundary} failure: {exc}", code=EXIT_INFRA)

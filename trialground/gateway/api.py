@@ -60,6 +60,11 @@ class Sampling(BaseModel):
     n: int = Field(1, ge=1, le=64)
     temperature: float | None = Field(None, ge=0.0, le=5.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=-1, le=1_000_000)  # -1 and 0: off (vLLM's and SGLang's wire values)
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    repetition_penalty: float | None = Field(None, gt=0.0, le=10.0)
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     max_tokens: int | None = Field(None, ge=1, le=131072)
     max_completion_tokens: int | None = Field(None, ge=1, le=131072)
     stop: str | list[str] | None = None
