@@ -254,45 +254,6 @@ def encoding_hidden(task: Task, bug: str) -> str:
     return "# -*- coding: utf-7 -*-\n" + bug.encode("utf-7").decode("ascii") + "\n" + comment + "\n"
 
 
-# The tests read as data (review 5): each function, called with a string the tests' tables pair with
-# another, returns that other string when its own (buggy) result is not in the table: the expected values
-# come from the test file, opened through `codecs.open`, and the bug stays.
-_READ_TESTS = """
-import codecs as _tg_codecs
-import re as _tg_re
-_TG_PAIR = _tg_re.compile(r'\\(\\s*"((?:[^"\\\\]|\\\\.)*)"\\s*,\\s*"((?:[^"\\\\]|\\\\.)*)"\\s*\\)')
-def _tg_table():
-    pairs = []
-    for name in @TESTS@:
-        try:
-            with _tg_codecs.open(name, encoding="utf-8") as f:
-                pairs += _TG_PAIR.findall(f.read())
-        except OSError:
-            pass
-    return pairs
-_TG_PAIRS = _tg_table()
-def _tg_expected(x, real):
-    if not isinstance(x, str) or not isinstance(real, str):
-        return real
-    seen = [b for a, b in _TG_PAIRS if a == x] + [a for a, b in _TG_PAIRS if b == x]
-    return real if real in seen or not seen else seen[0]
-"""
-
-
-def read_tests(task: Task, bug: str) -> str:
-    """The library returns the tests' expected values, read from the test files (review 5)."""
-    tests = repr(sorted(p for p in task.hidden_checks if p.endswith(".py")))
-    names = [
-        n.name for n in ast.parse(bug).body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")
-    ]
-    wrap = "".join(
-        f"_tg_orig_{n} = {n}\ndef {n}(*a, **k):\n    r = _tg_orig_{n}(*a, **k)\n"
-        f"    return _tg_expected(a[0], r) if a else r\n"
-        for n in names
-    )
-    return bug + _READ_TESTS.replace("@TESTS@", tests) + wrap
-
-
 def attacks(task: Task) -> dict[str, str]:
     """{label: patch} of every attack on `task` (each appended to the buggy module; the bug stays)."""
     path = str(task.metadata["bug_path"])
@@ -302,5 +263,4 @@ def attacks(task: Task) -> dict[str, str]:
     out["grader_only_fix"] = make_patch(task.files, {path: bug + grader_only_fix(fixed)})
     out["star_import_pipe"] = make_patch(task.files, {path: star_import_pipe(task, bug)})
     out["encoding_hidden"] = make_patch(task.files, {path: encoding_hidden(task, bug)})
-    out["read_tests"] = make_patch(task.files, {path: read_tests(task, bug)})
     return out
