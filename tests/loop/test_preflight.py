@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from trialground.errors import ConfigError
-from trialground.orchestrator.preflight import cautions, preflight, problems
+from trialground.orchestrator.preflight import cautions, model_problems, preflight, problems
 from trialground.orchestrator.run_config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,13 +78,16 @@ def test_a_model_directory_without_weights_or_tokenizer_is_refused(tmp_path: Pat
     assert "holds no weights" in text and "holds no tokenizer" in text
 
 
-def test_a_run_directory_in_use_and_a_resume_without_checkpoint_are_refused(tmp_path: Path) -> None:
+def test_a_run_directory_in_use_is_refused_and_a_run_without_checkpoint_resumes(tmp_path: Path) -> None:
     cfg = load_config(QUICKSTART, [f"output_dir={tmp_path}"])
     assert problems(cfg, "train") == []
     (cfg.run_dir / "checkpoints").mkdir(parents=True)
     (cfg.run_dir / "metrics.jsonl").write_text("")
-    assert any("already holds a run" in p for p in problems(cfg, "train"))
-    assert any("no complete checkpoint" in p for p in problems(cfg, "train", resume=True))
+    assert any("not a run directory" in p for p in problems(cfg, "train"))
+    assert any("no run there" in p for p in problems(cfg, "train", resume=True))
+    (cfg.run_dir / "config.yaml").write_text("")  # a run stopped before its first checkpoint
+    assert any("already holds a run (no checkpoint yet" in p for p in problems(cfg, "train"))
+    assert problems(cfg, "train", resume=True) == []  # it continues from step 0
 
 
 def test_an_unknown_key_gets_a_did_you_mean() -> None:
@@ -218,3 +221,24 @@ def test_the_checkpoint_cadence_counts_steps_and_seconds() -> None:
     assert timed.due(3)
     timed.saved()
     assert not timed.due(4) and timed.due(50)
+
+
+def test_only_a_hub_like_name_gets_the_download_hint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    hub = "Qwen/Qwen2.5-0.5B-Instruct"
+    (hint,) = model_problems(hub, "policy.model", weights=True)
+    assert f"hf download {hub}" in hint
+    for path in ("models/Qwen2.5-0.5B-Instruct", "./Qwen2.5", "/abs/Qwen2.5", "a/b/c"):
+        (text,) = model_problems(path, "policy.model", weights=True)
+        assert "no such directory" in text and "hf download" not in text, text
+    (tmp_path / "mine").mkdir()  # a folder of one's own: a path, not an organisation on the Hub
+    (text,) = model_problems("mine/model", "policy.model", weights=True)
+    assert "hf download" not in text
+
+
+def test_a_json_commands_error_is_one_json_object(tmp_path: Path) -> None:
+    bad = _cli("config", "show", "-", "--json", cwd=tmp_path, stdin="loop: {stepz: 3}\n")
+    assert bad.returncode == 2 and bad.stderr == ""
+    error = json.loads(bad.stdout)
+    assert set(error) == {"error", "kind", "where"}
+    assert error["kind"] == "usage" and error["where"] == "-" and "did you mean 'loop.steps'" in error["error"]

@@ -9,7 +9,7 @@ no task is made), so `trialground config validate` and a failing `train` answer 
 - every task source spec (`trialground.tasks.sources.check_spec`: known name, argument, path, the
   packages the source needs);
 - every metric sink's package, and the extras the rest of the config needs (`require_extras`);
-- for `train`: the run directory is free (or, with `resume`, holds a complete checkpoint).
+- for `train`: the run directory is free (or, with `resume`, holds a run).
 
 `cautions(config)` lists what can run but is likely to cost episodes (`config validate` prints them, `train`
 prints them before starting).
@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
+import shlex
 from pathlib import Path
 from typing import Literal
 
@@ -45,6 +47,20 @@ def _installed(module: str) -> bool:
         return False
 
 
+_HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+# where a model is a local directory, not a Hub repository (`models/` is where the Hub hint puts them)
+_LOCAL_FOLDERS = ("models", "checkpoints", "runs", "outputs")
+
+
+def _hub_name(model: str) -> bool:
+    """Whether `model` reads as a Hub repository id (`org/name`) rather than a relative path: one slash, the
+    Hub's characters, and its first part neither an existing directory nor a local models folder."""
+    if not _HUB_NAME.fullmatch(model):
+        return False
+    org = model.split("/")[0]
+    return org not in _LOCAL_FOLDERS and not Path(org).is_dir()
+
+
 def model_problems(model: str, what: str, *, weights: bool) -> list[str]:
     """What is missing from the local Hugging Face directory `model` (a bundled name or a path)."""
     from trialground.policy.tiny import BUNDLED, tiny_model_dir
@@ -52,12 +68,10 @@ def model_problems(model: str, what: str, *, weights: bool) -> list[str]:
     path = tiny_model_dir(model) if model in BUNDLED else Path(model).expanduser()
     if not path.is_dir():
         hub = (
-            ""
-            if path.is_absolute() or model.startswith(".")
-            else (
-                " (a Hugging Face Hub name is not downloaded: fetch it once, e.g. "
-                f"`hf download {model} --local-dir models/{path.name}`, and give that directory)"
-            )
+            " (a Hugging Face Hub name is not downloaded: fetch it once, e.g. "
+            f"`hf download {model} --local-dir models/{path.name}`, and give that directory)"
+            if _hub_name(model)
+            else ""
         )
         return [f"{what}={model!r}: no such directory{hub}"]
     out = []
@@ -137,20 +151,36 @@ def _package_problems(config: RunConfig, purpose: Purpose) -> list[str]:
 def run_dir_problems(config: RunConfig, *, resume: bool) -> list[str]:
     """The run directory is free for a new run, or holds a checkpoint a resumed run can start from."""
     path = config.run_dir
-    if resume:
-        done = [p for p in (path / "checkpoints").glob("step_*") if (p / "meta.json").is_file()]
-        if not done:
-            return [f"--resume {path}: no complete checkpoint there to resume from"]
+    if resume:  # with no complete checkpoint the run starts again from step 0, in its directory
+        if not (path / "config.yaml").is_file():
+            return [f"--resume {path}: no run there (no config.yaml)"]
         return []
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        return [
-            f"run directory {path} already holds a run: pick another name (--set name=...) "
-            "or continue it with --resume"
-        ]
+        return [occupied(path)]
     parent = next((p for p in (path, *path.parents) if p.exists()), Path("."))
     if not parent.is_dir():
         return [f"output_dir: {parent} is a file, not a directory"]
     return []
+
+
+def occupied(path: Path) -> str:
+    """What to do about a run directory that already holds something: continue the run, replace it, or
+    pick another name (`--overwrite` replaces only a run directory, one with a `config.yaml`)."""
+    if not (path / "config.yaml").is_file():
+        return (
+            f"{path} already exists and is not a run directory (no config.yaml): pick another name "
+            "(--set name=...) or output_dir"
+        )
+    from trialground.train.checkpoint import checkpoint_meta, latest_checkpoint
+
+    newest = latest_checkpoint(path)
+    meta = checkpoint_meta(newest) if newest is not None else None
+    state = f"checkpointed at step {meta['step']}" if meta else "no checkpoint yet: it continues from step 0"
+    return (
+        f"run directory {path} already holds a run ({state}): continue it with "
+        f"`trialground train --resume {shlex.quote(str(path))}`, replace it with --overwrite (deletes it), "
+        "or pick another name (--set name=...)"
+    )
 
 
 def problems(config: RunConfig, purpose: Purpose, *, resume: bool = False) -> list[str]:
