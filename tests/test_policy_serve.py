@@ -142,6 +142,7 @@ def test_quickstart_trains_through_two_policy_servers(
         assert math.isfinite(m["train/loss"])
         # the servers' logprobs are the trainer's own up to float error
         assert 0.0 <= m["train/sampler_logprob_diff"] < 1e-3, m
+        assert m["mismatch/kl_k3"] < 1e-5 and abs(m["mismatch/ratio_p50"] - 1.0) < 1e-3, m
     info = [httpx.get(url + "/trialground/info", headers=AUTH).json() for url in servers]
     assert [i["weight_loads"] for i in info] == [3, 3]  # the starting weights, then one push per step
     assert all(i["requests"] > 0 for i in info)  # both servers sampled
@@ -186,6 +187,37 @@ def test_async_mode_trains_through_the_servers(servers: list[str], tmp_path: Pat
     after = [httpx.get(url + "/trialground/info", headers=AUTH).json()["weight_loads"] for url in servers]
     # the starting weights (the servers held the previous run's), then one push per step
     assert [a - b for a, b in zip(after, before, strict=True)] == [3, 3]
+
+
+def test_a_top_k_sampler_shows_the_mismatch_and_the_correction_weighs_it(
+    servers: list[str], tmp_path: Path
+) -> None:
+    """The servers sample top-k 3 (stated in every request); the trainer scores the full softmax: the run
+    reports the mismatch, and with `trainer.is_correction: token_truncate` its ratio metrics."""
+    from trialground.orchestrator.loop import run
+
+    cfg = load_config(
+        QUICKSTART,
+        [
+            *SMALL,
+            "loop.steps=1",
+            "loop.checkpoint_interval=0",
+            "policy.backend=remote",
+            "policy.sampling.top_k=3",
+            "trainer.is_correction=token_truncate",
+            f"policy.servers=[{servers[0]}, {servers[1]}]",
+            f"output_dir={tmp_path}",
+            "name=served_top_k",
+        ],
+    )
+    summary = asyncio.run(run(cfg))
+    lines = (Path(summary.run_dir) / "metrics.jsonl").read_text().splitlines()
+    (m,) = [json.loads(x) for x in lines if x and "train/loss" in json.loads(x)]
+    # renormalised over 3 tokens, the sampler gives each token more than the full softmax does
+    assert m["mismatch/kl_k3"] > 1e-4, m
+    assert m["mismatch/ratio_max"] <= 1.0 + 1e-4 and m["mismatch/ratio_p05"] < 1.0 - 1e-3, m
+    assert m["mismatch/flagged_frac"] == 0.0  # nothing above the cap of 2 to truncate
+    assert m["train/sampler_logprob_diff"] > 1e-3
 
 
 def test_a_server_killed_mid_run_is_dropped_and_the_run_finishes(tmp_path: Path) -> None:

@@ -78,14 +78,14 @@ def test_a_model_directory_own_code_never_runs(tmp_path: Path, where: str) -> No
     assert out.returncode == 0, out.stderr
 
 
-def test_a_tokenizer_without_a_chat_template_is_a_policy_error(tmp_path: Path) -> None:
+def test_a_tokenizer_without_a_chat_template_is_a_policy_error_with_own(tmp_path: Path) -> None:
     d = make_checkpoint("llama", tmp_path / "m")
     (d / "chat_template.jinja").unlink(missing_ok=True)
     data = json.loads((d / "tokenizer_config.json").read_text())
     data.pop("chat_template", None)
     (d / "tokenizer_config.json").write_text(json.dumps(data))
     with pytest.raises(PolicyError, match="no chat template"):
-        HFPolicy(PolicyConfig(model=str(d)))
+        HFPolicy(PolicyConfig(model=str(d), chat_template="own"))
 
 
 def test_a_truncated_safetensors_file_is_a_policy_error(tmp_path: Path) -> None:

@@ -243,7 +243,7 @@ def test_reference_server_rejects_bad_requests_by_field(servers: list[ReferenceS
         ({"prompt": [1, 10**9]}, "prompt[0]: token ids outside the vocabulary"),
         ({"prompt": [1, 2], "max_tokens": 1000}, "exceed the model's maximum context length"),
         ({"prompt": [1, 2], "temperature": -1}, "temperature"),
-        ({"prompt": [1, 2], "stream": True}, "stream"),
+        ({"prompt": [1, 2], "stream_options": {"include_usage": True}}, "stream_options"),
         ({"prompt": []}, "prompt: empty"),
         ({}, "prompt"),
     ]

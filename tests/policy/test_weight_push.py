@@ -15,7 +15,14 @@ from trialground.policy.config import PolicyConfig
 from trialground.policy.hf import HFPolicy
 from trialground.policy.vllm import WORKER_EXTENSION, engine_kwargs, push_weights
 from trialground.policy.vllm_worker import WeightReload
-from trialground.policy.weight_files import RELOAD_METHOD, prune, read_weights, write_weights
+from trialground.policy.weight_files import (
+    RELOAD_METHOD,
+    iter_weights,
+    prune,
+    read_weights,
+    weight_headers,
+    write_weights,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -25,7 +32,7 @@ def test_write_then_read_round_trips_and_writes_tied_weights_once(tiny: HFPolicy
     assert state["lm_head.weight"].data_ptr() == state["model.embed_tokens.weight"].data_ptr()  # tied
     directory = write_weights(state, tmp_path, 3)
     assert directory == tmp_path / "v00000003" and [p.name for p in directory.iterdir()] == [
-        "model.safetensors"
+        "bucket-00001.safetensors"  # the tiny model fits one bucket of the default 512 MiB
     ]
     back = read_weights(directory)
     assert set(back) == set(state) - {"lm_head.weight"}
@@ -39,6 +46,30 @@ def test_write_then_read_round_trips_and_writes_tied_weights_once(tiny: HFPolicy
     assert sorted(p.name for p in tmp_path.iterdir()) == ["v00000004", "v00000005"]
     with pytest.raises(PolicyError, match=r"no \*\.safetensors weights"):
         read_weights(tmp_path / "missing")
+
+
+def test_buckets_are_bounded_cast_and_streamed_back(tiny: HFPolicy, tmp_path: Path) -> None:
+    state = tiny.model.state_dict()
+    bucket = 256 * 1024
+    directory = write_weights(state, tmp_path, 1, bucket_bytes=bucket, dtype=torch.bfloat16)
+    files = sorted(directory.iterdir())
+    headers = weight_headers(directory)
+    biggest = max(v.numel() * 2 for v in state.values())
+    assert len(files) > 1 and all(f.name.startswith("bucket-") for f in files)
+    # each file holds at most one bucket of data, or one tensor larger than a bucket
+    assert all(f.stat().st_size <= max(bucket, biggest) + 8 * 1024 for f in files)
+    assert {dtype for dtype, _ in headers.values()} == {"BF16"}
+    assert {k: shape for k, (_, shape) in headers.items()} == {
+        k: tuple(v.shape) for k, v in state.items() if k != "lm_head.weight"
+    }
+    seen = []
+    for name, tensor in iter_weights(directory):  # one tensor at a time, bucket by bucket
+        assert tensor.dtype == torch.bfloat16 and torch.equal(tensor, state[name].to(torch.bfloat16))
+        seen.append(name)
+    assert sorted(seen) == sorted(k for k in state if k != "lm_head.weight")
+    # an iterator of pairs (an FSDP gather, shard by shard) writes the same
+    again = write_weights(iter(state.items()), tmp_path / "b", 1, bucket_bytes=bucket, dtype=torch.bfloat16)
+    assert [f.read_bytes() for f in sorted(again.iterdir())] == [f.read_bytes() for f in files]
 
 
 def test_written_weights_are_a_copy(tmp_path: Path) -> None:
@@ -104,7 +135,7 @@ def test_push_reaches_every_worker_through_the_extension(tmp_path: Path) -> None
             p.mul_(0.5)
     models = [_Model(HFPolicy(PolicyConfig(model="tiny")).model) for _ in range(2)]
     llm = _LLM([_Worker(m) for m in models])
-    count = push_weights(llm, trainer.state_dict(), tmp_path)
+    count = push_weights(llm, trainer.state_dict(), tmp_path, bucket_bytes=2**20)  # many buckets
     assert count == len(trainer.state_dict()) - 1  # the tied lm_head travels once
     assert llm.resets == 1 and list(tmp_path.iterdir()) == []  # the files are gone after the load
     for m in models:

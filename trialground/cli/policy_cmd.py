@@ -38,13 +38,23 @@ def serve(
     dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16")] = "float32",
     cpu_threads: Annotated[int, typer.Option(help="torch threads on CPU")] = 1,
     decode: Annotated[str, typer.Option(help="auto (lean decoder where exact) or transformers")] = "auto",
+    default_top_k: Annotated[
+        int,
+        typer.Option(
+            help="top_k of a request that does not state one (0: off), as vLLM takes it from a model's "
+            "generation_config.json; trialground's own requests always state it"
+        ),
+    ] = 0,
 ) -> None:
     """Serve a model over HTTP until interrupted. The first line on stdout is `serving URL`."""
     from trialground.errors import PolicyError
+    from trialground.policy.base import SamplingParams
     from trialground.policy.config import PolicyConfig
 
     if not 0 <= port <= 65535:
         fail(f"--port: {port} is not a TCP port (0..65535)", EXIT_USAGE)
+    if default_top_k < 0:
+        fail(f"--default-top-k: {default_top_k} is negative (0 turns top-k off)", EXIT_USAGE)
     try:
         config = PolicyConfig(
             model=model,
@@ -53,6 +63,7 @@ def serve(
             cpu_threads=cpu_threads,
             decode=decode,  # type: ignore[arg-type]
         )
+        defaults = SamplingParams(top_k=default_top_k)
     except ValidationError as exc:
         problems = sorted({f"--{str(e['loc'][-1]).replace('_', '-')}: {e['msg']}" for e in exc.errors()})
         fail(f"invalid option: {'; '.join(problems)}", EXIT_USAGE)
@@ -75,7 +86,9 @@ def serve(
     except (PolicyError, FileNotFoundError) as exc:
         sock.close()
         fail(str(exc), EXIT_USAGE)
-    server = ReferenceServer(policy, served_name=served_model_name or model, sock=sock, api_key=api_key)
+    server = ReferenceServer(
+        policy, served_name=served_model_name or model, sock=sock, api_key=api_key, sampling_defaults=defaults
+    )
 
     def stop(_signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt
@@ -93,11 +106,22 @@ def serve(
 
 @app.command("check-template")
 def check_template(
-    model_dir: Annotated[str, typer.Argument(help="A model or tokenizer directory, 'tiny' or 'tiny-agent'")],
+    model_dir: Annotated[
+        str,
+        typer.Argument(
+            help="A model or tokenizer directory, a bundled or packaged model's name, a .gguf file"
+        ),
+    ],
     style: Annotated[
         str | None, typer.Option(help="Tool-call style (tags, llama3, mistral); default: from the template")
     ] = None,
     tool_role: Annotated[str, typer.Option(help="The role tool results are rendered in")] = "tool",
+    chat_template: Annotated[
+        str,
+        typer.Option(
+            help="auto (the tokenizer's, else plain), own, plain, or a Jinja file (policy.chat_template)"
+        ),
+    ] = "auto",
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON")] = False,
 ) -> None:
     """Check a chat template for token-exact multi-turn training: per turn, whether the rendered prefix
@@ -106,8 +130,8 @@ def check_template(
     from trialground.gateway.conformance import check, load_tokenizer_dir
 
     try:
-        tokenizer = load_tokenizer_dir(model_dir)
-    except (OSError, ValueError) as exc:
+        tokenizer = load_tokenizer_dir(model_dir, chat_template)
+    except (OSError, ImportError, ValueError) as exc:
         fail(f"{model_dir}: {exc}", EXIT_USAGE)
     try:
         report = check(tokenizer, style=style, tool_role=tool_role)

@@ -127,6 +127,7 @@ def _stopped_line(run_dir: Path) -> str:
 
 def _train(cfg: RunConfig, resume: Path | None, stopper: StopOnSignal) -> None:
     from trialground.orchestrator.loop import run
+    from trialground.train.checkpoint import CheckpointError
 
     with train_view(console, cfg.loop.steps, cfg.monitor.log_interval, resumed=resume is not None) as show:
 
@@ -137,7 +138,7 @@ def _train(cfg: RunConfig, resume: Path | None, stopper: StopOnSignal) -> None:
         try:
             coro = run(cfg, resume=resume is not None, progress=on_step, stop=stopper.requested)
             summary = asyncio.run(stopper.watch(coro))
-        except (FileExistsError, FileNotFoundError) as exc:
+        except (FileExistsError, FileNotFoundError, CheckpointError) as exc:
             fail(str(exc))
         except TrialgroundError as exc:
             kept = (cfg.run_dir / "config.yaml").is_file()  # a failed start removes its directory

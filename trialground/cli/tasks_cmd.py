@@ -1,4 +1,4 @@
-"""`trialground tasks list|show|export|validate|expert SOURCE`.
+"""`trialground tasks list|show|export|validate|audit|expert SOURCE`.
 
 SOURCE is any spec `trialground.tasks.sources.load_source` accepts (codegen, humaneval,
 reasoning_gym:<dataset>, math, math:FILE, data, ops, FILE.jsonl, DIR), or `-`: JSONL tasks on standard
@@ -25,11 +25,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from trialground.cli.audit_cmd import audit
 from trialground.cli.common import EXIT_USAGE, STDIN, err_console, fail, load_tasks
 from trialground.errors import TaskError
 from trialground.tasks.model import Task
 
-app = typer.Typer(help="Task sources: list, show, export and validate tasks.", no_args_is_help=True)
+app = typer.Typer(help="Task sources: list, show, export, validate and audit tasks.", no_args_is_help=True)
+app.command("audit")(audit)
 
 SourceArg = Annotated[
     str,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # Seeds are passed to torch generators, which take 64-bit values: anything larger is a 400, not a 500.
 MAX_SEED = 2**63 - 1
@@ -45,6 +45,12 @@ class Message(BaseModel):
         return "".join(str(p.get("text", "")) for p in self.content if p.get("type", "text") == "text")
 
 
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    include_usage: bool = False
+
+
 class Sampling(BaseModel):
     """Fields shared by both routes."""
 
@@ -54,11 +60,27 @@ class Sampling(BaseModel):
     n: int = Field(1, ge=1, le=64)
     temperature: float | None = Field(None, ge=0.0, le=5.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=-1, le=1_000_000)  # -1 and 0: off (vLLM's and SGLang's wire values)
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    repetition_penalty: float | None = Field(None, gt=0.0, le=10.0)
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     max_tokens: int | None = Field(None, ge=1, le=131072)
     max_completion_tokens: int | None = Field(None, ge=1, le=131072)
     stop: str | list[str] | None = None
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     stream: bool = False
+    stream_options: StreamOptions | None = None
+
+    @model_validator(mode="after")
+    def _stream_options_need_stream(self) -> Sampling:
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("stream_options: only allowed when stream is true")
+        return self
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
 
     def stops(self) -> tuple[str, ...]:
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())

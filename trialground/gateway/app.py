@@ -6,24 +6,27 @@ Every route but `/health` needs `Authorization: Bearer KEY`, compared in constan
 session it names; a wrong or missing key is 401 before the body is read. Bodies over 64 MiB are 413. A
 body that is not JSON, or does not fit the route, is a 400 naming each field; errors have OpenAI's shape
 (`{"error": {"message", "type", "code"}}`, plus vLLM's top-level `message`), so the `openai` SDK raises
-its own exception classes for them.
+its own exception classes for them. The body is parsed by `plainjson.loads`: nested more than 64 levels
+or with a number of more than 400 digits it is a 400 that says so, never a 500.
 """
 
 from __future__ import annotations
 
 import hmac
-import json
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
+from trialground import plainjson
+from trialground.gateway import sse
 from trialground.gateway.api import ChatRequest, CompletionRequest
 from trialground.gateway.session import GatewayError, Session, describe
+from trialground.gateway.streaming import chat_chunks, completion_chunks
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 M = TypeVar("M", bound=BaseModel)
@@ -89,9 +92,9 @@ async def read_json(request: Request) -> Any:
         if len(raw) > MAX_BODY_BYTES:
             raise GatewayError(f"body: over {MAX_BODY_BYTES} bytes", status=413, code="body_too_large")
     try:
-        return json.loads(bytes(raw)) if raw else {}
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise GatewayError(f"body: not JSON ({exc})") from exc
+        return plainjson.loads(raw, plainjson.REQUEST_BODY) if raw else {}
+    except plainjson.UnparsableJSON as exc:
+        raise GatewayError(f"body: {exc}") from exc
 
 
 def parse(model: type[M], body: Any) -> M:
@@ -104,10 +107,13 @@ def parse(model: type[M], body: Any) -> M:
 Handler = Callable[[Request], Awaitable[Any]]
 
 
-def guarded(fn: Handler) -> Callable[[Request], Awaitable[JSONResponse]]:
-    async def route(request: Request) -> JSONResponse:
+def guarded(fn: Handler) -> Callable[[Request], Awaitable[Response]]:
+    """`fn`'s answer as JSON (a `Response`, e.g. a stream, as it is); a `GatewayError` as OpenAI's error."""
+
+    async def route(request: Request) -> Response:
         try:
-            return JSONResponse(await fn(request))
+            answer = await fn(request)
+            return answer if isinstance(answer, Response) else JSONResponse(answer)
         except GatewayError as exc:
             return error_response(exc)
 
@@ -129,11 +135,17 @@ def make_app(
 
     async def chat(request: Request) -> Any:
         session = session_of(request)
-        return await session.chat(parse(ChatRequest, await read_json(request)))
+        req = parse(ChatRequest, await read_json(request))
+        reply = await session.chat(req)
+        tok = session.generator.tokenizer
+        return sse.data_stream(chat_chunks(reply, tok, req)) if req.stream else reply
 
     async def complete(request: Request) -> Any:
         session = session_of(request)
-        return await session.complete(parse(CompletionRequest, await read_json(request)))
+        req = parse(CompletionRequest, await read_json(request))
+        reply = await session.complete(req)
+        tok = session.generator.tokenizer
+        return sse.data_stream(completion_chunks(reply, tok, req)) if req.stream else reply
 
     async def models(request: Request) -> Any:
         session = session_of(request)

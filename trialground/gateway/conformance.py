@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -239,15 +240,14 @@ def check(tokenizer: Any, *, style: str | None = None, tool_role: str = "tool") 
     return asyncio.run(check_async(tokenizer, style=style, tool_role=tool_role))
 
 
-def load_tokenizer_dir(path: str) -> Any:
-    """A tokenizer from a local directory ('tiny' and 'tiny-agent' name the bundled ones); never runs
-    the directory's own code."""
+def load_tokenizer_dir(path: str, chat_template: str = "auto") -> Any:
+    """A tokenizer from a local directory, a bundled or packaged model's name or a `.gguf` file, with the
+    chat template `chat_template` chooses (`policy/templates.py`); never runs the directory's own code."""
     from transformers import AutoTokenizer
 
-    from trialground.policy.tiny import BUNDLED, tiny_model_dir
+    from trialground.policy.templates import with_template
+    from trialground.policy.tiny import resolve_model_dir
 
-    source = str(tiny_model_dir(path)) if path in BUNDLED else path
-    tok = AutoTokenizer.from_pretrained(source, trust_remote_code=False, local_files_only=True)
-    if not getattr(tok, "chat_template", None):
-        raise ValueError("the tokenizer has no chat template")
-    return tok
+    source = resolve_model_dir(path) if not Path(path).expanduser().is_dir() else Path(path).expanduser()
+    tok = AutoTokenizer.from_pretrained(str(source), trust_remote_code=False, local_files_only=True)
+    return with_template(tok, chat_template)

@@ -12,11 +12,17 @@ Routes:
   `skip_special_tokens`; choice `index` is `prompt_index * n + sample_index`; `token_logprobs[i]` is the
   sampling logprob of `token_ids[i]`; a turn ended by eos has `finish_reason` "stop" with the eos id in
   `token_ids`. A prompt plus `max_tokens` beyond the model's context is a 400, as is a `seed` outside
-  0..2**63-1. Streaming is refused;
+  0..2**63-1. A sampling field the request leaves out (top_k, min_p, temperature, ...) takes the
+  server's default: neutral, or what `sampling_defaults` sets (`policy serve --default-top-k`), as vLLM
+  fills omitted fields from the model's generation_config.json. Penalties are refused (400). Both stream
+  with `stream: true` (`gateway/streaming.py`);
 - `POST /collective_rpc` with `{"method": "trialground_load_weights", "args": [DIR]}` loads the
-  safetensors weights in DIR (what vLLM does with trialground's worker extension); `POST
+  safetensors weights in DIR (what vLLM does with trialground's worker extension): names and shapes are
+  checked from the files' headers first, then each tensor is copied into the model as it is read, so the
+  server never holds a second copy of the model; `POST
   /reset_prefix_cache` (accepted; no cache is kept); `POST /weight_checker` `{"action": "checksum"}`:
-  SHA-256 of every weight under its Hugging Face name; `GET /trialground/info`.
+  SHA-256 of every weight under its Hugging Face name; `GET /trialground/info` (model, request and load
+  counts, and `sampling_defaults`: the defaults that differ from the neutral ones).
 
 Authentication: with `api_key`, every route but `/health` needs `Authorization: Bearer KEY` (401 before the
 body is read). Without one, inference is open to whoever reaches the address (127.0.0.1 by default) and the
@@ -42,7 +48,7 @@ from trialground.errors import PolicyError
 from trialground.gateway.app import Sessions, bearer, error_response, guarded, make_app, read_json
 from trialground.gateway.session import GatewayError, Session
 from trialground.policy.base import Generation, SamplingParams
-from trialground.policy.weight_files import RELOAD_METHOD, read_weights, tensor_digest
+from trialground.policy.weight_files import RELOAD_METHOD, iter_weights, tensor_digest, weight_headers
 from trialground.ports import POLICY_SERVE_PORT, listen
 
 DEFAULT_PORT = POLICY_SERVE_PORT  # every server's default: trialground/ports.py
@@ -65,6 +71,10 @@ class _Locked:
         return self.policy.tokenizer
 
     async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        if params.penalties():
+            raise GatewayError(
+                f"this server applies no repetition, presence or frequency penalty: {params.penalties()}"
+            )
         async with self.lock:
             return list(await self.policy.generate(prompts, params))
 
@@ -81,9 +91,13 @@ class ReferenceServer:
         port: int = 0,
         api_key: str | None = None,
         sock: socket.socket | None = None,
+        sampling_defaults: SamplingParams | None = None,
     ) -> None:
-        """`sock`: a socket already listening (then `host` and `port` are not used)."""
+        """`sock`: a socket already listening (then `host` and `port` are not used). `sampling_defaults`:
+        what a request that leaves a sampling field out gets (vLLM takes them from the model's
+        generation_config.json unless started with `--generation-config vllm`); None: the neutral ones."""
         self.policy = policy
+        self.sampling_defaults = sampling_defaults or SamplingParams()
         self.served_name = served_name
         self.api_key = api_key or None
         self.requests = 0
@@ -106,7 +120,7 @@ class ReferenceServer:
         self._generator = generator
         session = Session(
             generator,
-            SamplingParams(),
+            self.sampling_defaults,
             self.served_name,
             max_context_tokens=self.max_positions,
             record=False,
@@ -138,7 +152,13 @@ class ReferenceServer:
             return await call_next(request)
 
         async def info(_request: Request) -> Any:
-            return {"model": self.served_name, "requests": self.requests, "weight_loads": self.weight_loads}
+            return {
+                "model": self.served_name,
+                "requests": self.requests,
+                "weight_loads": self.weight_loads,
+                "sampling_defaults": self.sampling_defaults.changed(),
+                "dtype": str(next(self.policy.model.parameters()).dtype).removeprefix("torch."),
+            }
 
         async def reset(_request: Request) -> Any:
             return {}
@@ -159,21 +179,25 @@ class ReferenceServer:
         if not (isinstance(args, list) and len(args) == 1 and isinstance(args[0], str)):
             raise GatewayError(f"args: {RELOAD_METHOD} takes one argument, the weights directory")
         try:
-            weights = await asyncio.to_thread(read_weights, args[0])
+            headers = await asyncio.to_thread(weight_headers, args[0])
         except PolicyError as exc:
             raise GatewayError(f"args[0]: {exc}") from exc
         own = self.policy.model.state_dict()
-        unknown = sorted(set(weights) - set(own))
+        unknown = sorted(set(headers) - set(own))
         if unknown:
             raise GatewayError(f"args[0]: weights this model does not have: {unknown[:5]}")
-        wrong = [k for k, v in weights.items() if tuple(v.shape) != tuple(own[k].shape)]
+        wrong = [k for k, (_, shape) in headers.items() if shape != tuple(own[k].shape)]
         if wrong:
             raise GatewayError(f"args[0]: weights of the wrong shape: {wrong[:5]}")
         assert self._generator is not None
         async with self._generator.lock:  # no generation is running: the load applies at once
             self.weight_loads += 1
-            await asyncio.to_thread(self.policy.load_weights, weights, self.weight_loads)
-        return {"results": [len(weights)]}
+            stream = iter_weights(args[0])  # bucket by bucket, one tensor in memory at a time
+            try:
+                count = await asyncio.to_thread(self.policy.load_weight_stream, stream, self.weight_loads)
+            except PolicyError as exc:
+                raise GatewayError(f"args[0]: {exc}") from exc
+        return {"results": [count]}
 
     async def _weight_checker(self, request: Request) -> Any:
         body = await read_json(request)

@@ -1,10 +1,10 @@
 """One episode's (or one server's) state behind the gateway, and the answers of both routes.
 
 A `Session` answers with a `Generator` (the policy, or the run's batcher that shares generate calls
-across episodes), under sampling defaults the request may override (temperature, top_p, max_tokens,
-stop, seed, n); `max_tokens` is capped by the room left in the context budget, and a prompt that leaves
-no room is a 400 (`context_length_exceeded`), as OpenAI answers it. Every call is recorded
-(`records`, `stitch.CallRecord`) when `record` is set.
+across episodes), under sampling defaults the request may override (temperature, top_p, top_k, min_p,
+the penalties, max_tokens, stop, seed, n); `max_tokens` is capped by the room left in the context
+budget, and a prompt that leaves no room is a 400 (`context_length_exceeded`), as OpenAI answers it.
+Every call is recorded (`records`, `stitch.CallRecord`) when `record` is set.
 """
 
 from __future__ import annotations
@@ -23,8 +23,11 @@ from trialground.gateway import toolstyle
 from trialground.gateway.api import ChatRequest, CompletionRequest, Message, Sampling
 from trialground.gateway.conversation import Renderer, Sampled, Turn, canonical
 from trialground.gateway.stitch import CallRecord
-from trialground.policy.base import Generation, SamplingParams
+from trialground.policy.base import DISTRIBUTION_FIELDS, Generation, SamplingParams
 from trialground.rollout.agent import Generator
+
+# What a request may set of the sampling distribution; what it omits comes from the session's defaults.
+SAMPLING_FIELDS = (*DISTRIBUTION_FIELDS, "seed")
 
 
 class GatewayError(Exception):
@@ -70,12 +73,12 @@ class Session:
                 status=404,
                 code="model_not_found",
             )
-        if req.stream:
-            raise GatewayError("stream: streaming is not supported by this gateway")
         update: dict[str, Any] = {}
-        for name in ("temperature", "top_p", "seed"):
+        for name in SAMPLING_FIELDS:
             if getattr(req, name) is not None:
                 update[name] = getattr(req, name)
+        if update.get("top_k") == -1:
+            update["top_k"] = 0
         if max_tokens is not None:
             update["max_new_tokens"] = max_tokens
         if req.stop is not None:

@@ -8,15 +8,51 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# The fields that shape the sampling distribution: every generation request states each of them.
+DISTRIBUTION_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+)
+
 
 class SamplingParams(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     temperature: float = Field(1.0, ge=0.0, le=5.0, description="0 means greedy")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass")
+    top_k: int = Field(
+        0, ge=0, le=1_000_000, description="Sample among the k most likely tokens only (0: off, every token)"
+    )
+    min_p: float = Field(
+        0.0, ge=0.0, le=1.0, description="Drop tokens less likely than min_p x the most likely one (0: off)"
+    )
+    repetition_penalty: float = Field(
+        1.0, gt=0.0, le=10.0, description="Penalty on tokens already in prompt or output (1: off)"
+    )
+    presence_penalty: float = Field(
+        0.0, ge=-2.0, le=2.0, description="Subtracted from the logit of each token already generated (0: off)"
+    )
+    frequency_penalty: float = Field(
+        0.0, ge=-2.0, le=2.0, description="Subtracted per earlier occurrence in the output (0: off)"
+    )
     max_new_tokens: int = Field(64, ge=1, le=131072, description="Tokens generated at most")
     stop: tuple[str, ...] = Field((), description="Strings that end generation (kept in the output)")
     seed: int | None = Field(None, description="Sampling seed, for reproducible generations")
+
+    def changed(self) -> dict[str, float]:
+        """The distribution fields that differ from the neutral defaults."""
+        neutral = SamplingParams()
+        return {k: getattr(self, k) for k in DISTRIBUTION_FIELDS if getattr(self, k) != getattr(neutral, k)}
+
+    def penalties(self) -> dict[str, float]:
+        """The penalties set away from their neutral values (empty when none is)."""
+        neutral = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+        return {k: getattr(self, k) for k, v in neutral.items() if getattr(self, k) != v}
 
 
 class Generation(BaseModel):

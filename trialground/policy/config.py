@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from trialground.plugin import FrozenParams, Params, check_name, check_section
 from trialground.policy.base import SamplingParams
 from trialground.retry import Backoff
 
@@ -13,11 +14,16 @@ from trialground.retry import Backoff
 class PolicyConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    backend: Literal["hf", "vllm", "openai", "remote", "scripted"] = Field(
+    backend: str = Field(
         "hf",
-        description="Generation backend: hf (in process), vllm (in-process engine), remote (running "
-        "vLLM-compatible servers, trainable), openai (any OpenAI-compatible endpoint, evaluation only), "
-        "scripted (tests)",
+        description="Generation backend (trialground.policy.backends): hf (in process), vllm (in-process "
+        "engine), remote (running vLLM-compatible servers, trainable), openai (any OpenAI-compatible "
+        "endpoint, evaluation only), scripted (tests), or a plugin's 'package.module:NAME'",
+    )
+    params: Params = Field(
+        default_factory=FrozenParams,
+        description="The backend's own settings, validated against its settings model (a plugin's; the "
+        "built-in backends take theirs from the fields below)",
     )
     model: str = Field("tiny", description="'tiny' (bundled), a local HF model directory, or a model name")
     device: str = Field("cpu", description="torch device for the hf backend")
@@ -56,6 +62,13 @@ class PolicyConfig(BaseModel):
         description="Chat role of the environment's answers in multi-turn episodes: 'user', or the role "
         "the model's chat template gives tool results ('tool' for Qwen, 'ipython' for Llama 3)",
     )
+    chat_template: str = Field(
+        "auto",
+        min_length=1,
+        description="How prompts and episodes are rendered: 'auto' (the tokenizer's chat template, else "
+        "'plain'), 'own' (the tokenizer's, refused when it has none), 'plain' (base models: the prompt "
+        "as text, documented in trialground/policy/templates.py), or the path of a Jinja chat template",
+    )
     sampling: SamplingParams = Field(default_factory=SamplingParams, description="Training-time sampling")
     eval_sampling: SamplingParams = Field(
         default_factory=lambda: SamplingParams(temperature=0.0), description="Evaluation sampling"
@@ -93,6 +106,12 @@ class PolicyConfig(BaseModel):
         description="openai and remote backends: no retry wait of a request ends later than this after "
         "its first try",
     )
+    sampling_extras: bool = Field(
+        True,
+        description="openai backend: state top_k, min_p and repetition_penalty in every request (vLLM, "
+        "SGLang, policy serve); false for endpoints that refuse fields outside OpenAI's API, which then "
+        "need those at their neutral values",
+    )
     max_concurrency: int = Field(16, ge=1, le=1024, description="openai backend: requests in flight at once")
     responses: tuple[str, ...] = Field(
         (), description="scripted backend: responses, used in order and cycled"
@@ -105,6 +124,14 @@ class PolicyConfig(BaseModel):
         description="remote backend: base URLs of the running inference servers (vLLM's OpenAI-compatible "
         "server or `trialground policy serve`), e.g. http://10.0.0.5:8000; requests go to the least loaded",
     )
+    weight_bucket_mb: int = Field(
+        512,
+        ge=1,
+        le=65536,
+        description="remote and vllm backends: pushed weights move in buckets of at most this many MiB in "
+        "the engine's dtype (a larger tensor is a bucket of its own), each written, sent and loaded on its "
+        "own: never a whole extra copy of the model",
+    )
     served_model: str | None = Field(
         None, description="remote backend: the servers' model name (None: the first one /v1/models lists)"
     )
@@ -114,6 +141,20 @@ class PolicyConfig(BaseModel):
         "where each step's weights are written for the servers to load (None: a private temporary "
         "directory, which only works when the servers run on this machine)",
     )
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, value: str) -> str:
+        from trialground.policy.backends import BACKENDS
+
+        return check_name(BACKENDS, value)
+
+    @model_validator(mode="after")
+    def _params_of_backend(self) -> PolicyConfig:
+        from trialground.policy.backends import BACKENDS
+
+        check_section(BACKENDS, self.backend, self.params, "policy.", self)
+        return self
 
     def backoff(self) -> Backoff:
         """The retry bounds of the openai and remote backends' requests (`trialground.retry`)."""

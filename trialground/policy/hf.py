@@ -5,8 +5,10 @@ left-padded batch, then one token per step for every row, so we control exactly 
 recorded. Logprob contract (`Generation.logprobs[i]` for `token_ids[i]`):
 
 - temperature T > 0: the log-probability of the sampled token under the *processed* sampling
-  distribution, i.e. `log_softmax(logits / T)` restricted to the top-p nucleus and renormalised
-  (top_p = 1 means no restriction). This is what the trainer's importance ratio needs.
+  distribution, i.e. `log_softmax(logits / T)` restricted to the top-k tokens, the top-p nucleus and the
+  tokens at least min_p times as likely as the most likely one, renormalised (top_k 0, top_p 1 and min_p 0
+  restrict nothing). This is what the trainer's importance ratio needs. Repetition, presence and frequency
+  penalties are not applied: a request that sets one is refused.
 - temperature 0 (greedy): the log-probability of the argmax token under the raw distribution
   `log_softmax(logits)`.
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,11 +49,16 @@ class RawSample:
     finished_by_eos: list[bool]
 
 
-def _process_logits(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+def _process_logits(
+    logits: torch.Tensor, temperature: float, top_p: float, top_k: int = 0, min_p: float = 0.0
+) -> torch.Tensor:
     """Log-probabilities of the sampling distribution (see module docstring). logits: [B, V] float32."""
     if temperature == 0.0:
         return torch.log_softmax(logits, dim=-1)
     logp = torch.log_softmax(logits / temperature, dim=-1)
+    if 0 < top_k < logp.shape[-1]:
+        kth = logp.topk(top_k, dim=-1).values[:, -1:]  # [B, 1]
+        logp = logp.masked_fill(logp < kth, float("-inf"))
     if top_p < 1.0:
         sorted_logp, order = logp.sort(dim=-1, descending=True)
         # keep the smallest prefix whose mass reaches top_p (the first token always stays)
@@ -59,6 +66,10 @@ def _process_logits(logits: torch.Tensor, temperature: float, top_p: float) -> t
         drop = mass_before >= top_p
         sorted_logp = sorted_logp.masked_fill(drop, float("-inf"))
         logp = torch.full_like(logp, float("-inf")).scatter(-1, order, sorted_logp)
+    if min_p > 0.0:
+        floor = logp.max(dim=-1, keepdim=True).values + torch.log(torch.tensor(min_p))  # [B, 1]
+        logp = logp.masked_fill(logp < floor, float("-inf"))
+    if top_k > 0 or top_p < 1.0 or min_p > 0.0:
         logp = torch.log_softmax(logp, dim=-1)
     return logp
 
@@ -180,6 +191,8 @@ def sample_batch(
     max_new_tokens: int,
     temperature: float,
     top_p: float = 1.0,
+    top_k: int = 0,
+    min_p: float = 0.0,
     eos_ids: Sequence[int],
     pad_id: int,
     generator: torch.Generator | None = None,
@@ -227,7 +240,7 @@ def sample_batch(
     out_logp = torch.zeros((bsz, max_new_tokens), dtype=torch.float32, device=device)
     lengths = torch.zeros(bsz, dtype=torch.long, device=device)
     for t in range(max_new_tokens):
-        logp = _process_logits(logits.float(), temperature, top_p)  # [A, V]
+        logp = _process_logits(logits.float(), temperature, top_p, top_k, min_p)  # [A, V]
         if temperature == 0.0:
             tok = logp.argmax(dim=-1)
         else:
@@ -353,6 +366,10 @@ class HFPolicy(Policy):
             return []
         if any(len(p) == 0 for p in prompts):
             raise PolicyError("empty prompt: at least one token is needed")
+        if params.penalties():
+            raise PolicyError(
+                f"this sampler applies no repetition, presence or frequency penalty: {params.penalties()}"
+            )
         with self._lock:
             self._apply_staged()
             version = self.version
@@ -387,6 +404,8 @@ class HFPolicy(Policy):
                     max_new_tokens=params.max_new_tokens,
                     temperature=params.temperature,
                     top_p=params.top_p,
+                    top_k=params.top_k,
+                    min_p=params.min_p,
                     eos_ids=self.eos_ids,
                     pad_id=self._tokenizer.pad_token_id,
                     generator=generator,
@@ -466,6 +485,20 @@ class HFPolicy(Policy):
                 self._apply_staged()
             finally:
                 self._lock.release()
+
+    def load_weight_stream(self, items: Iterable[tuple[str, Any]], version: int) -> int:
+        """Copy each `(name, tensor)` into the model as it comes (one tensor held at a time, never a staged
+        copy of the model), after any running generation; then stamp `version`. The caller has checked
+        names and shapes (a bad one midway leaves a partial load). Returns the tensors copied."""
+        own = self.model.state_dict()
+        count = 0
+        with self._lock, torch.no_grad():
+            self._apply_staged()
+            for name, tensor in items:
+                own[name].copy_(tensor)
+                count += 1
+            self.version = version
+        return count
 
     def _apply_staged(self) -> None:
         """Copy staged weights into the model; the caller holds `_lock`."""

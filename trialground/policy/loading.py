@@ -6,8 +6,9 @@ weight the checkpoint has but the architecture does not (unexpected), a weight t
 the checkpoint lacks (missing: it would stay randomly initialised), or a shape that differs is a
 `PolicyError` naming the weights, not a warning. Remote code is never run: every load passes
 `trust_remote_code=False`, so a directory whose `config.json` or `tokenizer_config.json` names its own code
-(`auto_map`) is refused without a prompt. A tokenizer without a chat template (every rollout renders
-one), an unreadable or truncated weight file, and any other load failure are `PolicyError`s.
+(`auto_map`) is refused without a prompt. An unreadable or truncated weight file, and any other load
+failure are `PolicyError`s. A tokenizer without a chat template gets the one `policy.chat_template`
+names (`policy/templates.py`: `plain` for base models by default).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from trialground.errors import PolicyError
 from trialground.policy.config import PolicyConfig
+from trialground.policy.templates import with_template
 from trialground.policy.tiny import resolve_model_dir
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -29,22 +31,22 @@ def model_dir(config: PolicyConfig) -> Path:
     """The local directory of `config.model` (a bundled name or a path); PolicyError when it is not one."""
     try:
         return resolve_model_dir(config.model)
-    except FileNotFoundError as exc:
+    except (OSError, ImportError, ValueError) as exc:  # not found, or a GGUF file that cannot be converted
         raise PolicyError(f"cannot load model {config.model!r}: {exc}") from exc
 
 
 def load_tokenizer(config: PolicyConfig) -> Any:
-    """The model's tokenizer, with a pad token (eos when the model has none) and a chat template."""
+    """The model's tokenizer, with a pad token (eos when the model has none) and the chat template
+    `policy.chat_template` chooses (`policy/templates.py`)."""
     path = model_dir(config)
     try:
         tokenizer: Any = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     except Exception as exc:  # a broken or hostile directory: its error, never a traceback
         raise PolicyError(f"cannot load the tokenizer of model {config.model!r}: {exc}") from exc
-    if not getattr(tokenizer, "chat_template", None):
-        raise PolicyError(
-            f"the tokenizer of model {config.model!r} has no chat template (tokenizer_config.json "
-            "chat_template or chat_template.jinja): prompts and multi-turn episodes are rendered with it"
-        )
+    try:
+        with_template(tokenizer, config.chat_template)
+    except (OSError, ValueError) as exc:
+        raise PolicyError(f"model {config.model!r}: {exc}") from exc
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer

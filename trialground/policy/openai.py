@@ -8,6 +8,11 @@ What it can and cannot do:
   it before it starts. To train with decoupled inference servers use `policy.backend: remote`
   (token ids in and out, sampling logprobs, a weight push after every step; docs/serving.md).
 
+Every request states the whole sampling distribution (`sampling_parity.wire_fields`: top_k, min_p and
+the penalties besides temperature and top_p), so no server default changes it; with
+`policy.sampling_extras: false` (endpoints that refuse fields outside OpenAI's API) only OpenAI's fields
+are sent, and a run that sets top_k, min_p or repetition_penalty is refused.
+
 The policy interface speaks token ids; an HTTP endpoint speaks text. A local tokenizer
 (`PolicyConfig.tokenizer`) bridges them: prompt ids are decoded to text (special tokens kept, so a
 chat-templated prompt arrives as rendered) and the returned text is encoded back.
@@ -39,6 +44,7 @@ import httpx
 from trialground.errors import PolicyError
 from trialground.policy.base import Generation, Policy, SamplingParams
 from trialground.policy.config import PolicyConfig
+from trialground.policy.sampling_parity import wire_fields
 from trialground.retry import RetriesExhausted, send_with_retries
 
 _FINISH = {"stop": "stop", "length": "length", "eos": "eos"}
@@ -86,8 +92,7 @@ class OpenAIPolicy(Policy):
         body: dict[str, Any] = {
             "model": self.config.model,
             "max_tokens": params.max_new_tokens,
-            "temperature": params.temperature,
-            "top_p": params.top_p,
+            **wire_fields(params, extras=self.config.sampling_extras),
         }
         if params.stop:
             body["stop"] = list(params.stop)

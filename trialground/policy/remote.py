@@ -4,19 +4,25 @@
 serve`, or `trialground policy serve` on a machine without a GPU) with token ids in and out:
 
 - Generation: each distinct prompt of a `generate` call is one `POST /v1/completions` with the prompt as
-  token ids, `n` = how many times it appears, a seed, `logprobs: 0`, `return_token_ids` (the sampled
+  token ids, `n` = how many times it appears, the whole sampling distribution (temperature, top_p, top_k,
+  min_p, the penalties: `sampling_parity.wire_fields`), a seed, `logprobs: 0`, `return_token_ids` (the sampled
   ids; vLLM 0.10.2 and later) and `return_tokens_as_token_ids` (ids in `logprobs.tokens`, the fallback
   for older versions), `include_stop_str_in_output`. Nothing is re-tokenised: `Generation.token_ids`
   are the ids the server sampled and `logprobs[i]` the server's sampling logprob of `token_ids[i]`; an
   answer without ids, with a different number of logprobs, or with a logprob that is not a finite number
   raises `PolicyError` naming the server. For logprobs after temperature and top-p (the trainer's
   contract) start vLLM with `--logprobs-mode processed_logprobs`.
+- Server defaults: at start each server's sampling defaults are read (`sampling_parity`); one on a field
+  requests do not state is refused, one that differs from the run's is warned about (vLLM: start it with
+  `--generation-config vllm`).
 - Routing: a request goes to the server with the fewest sequences in flight from this policy (ties: the
   first listed). A connection error, a 429 or a 5xx answer is retried, on another server where there is
   one, `max_retries` times, with exponential backoff and jitter, waiting at least what `Retry-After`
   asks, within `retry_total_s` (`trialground.retry`).
-- Weight push (`load_weights`, after every trainer step): the weights are written as safetensors into a
-  new version directory under `policy.weight_dir` (a path every server can read), then each server is
+- Weight push (`load_weights`, after every trainer step): the weights are written as safetensors buckets
+  of at most `policy.weight_bucket_mb`, cast to the servers' dtype (read at start), one tensor at a time
+  (`weight_files`), into a new version directory under `policy.weight_dir` (a path every server can
+  read), then each server is
   told to load it with `POST /collective_rpc {"method": "trialground_load_weights", "args": [DIR]}`
   followed by `POST /reset_prefix_cache`. On vLLM both routes need `VLLM_SERVER_DEV_MODE=1` and the
   worker extension `--worker-extension-cls trialground.policy.vllm_worker.WeightReload`. The two newest
@@ -53,6 +59,7 @@ from trialground.errors import PolicyError
 from trialground.policy.base import Generation, Policy, SamplingParams
 from trialground.policy.config import PolicyConfig
 from trialground.policy.decoding import completion_text
+from trialground.policy.sampling_parity import check_defaults, engine_dtype, server_defaults, wire_fields
 from trialground.policy.weight_files import RELOAD_METHOD, prune, write_weights
 from trialground.retry import RetriesExhausted, retryable, send_with_retries
 
@@ -97,6 +104,8 @@ class RemotePolicy(Policy):
         self.dropped: set[int] = set()  # servers that missed a weight push: never asked again
         self.eos_ids = _eos_ids(config, tokenizer)
         self.model_name = config.served_model or self._discover_model()
+        self._check_sampling_defaults()
+        self._push_dtype = self._engine_dtype()
         self._seeds = random.Random(0)
         self.version = 0
         self._weight_root = (
@@ -164,8 +173,7 @@ class RemotePolicy(Policy):
             "prompt": prompt,
             "n": n,
             "max_tokens": params.max_new_tokens,
-            "temperature": params.temperature,
-            "top_p": params.top_p,
+            **wire_fields(params),
             "seed": seed,
             "logprobs": 0,
             "return_token_ids": True,
@@ -241,7 +249,13 @@ class RemotePolicy(Policy):
         """Write the weights under `weight_dir` and have every live server load them (module docstring).
         Returns when they have; a server that could not be reached is dropped; raises `PolicyError`
         naming each server that answered with an error, or when none could be reached."""
-        directory = write_weights(state_dict, self.weight_root, version)
+        directory = write_weights(
+            state_dict,
+            self.weight_root,
+            version,
+            bucket_bytes=self.config.weight_bucket_mb * 2**20,
+            dtype=self._push_dtype,
+        )
         live = [i for i in range(len(self.servers)) if i not in self.dropped]
         with ThreadPoolExecutor(max_workers=len(live)) as pool:
             results = dict(
@@ -301,6 +315,39 @@ class RemotePolicy(Policy):
 
         key = os.environ.get(self.config.api_key_env)
         return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def _engine_dtype(self) -> Any:
+        """The servers' weight dtype (`/trialground/info`, vLLM's `/server_info`), which pushed weights are
+        cast to; `policy.dtype` where no server says, or where they differ."""
+        import torch
+
+        found: set[str] = set()
+        with httpx.Client(
+            timeout=min(30.0, self.config.request_timeout_s), headers=self._headers()
+        ) as client:
+            for server in self.servers:
+                found.add(engine_dtype(client, server) or self.config.dtype)
+        name = found.pop() if len(found) == 1 else self.config.dtype
+        dtype = getattr(torch, name, None)
+        return dtype if isinstance(dtype, torch.dtype) else getattr(torch, self.config.dtype)
+
+    def _check_sampling_defaults(self) -> None:
+        """Read each server's sampling defaults (`sampling_parity`): refuse one that would change the
+        distribution, warn loudly about one that differs from the run's."""
+        limit = min(30.0, self.config.request_timeout_s)
+        with httpx.Client(timeout=limit, headers=self._headers()) as client:
+            for server in self.servers:
+                found = server_defaults(client, server, self.config.model)
+                if found is None:
+                    log.warning(
+                        "%s: its sampling defaults could not be read (neither /trialground/info nor vLLM's "
+                        "/server_info); every request states the whole distribution, but start vLLM with "
+                        "--generation-config vllm so that no default differs",
+                        server,
+                    )
+                    continue
+                for warning in check_defaults(server, found[0], found[1], self.config.sampling):
+                    log.warning(warning)
 
     def _discover_model(self) -> str:
         """The first model the first server lists; every server must list it."""

@@ -47,8 +47,17 @@ def tiny_model_dir(name: str = TINY_NAME) -> Path:
 
 
 def resolve_model_dir(model: str) -> Path:
-    """A bundled name ('tiny', 'tiny-agent', 'tiny-nav', 'tiny-fix') -> its directory; anything else must
-    be a local HF model directory."""
+    """A bundled name ('tiny', 'tiny-agent', 'tiny-nav', 'tiny-fix') -> its directory; a packaged model's
+    name ('gemma-3-270m') or a local `.gguf` file -> its converted directory, made on first use
+    (`policy/packaged.py`, `policy/gguf.py`); anything else must be a local HF model directory."""
+    from trialground.policy.packaged import is_packaged, packaged_model_dir
+
+    if is_packaged(model):
+        return packaged_model_dir(model)
+    if model.endswith(".gguf"):
+        from trialground.policy.gguf import gguf_model_dir
+
+        return gguf_model_dir(Path(model).expanduser())
     path = tiny_model_dir(model) if model in BUNDLED else Path(model).expanduser()
     if not (path / "config.json").is_file():
         script = {

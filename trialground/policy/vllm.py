@@ -31,7 +31,7 @@ from trialground.policy.base import Generation, Policy, SamplingParams
 from trialground.policy.config import PolicyConfig
 from trialground.policy.decoding import completion_text
 from trialground.policy.tiny import BUNDLED, resolve_model_dir
-from trialground.policy.weight_files import RELOAD_METHOD, write_weights
+from trialground.policy.weight_files import DEFAULT_BUCKET_BYTES, RELOAD_METHOD, write_weights
 
 WORKER_EXTENSION = "trialground.policy.vllm_worker.WeightReload"
 
@@ -57,11 +57,18 @@ def weight_scratch_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="trialground-vllm-weights-", dir=base))
 
 
-def push_weights(llm: Any, state_dict: Mapping[str, Any], scratch: Path) -> int:
-    """Write `state_dict` under `scratch`, have every worker of `llm` load it, drop the prefix cache
-    (its KV was computed with the old weights) and delete the files. Returns the tensors each worker
-    loaded."""
-    directory = write_weights(state_dict, scratch, 0)
+def push_weights(
+    llm: Any,
+    state_dict: Mapping[str, Any],
+    scratch: Path,
+    *,
+    bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+    dtype: Any = None,
+) -> int:
+    """Write `state_dict` under `scratch` (buckets of `bucket_bytes`, cast to `dtype`), have every worker of
+    `llm` load it bucket by bucket, drop the prefix cache (its KV was computed with the old weights) and
+    delete the files. Returns the tensors each worker loaded."""
+    directory = write_weights(state_dict, scratch, 0, bucket_bytes=bucket_bytes, dtype=dtype)
     try:
         loaded = llm.collective_rpc(RELOAD_METHOD, args=(str(directory),))
         llm.reset_prefix_cache()
@@ -108,6 +115,11 @@ class VLLMPolicy(Policy):
         sp = self._vllm.SamplingParams(
             temperature=params.temperature,
             top_p=params.top_p,
+            top_k=params.top_k if params.top_k > 0 else -1,  # -1: off, in old and new vLLM alike
+            min_p=params.min_p,
+            repetition_penalty=params.repetition_penalty,
+            presence_penalty=params.presence_penalty,
+            frequency_penalty=params.frequency_penalty,
             max_tokens=params.max_new_tokens,
             stop=list(params.stop) or None,
             include_stop_str_in_output=True,
@@ -150,7 +162,11 @@ class VLLMPolicy(Policy):
         """Push trainer tensors (HF parameter names) into every engine worker (see the module doc)."""
         with self._lock:
             try:
-                push_weights(self.llm, state_dict, self._scratch)
+                import torch
+
+                bucket = self.config.weight_bucket_mb * 2**20
+                dtype = getattr(torch, self.config.dtype)
+                push_weights(self.llm, state_dict, self._scratch, bucket_bytes=bucket, dtype=dtype)
             except PolicyError:
                 raise
             except Exception as exc:  # the engine raises many types; all are a failed update

@@ -4,8 +4,9 @@ vLLM mixes the class named by `--worker-extension-cls` (server) or `worker_exten
 into every GPU worker; `collective_rpc("trialground_load_weights", args=(directory,))` then runs the
 method below on each worker. The trainer sends a directory path, a string, so this works with vLLM's
 default msgpack serialization (no `VLLM_ALLOW_INSECURE_SERIALIZATION`, unlike `LLM.apply_model` with a
-closure). Each tensor-parallel worker reads the whole file and the model's own `load_weights` keeps its
-shard, as at start-up.
+closure). Each tensor-parallel worker reads the directory's bucket files one tensor at a time, and the
+model's own `load_weights` (which takes an iterator) keeps its shard of each as it comes, as at start-up:
+no worker ever holds the whole pushed model beside its own.
 
 This module must not import vLLM at import time: vLLM imports it inside its worker processes, and the
 rest of trialground imports it without vLLM installed. It has not run on a GPU in this project's CI.
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trialground.policy.weight_files import RELOAD_METHOD, read_weights
+from trialground.policy.weight_files import RELOAD_METHOD, iter_weights
 
 
 def model_of(worker: Any) -> Any:
@@ -27,15 +28,22 @@ def model_of(worker: Any) -> Any:
 
 
 def load_weights_from_dir(model: Any, directory: str) -> int:
-    """Load every tensor of `directory` into `model` (vLLM's `load_weights(weights)` interface: an
-    iterable of `(hf_name, tensor)`); returns how many tensors were given."""
+    """Stream every tensor of `directory` into `model` (vLLM's `load_weights(weights)` interface: an
+    iterable of `(hf_name, tensor)`, read here one at a time); returns how many tensors were given."""
     try:
         device = next(model.parameters()).device
     except StopIteration:
         device = "cpu"
-    weights = read_weights(directory, device=str(device))
-    model.load_weights(weights=iter(weights.items()))
-    return len(weights)
+    given = 0
+
+    def counted() -> Any:
+        nonlocal given
+        for item in iter_weights(directory, device=str(device)):
+            given += 1
+            yield item
+
+    model.load_weights(weights=counted())
+    return given
 
 
 class WeightReload:

@@ -39,6 +39,11 @@ class TaskPoolConfig(BaseModel):
         description="Task files (e.g. written by `trialground tasks from-failures`) put in the run's "
         "regression queue when it starts (reason online_failure)",
     )
+    exclude_files: tuple[str, ...] = Field(
+        (),
+        description="Files of task ids never sampled (one a line, '# reason' allowed; written by "
+        "`trialground tasks audit --exclude-out`): those tasks are dropped from training and evaluation",
+    )
     regression_weight: float = Field(
         2.0,
         ge=0.0,

@@ -331,20 +331,25 @@ class TaskPool:
 def load_task_sets(config: TaskPoolConfig) -> tuple[TaskPool, list[Task]]:
     """The training pool and the held-out evaluation tasks from `config` (sources, weights, general
     flags). Training tasks that repeat an evaluation task, exactly up to spacing or as a near-duplicate, are
-    removed from training (`tasks.dedup.decontaminate`; counted in `pool.decontamination`)."""
+    removed from training (`tasks.dedup.decontaminate`; counted in `pool.decontamination`); tasks listed in
+    `exclude_files` (`trialground.tasks.exclude`) are dropped from both sets first."""
+    from trialground.tasks.exclude import read_excluded
     from trialground.tasks.sources import load_source
 
+    excluded = frozenset().union(*(read_excluded(f) for f in config.exclude_files))
     train: list[Task] = []
     weights: dict[str, float] = {}
     groups: dict[str, str] = {}
     general: set[str] = set()
     for i, src in enumerate(config.sources):
         n = config.num_train if src.limit is None else src.limit
-        got = load_source(src.source, seed=config.seed, n=n, split="train")
+        got = [
+            t for t in load_source(src.source, seed=config.seed, n=n, split="train") if t.id not in excluded
+        ]
         if not got:
             raise TaskError(
                 f"task source {src.source!r} has no training tasks (a benchmark such as humaneval is all "
-                "split 'eval': list it under eval_sources)",
+                "split 'eval': list it under eval_sources; or tasks.exclude_files excluded every one)",
                 kind="empty",
             )
         for t in got:
@@ -356,7 +361,9 @@ def load_task_sets(config: TaskPoolConfig) -> tuple[TaskPool, list[Task]]:
     evals: list[Task] = []
     for src in config.eval_sources or config.sources:
         n = config.num_eval if src.limit is None else min(src.limit, config.num_eval)
-        evals.extend(load_source(src.source, seed=config.seed, n=n, split="eval"))
+        evals.extend(
+            t for t in load_source(src.source, seed=config.seed, n=n, split="eval") if t.id not in excluded
+        )
     kept, report = decontaminate(train, evals)
     if train and not kept:
         raise TaskError(

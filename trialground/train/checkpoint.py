@@ -5,8 +5,8 @@ Layout of `runs/<name>/checkpoints/step_N/`:
     meta.json       step, version, time, file list (human-readable)
     model.pt        the trainer's module state dict (LoRA adapters included, as trained)
     optimizer.pt    AdamW state
-    rng.pt          python `random`, numpy global, torch CPU (+ CUDA) generator states
-    extra.pt        whatever the caller passes (task-pool state, loop counters, ...), pickled by torch
+    rng.pt          python `random`, numpy global, torch CPU (+ CUDA) generator states, as plain data
+    extra.pt        what the caller passes (task-pool state, loop counters, ...): plain data only
     hf/             the model in Hugging Face format, LoRA merged (+ tokenizer, generation config): loads
                     with `AutoModelForCausalLM.from_pretrained` and vLLM (`trialground.train.hf_checkpoint`)
     adapter/        LoRA runs: the adapters in peft format (`adapter_config.json` + safetensors)
@@ -15,6 +15,11 @@ Resuming = a fresh process builds the same `Trainer` from the same config, calls
 carries on: the RNG states are restored last, so the next random draw is the one the uninterrupted run
 would have made. A checkpoint is written to `step_N.tmp` and renamed into place, so a run killed
 mid-save never leaves a half-written `step_N`.
+
+Nothing in a checkpoint runs on load: every `.pt` file holds only tensors, numbers, strings, lists,
+tuples and dicts and is read with `torch.load(weights_only=True)`, whose unpickler builds those and
+refuses every other object (a pickled callable, a class, a `__reduce__` payload); `meta.json` is JSON.
+A file that is not such plain data is a `CheckpointError` naming it, raised before anything is restored.
 """
 
 from __future__ import annotations
@@ -37,6 +42,10 @@ from trialground.train.hf_checkpoint import ADAPTER_DIR, HF_DIR, save_adapter, s
 from trialground.train.trainer import Trainer
 
 _STEP_RE = re.compile(r"^step_(\d+)$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be loaded as plain data (or is missing); the message names it."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +78,12 @@ def checkpoint_meta(path: str | Path) -> dict[str, Any] | None:
     meta_file = Path(path) / "meta.json"
     if not meta_file.is_file():
         return None
-    meta: dict[str, Any] = json.loads(meta_file.read_text())
+    try:
+        meta = json.loads(meta_file.read_text())
+    except (ValueError, RecursionError) as exc:
+        raise CheckpointError(f"{meta_file}: not a JSON object ({exc})") from exc
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{meta_file}: not a JSON object")
     return meta
 
 
@@ -80,9 +94,11 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 
 def rng_state() -> dict[str, Any]:
+    """Every generator's state as plain data (numpy's key array as a list), loadable with weights_only."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
     state: dict[str, Any] = {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": [str(name), [int(k) for k in keys], int(pos), int(has_gauss), float(gauss)],
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -91,11 +107,31 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: Mapping[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    random.setstate(_tuples(state["python"]))
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _tuples(value: Any) -> Any:
+    """`random.setstate` needs tuples where a round trip may have given lists."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def load_plain(path: Path, **kwargs: Any) -> Any:
+    """A `.pt` file of plain data (tensors, numbers, strings, containers); CheckpointError naming the file
+    for anything else, without running it."""
+    try:
+        return torch.load(path, weights_only=True, **kwargs)
+    except FileNotFoundError as exc:
+        raise CheckpointError(f"{path}: missing from the checkpoint") from exc
+    except Exception as exc:  # the safe unpickler's refusal, a truncated or foreign file: its message
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"{path}: not a plain-data checkpoint file (refused, nothing in it was run): {first}"
+        ) from exc
 
 
 def save_checkpoint(
@@ -175,13 +211,17 @@ def load_checkpoint(path: str | Path, trainer: Trainer) -> LoadedCheckpoint:
             f"{root}: saved with lora_rank={meta.get('lora_rank')}, trainer has {trainer.config.lora_rank}"
         )
     device = trainer.device
-    trainer.model.load_state_dict(torch.load(root / "model.pt", map_location=device, weights_only=True))
-    trainer.optimizer.load_state_dict(
-        torch.load(root / "optimizer.pt", map_location=device, weights_only=True)
-    )
+    # Every file is read (and so checked) before anything is restored.
+    model = load_plain(root / "model.pt", map_location=device)
+    optimizer = load_plain(root / "optimizer.pt", map_location=device)
+    extra = load_plain(root / "extra.pt")
+    rng = load_plain(root / "rng.pt")
+    if not isinstance(extra, dict):
+        raise CheckpointError(f"{root / 'extra.pt'}: holds {type(extra).__name__}, not a dict")
+    trainer.model.load_state_dict(model)
+    trainer.optimizer.load_state_dict(optimizer)
     trainer.version = int(meta["version"])
-    extra = torch.load(root / "extra.pt", weights_only=False)
-    set_rng_state(torch.load(root / "rng.pt", weights_only=False))
+    set_rng_state(rng)
     return LoadedCheckpoint(path=root, step=int(meta["step"]), version=trainer.version, extra=extra)
 
 

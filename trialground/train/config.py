@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+ISCorrection = Literal["none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
+
 
 class TrainerConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -38,6 +40,20 @@ class TrainerConfig(BaseModel):
         "sampling",
         description="Ratio denominator: the sampler's logprobs (behaviour policy; corrects staleness) or a "
         "no-grad forward pass before the first epoch (sampler numerics differ: vLLM kernels, top_p < 1)",
+    )
+    is_correction: ISCorrection = Field(
+        "none",
+        description="Importance-sampling correction of the sampler/trainer mismatch (train.is_correction): "
+        "none; token_truncate (TIS: each token's weight min(pi_trainer/pi_sampler, is_cap)); token_mask "
+        "(tokens whose ratio leaves [1/is_cap, is_cap] leave the gradient); sequence_truncate and "
+        "sequence_mask (MIS) on the sequence's ratio. Recomputes the old logprobs (as old_logprobs: "
+        "recompute) and keeps the sampler's for the weights",
+    )
+    is_cap: float = Field(
+        2.0,
+        gt=1.0,
+        le=1e6,
+        description="is_correction: the truncation cap, and the mask's upper bound (its lower is 1/is_cap)",
     )
     skip_zero_advantage: bool = Field(
         True,

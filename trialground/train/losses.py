@@ -49,8 +49,10 @@ def ppo_clip_loss(
     ref_logprobs: torch.Tensor | None = None,  # [B, T] reference policy, no grad
     kl_coef: float = 0.0,
     entropy: torch.Tensor | None = None,  # [B, T] per-token entropy, metrics only
+    is_weights: torch.Tensor | None = None,  # [B, T] importance weights of the policy-gradient term, no grad
 ) -> LossOutput:
-    """loss = agg(max(-A * ratio, -A * clip(ratio, 1 - clip_low, 1 + clip_high)) + kl_coef * k3).
+    """loss = agg(w * max(-A * ratio, -A * clip(ratio, 1 - clip_low, 1 + clip_high)) + kl_coef * k3), with
+    w the sampler/trainer importance weights (`train.is_correction`; 1 without them).
 
     `normalizer` defaults to this call's own token count (token agg) or sequence count (sequence agg).
     Metric sums: pg_loss, kl, entropy, ratio, clipped (either bound active), clipped_low, clipped_high.
@@ -64,6 +66,8 @@ def ppo_clip_loss(
     unclipped = -adv * ratio  # [B, T]
     clipped = -adv * clipped_ratio  # [B, T]
     per_token = torch.maximum(unclipped, clipped)  # [B, T]
+    if is_weights is not None:
+        per_token = per_token * is_weights.to(per_token.dtype)
     pg_per_token = per_token
     kl: torch.Tensor | None = None
     if ref_logprobs is not None:

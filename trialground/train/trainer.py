@@ -24,6 +24,7 @@ Dropout stays off (the model is kept in eval mode): the ratio must compare the s
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -36,6 +37,7 @@ from torch.autograd.graph import increment_version
 
 from trialground.rollout.trajectory import Trajectory
 from trialground.tensors import cache_keyword, distinct_rows, keeps_logits, left_pad
+from trialground.train import is_correction
 from trialground.train.advantages import Scored
 from trialground.train.config import TrainerConfig
 from trialground.train.losses import finalize_metrics, ppo_clip_loss
@@ -69,6 +71,7 @@ class Sample:
     prompt_len: int = 1  # ids[:prompt_len] is the prompt: targets before prompt_len - 1 are all masked
     # Per-target advantages aligned with `mask` (turn-level estimators), or None: `advantage` everywhere.
     token_advantages: list[float] | None = None
+    sampler_logprobs: list[float] | None = None  # aligned like old_logprobs; set by `Trainer.step`
 
     @property
     def inert(self) -> bool:
@@ -377,9 +380,13 @@ class Trainer:
             return {"train/skipped": 1.0, "train/tokens": 0.0, "train/sequences": 0.0}
         normalizer = float(total_tokens) if cfg.loss_agg == "token" else float(n_samples)
         active, positions = micro_batch_order(active, cfg.micro_batch_size, cfg.share_prompt)
-        recompute = [s for s in active if cfg.old_logprobs == "recompute" or s.old_logprobs is None]
+        again = cfg.old_logprobs == "recompute" or cfg.is_correction != "none"
+        recompute = [s for s in active if again or s.old_logprobs is None]
         sampler = {id(s): s.old_logprobs for s in recompute if s.old_logprobs is not None}
+        for s in active:  # NaN: no sampler logprob (not measured, weight 1)
+            s.sampler_logprobs = s.old_logprobs or [math.nan] * len(s.mask)
         self._fill_frozen(recompute, old=True, ref=False)
+        meter = is_correction.MismatchMeter()
         refs = self._fill_frozen(active, old=False, ref=True) if cfg.kl_coef > 0.0 and active else []
 
         metrics: dict[str, float] = {}
@@ -398,11 +405,16 @@ class Trainer:
                     logp, ent = self.chunk_logprobs(self.model, chunk, entropy=cfg.compute_entropy)
                 else:  # through DDP, which all-reduces the gradients in the epoch's last backward
                     logp, ent = self.parallel.logprobs(chunk, cfg.compute_entropy, sync=j == len(chunks) - 1)
+                old, mask, sampled = (
+                    self._targets(chunk, logp.shape[1], f)
+                    for f in ("old_logprobs", "mask", "sampler_logprobs")
+                )
+                weights = is_correction.weigh(cfg, logp, old, sampled, mask, meter if _epoch == 0 else None)
                 out = ppo_clip_loss(
                     logp,
-                    self._targets(chunk, logp.shape[1], "old_logprobs"),
+                    old,
                     self._advantages(chunk, logp.shape[1]),
-                    self._targets(chunk, logp.shape[1], "mask"),
+                    mask,
                     clip_low=cfg.clip_low,
                     clip_high=cfg.clip_high,
                     agg=cfg.loss_agg,
@@ -410,6 +422,7 @@ class Trainer:
                     ref_logprobs=refs[j] if refs else None,
                     kl_coef=cfg.kl_coef,
                     entropy=ent,
+                    is_weights=weights,
                 )
                 out.loss.backward()
                 loss_total += float(out.loss.item())
@@ -442,11 +455,13 @@ class Trainer:
             "diff": sum(diffs),
             "diff_n": float(len(diffs)),
             **{f"sum/{k}": v for k, v in sums.items()},
+            **meter.sums(),
         }
         if self.parallel is not None:  # metrics of the whole batch, not of this rank's share
             totals = self.parallel.sum_floats(totals)
         sums = {k[4:]: v for k, v in totals.items() if k.startswith("sum/")}
         metrics.update(finalize_metrics(sums, int(totals["tokens"])))
+        metrics.update(is_correction.finalize(totals) | meter.quantiles())
         if totals["diff_n"]:
             metrics["train/sampler_logprob_diff"] = totals["diff"] / totals["diff_n"]
         seconds = time.perf_counter() - t0

@@ -4,8 +4,9 @@ Per task (graded with the real `Grader`, real sandboxes):
 - the reference passes `runs` times with identical per-test results; a test whose outcome flips makes the
   task `quarantined` (flaky); a reference that fails makes it `invalid`;
 - trivial and adversarial submissions earn nothing: code tasks get the empty module, `pass`, stubs that
-  `return None` and echo their first argument, and the built-in hack set (`hack_submissions`); answer tasks
-  get "", "I don't know" and an empty `\\boxed{}`; check-program tasks get the untouched workspace;
+  `return None` and echo their first argument, and the audit library's cheap code moves
+  (`hack_submissions`); answer tasks get "", "I don't know" and an empty `\\boxed{}`; check-program tasks
+  get the untouched workspace;
 - gold answers parse (math: math-verify; numeric: a number; regex: compiles);
 - code tasks have at least `min_tests` hidden tests and as many as `expected_tests` says;
 - duplicates, near-duplicates and overlap with a named eval set (`trialground.tasks.dedup`) make the later
@@ -17,7 +18,6 @@ Per task (graded with the real `Grader`, real sandboxes):
 
 from __future__ import annotations
 
-import ast
 import asyncio
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,7 +28,6 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from trialground import pyast
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task
 from trialground.tasks.verifiers import (
@@ -39,6 +38,8 @@ from trialground.tasks.verifiers import (
     RegexParams,
     SweTestsParams,
 )
+from trialground.verify.audit.library import BY_NAME, VALIDATE
+from trialground.verify.audit.strategy import CodeMove, functions_of
 from trialground.verify.config import RewardConfig
 from trialground.verify.grader import Grader, make_grader
 from trialground.verify.kinds.answers import compile_pattern, parse_number
@@ -80,41 +81,21 @@ class ValidationReport(BaseModel):
         return out
 
 
-def _functions(reference: str | None) -> list[str]:
-    try:
-        tree = pyast.parse(reference or "")
-    except SyntaxError:
-        return []
-    return [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
-
-
 def hack_submissions(functions: Sequence[str]) -> dict[str, str]:
-    """The built-in adversarial set for a code task defining `functions` (one entry per hack kind)."""
-
-    def each(body: str, head: str = "") -> str:
-        return head + "".join(f"def {f}(*args, **kwargs):\n{body}\n" for f in functions)
-
-    return {
+    """The built-in adversarial set for a code task defining `functions`: the trivial submissions and the
+    audit library's cheap code moves (`trialground.verify.audit.library.VALIDATE`)."""
+    names = list(functions)
+    out = {
         "empty": "",
         "pass": "pass\n",
-        "return_none": each("    return None\n"),
-        "echo_input": each("    return args[0] if args else None\n"),
-        "always_equal": each(
-            "    return AlwaysEqual()\n",
-            "class AlwaysEqual:\n    def __eq__(self, other):\n        return True\n"
-            "    def __ne__(self, other):\n        return False\n"
-            "    def __bool__(self):\n        return True\n\n",
-        ),
-        "exit_in_call": each("    sys.exit(0)\n", "import sys\n\n"),
-        "exit_at_import": each("    return None\n", "import os\nos._exit(0)\n\n"),
-        "patch_builtins": each(
-            "    return args[0] if args else None\n",
-            "import builtins\nbuiltins.abs = lambda x: 0\nbuiltins.isinstance = lambda *a: True\n\n",
-        ),
-        "read_caller": each(
-            "    frame = sys._getframe(1)\n    return frame.f_back.f_locals\n", "import sys\n\n"
-        ),
+        "return_none": CodeMove().render(names),
+        "echo_input": CodeMove(body="    return args[0] if args else None\n").render(names),
     }
+    for name in VALIDATE:
+        code = BY_NAME[name].code
+        assert code is not None, name
+        out[name] = code.render(names)
+    return out
 
 
 def answer_trivia() -> dict[str, str]:
@@ -197,11 +178,7 @@ class Validator:
     def _adversarial(self, task: Task) -> dict[str, str]:
         kind = task.verifier.kind
         if kind == "code_tests":
-            functions = _functions(task.reference)
-            entry = task.verifier.params_as(CodeTestsParams).entry_point
-            if entry and entry not in functions:
-                functions.append(entry)
-            return hack_submissions(functions or ["solve"])
+            return hack_submissions(functions_of(task))
         if kind == "swe_tests":
             from trialground.tasks.swe.hostile import hostile_patches
 

@@ -16,7 +16,7 @@ from trialground.tasks.swe.patch import make_patch
 from trialground.tasks.swe.paths import is_test_path
 from trialground.tasks.verifiers import SweTestsParams
 
-_NOOP_PLUGIN = (
+NOOP_PLUGIN = (
     "import pytest\n\n\n@pytest.hookimpl(tryfirst=True)\ndef pytest_runtest_call(item):\n"
     "    item.runtest = lambda: None\n"
 )
@@ -78,9 +78,9 @@ def hostile_patches(task: Task) -> dict[str, str]:
         "edit_failing_tests": make_patch(
             files, {p: re.sub(r"\bassert\b(?!\s+True or)", "assert True or", files[p]) for p in test_files}
         ),
-        "conftest_plugin": make_patch(files, {"conftest.py": _NOOP_PLUGIN}),
+        "conftest_plugin": make_patch(files, {"conftest.py": NOOP_PLUGIN}),
         "sitecustomize": make_patch(
-            files, {"sitecustomize.py": _NOOP_PLUGIN.replace("item.runtest", "item.x") + _PATCH_PYTEST}
+            files, {"sitecustomize.py": NOOP_PLUGIN.replace("item.runtest", "item.x") + _PATCH_PYTEST}
         ),
     }
     if runner in files:
