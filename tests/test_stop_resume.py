@@ -107,7 +107,8 @@ def test_killed_interrupted_and_terminated_runs_continue_with_the_command_they_p
     )
     assert done.returncode == 0, done.stderr[-3000:]
     # no terminal: one plain line every monitor.log_interval steps and at the last
-    assert re.search(r"^step 7/7  reward .* elapsed \S+  eta 0:00:00$", done.stderr, re.M), done.stderr[-3000:]
+    last = re.search(r"^step 7/7  reward .* elapsed \S+  eta 0:00:00$", done.stderr, re.M)
+    assert last, done.stderr[-3000:]
     assert _steps(run_dir) == list(range(8))  # step 0 (the starting evaluation) to 7, each once
     trained = sorted(int(p.stem.split("_")[1]) for p in (run_dir / "trajectories").glob("step_*.parquet"))
     assert trained == list(range(1, 8))

@@ -1,4 +1,4 @@
-"""What `trialground train` prints while it runs: plain lines without a terminal, a bar that fits 80 columns."""
+"""What `trialground train` prints as it runs: plain lines without a terminal, a bar that fits 80 columns."""
 
 from __future__ import annotations
 
@@ -42,3 +42,12 @@ def test_the_bar_keeps_its_own_fields_whole_at_80_columns() -> None:
     assert len(last) <= 80, last
     assert "123/200" in last and re.search(r"\d:\d\d:\d\d eta -:--:--", last), last
     assert last.startswith("train ") and "reward 0.250" in last, last
+
+
+def test_a_resumed_runs_lines_count_from_where_it_resumed() -> None:
+    out = io.StringIO()
+    with train_view(Console(file=out, width=80), 7, 2, resumed=True) as on_step:
+        on_step(7, {"reward/mean": 0.0})  # the one step left after a resume at step 6
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "train: 7 steps; resuming from the newest checkpoint"
+    assert lines[1].startswith("step 7/7  reward 0.000") and lines[1].endswith("eta 0:00:00"), lines

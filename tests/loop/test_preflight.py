@@ -241,4 +241,33 @@ def test_a_json_commands_error_is_one_json_object(tmp_path: Path) -> None:
     assert bad.returncode == 2 and bad.stderr == ""
     error = json.loads(bad.stdout)
     assert set(error) == {"error", "kind", "where"}
-    assert error["kind"] == "usage" and error["where"] == "-" and "did you mean 'loop.steps'" in error["error"]
+    assert error["kind"] == "usage" and error["where"] == "-"
+    assert "did you mean 'loop.steps'" in error["error"]
+
+
+def test_validate_lists_every_broken_record_of_a_task_file_with_its_line(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    good = {"domain": "code", "prompt": "p", "verifier": {"kind": "exact", "params": {"answer": "1"}}}
+    lines = [json.dumps(good), "{broken", "", json.dumps({"prompt": 3, "domain": 4}), "[1]"]
+    tasks.write_text("\n".join(lines) + "\n")
+    cfg = load_config(None, [f"tasks.sources=[{{source: '{tasks}'}}]", f"output_dir={tmp_path}"])
+    found = [p for p in problems(cfg, "eval") if p.startswith("tasks.sources[0]")]
+    assert found[0] == f"tasks.sources[0]: {tasks}:2: (json): Expecting property name enclosed in double " \
+        "quotes at column 2"  # fmt: skip
+    assert any(f"{tasks}:4: prompt:" in p for p in found) and any(f"{tasks}:4: domain:" in p for p in found)
+    assert any(f"{tasks}:5: expected a JSON object" in p for p in found)
+    assert not any(f"{tasks}:1:" in p for p in found)
+    many = tmp_path / "many.jsonl"
+    many.write_text("{\n" * 25)
+    cfg = load_config(None, [f"tasks.sources=[{{source: '{many}'}}]", f"output_dir={tmp_path}"])
+    listed = [p for p in problems(cfg, "eval") if p.startswith("tasks.sources[0]")]
+    assert len(listed) == 21 and listed[-1].endswith("and 5 more problems")
+    bad = _cli(
+        "config",
+        "validate",
+        "-",
+        "--eval",
+        cwd=tmp_path,
+        stdin=f"tasks: {{sources: [{{source: '{tasks}'}}]}}\n",
+    )
+    assert bad.returncode == 2 and f"{tasks}:2: (json)" in bad.stderr, bad.stderr

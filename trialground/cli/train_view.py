@@ -97,11 +97,12 @@ class LogLines:
         if step == 0 or (step % self.interval and step != self.steps):
             return
         first_step, first_time = self.first
-        eta = (
-            _clock((now - first_time) / (step - first_step) * (self.steps - step))
-            if step > first_step
-            else "?"
-        )
+        if step >= self.steps:
+            eta = _clock(0)
+        elif step > first_step:
+            eta = _clock((now - first_time) / (step - first_step) * (self.steps - step))
+        else:
+            eta = "?"  # the first step seen (of a resumed run): no step time yet
         self.console.print(
             f"step {step}/{self.steps}  {info}  elapsed {_clock(now - self.start)}  eta {eta}",
             highlight=False,

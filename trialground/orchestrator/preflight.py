@@ -7,7 +7,8 @@ no task is made), so `trialground config validate` and a failing `train` answer 
 - the model directory (`config.json`, weights, a tokenizer) of every backend that loads one, or the
   local tokenizer of the `openai` and `scripted` backends;
 - every task source spec (`trialground.tasks.sources.check_spec`: known name, argument, path, the
-  packages the source needs);
+  packages the source needs), and every record of a task file or directory (each problem with its file and
+  line, `MAX_FILE_PROBLEMS` a file and a count of the rest);
 - every metric sink's package, and what the config's plugins require (`plugin_requirements`: each policy,
   pool backend and env kind declares its modules, extras and why);
 - for `train`: the run directory is free (or, with `resume`, holds a run).
@@ -33,6 +34,7 @@ from trialground.policy.backends import TORCH
 from trialground.sandbox.backends import BACKENDS as SANDBOX_BACKENDS
 
 Purpose = Literal["train", "eval", "validate"]
+MAX_FILE_PROBLEMS = 20  # listed per task file; a count says how many more
 
 # (module, extra) each sink imports; tensorboard also takes torch's writer
 SINK_PACKAGES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -138,10 +140,30 @@ def _task_problems(config: RunConfig) -> list[str]:
             try:
                 from trialground.tasks.sources import check_spec
 
-                check_spec(source.source)
+                found = check_spec(source.source)
             except TaskError as exc:
                 out.append(f"{field}[{i}]: {exc}")
+                continue
+            if isinstance(found, Path):  # a task file or directory: every record, every problem
+                from trialground.tasks.file_check import task_file_problems
+
+                broken = task_file_problems(found)
+                out += [f"{field}[{i}]: {p}" for p in broken[:MAX_FILE_PROBLEMS]]
+                if len(broken) > MAX_FILE_PROBLEMS:
+                    out.append(f"{field}[{i}]: {found}: and {len(broken) - MAX_FILE_PROBLEMS} more problems")
     return out
+
+
+def load_problems(config: RunConfig) -> list[str]:
+    """What loading the task sets as a run does finds (a generator's or dataset's error, a source with no
+    training tasks, training tasks that all repeat evaluation ones): `config validate` loads them all."""
+    from trialground.tasks.pool import load_task_sets
+
+    try:
+        load_task_sets(config.tasks)
+    except TaskError as exc:
+        return [f"tasks: {exc}"]
+    return []
 
 
 def _package_problems(config: RunConfig, purpose: Purpose) -> list[str]:
