@@ -14,8 +14,8 @@ import pytest
 from swe_attack_patches import attacks
 
 from trialground.errors import TaskError
+from trialground.sandbox.backends.bwrap.sandbox import bwrap_available
 from trialground.sandbox.base import SandboxConfig
-from trialground.sandbox.bwrap import bwrap_available
 from trialground.tasks.model import Task
 from trialground.tasks.swe.patch import apply_patch
 from trialground.verify.config import GradingConfig

@@ -33,9 +33,9 @@ from trialground.envs.base import EpisodeStart, Observation
 from trialground.envs.harness_launcher import LAUNCHER
 from trialground.envs.tool_env import ToolEnv
 from trialground.errors import EnvError, SandboxError, TrialgroundError
+from trialground.sandbox.backends.bwrap.boot import python_prefix
+from trialground.sandbox.backends.bwrap.supervisor import PRELOAD_KEEP, split_python
 from trialground.sandbox.base import WORKSPACE, ExecStatus, Limits, SandboxConfig, View
-from trialground.sandbox.launch.boot import python_prefix
-from trialground.sandbox.launch.supervisor import PRELOAD_KEEP, split_python
 from trialground.tasks.model import Task
 
 GATEWAY_MOUNT = "/run/trialground-gateway"  # the gateway socket's directory, as harness sandboxes see it
