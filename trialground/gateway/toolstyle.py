@@ -19,7 +19,7 @@ run only inside an installed vLLM or SGLang; vLLM's wheel pins its own torch (vl
 torch==2.14.0, this project 2.13), so a CPU install here cannot carry it and they were not run side by
 side with these. These parse through `trialground.plainjson` (bounded size, depth and digits: parsing
 model output is total, never an exception), which the gateway's contract needs whatever parser sits
-behind it; a served vLLM policy does its own parsing with its parsers.
+behind it.
 """
 
 from __future__ import annotations
