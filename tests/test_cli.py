@@ -116,7 +116,7 @@ def test_a_missing_extra_is_a_clear_error_before_the_run_starts(tmp_path: Path) 
 
 
 def test_step_line_reads_like_a_training_tool() -> None:
-    from trialground.cli.run_cmd import StepLine, format_loss
+    from trialground.cli.train_view import StepLine, format_loss
 
     assert format_loss(2.28e-08) == "+2.28e-08"  # not +0.0000
     assert format_loss(-0.5) == "-0.5000" and format_loss(0.0) == "+0.0000"

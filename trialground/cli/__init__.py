@@ -60,6 +60,9 @@ def _options(
 
 
 def main() -> None:
+    from trialground.cli.common import json_errors
+
+    json_errors("--json" in sys.argv[1:])  # an error of a --json command is a JSON object too
     if len(sys.argv) > 1 and sys.argv[1] in ("train", "eval"):
         # glibc reads its tunables when a process starts: re-execute before the run does any work
         from trialground.hugepages import reexec_with_hugepages

@@ -21,6 +21,7 @@ Solver = Callable[[Task], "str | None"]
 EXPERTS: dict[str, str] = {
     "sql": "trialground.families.sql.expert:solve",
     "scicomp": "trialground.families.scicomp.expert:solve",
+    "shell": "trialground.families.shell.expert:solve",
 }
 
 

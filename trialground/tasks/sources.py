@@ -361,6 +361,13 @@ for _source in (
         default_n=200,
     ),
     TaskSource(
+        "shell",
+        "trialground.families.shell.source:load",
+        "text processing of an access log with a bash script, checked on the workspace log and a hidden one",
+        generator=True,
+        default_n=200,
+    ),
+    TaskSource(
         "hf", _hf, "a local Hugging Face dataset, hf:PATH[?column mapping]", arg="required", check=_check_hf
     ),
 ):

@@ -59,6 +59,13 @@ def _simpson(fn: Callable[[float], float], a: float, b: float, n: int = 4000) ->
     return total * h / 3
 
 
+def _bisect(fn: Callable[[float], float], lo: float, hi: float) -> float:
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if fn(mid) < 0 else (lo, mid)
+    return (lo + hi) / 2
+
+
 def _rk4(k: float, s: float, w: float, y0: float, t_end: float, steps: int = 4000) -> float:
     def d(t: float, y: float) -> float:
         return -k * y + s * math.sin(w * t)
@@ -104,7 +111,7 @@ def root(rng: random.Random) -> Problem:
         f"the real root x of x^3 + {p}*x - c = 0 (it is unique); c is between -500 and 500",
         "f(c)",
         ref,
-        lambda c: 0.0,
+        lambda c: _bisect(lambda x: x**3 + p * x - c, -100.0, 100.0),
         lambda r: (round(r.uniform(-500, 500), 2),),
         invariant=f"abs(got**3 + {p} * got - args[0]) <= 1e-7 * max(1.0, abs(args[0])) "
         "and -100 <= got <= 100",
@@ -216,7 +223,14 @@ def make_task(problem: Problem, split: Split) -> Task:
     spec = {"solution": SOLUTION, "cases": cases, "invariant": problem.invariant, "rel_tol": 1e-6,
             "abs_tol": 1e-9, "timeout_s": 40}  # fmt: skip
     check = _CHECK.replace('SPEC_JSON = "{}"', f"SPEC_JSON = {json.dumps(json.dumps(spec))}", 1)
-    prompt = f"Write {problem.signature} in {SOLUTION} returning {problem.text}. {TOL} {FLOAT}"
+    examples = []
+    for _ in range(2):  # visible examples: other inputs than the check's
+        args = problem.inputs(rng)
+        examples.append(f"f({', '.join(repr(a) for a in args)}) = {problem.truth(*args):.10g}")
+    prompt = (
+        f"Write {problem.signature} in {SOLUTION} returning {problem.text}. For example "
+        f"{' and '.join(examples)}. {TOL} {FLOAT}"
+    )
     return Task(
         domain="scicomp",
         prompt=prompt,
