@@ -11,6 +11,7 @@ from trialground.cli import (
     config_cmd,
     env_cmd,
     export_cmd,
+    helpstyle,
     policy_cmd,
     report_cmd,
     run_cmd,
@@ -19,6 +20,7 @@ from trialground.cli import (
     verify_cmd,
 )
 
+helpstyle.install()  # `--json`, `--set KEY=VALUE ...`, `--samples INTEGER RANGE`, not `<bool>`, `<list[str]>`
 app = typer.Typer(
     name="trialground",
     help="Environment-first RL post-training for language-model agents on execution-verified tasks.",

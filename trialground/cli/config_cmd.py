@@ -14,7 +14,7 @@ from trialground.orchestrator.run_config import RunConfig, dump_config, load_con
 app = typer.Typer(help="Inspect and check run configurations.", no_args_is_help=True)
 
 CONFIG_ARG = typer.Argument(..., help="YAML run configuration (- reads standard input)")
-OVERRIDES = typer.Option([], "--set", help="Dotted override KEY=VALUE (repeatable)")
+OVERRIDES = typer.Option([], "--set", metavar="KEY=VALUE", help="Dotted override (repeatable)")
 JSON = typer.Option(False, "--json", help="Print JSON on stdout")
 
 

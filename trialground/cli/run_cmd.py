@@ -83,7 +83,7 @@ def _replace(run_dir: Path) -> None:
 
 def train(
     config: Path | None = typer.Argument(None, help="YAML run configuration (- reads standard input)"),
-    overrides: list[str] = typer.Option([], "--set", help="Dotted override KEY=VALUE, repeatable"),
+    overrides: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Dotted override, repeatable"),
     resume: Path | None = typer.Option(
         None,
         "--resume",
@@ -167,7 +167,7 @@ def evaluate(
     config: Path = typer.Argument(
         ..., help="YAML run configuration, its eval split is used (- reads standard input)"
     ),
-    overrides: list[str] = typer.Option([], "--set", help="Dotted override KEY=VALUE, repeatable"),
+    overrides: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Dotted override, repeatable"),
     checkpoint: Path | None = typer.Option(None, help="A checkpoints/step_N directory to evaluate"),
     samples: int = typer.Option(
         1, min=1, max=1024, help="Also sample this many per task at the training temperature (pass@k)"
