@@ -263,7 +263,7 @@ def test_reference_server_rejects_bad_requests_by_field(servers: list[ReferenceS
     resp = httpx.post(
         url + "/v1/completions", content=b"{not json", headers={"Content-Type": "application/json", **AUTH}
     )
-    assert resp.status_code == 400 and "not JSON" in resp.json()["message"]
+    assert resp.status_code == 400 and "not valid JSON" in resp.json()["message"]
     assert httpx.get(url + "/nowhere", headers=AUTH).status_code == 404
     assert (
         httpx.post(url + "/v1/completions", json={"prompt": [1], "seed": 10**30}, headers=AUTH).status_code
