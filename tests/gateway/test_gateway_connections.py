@@ -15,8 +15,8 @@ import pytest
 from trialground.gateway.connections import DEFAULT_MAX_CONNECTIONS
 from trialground.gateway.server import Gateway
 from trialground.gateway.session import Session
+from trialground.policy.backends.scripted.scripted import ScriptedPolicy, load_tokenizer
 from trialground.policy.base import SamplingParams
-from trialground.policy.scripted import ScriptedPolicy, load_tokenizer
 
 FLOOD = 320  # connections the program opens and holds
 
