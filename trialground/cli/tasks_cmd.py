@@ -171,9 +171,21 @@ def from_failures(
     as_json: Annotated[
         bool, typer.Option("--json", help="One JSON object per task (id, origin, failure_record) on stdout")
     ] = False,
+    against: Annotated[
+        list[str] | None,
+        typer.Option("--against", help="A task source the candidates must not repeat (repeatable)"),
+    ] = None,
+    check: Annotated[
+        bool,
+        typer.Option("--check/--no-check", help="Validate and audit the candidates; keep the sound ones"),
+    ] = False,
+    seed: SeedOpt = 0,
+    n: NOpt = None,
 ) -> None:
-    """Turn recorded failed interactions into validated tasks with provenance (trialground.tasks.failures);
-    a run puts them in its regression queue with --set 'tasks.regression_files=[OUT]'."""
+    """Turn recorded failed interactions (a prompt, or an OpenAI-format chat log with its outcome) into
+    tasks with provenance (trialground.tasks.failures); with --against and --check, duplicates of the pool,
+    invalid and hackable candidates are dropped, each with its reason (trialground.verify.intake). A run puts
+    them in its regression queue with --set 'tasks.regression_files=[OUT]'."""
     from trialground.tasks.failures import tasks_from_failures
     from trialground.tasks.io import write_jsonl
 
@@ -183,6 +195,15 @@ def from_failures(
         tasks = tasks_from_failures(file)
     except TaskError as e:
         fail(str(e), EXIT_USAGE)
+    pool = [t for spec in against or [] for t in _load(spec, seed, n, None)]
+    if pool or check:
+        import asyncio
+
+        from trialground.verify.intake import admit
+
+        tasks, dropped = asyncio.run(admit(tasks, pool=pool, validate=check, audit=check))
+        for tid, why in dropped:
+            err_console.print(f"dropped {tid}: {why}", highlight=False)
     try:
         write_jsonl(tasks, out)
     except (OSError, TaskError) as e:
@@ -294,7 +315,11 @@ def _family_expert(source: str, tasks: list[Task], json_report: Path | None, as_
     from trialground.families.experts import expert_for, expert_share
 
     if any(expert_for(t) is None for t in tasks):
-        fail(f"{source}: no scripted expert for these tasks (trialground.families.experts)", EXIT_USAGE)
+        fail(
+            f"{source}: the expert solves repository tasks (swe:<repo>) only, or a family with a scripted "
+            "expert (trialground.families.experts)",
+            EXIT_USAGE,
+        )
     share = asyncio.run(expert_share(tasks))
     row = {"source": source, "tasks": share.tasks, "solved": share.solved, "share": share.share,
            "unrecognised": share.unrecognised, "failed": list(share.failed_ids)}  # fmt: skip
