@@ -20,12 +20,12 @@ import pytest
 from trialground.errors import ConfigError, PolicyError
 from trialground.gateway.reference import ReferenceServer
 from trialground.policy import make_policy
+from trialground.policy.backends.hf.hf import HFPolicy
+from trialground.policy.backends.openai.openai import OpenAIPolicy
+from trialground.policy.backends.remote.remote import RemotePolicy
 from trialground.policy.base import SamplingParams
 from trialground.policy.config import PolicyConfig
 from trialground.policy.factory import require_trainable
-from trialground.policy.hf import HFPolicy
-from trialground.policy.openai import OpenAIPolicy
-from trialground.policy.remote import RemotePolicy
 from trialground.policy.weight_files import tensor_digest
 
 torch = pytest.importorskip("torch")

@@ -18,8 +18,8 @@ from trialground.gateway.reference import ReferenceServer
 openai = pytest.importorskip("openai")
 pytest.importorskip("torch")
 
+from trialground.policy.backends.hf.hf import HFPolicy  # noqa: E402
 from trialground.policy.config import PolicyConfig  # noqa: E402
-from trialground.policy.hf import HFPolicy  # noqa: E402
 
 
 def _harness_core() -> Any:
