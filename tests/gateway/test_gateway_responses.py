@@ -15,8 +15,8 @@ import pytest
 from trialground.gateway.server import Gateway
 from trialground.gateway.session import Session
 from trialground.gateway.stitch import stitch
+from trialground.policy.backends.scripted.scripted import ScriptedPolicy, load_tokenizer
 from trialground.policy.base import SamplingParams
-from trialground.policy.scripted import ScriptedPolicy, load_tokenizer
 
 CALL = '<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>'
 SCRIPT = ["let me look " + CALL, CALL, "the answer is 42"]

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 import torch
 
+from trialground.policy.backends.hf.hf import HFPolicy, _process_logits
 from trialground.policy.base import SamplingParams
-from trialground.policy.hf import HFPolicy, _process_logits
 
 MAX_TOP_LOGPROBS = 20  # OpenAI's bound, and vLLM's default `--max-logprobs`
 FLOOR = -9999.0
