@@ -25,7 +25,8 @@ serve`, or `trialground policy serve` on a machine without a GPU) with token ids
   read), then each server is
   told to load it with `POST /collective_rpc {"method": "trialground_load_weights", "args": [DIR]}`
   followed by `POST /reset_prefix_cache`. On vLLM both routes need `VLLM_SERVER_DEV_MODE=1` and the
-  worker extension `--worker-extension-cls trialground.policy.vllm_worker.WeightReload`. The two newest
+  worker extension `--worker-extension-cls trialground.policy.backends.vllm.vllm_worker.WeightReload`. The
+  two newest
   version directories are kept. A server that cannot be reached during a push (it died) is dropped for
   the rest of the run, with a warning: it missed a version, so it never samples again; the others go on.
   A server that answers with an error, or every server failing, raises `PolicyError`.
@@ -68,7 +69,7 @@ log = logging.getLogger(__name__)
 _PUSH_TIMEOUT_S = 900.0  # a multi-GB load from a network file system takes minutes
 _VLLM_HINT = (
     "a vLLM server takes pushed weights only when started with VLLM_SERVER_DEV_MODE=1 and "
-    "--worker-extension-cls trialground.policy.vllm_worker.WeightReload"
+    "--worker-extension-cls trialground.policy.backends.vllm.vllm_worker.WeightReload"
 )
 
 
@@ -94,7 +95,7 @@ class RemotePolicy(Policy):
             )
         self.config = config
         if tokenizer is None:
-            from trialground.policy.hf import load_tokenizer
+            from trialground.policy.backends.hf.hf import load_tokenizer
 
             tokenizer = load_tokenizer(config)
         self._tokenizer = tokenizer
@@ -128,7 +129,7 @@ class RemotePolicy(Policy):
         return self._weight_root
 
     def encode_chat(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
-        from trialground.policy.hf import encode_chat
+        from trialground.policy.backends.hf.hf import encode_chat
 
         return encode_chat(self._tokenizer, messages)
 
