@@ -375,6 +375,13 @@ for _source in (
         default_n=200,
     ),
     TaskSource(
+        "gitrepair",
+        "trialground.families.gitrepair.source:load",
+        "a git repository left broken (conflict, lost commit, wrong file...), repaired by a bash script",
+        generator=True,
+        default_n=200,
+    ),
+    TaskSource(
         "hf", _hf, "a local Hugging Face dataset, hf:PATH[?column mapping]", arg="required", check=_check_hf
     ),
 ):
