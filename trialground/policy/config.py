@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trialground.policy.base import SamplingParams
 from trialground.retry import Backoff
@@ -118,6 +118,12 @@ class PolicyConfig(BaseModel):
         description="remote backend: base URLs of the running inference servers (vLLM's OpenAI-compatible "
         "server or `trialground policy serve`), e.g. http://10.0.0.5:8000; requests go to the least loaded",
     )
+    weight_transport: str = Field(
+        "collective_rpc",
+        description="remote backend: how servers take new weights (trialground.policy.weight_push): "
+        "collective_rpc (vLLM with trialground's worker extension, policy serve: bucket files, drained "
+        "around the load), sglang (update_weights_from_disk), vllm_nccl (vLLM's native NCCL transfer)",
+    )
     weight_bucket_mb: int = Field(
         512,
         ge=1,
@@ -135,6 +141,15 @@ class PolicyConfig(BaseModel):
         "where each step's weights are written for the servers to load (None: a private temporary "
         "directory, which only works when the servers run on this machine)",
     )
+
+    @field_validator("weight_transport")
+    @classmethod
+    def _known_transport(cls, name: str) -> str:
+        from trialground.policy.weight_push import TRANSPORTS
+
+        if name not in TRANSPORTS:
+            raise ValueError(f"unknown weight transport {name!r}: expected one of {sorted(TRANSPORTS)}")
+        return name
 
     def backoff(self) -> Backoff:
         """The retry bounds of the openai and remote backends' requests (`trialground.retry`)."""
