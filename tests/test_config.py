@@ -45,7 +45,7 @@ def write(tmp_path: Path, text: str) -> Path:
         ("trainer:\n  lrr: 0.1\n", "trainer.lrr", "Extra inputs are not permitted"),
         ("loop:\n  steps: many\n", "loop.steps", "valid integer"),
         ("trainer:\n  lr: -1\n", "trainer.lr", "greater than 0"),
-        ("sandbox:\n  backend: docker\n", "sandbox.backend", "'bwrap', 'process' or 'remote'"),
+        ("sandbox:\n  backend: docker\n", "sandbox.backend", "backend 'docker': known are bwrap"),
         ("loop:\n  samples_per_task: 0\n", "loop.samples_per_task", "greater than or equal to 1"),
     ],
 )

@@ -242,3 +242,36 @@ async def test_a_host_side_tool_bug_is_the_environments_failure_not_the_sandboxe
         monkeypatch.undo()  # the real exec again, for the close
     finally:
         await env.close()
+
+
+async def test_hostile_json_in_a_call_is_the_models_failure_with_a_reward(
+    grader: Grader, sandbox_config
+) -> None:
+    """A 5,000-digit integer and 5,000-deep JSON used to raise out of `step` (an infrastructure error the
+    episode escaped its reward by); now each is an invalid call, and the episode ends with a reward."""
+    from trialground.envs.base import EpisodeEnd
+    from trialground.orchestrator.metrics import rollout_metrics
+    from trialground.rollout.trajectory import Trajectory
+
+    env = ToolEnv(grader, EnvConfig(kind="tool", max_turns=3), sandbox_config)
+    try:
+        await env.reset(code_task())
+        big = (
+            '<tool_call>{"name": "bash", "arguments": {"command": "ls", "n": ' + "9" * 5000 + "}}</tool_call>"
+        )
+        deep = '<tool_call>{"name": "bash", "arguments": ' + "[" * 5000 + "]" * 5000 + "}</tool_call>"
+        obs = await env.step(big)
+        assert "usable JSON" in obs.text and not obs.done
+        obs = await env.step(deep)
+        assert "usable JSON" in obs.text and not obs.done
+        obs = await env.step(call("bash", command="true"))
+        assert obs.done and error_of(obs) is None and finish_reason_of(obs) == "max_turns"
+        assert reward_of(obs) is not None
+        end = obs.end
+        assert isinstance(end, EpisodeEnd) and (end.invalid_calls, end.tool_calls) == (2, 1)
+        traj = Trajectory(task_id="t", group_id="g", sample_index=0, policy_version=0, end=end)
+        metrics = rollout_metrics([[traj]], {}, 0)
+        assert metrics["env/error_rate"] == 0.0
+        assert metrics["env/invalid_action_rate"] == pytest.approx(2 / 3)
+    finally:
+        await env.close()

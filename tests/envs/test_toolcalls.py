@@ -107,3 +107,34 @@ def test_extract_code() -> None:
         extract_code("```python\ndef f():\n    return 1") == "def f():\n    return 1\n"
     )  # cut off mid-block
     assert extract_code("   \n") == ""
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"name": "bash", "arguments": {"n": ' + "9" * 5000 + "}}",
+        '{"name": "bash", "arguments": ' + "[" * 5000 + "]" * 5000 + "}",
+        '{"name": "bash", "arguments": "{\\"n\\": ' + "7" * 5000 + '}"}',
+        '{"name": "bash", "arguments": "' + "[" * 5000 + "]" * 5000 + '"}',
+    ],
+    ids=["big_int", "deep", "big_int_in_string_args", "deep_string_args"],
+)
+def test_huge_numbers_and_deep_nesting_are_invalid_calls(body: str) -> None:
+    """`json.loads` raises ValueError / RecursionError on these; parsing must stay total."""
+    for fmt in ("json_tags", "auto"):
+        calls = parse_tool_calls(f"<tool_call>{body}</tool_call>", fmt)
+        assert len(calls) == 1 and isinstance(calls[0], InvalidCall), calls
+        assert "nested" in calls[0].reason or "digits" in calls[0].reason
+
+
+@pytest.mark.parametrize("style", ["tags", "llama3", "mistral"])
+def test_gateway_styles_stay_total_on_hostile_json(style: str) -> None:
+    from trialground.gateway import toolstyle
+
+    deep = "[" * 5000 + "]" * 5000
+    big = "9" * 5000
+    for inner in (deep, big):
+        call = '{"name": "bash", "arguments": {"x": ' + inner + "}}"
+        text = {"tags": f"<tool_call>{call}</tool_call>", "llama3": call, "mistral": f"[TOOL_CALLS][{call}]"}
+        parsed = toolstyle.parse(style, text[style])
+        assert parsed.calls == ()

@@ -195,3 +195,17 @@ async def test_a_hand_over_through_the_service_gives_new_namespaces(server: Serv
         await sb.hand_over(sid)
         fresh = int((await sb.exec(pid)).stdout)
     assert kept > 60 > fresh, (kept, fresh)
+
+
+async def test_a_too_deep_or_too_long_json_body_is_a_400_not_a_500(server: Server) -> None:
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    bodies = {
+        "nested": "[" * 200_000 + "]" * 200_000,
+        "digits": '{"cmd": ["true"], "timeout_s": ' + "9" * 5000 + "}",
+    }
+    async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=60) as client:
+        for expected, body in bodies.items():
+            for path in ("/sessions", "/sessions/x/exec"):
+                r = await client.post(path, content=body)
+                assert r.status_code == 400, (path, r.status_code, r.text[:300])
+                assert expected in r.text

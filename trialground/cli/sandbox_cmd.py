@@ -46,24 +46,21 @@ def run(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
 ) -> None:
     """Run one command in a fresh sandbox. Exit 0 when a result was produced, whatever the program did."""
-    from trialground.sandbox.bwrap import bwrap_available
+    from trialground.sandbox.backends import BACKENDS
 
     if workspace is not None and not workspace.is_dir():
         fail(f"workspace {str(workspace)!r} does not exist or is not a directory", EXIT_USAGE)
     try:
         limits = Limits(wall_s=timeout, cpu_s=timeout, memory_mb=memory, pids=pids, output_bytes=output_bytes)
-        config = SandboxConfig(backend=backend, limits=limits, network=network)  # type: ignore[arg-type]
+        config = SandboxConfig(backend=backend, limits=limits, network=network)
     except ValidationError as exc:
         names = {"wall_s": "--timeout", "cpu_s": "--timeout", "memory_mb": "--memory", "pids": "--pids"}
         names.update({"output_bytes": "--output-bytes", "backend": "--backend"})
         problems = sorted({f"{names.get(str(e['loc'][-1]), e['loc'][-1])}: {e['msg']}" for e in exc.errors()})
         fail(f"invalid option: {'; '.join(problems)}", EXIT_USAGE)
-    if backend == "bwrap" and not bwrap_available():
-        fail(
-            "bubblewrap (bwrap) is not installed. Install it: `apt-get install bubblewrap` (Debian/Ubuntu), "
-            "`dnf install bubblewrap` (Fedora), or pass --backend process (no isolation)",
-            EXIT_INFRA,
-        )
+    missing = BACKENDS.lookup(config.backend).missing(f"--backend {config.backend}")
+    if missing:
+        fail("; ".join(missing), EXIT_INFRA)
     files = _workspace_files(workspace) if workspace else None
     try:
         result = asyncio.run(_run_once(config, files, cmd))

@@ -252,13 +252,16 @@ def expert(
     split: SplitOpt = None,
 ) -> None:
     """Solve repository tasks (swe:<repo>) with the scripted expert, through the environment's tools only
-    (run_tests, read_file, search, read_lines, edit_file, bash), graded by the real grader; prints the
-    solve share. Exit 1 when it solves none."""
+    (run_tests, read_file, search, read_lines, edit_file, bash), or the tasks of a family with a scripted
+    expert (`trialground.families.experts`); graded by the real grader; prints the solve share. Exit 1 when
+    it solves none."""
     import asyncio
 
     from trialground.rollout.swe_expert import Expert, ExpertResult, run_expert
 
     tasks = _load(source, seed, n, split)
+    if tasks and all(t.verifier.kind != "swe_tests" for t in tasks):
+        _family_expert(source, tasks, json_report, as_json)
     if not tasks or any(t.verifier.kind != "swe_tests" for t in tasks):
         fail(f"{source}: the expert solves repository tasks (swe:<repo>) only", EXIT_USAGE)
     out = err_console if as_json else Console()
@@ -282,3 +285,23 @@ def expert(
     if json_report is not None:
         json_report.write_text(json.dumps(report.as_dict(), indent=2) + "\n")
     sys.exit(0 if report.solved else 1)
+
+
+def _family_expert(source: str, tasks: list[Task], json_report: Path | None, as_json: bool) -> None:
+    """The solve share of a family's scripted expert (`trialground.families.experts`); exits."""
+    import asyncio
+
+    from trialground.families.experts import expert_for, expert_share
+
+    if any(expert_for(t) is None for t in tasks):
+        fail(f"{source}: no scripted expert for these tasks (trialground.families.experts)", EXIT_USAGE)
+    share = asyncio.run(expert_share(tasks))
+    row = {"source": source, "tasks": share.tasks, "solved": share.solved, "share": share.share,
+           "unrecognised": share.unrecognised, "failed": list(share.failed_ids)}  # fmt: skip
+    if as_json:
+        print(json.dumps(row))
+    else:
+        print(f"{source}: the scripted expert solved {share.solved} of {share.tasks} ({share.share:.1%})")
+    if json_report is not None:
+        json_report.write_text(json.dumps(row, indent=2) + "\n")
+    sys.exit(0 if share.solved else 1)

@@ -56,6 +56,14 @@ class EpisodeEnd(BaseModel):
     finish_reason: str = Field(description="submitted, max_turns, time_limit, error, ...")
     graded: Graded | None = None
     actions: tuple[Action, ...] = Field((), description="The episode's tool actions (process, efficiency)")
+    tool_calls: int = Field(0, ge=0, description="Tool calls that ran")
+    invalid_calls: int = Field(
+        0,
+        ge=0,
+        description="The model's failures to act: calls that could not be parsed (broken, too large or too "
+        "deep JSON), named no known tool or lacked parameters, calls over the per-message limit, and "
+        "messages with no call at all",
+    )
     error: ErrorInfo | None = None
     visible_checks: CheckHashes | None = Field(
         None, description="Hashes of the visible checks at the start and end (tool environments)"

@@ -5,16 +5,24 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from trialground.plugin import FrozenParams, Params, check_name, check_section
 
 
 class EnvConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: Literal["single_turn", "tool", "harness"] = Field(
+    kind: str = Field(
         "single_turn",
-        description="Environment type: single_turn, tool (the trainer's agent loop), or harness (your own "
-        "agent program, run in the task's sandbox against the gateway: docs/harness.md)",
+        description="Environment kind (trialground.envs.kinds): single_turn, tool (the trainer's agent "
+        "loop), harness (your own agent program, run in the task's sandbox against the gateway: "
+        "docs/harness.md), or a plugin's 'package.module:NAME'",
+    )
+    params: Params = Field(
+        default_factory=FrozenParams,
+        description="The kind's own settings, validated against its settings model (a plugin's; the "
+        "built-in kinds take theirs from the fields below)",
     )
     max_turns: int = Field(8, ge=1, le=1000, description="Turns per episode (tool env)")
     max_episode_s: float = Field(300.0, gt=0, description="Wall seconds per episode")
@@ -108,10 +116,22 @@ class EnvConfig(BaseModel):
                 raise ValueError(f"env.tool_observation_chars.{name}: {chars} is under 16 characters")
         return self
 
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, value: str) -> str:
+        from trialground.envs.kinds import KINDS
+
+        return check_name(KINDS, value)
+
+    @model_validator(mode="after")
+    def _params_of_kind(self) -> EnvConfig:
+        from trialground.envs.kinds import KINDS
+
+        check_section(KINDS, self.kind, self.params, "env.", self)
+        return self
+
     @model_validator(mode="after")
     def _harness(self) -> EnvConfig:
-        if self.kind == "harness" and not self.harness_command:
-            raise ValueError("env.kind=harness needs env.harness_command (the command that runs your agent)")
         for name in ("harness_dir", "harness_venv"):
             value = getattr(self, name)
             if value is None:

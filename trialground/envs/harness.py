@@ -52,15 +52,33 @@ ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
 log = logging.getLogger(__name__)
 
 
-def harness_sandbox_config(base: SandboxConfig, env: object, socket_dir: str) -> SandboxConfig:
-    """`base` with the gateway's socket directory, `harness_dir` and `harness_venv` shown read-only."""
+def host_view_backends() -> list[str]:
+    """The sandbox backends that can show host directories (`SandboxCaps.host_views`)."""
+    from trialground.sandbox.backends import BACKENDS
+
+    return [b.name for b in BACKENDS.entries() if b.capabilities.host_views]
+
+
+def check_config(env: object) -> None:
+    """The harness kind's own check of `env` (run when the config loads)."""
     from trialground.envs.config import EnvConfig
 
     assert isinstance(env, EnvConfig)
-    if base.backend != "bwrap":
+    if not env.harness_command:
+        raise ValueError("env.kind=harness needs env.harness_command (the command that runs your agent)")
+
+
+def harness_sandbox_config(base: SandboxConfig, env: object, socket_dir: str) -> SandboxConfig:
+    """`base` with the gateway's socket directory, `harness_dir` and `harness_venv` shown read-only."""
+    from trialground.envs.config import EnvConfig
+    from trialground.sandbox.backends import BACKENDS
+
+    assert isinstance(env, EnvConfig)
+    if not BACKENDS.lookup(base.backend).capabilities.host_views:
         raise EnvError(
-            f"env.kind=harness needs sandbox.backend=bwrap (the gateway socket and your program are shown "
-            f"in the sandbox), not {base.backend!r}",
+            f"env.kind=harness shows the gateway socket and your program in the sandbox: sandbox.backend="
+            f"{base.backend} cannot show host directories; choose one that can "
+            f"({', '.join(host_view_backends())})",
             kind="config",
         )
     shown = [View(source=socket_dir, target=GATEWAY_MOUNT, kept=False)]

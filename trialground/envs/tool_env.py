@@ -372,6 +372,8 @@ class ToolEnv(Environment, Forkable):
             finish_reason=self.state.finish_reason,
             graded=graded,
             actions=tuple(self.state.actions),
+            tool_calls=self.state.counters["tool_calls"],
+            invalid_calls=self.state.counters["invalid_calls"],
             error=error,
             visible_checks=self.state.checks,
         )

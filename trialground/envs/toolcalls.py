@@ -10,9 +10,12 @@ Formats (`ToolFormat`):
   are stripped so the usual one-tag-per-line layout round-trips exactly.
 - ``auto`` — both, in order of appearance.
 
-Contract: `parse_tool_calls` never raises. Each call in the text becomes a `ToolCall`, or an `InvalidCall`
-with a reason the model can act on; the environment answers invalid calls with an observation and counts
-them. An unterminated ``<tool_call>`` (the model stopped mid-call) is an `InvalidCall`, not silence.
+Contract: `parse_tool_calls` never raises, whatever the text holds: JSON is parsed by `plainjson.loads`,
+which bounds size, nesting and number length first (a 5,000-digit integer or 5,000 nested brackets are
+an `InvalidCall`, never a `ValueError` or `RecursionError`). Each call in the text becomes a `ToolCall`,
+or an `InvalidCall` with a reason the model can act on; the environment answers invalid calls with an
+observation and counts them. An unterminated ``<tool_call>`` (the model stopped mid-call) is an
+`InvalidCall`, not silence.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from trialground import plainjson
 
 ToolFormat = Literal["json_tags", "xml", "auto"]
 
@@ -60,9 +65,9 @@ def _strip_one_newline(text: str) -> str:
 
 def _parse_json_body(body: str, raw: str) -> ParsedCall:
     try:
-        obj = json.loads(body)
-    except json.JSONDecodeError as e:
-        return InvalidCall(f"tool call is not valid JSON ({e.msg} at char {e.pos})", raw)
+        obj = plainjson.loads(body, plainjson.TOOL_CALL)
+    except plainjson.UnparsableJSON as e:
+        return InvalidCall(f"tool call is not usable JSON: {e}", raw)
     if not isinstance(obj, dict):
         return InvalidCall("tool call JSON must be an object with 'name' and 'arguments'", raw)
     name = obj.get("name")
@@ -71,9 +76,9 @@ def _parse_json_body(body: str, raw: str) -> ParsedCall:
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):
         try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
-            return InvalidCall(f"'arguments' of {name!r} is a string that is not JSON", raw, name)
+            args = plainjson.loads(args, plainjson.TOOL_CALL) if args.strip() else {}
+        except plainjson.UnparsableJSON as e:
+            return InvalidCall(f"'arguments' of {name!r} is a string that is not JSON ({e})", raw, name)
     if args is None:
         args = {}
     if not isinstance(args, dict):

@@ -6,13 +6,13 @@ Every route but `/health` needs `Authorization: Bearer KEY`, compared in constan
 session it names; a wrong or missing key is 401 before the body is read. Bodies over 64 MiB are 413. A
 body that is not JSON, or does not fit the route, is a 400 naming each field; errors have OpenAI's shape
 (`{"error": {"message", "type", "code"}}`, plus vLLM's top-level `message`), so the `openai` SDK raises
-its own exception classes for them.
+its own exception classes for them. The body is parsed by `plainjson.loads`: nested more than 64 levels
+or with a number of more than 400 digits it is a 400 that says so, never a 500.
 """
 
 from __future__ import annotations
 
 import hmac
-import json
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -22,6 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
+from trialground import plainjson
 from trialground.gateway import sse
 from trialground.gateway.api import ChatRequest, CompletionRequest
 from trialground.gateway.session import GatewayError, Session, describe
@@ -91,9 +92,9 @@ async def read_json(request: Request) -> Any:
         if len(raw) > MAX_BODY_BYTES:
             raise GatewayError(f"body: over {MAX_BODY_BYTES} bytes", status=413, code="body_too_large")
     try:
-        return json.loads(bytes(raw)) if raw else {}
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise GatewayError(f"body: not JSON ({exc})") from exc
+        return plainjson.loads(raw, plainjson.REQUEST_BODY) if raw else {}
+    except plainjson.UnparsableJSON as exc:
+        raise GatewayError(f"body: {exc}") from exc
 
 
 def parse(model: type[M], body: Any) -> M:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from trialground import plainjson
 from trialground.gateway.api import Message
 from trialground.rollout.chat import Span, TemplateSpans, substitute
 
@@ -46,8 +47,8 @@ def canonical(message: Message | Mapping[str, Any]) -> Canon:
 
 def _arguments(raw: str) -> Any:
     try:
-        return json.loads(raw) if raw.strip() else {}
-    except json.JSONDecodeError:
+        return plainjson.loads(raw, plainjson.TOOL_CALL) if raw.strip() else {}
+    except plainjson.UnparsableJSON:
         return raw
 
 

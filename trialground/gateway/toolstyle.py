@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trialground import plainjson
 from trialground.envs.toolcalls import InvalidCall, ToolCall, parse_tool_calls
 
 
@@ -49,8 +50,8 @@ def _json_call(obj: Any) -> tuple[str, dict[str, Any]] | None:
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):
         try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
+            args = plainjson.loads(args, plainjson.TOOL_CALL) if args.strip() else {}
+        except plainjson.UnparsableJSON:
             return None
     return (obj["name"], args) if isinstance(args, dict) else None
 
@@ -84,8 +85,8 @@ def _mistral(text: str) -> Parsed:
 
 def _loads(text: str) -> Any:
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
+        return plainjson.loads(text, plainjson.TOOL_CALL)
+    except plainjson.UnparsableJSON:
         return None
 
 

@@ -58,6 +58,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 import trialground
+from trialground import plainjson
 from trialground.envs.base import Grading, Observation
 from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
@@ -235,9 +236,9 @@ def mcp_reply(body: bytes) -> dict[str, Any]:
         return {"jsonrpc": "2.0", "error": {"code": code, "message": message}, "id": request_id}
 
     try:
-        request = json.loads(body)
-    except ValueError:
-        return error(-32700, "Parse error")
+        request = plainjson.loads(body, plainjson.REQUEST_BODY)
+    except plainjson.UnparsableJSON as exc:
+        return error(-32700, f"Parse error: {exc}")
     if not isinstance(request, dict):
         return error(-32600, "Invalid Request: a JSON-RPC request is a JSON object")
     request_id = request.get("id")
@@ -478,7 +479,7 @@ async def _serve_messages(websocket: WebSocket, table: SessionTable, key: str) -
         if key not in table.sessions:  # reaped while the client was away
             return
         try:
-            message = json.loads(raw)
+            message = plainjson.loads(raw, plainjson.REQUEST_BODY)
             if not isinstance(message, dict):
                 raise ValueError("a message is a JSON object")
         except ValueError as exc:

@@ -49,6 +49,10 @@ def rollout_metrics(
     out |= context_metrics(trajs, domains)
     errors = [t for t in trajs if t.error is not None]
     out["env/error_rate"] = len(errors) / len(trajs)
+    ends = [t.end for t in trajs if t.end is not None]
+    attempts = sum(e.tool_calls + e.invalid_calls for e in ends)
+    if attempts:  # what the model wrote that was no usable call: its failure, never an error above
+        out["env/invalid_action_rate"] = sum(e.invalid_calls for e in ends) / attempts
     # episodes started again after the infrastructure lost their environment (rollout.agent)
     out["env/episodes_retried"] = float(sum(t.retries for t in trajs))
     out["env/timeout_rate"] = sum("timeout" in (t.error.kind if t.error else "") for t in trajs) / len(trajs)

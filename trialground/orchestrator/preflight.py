@@ -8,10 +8,12 @@ no task is made), so `trialground config validate` and a failing `train` answer 
   local tokenizer of the `openai` and `scripted` backends;
 - every task source spec (`trialground.tasks.sources.check_spec`: known name, argument, path, the
   packages the source needs);
-- every metric sink's package, and the extras the rest of the config needs (`require_extras`);
+- every metric sink's package, and what the config's plugins require (`plugin_requirements`: each policy,
+  pool backend and env kind declares its modules, extras and why);
 - for `train`: the run directory is free (or, with `resume`, holds a complete checkpoint).
 
-`cautions(config)` lists what can run but is likely to cost episodes (`config validate` prints them, `train`
+`cautions(config)` lists what can run but is likely to cost episodes (or fail for tasks that open a sandbox
+when the sandbox backend's program is missing) (`config validate` prints them, `train`
 prints them before starting).
 """
 
@@ -23,7 +25,10 @@ from pathlib import Path
 from typing import Literal
 
 from trialground.errors import ConfigError, TaskError
-from trialground.orchestrator.run_config import RunConfig, require_extras
+from trialground.orchestrator.run_config import RunConfig, plugin_requirements
+from trialground.policy.backends import BACKENDS as POLICY_BACKENDS
+from trialground.policy.backends import TORCH
+from trialground.sandbox.backends import BACKENDS as SANDBOX_BACKENDS
 
 Purpose = Literal["train", "eval", "validate"]
 
@@ -101,10 +106,10 @@ def _gguf_problems(model: str, what: str) -> list[str]:
 
 def _policy_problems(config: RunConfig, purpose: Purpose) -> list[str]:
     policy = config.policy
-    if policy.backend == "vllm" and purpose != "train":
-        return []  # vLLM takes a hub name too; training needs the local weights
-    if policy.backend in ("hf", "vllm", "remote"):
-        # remote: the trainer loads the starting weights itself (the servers receive them)
+    caps = POLICY_BACKENDS.lookup(policy.backend).capabilities
+    if caps.model_by_name and purpose != "train":
+        return []  # the engine takes a hub name too; training needs the local weights
+    if caps.loads_model:
         return model_problems(policy.model, "policy.model", weights=True)
     return model_problems(policy.tokenizer, "policy.tokenizer", weights=False)
 
@@ -140,19 +145,10 @@ def _package_problems(config: RunConfig, purpose: Purpose) -> list[str]:
                 f"the training loop and evaluation need the {module!r} package, which is not installed: "
                 "pip install 'trialground[run]' (included in trialground[train])"
             )
-    needs_torch = purpose == "train" or config.policy.backend in ("hf", "vllm")
-    for module in ("torch", "transformers") if needs_torch else ():
-        if not _installed(module):
-            why = "training" if purpose == "train" else f"policy.backend={config.policy.backend}"
-            out.append(
-                f"{why} needs the {module!r} package, which is not installed: install torch first "
-                "(docs/install.md), then pip install 'trialground[train]'"
-            )
-    try:
-        require_extras(config)
-    except ConfigError as exc:
-        out.append(str(exc))
-    return out
+    if purpose == "train":
+        out += [r.problem("training") for r in TORCH if not r.met()]
+    out += plugin_requirements(config)
+    return list(dict.fromkeys(out))
 
 
 def run_dir_problems(config: RunConfig, *, resume: bool) -> list[str]:
@@ -186,7 +182,9 @@ def cautions(config: RunConfig) -> list[str]:
     """What can run but will likely lose work: a step that puts more episodes in flight than the environment
     pool holds makes the rest wait for one, and each that waits past `pool.acquire_timeout_s` fails."""
     out: list[str] = []
-    uses_pool = config.env.kind in ("tool", "harness") or config.cluster == "ray"
+    backend = config.sandbox.backend
+    out += SANDBOX_BACKENDS.lookup(backend).missing(f"sandbox.backend={backend} (for tasks run in a sandbox)")
+    uses_pool = config.uses_env_pool
     loop, pool = config.loop, config.pool
     capacity = pool.max_active_bound if pool.autoscale else pool.max_active
     groups = min(loop.batch_tasks, loop.rollout_concurrency)

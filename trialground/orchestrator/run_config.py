@@ -16,11 +16,16 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trialground.envs.config import EnvConfig
+from trialground.envs.kinds import KINDS as ENV_KINDS
 from trialground.errors import ConfigError
 from trialground.monitor.config import MonitorConfig
 from trialground.orchestrator.config import LoopConfig
+from trialground.plugin import Requirement
+from trialground.policy.backends import BACKENDS as POLICY_BACKENDS
 from trialground.policy.config import PolicyConfig
+from trialground.pool.backends import BACKENDS as POOL_BACKENDS
 from trialground.pool.config import PoolConfig
+from trialground.sandbox.backends import BACKENDS as SANDBOX_BACKENDS
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.config import TaskPoolConfig
 from trialground.train.config import TrainerConfig
@@ -80,17 +85,31 @@ class RunConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _harness_needs(self) -> RunConfig:
-        if self.env.kind != "harness":
-            return self
-        if self.sandbox.backend != "bwrap":
+    def _env_kind_needs(self) -> RunConfig:
+        kind = ENV_KINDS.lookup(self.env.kind).capabilities
+        if kind.host_views and not SANDBOX_BACKENDS.lookup(self.sandbox.backend).capabilities.host_views:
+            able = [b.name for b in SANDBOX_BACKENDS.entries() if b.capabilities.host_views]
             raise ValueError(
-                "env.kind=harness runs your program in a bwrap sandbox that shows the gateway's socket: set "
-                f"sandbox.backend: bwrap (not {self.sandbox.backend})"
+                f"env.kind={self.env.kind} shows host directories in its sandboxes (the gateway's socket, "
+                f"your program): sandbox.backend={self.sandbox.backend} cannot; set sandbox.backend: "
+                f"{' or '.join(able)}"
             )
-        if self.loop.branch != "off":
-            raise ValueError("loop.branch forks the trainer's own agent loop: env.kind=harness needs it off")
+        if not kind.branches and self.loop.branch != "off":
+            raise ValueError(
+                f"loop.branch forks the trainer's own agent loop: env.kind={self.env.kind} needs it off"
+            )
         return self
+
+    @property
+    def pool_config(self) -> PoolConfig:
+        """The environment pool's config as the run uses it (`cluster: ray` puts its sandboxes on Ray)."""
+        return self.pool.model_copy(update={"backend": "ray"}) if self.cluster == "ray" else self.pool
+
+    @property
+    def uses_env_pool(self) -> bool:
+        """Episodes take their environments from the pool: the env kind needs a sandbox, or the cluster
+        puts even single-turn grading on workers."""
+        return ENV_KINDS.lookup(self.env.kind).capabilities.needs_sandbox or self.cluster == "ray"
 
     @property
     def run_dir(self) -> Path:
@@ -184,16 +203,22 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
 def require_extras(config: RunConfig) -> None:
     """Raise `ConfigError` naming the extra to install when the config asks for a package that is missing
     (before a run starts, not at its end)."""
-    import importlib.util
+    for line in plugin_requirements(config):
+        raise ConfigError(line)
 
+
+def plugin_requirements(config: RunConfig) -> list[str]:
+    """What the config's plugins (policy and pool backends, env kind) and options need that is not
+    installed, one line each. The sandbox backend's are cautions (`preflight.cautions`): a run whose tasks
+    never open a sandbox needs none."""
+    out = [
+        *POLICY_BACKENDS.lookup(config.policy.backend).missing(f"policy.backend={config.policy.backend}"),
+        *ENV_KINDS.lookup(config.env.kind).missing(f"env.kind={config.env.kind}"),
+    ]
+    pool = config.pool_config
+    who = "cluster=ray" if config.cluster == "ray" else f"pool.backend={pool.backend}"
+    out += POOL_BACKENDS.lookup(pool.backend).missing(who)
     wants = [
-        (
-            config.cluster == "ray" or config.pool.backend == "ray",
-            "ray",
-            "ray",
-            "cluster=ray / pool.backend=ray",
-        ),
-        (config.policy.backend == "vllm", "vllm", "vllm", "policy.backend=vllm"),
         (config.trainer.lora_rank > 0, "peft", "train", "trainer.lora_rank > 0"),
         (
             config.reward.judge is not None and config.reward.judge.kind == "hf_classifier",
@@ -203,11 +228,10 @@ def require_extras(config: RunConfig) -> None:
         ),
     ]
     for wanted, module, extra, why in wants:
-        if wanted and importlib.util.find_spec(module) is None:
-            raise ConfigError(
-                f"{why} needs the {module!r} package, which is not installed: "
-                f"pip install 'trialground[{extra}]'"
-            )
+        if wanted and not Requirement(module=module).met():
+            advice = f"pip install 'trialground[{extra}]'"
+            out.append(f"{why} needs the {module!r} package, which is not installed: {advice}")
+    return list(dict.fromkeys(out))
 
 
 def dump_config(config: RunConfig) -> str:

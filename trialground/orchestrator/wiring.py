@@ -9,12 +9,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from trialground.envs.kinds import KINDS as ENV_KINDS
+from trialground.errors import ConfigError
 from trialground.hugepages import heap_hugepages
 from trialground.monitor.monitor import Monitor
 from trialground.orchestrator.collect import Collector, RolloutSettings
 from trialground.orchestrator.run_config import RunConfig, require_extras
 from trialground.orchestrator.rundir import RunDir
+from trialground.plugin import resolve
 from trialground.policy.base import Policy
+from trialground.pool.backends import make_backend
 from trialground.tasks.dedup import eval_contamination
 from trialground.tasks.model import Task
 from trialground.tasks.pool import TaskPool, default_group, load_task_sets
@@ -132,10 +136,9 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Wirin
         if policy.push_at_start:  # servers may hold another run's weights
             policy.load_weights(trainer.state_dict(), trainer.version)
     backend = None
+    pool_config = config.pool_config
     if config.cluster == "ray":  # episodes' sandboxes and grading sandboxes both on Ray actors
-        from trialground.pool.ray_backend import RayBackend
-
-        backend = RayBackend(config.sandbox, config.pool)
+        backend = make_backend(config.sandbox, pool_config)
     grader = make_grader(config.sandbox, config.reward, opener=backend.opener() if backend else None)
     monitor = (
         Monitor(run.path, config.monitor, run_config=config.model_dump(mode="json"))
@@ -145,19 +148,18 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Wirin
     env_pool = None
     gateway = None
     sandbox_config = config.sandbox
-    if config.env.kind == "harness":
-        from trialground.envs.harness import harness_sandbox_config
+    env_kind = ENV_KINDS.lookup(config.env.kind)
+    if env_kind.capabilities.gateway:
         from trialground.gateway.server import Gateway
 
         gateway = Gateway()
         assert gateway.socket_dir is not None
-        sandbox_config = harness_sandbox_config(config.sandbox, config.env, str(gateway.socket_dir))
-    if config.env.kind in ("tool", "harness") or config.cluster == "ray":
+        if env_kind.prepare_sandbox is not None:
+            prepare = resolve(env_kind.prepare_sandbox, f"env kind {env_kind.name!r}", ConfigError)
+            sandbox_config = prepare(config.sandbox, config.env, str(gateway.socket_dir))
+    if config.uses_env_pool:
         from trialground.pool.pool import EnvPool
 
-        pool_config = config.pool
-        if config.cluster == "ray":
-            pool_config = pool_config.model_copy(update={"backend": "ray"})
         env_pool = EnvPool(
             pool_config, env_config=config.env, sandbox_config=sandbox_config, grader=grader, backend=backend
         )

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from trialground.plugin import FrozenParams, Params, check_name, check_section
 from trialground.policy.base import SamplingParams
 from trialground.retry import Backoff
 
@@ -13,11 +14,16 @@ from trialground.retry import Backoff
 class PolicyConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    backend: Literal["hf", "vllm", "openai", "remote", "scripted"] = Field(
+    backend: str = Field(
         "hf",
-        description="Generation backend: hf (in process), vllm (in-process engine), remote (running "
-        "vLLM-compatible servers, trainable), openai (any OpenAI-compatible endpoint, evaluation only), "
-        "scripted (tests)",
+        description="Generation backend (trialground.policy.backends): hf (in process), vllm (in-process "
+        "engine), remote (running vLLM-compatible servers, trainable), openai (any OpenAI-compatible "
+        "endpoint, evaluation only), scripted (tests), or a plugin's 'package.module:NAME'",
+    )
+    params: Params = Field(
+        default_factory=FrozenParams,
+        description="The backend's own settings, validated against its settings model (a plugin's; the "
+        "built-in backends take theirs from the fields below)",
     )
     model: str = Field("tiny", description="'tiny' (bundled), a local HF model directory, or a model name")
     device: str = Field("cpu", description="torch device for the hf backend")
@@ -150,6 +156,20 @@ class PolicyConfig(BaseModel):
         if name not in TRANSPORTS:
             raise ValueError(f"unknown weight transport {name!r}: expected one of {sorted(TRANSPORTS)}")
         return name
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, value: str) -> str:
+        from trialground.policy.backends import BACKENDS
+
+        return check_name(BACKENDS, value)
+
+    @model_validator(mode="after")
+    def _params_of_backend(self) -> PolicyConfig:
+        from trialground.policy.backends import BACKENDS
+
+        check_section(BACKENDS, self.backend, self.params, "policy.", self)
+        return self
 
     def backoff(self) -> Backoff:
         """The retry bounds of the openai and remote backends' requests (`trialground.retry`)."""

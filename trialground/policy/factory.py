@@ -1,47 +1,20 @@
 """`make_policy(config)`: the one place that maps `PolicyConfig.backend` to a policy, through the registry
-of policy backends."""
+of policy backends (`trialground.policy.backends`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from trialground.errors import ConfigError
+from trialground.policy.backends import BACKENDS
 from trialground.policy.base import Policy
 from trialground.policy.config import PolicyConfig
-from trialground.registry import Registry, import_path
-
-
-@dataclass(frozen=True)
-class PolicyBackend:
-    """A policy backend: `policy.backend` names it; `make` is the dotted path of `(PolicyConfig) -> Policy`
-    (imported on first use, so a core install without torch can still build the openai and scripted
-    policies)."""
-
-    name: str
-    make: str
-    doc: str = ""
-
-
-BACKENDS: Registry[PolicyBackend] = Registry(
-    "policy backend", PolicyBackend, ConfigError, error_kind="config"
-)
-for _b in (
-    PolicyBackend("hf", "trialground.policy.factory:_hf", "transformers, in this process or a child"),
-    PolicyBackend("vllm", "trialground.policy.vllm:VLLMPolicy", "vLLM in this process"),
-    PolicyBackend("openai", "trialground.policy.openai:OpenAIPolicy", "an OpenAI-compatible endpoint (eval)"),
-    PolicyBackend("remote", "trialground.policy.remote:RemotePolicy", "vLLM-compatible inference servers"),
-    PolicyBackend("scripted", "trialground.policy.factory:_scripted", "fixed responses (tests, demos)"),
-):
-    BACKENDS.register(_b)
 
 
 def make_policy(config: PolicyConfig) -> Policy:
     """The policy of `config.backend` (a registered backend, or a plugin's `package.module:NAME`)."""
     backend = BACKENDS.lookup(config.backend)
-    make: Callable[[PolicyConfig], Policy] = import_path(
-        backend.make, what=f"policy backend {backend.name!r}", error=ConfigError, kind="config"
-    )
+    make: Callable[[PolicyConfig], Policy] = backend.load("policy backend", ConfigError)
     return make(config)
 
 

@@ -19,9 +19,11 @@ chat-templated prompt arrives as rendered) and the returned text is encoded back
 
 - api "completions" (default): POST {base_url}/v1/completions with the rendered prompt and `logprobs: 1`.
   Faithful: the endpoint continues exactly the text the agent loop built.
-- api "chat": POST {base_url}/v1/chat/completions with `logprobs: true`. `generate` sends each decoded
-  prompt as one user message (the endpoint applies its own template); `chat(messages, params)` sends
-  real messages.
+- api "chat": POST {base_url}/v1/chat/completions with `logprobs: true`. The agent loop's prompts are
+  already rendered with the chat template, and the endpoint applies its own: `generate` sends the
+  messages each prompt was rendered from (`unrender.Unrenderer`: split at the template's markers, and
+  only where the template renders them back to exactly the prompt; otherwise a `PolicyError`), so the
+  template is applied once. `chat(messages, params)` sends real messages.
 
 `Generation.logprobs` holds the endpoint's per-token logprobs only when it returned one for each token of
 the local re-encoding of its text (the endpoint's tokenizer split the text the same way); otherwise,
@@ -45,6 +47,7 @@ from trialground.errors import PolicyError
 from trialground.policy.base import Generation, Policy, SamplingParams
 from trialground.policy.config import PolicyConfig
 from trialground.policy.sampling_parity import wire_fields
+from trialground.policy.unrender import Unrenderer
 from trialground.retry import RetriesExhausted, send_with_retries
 
 _FINISH = {"stop": "stop", "length": "length", "eos": "eos"}
@@ -69,6 +72,7 @@ class OpenAIPolicy(Policy):
         key = os.environ.get(config.api_key_env)
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._semaphore = asyncio.Semaphore(config.max_concurrency)
+        self._unrender = Unrenderer(tokenizer)
 
     @property
     def tokenizer(self) -> Any:
@@ -80,7 +84,7 @@ class OpenAIPolicy(Policy):
             if self.config.api == "completions":
                 jobs = [self._complete(client, text, params) for text in texts]
             else:
-                jobs = [self._chat(client, [{"role": "user", "content": text}], params) for text in texts]
+                jobs = [self._chat(client, self._unrender.messages(text), params) for text in texts]
             return list(await asyncio.gather(*jobs))
 
     async def chat(self, messages: Sequence[Mapping[str, str]], params: SamplingParams) -> Generation:

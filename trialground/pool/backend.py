@@ -23,6 +23,7 @@ from collections.abc import Mapping
 
 from trialground.envs.tool_env import workspace_files
 from trialground.errors import SandboxError, TrialgroundError
+from trialground.sandbox.backends import BACKENDS
 from trialground.sandbox.base import Sandbox, SandboxConfig
 from trialground.sandbox.factory import FDS_PER_SANDBOX
 from trialground.tasks.model import Task
@@ -99,7 +100,7 @@ class LocalBackend(SandboxBackend):
             ) from e
 
     def reserve(self, leased: int, idle: int) -> None:
-        if self.config.backend != "remote":  # remote sandboxes hold no descriptor here while idle
+        if BACKENDS.lookup(self.config.backend).capabilities.host_descriptors:
             reserve_open_files(leased + idle, required=leased)
 
     async def create(self, task: Task) -> Sandbox:

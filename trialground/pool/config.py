@@ -4,13 +4,24 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from trialground.plugin import FrozenParams, Params, check_name, check_section
 
 
 class PoolConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    backend: Literal["local", "ray"] = Field("local", description="Where sandboxes live")
+    backend: str = Field(
+        "local",
+        description="Where sandboxes live (trialground.pool.backends): local (this process), ray (Ray "
+        "actors; cluster: ray sets it), or a plugin's 'package.module:NAME'",
+    )
+    params: Params = Field(
+        default_factory=FrozenParams,
+        description="The backend's own settings, validated against its settings model (a plugin's; the "
+        "built-in backends take theirs from the fields below)",
+    )
     max_active: int = Field(4, ge=1, le=100_000, description="Environments in use at once")
     reseed: bool | Literal["auto"] = Field(
         "auto",
@@ -49,6 +60,20 @@ class PoolConfig(BaseModel):
     ray_call_timeout_s: float = Field(
         120.0, gt=0, description="A worker call slower than this (beyond its own limits) is a lost worker"
     )
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, value: str) -> str:
+        from trialground.pool.backends import BACKENDS
+
+        return check_name(BACKENDS, value)
+
+    @model_validator(mode="after")
+    def _params_of_backend(self) -> PoolConfig:
+        from trialground.pool.backends import BACKENDS
+
+        check_section(BACKENDS, self.backend, self.params, "pool.", self)
+        return self
 
     @model_validator(mode="after")
     def _bounds(self) -> PoolConfig:

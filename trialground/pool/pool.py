@@ -35,12 +35,12 @@ from typing import Any
 
 from trialground.envs.base import Environment, Grading
 from trialground.envs.config import EnvConfig
-from trialground.envs.harness import HarnessEnv
-from trialground.envs.single_turn import SingleTurnEnv
-from trialground.envs.tool_env import ToolEnv, workspace_files
+from trialground.envs.kinds import KINDS as ENV_KINDS
+from trialground.envs.tool_env import workspace_files
 from trialground.errors import EnvError, ErrorInfo, SandboxError, TrialgroundError
 from trialground.pool.autoscale import Autoscaler
-from trialground.pool.backend import LocalBackend, SandboxBackend
+from trialground.pool.backend import SandboxBackend
+from trialground.pool.backends import make_backend
 from trialground.pool.config import PoolConfig
 from trialground.pool.gate import AcquireTimeout, CapacityGate, PoolFull  # noqa: F401 - re-exported
 from trialground.pool.stats import Window
@@ -102,14 +102,11 @@ class EnvPool:
         if grader is None and env_factory is None:
             raise EnvError("EnvPool needs a grader (or an env_factory)", kind="config")
         self.grader = grader
-        if backend is None and self.config.backend == "ray":
-            from trialground.pool.ray_backend import RayBackend  # Ray is an optional extra
-
-            backend = RayBackend(self.sandbox_config, self.config)
-        self.backend = backend or LocalBackend(self.sandbox_config)
+        self.backend = backend or make_backend(self.sandbox_config, self.config)
         self._factory = env_factory
+        self._kind = ENV_KINDS.lookup(self.env_config.kind)
         if needs_sandbox is None:
-            needs_sandbox = self.env_config.kind in ("tool", "harness")
+            needs_sandbox = self._kind.capabilities.needs_sandbox
         self.needs_sandbox = needs_sandbox
         if autoscaler is None and self.config.autoscale:
             autoscaler = Autoscaler.from_config(self.config)
@@ -483,13 +480,12 @@ class EnvPool:
         if self._factory is not None:
             return self._factory(task, slot.sandbox, slot.snapshot, self.record_exec)
         assert self.grader is not None
-        if self.env_config.kind in ("tool", "harness"):
-            kind = HarnessEnv if self.env_config.kind == "harness" else ToolEnv
-            return kind(
-                self.grader, self.env_config, self.sandbox_config, sandbox=slot.sandbox, task=task,
-                owns_sandbox=False, initial_snapshot=slot.snapshot, on_exec=self.record_exec,
-            )  # fmt: skip
-        return SingleTurnEnv(self.grader)
+        make = self._kind.load("environment kind", EnvError)
+        env: Environment = make(
+            self.grader, self.env_config, self.sandbox_config, sandbox=slot.sandbox, task=task,
+            owns_sandbox=False, initial_snapshot=slot.snapshot, on_exec=self.record_exec,
+        )  # fmt: skip
+        return env
 
     def _destroy(self, slot: Slot) -> None:
         sandbox, slot.sandbox = slot.sandbox, None

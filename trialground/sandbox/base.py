@@ -1,7 +1,7 @@
 """The sandbox interface: exec / write / read / snapshot / restore / fork / close.
 
-Everything that runs model-produced code goes through a `Sandbox`. Backends live one per module
-(`bwrap.py`, `process.py`, `remote.py`); `open_sandbox` picks one from a `SandboxConfig`.
+Everything that runs model-produced code goes through a `Sandbox`. Backends are plugins
+(`trialground.sandbox.backends`); `open_sandbox` opens one from a `SandboxConfig`.
 Paths given to `write`/`read` and `cwd` are relative to the workspace (or absolute under `WORKSPACE`).
 """
 
@@ -13,9 +13,10 @@ from enum import StrEnum
 from types import TracebackType
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from trialground.errors import SandboxError
+from trialground.plugin import FrozenParams, Params, check_name, check_section
 
 WORKSPACE = "/workspace"
 
@@ -124,8 +125,15 @@ class SandboxConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    backend: Literal["bwrap", "process", "remote"] = Field(
-        "bwrap", description="bwrap isolates (default); process does NOT isolate; remote uses the service"
+    backend: str = Field(
+        "bwrap",
+        description="The sandbox backend (trialground.sandbox.backends): bwrap isolates (default); process "
+        "does NOT isolate; remote uses the service; or a plugin's 'package.module:NAME'",
+    )
+    params: Params = Field(
+        default_factory=FrozenParams,
+        description="The backend's own settings, validated against its settings model (a plugin's; the "
+        "built-in backends take theirs from the fields below)",
     )
     limits: Limits = Field(default_factory=Limits, description="Default limits of every exec")
     network: bool = Field(
@@ -168,6 +176,20 @@ class SandboxConfig(BaseModel):
     preload_path: tuple[str, ...] = Field(
         (), description="Directories (as the sandbox sees them) searched first for the `preload` modules"
     )
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, value: str) -> str:
+        from trialground.sandbox.backends import BACKENDS
+
+        return check_name(BACKENDS, value)
+
+    @model_validator(mode="after")
+    def _params_of_backend(self) -> SandboxConfig:
+        from trialground.sandbox.backends import BACKENDS
+
+        check_section(BACKENDS, self.backend, self.params, "sandbox.", self)
+        return self
 
     @field_validator("preload_path")
     @classmethod

@@ -8,12 +8,11 @@ import resource
 import threading
 from collections.abc import Coroutine, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
 from trialground.errors import SandboxError, TrialgroundError
-from trialground.registry import Registry, import_path
+from trialground.sandbox.backends import BACKENDS
 from trialground.sandbox.base import Command, ExecResult, Limits, Sandbox, SandboxConfig
 
 T = TypeVar("T")
@@ -22,17 +21,15 @@ T = TypeVar("T")
 async def open_sandbox(
     config: SandboxConfig | None = None, files: Mapping[str, str | bytes] | None = None
 ) -> Sandbox:
-    """A fresh sandbox of `config.backend` with `files` written into its workspace.
+    """A fresh sandbox of `config.backend` (`trialground.sandbox.backends`) with `files` written into its
+    workspace.
 
     bwrap is the default; `process` (no isolation) and `remote` are used only when chosen. Raises
     SandboxError when the backend cannot be set up (for example bubblewrap missing), never falls back;
     kind `host_limit` when the process or host ran out of open files (`host_limit_error`).
     """
     config = config or SandboxConfig()
-    backend = BACKENDS.lookup(config.backend)
-    cls = import_path(
-        backend.cls, what=f"sandbox backend {backend.name!r}", error=SandboxError, kind="config"
-    )
+    cls = BACKENDS.lookup(config.backend).load("sandbox backend", SandboxError)
     try:
         sandbox: Sandbox = await cls.create(config, files)
     except (OSError, TrialgroundError) as e:
@@ -63,29 +60,6 @@ def host_limit_error(e: OSError) -> SandboxError | None:
             kind="host_limit",
         )
     return None
-
-
-@dataclass(frozen=True)
-class SandboxBackend:
-    """A sandbox backend: `sandbox.backend` names it; `cls` is the dotted path of its `Sandbox` class, whose
-    `create(config, files)` opens one (imported on first use)."""
-
-    name: str
-    cls: str
-    doc: str = ""
-
-
-BACKENDS: Registry[SandboxBackend] = Registry(
-    "sandbox backend", SandboxBackend, SandboxError, error_kind="config"
-)
-for _b in (
-    SandboxBackend("bwrap", "trialground.sandbox.bwrap:BwrapSandbox", "namespaces, seccomp, cgroups"),
-    SandboxBackend(
-        "process", "trialground.sandbox.process:ProcessSandbox", "plain subprocesses: no isolation"
-    ),
-    SandboxBackend("remote", "trialground.sandbox.remote:RemoteSandbox", "the sandbox service over HTTP"),
-):
-    BACKENDS.register(_b)
 
 
 class _Loop:

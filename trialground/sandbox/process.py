@@ -18,7 +18,15 @@ import time
 from collections.abc import Mapping
 
 from trialground.errors import SandboxError
-from trialground.sandbox.base import Command, ExecResult, Limits, Sandbox, SandboxConfig, text_bytes
+from trialground.sandbox.base import (
+    WORKSPACE,
+    Command,
+    ExecResult,
+    Limits,
+    Sandbox,
+    SandboxConfig,
+    text_bytes,
+)
 from trialground.sandbox.beneath import read_limit
 from trialground.sandbox.launch.channel import Collected
 from trialground.sandbox.results import build_result
@@ -70,7 +78,9 @@ class ProcessSandbox(Sandbox):
         argv = ["/bin/bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         if not argv:
             raise SandboxError("empty command", kind="bad_command")
-        workdir = str(self.workspace.ws if cwd is None else self.workspace.ws / cwd.lstrip("/"))
+        # `cwd` is relative to the workspace, or absolute under WORKSPACE (the grading runner's /workspace)
+        inner = cwd.removeprefix(WORKSPACE) if cwd is not None and cwd.startswith(WORKSPACE) else cwd
+        workdir = str(self.workspace.ws if inner is None else self.workspace.ws / inner.lstrip("/"))
         base_env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": str(self.workspace.ws),

@@ -347,6 +347,27 @@ for _source in (
         requires=(("math_verify", "math"),),
     ),
     TaskSource(
+        "sql",
+        "trialground.families.sql.source:load",
+        "SQL questions on a shop database, one SQLite query checked on visible and hidden data",
+        generator=True,
+        default_n=200,
+    ),
+    TaskSource(
+        "scicomp",
+        "trialground.families.scicomp.source:load",
+        "numerical methods and units (numpy/scipy in the sandbox), checked by tolerance and invariants",
+        generator=True,
+        default_n=200,
+    ),
+    TaskSource(
+        "shell",
+        "trialground.families.shell.source:load",
+        "text processing of an access log with a bash script, checked on the workspace log and a hidden one",
+        generator=True,
+        default_n=200,
+    ),
+    TaskSource(
         "hf", _hf, "a local Hugging Face dataset, hf:PATH[?column mapping]", arg="required", check=_check_hf
     ),
 ):

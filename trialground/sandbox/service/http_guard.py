@@ -6,7 +6,8 @@ Two pieces, because uvicorn and FastAPI each see only part of a request:
   token with 401 before a byte of the body is read, a declared `Content-Length` over the cap with 413 at
   once, and otherwise reads the body itself -- counting (413 as soon as a chunked body passes the cap)
   and against a deadline (408 when the whole body has not arrived `body_timeout_s` after the headers) --
-  and only then hands the route the buffered body. A route therefore never waits on a slow client and
+  and only then hands the route the buffered body, once its JSON is within `plainjson.REQUEST_BODY`
+  (nesting, number length: 400 otherwise). A route therefore never waits on a slow client and
   never holds more than `max_body_bytes` of anyone's request. Every early refusal closes the connection,
   so a client cannot keep pushing a body nobody reads.
 - `TimedH11Protocol` (uvicorn's h11 protocol) closes a connection whose request headers are not complete
@@ -26,6 +27,8 @@ from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from trialground import plainjson
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -59,6 +62,19 @@ class _Refused(Exception):
         self.status, self.message, self.headers = status, message, headers
 
 
+def _check_json_bounds(body: bytes) -> None:
+    """A body too deep or with too long a number is a 400 here, before a route's JSON parser (which would
+    raise RecursionError or ValueError: a 500) sees it. A body that is not UTF-8 is left to the route."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return
+    try:
+        plainjson.check(text, plainjson.REQUEST_BODY)
+    except plainjson.UnparsableJSON as exc:
+        raise _Refused(400, f"request body: {exc}") from None
+
+
 def _header(scope: Scope, name: bytes) -> bytes | None:
     for key, value in scope.get("headers", ()):
         if key.lower() == name:
@@ -82,6 +98,7 @@ class GuardMiddleware:
             self._check_token(scope)
             self._check_declared_length(scope)
             body = await self._read_body(receive)
+            _check_json_bounds(body)
         except _Refused as refused:
             await _refuse(send, refused)
             return

@@ -4,7 +4,7 @@ A task's *surface* is what its verifier grades, found from the kind's params mod
 
 - `code`: a Python module (`code_tests` and every kind whose params are `CodeTestsParams`);
 - `program`: the file at `solution_path` plus whatever else the agent left in its workspace
-  (`check_program`-like kinds);
+  (`check_program`-like kinds); where that file is a Python module, code moves are played there too;
 - `patch`: a unified diff against a repository (`swe_tests`-like kinds), the hostile patches of
   `trialground.tasks.swe.hostile` named by label;
 - `answer`: a text answer (`exact`, `numeric`, `regex`, `math`, `judge`, plugins).
@@ -148,6 +148,8 @@ def move(strategy: Strategy, task: Task, patches: dict[str, str] | None = None) 
     workspace = has_workspace(task) and kind in ("code", "program")
     script = _script(strategy.workspace, task) if workspace and strategy.workspace else None
     if kind == "code" and strategy.code is not None:
+        return Move(strategy.code.render(functions_of(task)), script, workspace)
+    if kind == "program" and strategy.code is not None and (solution_file(task) or "").endswith(".py"):
         return Move(strategy.code.render(functions_of(task)), script, workspace)
     if kind == "program" and strategy.program is not None:
         return Move(strategy.program.replace("@ORIGINAL@", wrong_baseline(task)), script, workspace)

@@ -55,6 +55,7 @@ from typing import Any, TypeVar
 
 from trialground import pyast
 from trialground.errors import SandboxError, TrialgroundError, VerifierError
+from trialground.sandbox.backends import BACKENDS
 from trialground.sandbox.base import WORKSPACE, ExecResult, Limits, Sandbox, SandboxConfig
 from trialground.sandbox.launch import reset
 from trialground.tasks.checks import test_function_names
@@ -356,19 +357,17 @@ class SandboxPool:
             await sandbox.close()
 
 
-# Backends whose sandboxes have a /workspace, /tmp and /dev/shm of their own (the sandbox service's sessions
-# are bubblewrap sandboxes on its machine): only there can the runner empty them, so only there is a
-# restored sandbox as fresh as a new one and a batch possible. Elsewhere each grading gets a new sandbox.
-PRIVATE_SCRATCH = frozenset({"bwrap", "remote"})
-
-
 class CodeTestsVerifier:
     """Runs a task's hidden (and visible) tests against a submission in a fresh sandbox."""
 
     def __init__(self, sandbox_config: SandboxConfig, grading: GradingConfig, opener: Opener | None = None):
         self.sandbox_config = sandbox_config
         self.grading = grading
-        keep = grading.reuse_sandboxes if sandbox_config.backend in PRIVATE_SCRATCH else 0
+        # only where a sandbox has a /workspace, /tmp and /dev/shm of its own can the runner empty them, so
+        # only there is a restored sandbox as fresh as a new one and a batch possible; elsewhere each grading
+        # gets a new sandbox
+        private = BACKENDS.lookup(sandbox_config.backend).capabilities.private_scratch
+        keep = grading.reuse_sandboxes if private else 0
         self.pool = SandboxPool(sandbox_config, opener or default_opener, keep)
         self._slots = asyncio.Semaphore(grading.max_parallel)
         # `sys.version` of the sandbox's Python, from the last signed report: the host decides a solution

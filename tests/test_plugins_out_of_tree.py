@@ -1,0 +1,187 @@
+"""Every open set takes a plugin from outside the package: a package written to a temporary directory adds a
+sandbox backend, a policy backend and an environment kind, each with its own typed settings, and a run
+config that names them only as `package.module:NAME` (with `params`) runs real tool episodes through the
+environment pool and the grader, with no edit to `trialground/`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from trialground.errors import ConfigError
+from trialground.orchestrator.run_config import RunConfig, load_config
+from trialground.policy.scripted import ScriptedPolicy
+from trialground.rollout.trajectory import Trajectory
+from trialground.tasks.io import write_jsonl
+from trialground.tasks.model import Task, VerifierSpec
+
+PLUGIN = '''
+"""An out-of-tree plugin package: a sandbox backend, a policy backend and an environment kind."""
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from trialground.envs.base import Observation
+from trialground.envs.kinds import EnvCaps, EnvKind
+from trialground.envs.tool_env import ToolEnv
+from trialground.policy.backends import PolicyBackend, PolicyCaps
+from trialground.policy.scripted import ScriptedPolicy, load_tokenizer
+from trialground.sandbox.backends import SandboxBackend, SandboxCaps
+from trialground.sandbox.process import ProcessSandbox
+
+
+class MarkerSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    marker: str = Field(description="Written to .marker in every workspace this backend opens")
+
+
+class MarkedSandbox(ProcessSandbox):
+    """A process sandbox whose workspaces start with a marker file from the backend's settings."""
+
+    @classmethod
+    async def create(cls, config, files=None):
+        settings = SANDBOX.settings_of(config.params)
+        return await super().create(config, {**(files or {}), ".marker": settings.marker})
+
+
+SANDBOX = SandboxBackend(
+    "marked",
+    MarkedSandbox,
+    SandboxCaps(isolated=False, private_scratch=False, host_views=False, host_descriptors=True),
+    settings=MarkerSettings,
+)
+
+
+class ShellSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    command: str = Field(description="The one bash command the policy runs before it submits")
+    done: str = Field(description="Output of the command that means it ran: the policy then submits")
+
+
+def make_shell_policy(config):
+    settings = POLICY.settings_of(config.params)
+    call = {"name": "bash", "arguments": {"command": settings.command}}
+    bash = "<tool_call>" + json.dumps(call) + "</tool_call>"
+    submit = '<tool_call>{"name": "submit", "arguments": {}}</tool_call>'
+    return ScriptedPolicy(
+        lambda prompt, i: submit if settings.done in prompt else bash,
+        tokenizer=load_tokenizer(config.tokenizer),
+    )
+
+
+POLICY = PolicyBackend("shell", make_shell_policy, PolicyCaps(loads_model=False), settings=ShellSettings)
+
+
+class BriefSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    brief: str = Field(description="Put before every task's prompt")
+
+
+class BriefedToolEnv(ToolEnv):
+    async def reset(self, task):
+        obs = await super().reset(task)
+        brief = ENV.settings_of(self.config.params).brief
+        return obs.model_copy(update={"text": brief + "\\n" + obs.text})
+
+
+ENV = EnvKind("briefed_tool", BriefedToolEnv, EnvCaps(needs_sandbox=True), settings=BriefSettings)
+'''.replace("from pydantic", "import json\n\nfrom pydantic", 1)
+
+HIDDEN = "from solution import X\n\n\ndef test_marker():\n    assert X == 'room-42'\n"
+
+
+def _task() -> Task:
+    return Task(
+        domain="code",
+        prompt="Set X in solution.py to the text of the file .marker.",
+        files={"solution.py": "X = None\n"},
+        hidden_checks={"test_hidden.py": HIDDEN},
+        verifier=VerifierSpec(kind="code_tests", params={"solution_path": "solution.py"}),
+        split="train",
+    )
+
+
+def _config(tmp_path: Path, **changes: object) -> Path:
+    write_jsonl([_task()], tmp_path / "tasks.jsonl")
+    command = "echo \"X = '$(cat .marker)'\" > solution.py && echo written-$((40 + 2))"
+    config: dict[str, object] = {
+        "name": "plugins",
+        "output_dir": str(tmp_path / "runs"),
+        "tasks": {"sources": [{"source": str(tmp_path / "tasks.jsonl")}]},
+        "sandbox": {"backend": "tg_rooms_plugin:SANDBOX", "params": {"marker": "room-42"}},
+        "policy": {
+            "backend": "tg_rooms_plugin:POLICY",
+            "params": {"command": command, "done": "written-42"},
+            "sampling": {"max_new_tokens": 256},
+        },
+        "env": {"kind": "tg_rooms_plugin:ENV", "params": {"brief": "BRIEFED BY THE PLUGIN"}, "max_turns": 4},
+        "pool": {"max_active": 2},
+        "loop": {"samples_per_task": 2, "batch_tasks": 1, "eval_interval": 0},
+        "monitor": {"console": False},
+        **changes,
+    }
+    path = tmp_path / "run.yaml"
+    path.write_text(textwrap.dedent(json.dumps(config)))  # JSON is YAML
+    return path
+
+
+@pytest.fixture
+def plugin_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The plugin package, written outside the repository and put on the path."""
+    package = tmp_path / "plugins" / "tg_rooms_plugin"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path / "plugins"))
+    return tmp_path
+
+
+def test_plugins_named_only_by_the_run_config_run_real_episodes(plugin_path: Path) -> None:
+    from trialground.orchestrator.wiring import build
+
+    config = load_config(_config(plugin_path))
+    wiring = build(config, None, train=False)
+
+    async def episodes() -> list[list[Trajectory]]:
+        try:
+            return await wiring.collector.collect(wiring.tasks.tasks, 2, config.policy.sampling)
+        finally:
+            await wiring.close()
+
+    (group,) = asyncio.run(episodes())
+    assert [t.error for t in group] == [None, None]
+    # the marker came from the sandbox plugin's params, through the policy plugin's command, into a
+    # solution the grader's own (plugin) sandbox passed
+    assert [t.reward.outcome for t in group if t.reward is not None] == [1.0, 1.0]
+    policy = wiring.policy
+    assert isinstance(policy, ScriptedPolicy)
+    first_prompt = policy.tokenizer.decode(policy.calls[0])
+    assert "BRIEFED BY THE PLUGIN" in first_prompt  # the env kind plugin's settings reached the episode
+
+
+@pytest.mark.parametrize(
+    ("section", "expected"),
+    [
+        ({"sandbox": {"backend": "tg_rooms_plugin:SANDBOX", "params": {"marker": 1, "colour": "red"}}},
+         ["sandbox.params", "colour", "marker"]),
+        ({"policy": {"backend": "tg_rooms_plugin:POLICY", "params": {"command": "true"}}},
+         ["policy.params", "done: Field required"]),
+        ({"env": {"kind": "tg_rooms_plugin:ENVS"}}, ["env.kind", "cannot import 'tg_rooms_plugin:ENVS'"]),
+        ({"pool": {"backend": "k8s"}}, ["pool.backend", "known are local, ray", "package.module:NAME"]),
+    ],
+)  # fmt: skip
+def test_a_bad_plugin_name_or_params_fails_when_the_config_loads(
+    plugin_path: Path, section: dict[str, object], expected: list[str]
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(_config(plugin_path, **section))
+    for text in expected:
+        assert text in str(err.value)
+
+
+def test_built_in_backends_take_no_params_they_do_not_know() -> None:
+    with pytest.raises(ConfigError, match=r"sandbox.params: memory_mb: Extra inputs are not permitted"):
+        load_config(None, ["sandbox.params={memory_mb: 3}"])
+    assert isinstance(load_config(None, ["sandbox.backend=process"]), RunConfig)

@@ -1,0 +1,74 @@
+"""Scripted experts of the task families, and their solve share measured through the real grader.
+
+An expert is `solve(task) -> str | None`: the submission it writes from what the agent sees (prompt and
+workspace files), never the reference or the hidden checks. `EXPERTS` maps a task's `metadata["family"]`
+to the dotted path of its expert, so `trialground tasks expert SOURCE` finds it without the core naming a
+family.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from trialground.sandbox.base import SandboxConfig
+from trialground.tasks.model import Task
+from trialground.verify.grader import make_grader
+
+Solver = Callable[[Task], "str | None"]
+EXPERTS: dict[str, str] = {
+    "sql": "trialground.families.sql.expert:solve",
+    "scicomp": "trialground.families.scicomp.expert:solve",
+    "shell": "trialground.families.shell.expert:solve",
+}
+
+
+def expert_for(task: Task) -> Solver | None:
+    path = EXPERTS.get(str(task.metadata.get("family", "")))
+    if path is None:
+        return None
+    module, _, attr = path.partition(":")
+    solver: Solver = getattr(importlib.import_module(module), attr)
+    return solver
+
+
+@dataclass(frozen=True)
+class Share:
+    tasks: int
+    solved: int
+    unrecognised: int
+    failed_ids: tuple[str, ...]
+
+    @property
+    def share(self) -> float:
+        return self.solved / self.tasks if self.tasks else 0.0
+
+
+async def expert_share(
+    tasks: Sequence[Task], *, concurrency: int = 8, sandbox: SandboxConfig | None = None
+) -> Share:
+    """Each task's expert submission graded by a `make_grader` grader (as a single-turn submission)."""
+    grader = make_grader(sandbox or SandboxConfig())
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(task: Task) -> bool | None:
+        solver = expert_for(task)
+        text = solver(task) if solver is not None else None
+        if text is None:
+            return None
+        async with sem:
+            verdict = (await grader.grade(task, text)).verdict
+        return verdict.passed and verdict.error is None
+
+    try:
+        results = await asyncio.gather(*(one(t) for t in tasks))
+    finally:
+        await grader.close()
+    return Share(
+        tasks=len(tasks),
+        solved=sum(r is True for r in results),
+        unrecognised=sum(r is None for r in results),
+        failed_ids=tuple(t.id for t, r in zip(tasks, results, strict=True) if r is not True),
+    )

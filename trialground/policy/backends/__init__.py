@@ -1,0 +1,80 @@
+"""Policy backends: `policy.backend` names one (or a plugin's `package.module:NAME`), `policy.params` holds
+its own settings.
+
+A backend's `factory` is `(PolicyConfig) -> Policy` (or its dotted path, imported on first use, so a core
+install without torch can still build the openai and scripted policies); the core asks its `PolicyCaps` and
+its `requires`, never its name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trialground.errors import ConfigError
+from trialground.plugin import Plugin, Requirement
+from trialground.registry import Registry
+
+
+@dataclass(frozen=True)
+class PolicyCaps:
+    """What a policy backend needs of the machine before a run starts."""
+
+    loads_model: bool
+    """The run loads `policy.model`'s weights from a local directory (the policy itself, or the trainer that
+    pushes them to servers); otherwise only `policy.tokenizer` is read locally."""
+    model_by_name: bool = False
+    """Outside training, `policy.model` may be a name the engine fetches itself (no local weights needed)."""
+
+
+@dataclass(frozen=True)
+class PolicyBackend(Plugin[PolicyCaps]):
+    """A policy backend (see the module docstring)."""
+
+
+_TORCH = "install torch first (docs/install.md), then pip install 'trialground[train]'"
+TORCH = (
+    Requirement(module="torch", extra="train", why="the model runs in torch", install=_TORCH),
+    Requirement(
+        module="transformers", extra="train", why="the model is loaded by transformers", install=_TORCH
+    ),
+)
+
+BACKENDS: Registry[PolicyBackend] = Registry(
+    "policy backend", PolicyBackend, ConfigError, error_kind="config"
+)
+for _b in (
+    PolicyBackend(
+        "hf",
+        "trialground.policy.factory:_hf",
+        PolicyCaps(loads_model=True),
+        requires=TORCH,
+        doc="transformers, in this process or a child",
+    ),
+    PolicyBackend(
+        "vllm",
+        "trialground.policy.vllm:VLLMPolicy",
+        PolicyCaps(loads_model=True, model_by_name=True),
+        requires=(*TORCH, Requirement(module="vllm", extra="vllm", why="the in-process engine")),
+        doc="vLLM in this process",
+    ),
+    PolicyBackend(
+        "openai",
+        "trialground.policy.openai:OpenAIPolicy",
+        PolicyCaps(loads_model=False),
+        doc="an OpenAI-compatible endpoint (eval)",
+    ),
+    PolicyBackend(
+        "remote",
+        # the trainer loads the starting weights itself (the servers receive them)
+        "trialground.policy.remote:RemotePolicy",
+        PolicyCaps(loads_model=True),
+        doc="vLLM-compatible inference servers",
+    ),
+    PolicyBackend(
+        "scripted",
+        "trialground.policy.factory:_scripted",
+        PolicyCaps(loads_model=False),
+        doc="fixed responses (tests, demos)",
+    ),
+):
+    BACKENDS.register(_b)
