@@ -29,23 +29,31 @@ KEY=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 echo "$KEY" >"$WORK/key"
 export OPENAI_API_KEY=$KEY
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  sleep 2
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+}
 trap cleanup EXIT
 
-serve() {  # serve NAME ARGS...: start policy serve, wait for its URL
+start() {  # start NAME ARGS...: a policy serve process in the background
   local name=$1; shift
   "$PYTHON" -m trialground policy serve --model tiny-agent --device "$DEVICE" --port 0 \
     --api-key-file "$WORK/key" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
   PIDS+=($!)
-  for _ in $(seq 1 240); do
-    grep -q '^serving ' "$WORK/$name.out" 2>/dev/null && break
+}
+url() {  # url NAME: wait (up to 10 minutes) for its first line, `serving URL`
+  for _ in $(seq 1 1200); do
+    grep -q '^serving ' "$WORK/$1.out" 2>/dev/null && break
     sleep 0.5
   done
-  grep -q '^serving ' "$WORK/$name.out" || { say "$name did not start:"; tail -5 "$WORK/$name.err"; exit 2; }
-  awk '/^serving /{print $2; exit}' "$WORK/$name.out"
+  grep -q '^serving ' "$WORK/$1.out" || { say "$1 did not start:"; tail -5 "$WORK/$1.err"; exit 2; }
+  awk '/^serving /{print $2; exit}' "$WORK/$1.out"
 }
-A=$(serve server-a --default-top-k 20)
-B=$(serve server-b)
+start server-a --default-top-k 20
+start server-b
+A=$(url server-a)
+B=$(url server-b)
 say "servers $A (default top_k 20) and $B on $DEVICE"
 
 set +e

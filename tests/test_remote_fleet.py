@@ -19,7 +19,7 @@ import pytest
 from trialground.orchestrator.run_config import load_config
 
 torch = pytest.importorskip("torch")
-pytestmark = pytest.mark.slow  # two server processes and three agent steps
+pytestmark = pytest.mark.slow  # two server processes and two agent steps
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENT = ROOT / "examples" / "agent.yaml"
@@ -52,6 +52,7 @@ def _url(proc: subprocess.Popen[str]) -> str:
     return first.split()[1]
 
 
+@pytest.mark.timeout(900)  # two model-loading processes and a run of the agent recipe on a busy machine
 def test_episodes_stick_to_their_server_and_a_dead_one_loses_no_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -78,7 +79,7 @@ def test_episodes_stick_to_their_server_and_a_dead_one_loses_no_step(
         cfg = load_config(
             AGENT,
             [
-                "loop.steps=3",
+                "loop.steps=2",
                 "loop.eval_interval=0",
                 "loop.checkpoint_interval=0",
                 "loop.batch_tasks=2",
@@ -104,10 +105,10 @@ def test_episodes_stick_to_their_server_and_a_dead_one_loses_no_step(
             if proc.poll() is None:
                 proc.terminate()
                 proc.wait(60)
-    assert summary.steps == 3
+    assert summary.steps == 2
     lines = (Path(summary.run_dir) / "metrics.jsonl").read_text().splitlines()
     trained = [json.loads(x) for x in lines if x and "train/loss" in json.loads(x)]
-    assert [m["step"] for m in trained] == [1, 2, 3]  # the dead server cost no step
+    assert [m["step"] for m in trained] == [1, 2]  # the dead server cost no step
     before = [c for c in calls if not c[3]]
     assert {server for _, server, _, _ in before} == set(urls)  # both served episodes
     later_turns = 0

@@ -124,6 +124,11 @@ class PolicyConfig(BaseModel):
         description="remote backend: base URLs of the running inference servers (vLLM's OpenAI-compatible "
         "server or `trialground policy serve`), e.g. http://10.0.0.5:8000; requests go to the least loaded",
     )
+    vllm_sleep: bool = Field(
+        False,
+        description="vllm backend, sync loop: the engine sleeps during each update (weights offloaded to "
+        "host memory, KV cache freed) and wakes for the weight push, so a colocated trainer gets the GPU",
+    )
     weight_transport: str = Field(
         "collective_rpc",
         description="remote backend: how servers take new weights (trialground.policy.weight_push): "
