@@ -4,7 +4,7 @@ backends.
     BACKENDS: Registry[SandboxBackend] = Registry("sandbox backend", SandboxBackend, SandboxError)
     BACKENDS.register(SandboxBackend(
         name="bwrap",                                   # what the config section's name field says
-        factory="trialground.sandbox.bwrap:BwrapSandbox",  # an object, or its dotted path (imported late)
+        factory="trialground.sandbox.backends.bwrap.sandbox:BwrapSandbox",  # or the object itself
         capabilities=SandboxCaps(isolated=True, ...),   # what the core may ask of it
         settings=NoSettings,                            # the model its `params` mapping validates into
         requires=(Requirement(program="bwrap", why="..."),),  # checked before a run starts

@@ -35,9 +35,9 @@ def save_model(path: Path) -> Path:
     return path
 
 
-def run_config(model_dir: Path, *, ray: bool = False) -> RunConfig:
+def run_config(model_dir: Path, *, ray: bool = False, dtype: str = "float32") -> RunConfig:
     data = {
-        "policy": {"model": str(model_dir), "cpu_threads": 1},
+        "policy": {"model": str(model_dir), "cpu_threads": 1, "dtype": dtype},
         "trainer": {**TRAINER, **({"data_parallel": 2} if ray else {})},
         **({"cluster": "ray"} if ray else {}),
     }

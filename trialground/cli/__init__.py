@@ -11,6 +11,7 @@ from trialground.cli import (
     config_cmd,
     env_cmd,
     export_cmd,
+    helpstyle,
     policy_cmd,
     report_cmd,
     run_cmd,
@@ -19,6 +20,7 @@ from trialground.cli import (
     verify_cmd,
 )
 
+helpstyle.install()  # `--json`, `--set KEY=VALUE ...`, `--samples INTEGER RANGE`, not `<bool>`, `<list[str]>`
 app = typer.Typer(
     name="trialground",
     help="Environment-first RL post-training for language-model agents on execution-verified tasks.",
@@ -60,6 +62,9 @@ def _options(
 
 
 def main() -> None:
+    from trialground.cli.common import json_errors
+
+    json_errors("--json" in sys.argv[1:])  # an error of a --json command is a JSON object too
     if len(sys.argv) > 1 and sys.argv[1] in ("train", "eval"):
         # glibc reads its tunables when a process starts: re-execute before the run does any work
         from trialground.hugepages import reexec_with_hugepages

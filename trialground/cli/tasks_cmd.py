@@ -171,9 +171,21 @@ def from_failures(
     as_json: Annotated[
         bool, typer.Option("--json", help="One JSON object per task (id, origin, failure_record) on stdout")
     ] = False,
+    against: Annotated[
+        list[str] | None,
+        typer.Option("--against", help="A task source the candidates must not repeat (repeatable)"),
+    ] = None,
+    check: Annotated[
+        bool,
+        typer.Option("--check/--no-check", help="Validate and audit the candidates; keep the sound ones"),
+    ] = False,
+    seed: SeedOpt = 0,
+    n: NOpt = None,
 ) -> None:
-    """Turn recorded failed interactions into validated tasks with provenance (trialground.tasks.failures);
-    a run puts them in its regression queue with --set 'tasks.regression_files=[OUT]'."""
+    """Turn recorded failed interactions (a prompt, or an OpenAI-format chat log with its outcome) into
+    tasks with provenance (trialground.tasks.failures); with --against and --check, duplicates of the pool,
+    invalid and hackable candidates are dropped, each with its reason (trialground.verify.intake). A run puts
+    them in its regression queue with --set 'tasks.regression_files=[OUT]'."""
     from trialground.tasks.failures import tasks_from_failures
     from trialground.tasks.io import write_jsonl
 
@@ -183,6 +195,15 @@ def from_failures(
         tasks = tasks_from_failures(file)
     except TaskError as e:
         fail(str(e), EXIT_USAGE)
+    pool = [t for spec in against or [] for t in _load(spec, seed, n, None)]
+    if pool or check:
+        import asyncio
+
+        from trialground.verify.intake import admit
+
+        tasks, dropped = asyncio.run(admit(tasks, pool=pool, validate=check, audit=check))
+        for tid, why in dropped:
+            err_console.print(f"dropped {tid}: {why}", highlight=False)
     try:
         write_jsonl(tasks, out)
     except (OSError, TaskError) as e:

@@ -95,6 +95,16 @@ class EnvConfig(BaseModel):
         1024, ge=64, le=65536, description="harness: memory ceiling of the program (and its children)"
     )
     harness_pids: int = Field(128, ge=8, le=4096, description="harness: processes and threads at most")
+    harness_max_n: int = Field(
+        4,
+        ge=1,
+        le=64,
+        description="harness: choices (`n`) one model call may ask for; an episode may draw max_turns x "
+        "harness_max_n generations in all (max_turns bounds its calls); past either it is ended and graded",
+    )
+    harness_max_inflight: int = Field(
+        4, ge=1, le=64, description="harness: model requests of one episode in flight at once (more: 429)"
+    )
     harness_preload: list[str] = Field(
         [],
         description="harness: Python modules imported once per sandbox, before any episode, by the sandbox's "

@@ -4,27 +4,33 @@ A `Session` answers with a `Generator` (the policy, or the run's batcher that sh
 across episodes), under sampling defaults the request may override (temperature, top_p, top_k, min_p,
 the penalties, max_tokens, stop, seed, n); `max_tokens` is capped by the room left in the context
 budget, and a prompt that leaves no room is a 400 (`context_length_exceeded`), as OpenAI answers it.
-Every call is recorded (`records`, `stitch.CallRecord`) when `record` is set.
+Every call is recorded (`records`, `stitch.CallRecord`) when `record` is set. A session with a `budget`
+(a harness episode's) admits calls within it and ends the episode past it (`budget.py`); rendering and
+tokenising run in a worker thread, never on the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
 from trialground.errors import PolicyError
 from trialground.gateway import toolstyle
 from trialground.gateway.api import ChatRequest, CompletionRequest, Message, Sampling
+from trialground.gateway.budget import SessionBudget, Spent, max_token_chars, refusal
 from trialground.gateway.conversation import Renderer, Sampled, Turn, canonical
 from trialground.gateway.stitch import CallRecord
 from trialground.policy.base import DISTRIBUTION_FIELDS, Generation, SamplingParams
 from trialground.rollout.agent import Generator
+
+T = TypeVar("T")
 
 # What a request may set of the sampling distribution; what it omits comes from the session's defaults.
 SAMPLING_FIELDS = (*DISTRIBUTION_FIELDS, "seed")
@@ -52,6 +58,10 @@ class Session:
     records: list[CallRecord] = field(default_factory=list)
     history: list[Turn] = field(default_factory=list)
     truncated: bool = False
+    budget: SessionBudget | None = None
+    spent: Spent = field(default_factory=Spent)
+    # set when a budget ends the episode: the harness environment stops the program
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
     _renderer: Renderer | None = None
 
     @property
@@ -65,6 +75,41 @@ class Session:
         return self.tool_style or toolstyle.detect(self.renderer.template_text)
 
     # ---------------------------------------------------------------- shared
+
+    def _admit(self, rows: int, n: int) -> None:
+        """Count a call against the budget, or refuse it (ending the episode when the budget is spent)."""
+        if self.budget is None:
+            return
+        refused = refusal(self.budget, self.spent, rows, n)
+        if refused is not None:
+            status, message, ends = refused
+            if ends:
+                self.spent.exhausted = self.spent.exhausted or message
+                self.ended.set()
+            raise GatewayError(
+                message, status=status, code="budget_exhausted" if status == 429 else "invalid_request"
+            )
+        self.spent.calls += 1
+        self.spent.generations += rows * n
+
+    async def _off_loop(self, fn: Callable[[], T]) -> T:
+        """`fn()` (rendering, tokenising) in a worker thread, so the event loop other sessions share goes on
+        (fast tokenizers encode without changing their state, so threads may share one)."""
+        return await asyncio.to_thread(fn)
+
+    def _fits(self, chars: int) -> None:
+        """A text of `chars` characters that needs more tokens than the context budget holds is refused
+        before it is tokenised (each token decodes to at most `max_token_chars` characters)."""
+        if self.max_context_tokens is None:
+            return
+        most = self.max_context_tokens * max_token_chars(self.generator.tokenizer)
+        if chars > most:
+            self.truncated = self.truncated or self.record
+            raise GatewayError(
+                f"messages: {chars} characters cannot fit this episode's context budget of "
+                f"{self.max_context_tokens} tokens",
+                code="context_length_exceeded",
+            )
 
     def _params(self, req: Sampling, prompt_len: int, max_tokens: int | None) -> SamplingParams:
         if req.model is not None and req.model != self.served_name:
@@ -132,13 +177,31 @@ class Session:
     # ---------------------------------------------------------------- chat
 
     async def chat(self, req: ChatRequest) -> dict[str, Any]:
+        self._admit(1, req.n)
+        self.spent.inflight += 1
+        try:
+            return await self._chat(req)
+        finally:
+            self.spent.inflight -= 1
+
+    async def _chat(self, req: ChatRequest) -> dict[str, Any]:
         if req.tool_choice not in (None, "auto", "none", "required") and not isinstance(
             req.tool_choice, dict
         ):
             raise GatewayError(f"tool_choice: {req.tool_choice!r} is not auto, none, required or a function")
         tools = req.tools if req.tool_choice != "none" else None
+        chars = sum(
+            len(m.text()) + sum(len(c.function.arguments) for c in m.tool_calls or ()) for m in req.messages
+        )
+
+        def render() -> list[int]:
+            self._fits(chars)
+            return self.renderer.prompt(req.messages, tools, self.history)
+
         try:
-            prompt = self.renderer.prompt(req.messages, tools, self.history)
+            prompt = await self._off_loop(render)
+        except GatewayError:
+            raise
         except (ValueError, TypeError) as exc:
             raise GatewayError(f"messages: the chat template cannot render them: {exc}") from exc
         except Exception as exc:  # jinja errors raised by a template's own `raise_exception`
@@ -147,6 +210,7 @@ class Session:
         t0 = time.perf_counter()
         gens = await self._sample([prompt], req.n, params)
         seconds = time.perf_counter() - t0
+        self.spent.tokens += sum(len(g.token_ids) for g in gens)
         tok = self.generator.tokenizer
         choices, sampled = [], []
         for i, g in enumerate(gens):
@@ -206,16 +270,34 @@ class Session:
     # ---------------------------------------------------------------- completions
 
     async def complete(self, req: CompletionRequest) -> dict[str, Any]:
-        tok = self.generator.tokenizer
         raw: Any = req.prompt
         if isinstance(raw, str) or (raw and isinstance(raw[0], int)):
             raw = [raw]
         if not raw:
             raise GatewayError("prompt: empty")
+        self._admit(len(raw), req.n)
+        self.spent.inflight += 1
+        try:
+            return await self._complete(req, raw)
+        finally:
+            self.spent.inflight -= 1
+
+    async def _complete(self, req: CompletionRequest, raw: list[Any]) -> dict[str, Any]:
+        tok = self.generator.tokenizer
         vocab = len(tok)
+
+        def encode() -> list[list[int]]:
+            out = []
+            for p in raw:
+                if isinstance(p, str):
+                    self._fits(len(p))
+                    out.append(list(tok.encode(p, add_special_tokens=False)))
+                else:
+                    out.append(list(p))
+            return out
+
         prompts: list[list[int]] = []
-        for i, p in enumerate(raw):
-            ids = list(tok.encode(p, add_special_tokens=False)) if isinstance(p, str) else list(p)
+        for i, ids in enumerate(await self._off_loop(encode)):
             if not ids:
                 raise GatewayError(f"prompt[{i}]: no tokens")
             bad = [t for t in ids if not 0 <= t < vocab]
@@ -228,6 +310,7 @@ class Session:
         t0 = time.perf_counter()
         gens = await self._sample(prompts, req.n, params)
         seconds = time.perf_counter() - t0
+        self.spent.tokens += sum(len(g.token_ids) for g in gens)
         choices = []
         for i, g in enumerate(gens):
             prompt = prompts[i // req.n]

@@ -42,10 +42,11 @@ def _join(config: RunConfig, rank: int, world: int, **init: Any) -> DataParallel
 
 
 def serve_rank(dp: DataParallel, config: RunConfig) -> None:
-    """Ranks > 0: train the shares rank 0 sends, on the run's starting model, until it says stop."""
-    from trialground.policy.hf import load_model
+    """Ranks > 0: train the shares rank 0 sends, on the run's starting model, until it says stop. The model
+    is built by the rule rank 0 follows (`trainer_module`), so every rank trains the same dtype."""
+    from trialground.orchestrator.wiring import trainer_module
 
-    dp.serve(load_model(config.policy).eval())
+    dp.serve(trainer_module(config, None))
 
 
 @contextmanager

@@ -58,10 +58,9 @@ class RunDir:
     def __init__(self, config: RunConfig, *, resume: bool = False) -> None:
         self.path = config.run_dir
         if self.path.exists() and not resume and any(self.path.iterdir()):
-            raise FileExistsError(
-                f"run directory {self.path} already holds a run: pick another name (--set name=...) "
-                "or continue it with --resume"
-            )
+            from trialground.orchestrator.preflight import occupied
+
+            raise FileExistsError(occupied(self.path))
         self.created = not self.path.exists()
         (self.path / "trajectories").mkdir(parents=True, exist_ok=True)
         (self.path / "checkpoints").mkdir(parents=True, exist_ok=True)

@@ -78,15 +78,34 @@ class Wiring:
             self.monitor.close()
 
 
-def is_float32(model: torch.nn.Module) -> bool:
-    import torch
+def trainer_module(config: RunConfig, shared: torch.nn.Module | None) -> torch.nn.Module:
+    """The module a rank trains, in `trainer_dtype(policy.dtype)` on every rank (ranks > 0: `shared=None`).
 
-    return all(p.dtype == torch.float32 for p in model.parameters() if p.is_floating_point())
+    `shared` is the policy's own module on rank 0 of the embedded default. The trainer updates it in place
+    (the policy samples with it; no second copy) when it is already in the trainer's dtype and sampling is
+    synchronous; async sampling must not read weights the optimiser is changing, and an fp16 sampler is
+    trained through an fp32 copy: then the trainer owns a copy and pushes it to the policy after each step
+    (as to a vLLM server). Without a shared module (ranks > 0, a policy in a child process or on a server)
+    the trainer loads `policy.model` itself."""
+    from trialground.policy.loading import load_model
+    from trialground.train.precision import trainer_dtype
+
+    dtype = trainer_dtype(config.policy.dtype)
+    if shared is None:
+        return cast_parameters(load_model(config.policy), dtype).eval()
+    other_dtype = any(p.dtype != dtype for p in shared.parameters() if p.is_floating_point())
+    if config.loop.mode == "async" or other_dtype:
+        return cast_parameters(copy.deepcopy(shared), dtype)
+    return shared
 
 
-def float32_master(model: torch.nn.Module) -> torch.nn.Module:
-    """The trainer's own copy of the sampler's module, in float32 whatever the sampler's dtype."""
-    return copy.deepcopy(model).float()
+def cast_parameters(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """`model` with its floating-point parameters in `dtype`; buffers as loaded (`Module.to` would also cast
+    the fp32 rotary tables transformers keeps in a bf16 model, and change the positions' numerics)."""
+    for p in model.parameters():
+        if p.is_floating_point() and p.dtype != dtype:
+            p.data = p.data.to(dtype)
+    return model
 
 
 def sync_weights(trainer: Trainer, policy: Policy) -> None:
@@ -113,19 +132,8 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Wirin
         from trialground.train.trainer import Trainer
 
         require_trainable(config.policy, policy)
-        model = policy.shared_module()
-        if model is None:  # the policy generates elsewhere (a child process): the trainer loads its own
-            from trialground.policy.hf import load_model
-
-            model = load_model(config.policy).float()  # fp32 whatever the sampler's dtype (a no-op if it is)
-        elif config.loop.mode == "async" or not is_float32(model):
-            # The trainer owns a copy and pushes it to the policy after each step (as to a vLLM server):
-            # async sampling must not read weights the optimizer is changing, and a bf16/fp16 sampler
-            # (`policy.dtype`) must not have its own weights trained (AdamW steps in 16 bits round most
-            # updates away), so the copy is fp32 (autocast per `trainer.mixed_precision`).
-            model = float32_master(model)
         trainer = Trainer(
-            model,
+            trainer_module(config, policy.shared_module()),
             config.trainer,
             pad_id=policy.tokenizer.pad_token_id,
             temperature=max(config.policy.sampling.temperature, 1e-3),

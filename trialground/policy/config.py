@@ -37,7 +37,7 @@ class PolicyConfig(BaseModel):
     )
     decode: Literal["auto", "transformers"] = Field(
         "auto",
-        description="hf backend: 'auto' samples Llama, Mistral, Qwen2 and Qwen3 models through "
+        description="hf backend: 'auto' samples Llama, Mistral, Qwen2, Qwen3 and Gemma 3 models through "
         "trialground's lean decoder (same tokens; 2.4x faster than 'transformers' for 4 prompts x 8 "
         "samples on the tiny model, benchmarks/generation.py), other architectures through "
         "transformers; 'transformers' always uses the model's own forward",

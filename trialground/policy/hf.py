@@ -33,7 +33,8 @@ from trialground.errors import PolicyError
 from trialground.policy.base import Generation, Policy, SamplingParams
 from trialground.policy.config import PolicyConfig
 from trialground.policy.decoding import completion_text, control_ids
-from trialground.policy.llama_decode import LlamaDecoder, SharedPrefix, unsupported_reason
+from trialground.policy.lean_decoders import decoder_class
+from trialground.policy.llama_decode import LlamaDecoder, SharedPrefix
 from trialground.policy.loading import check_vocabulary, load_model, load_tokenizer
 from trialground.tensors import cache_keyword, distinct_rows, left_pad
 
@@ -312,10 +313,13 @@ class HFPolicy(Policy):
         """The lean decoder when configured and exact for the model as it is now (a trainer may have
         wrapped its projections in LoRA since the last call) and for sequences of up to `length` tokens
         (a sliding window longer than that never slides), else None: the transformers forward."""
-        if self.config.decode != "auto" or unsupported_reason(self.model, length) is not None:
+        if self.config.decode != "auto":
             return None
-        if self._decoder is None:
-            self._decoder = LlamaDecoder(self.model)
+        kind = decoder_class(self.model, length)
+        if kind is None:
+            return None
+        if type(self._decoder) is not kind:
+            self._decoder = kind(self.model)
         return self._decoder
 
     def _eos_from_generation_config(self) -> list[int]:

@@ -162,15 +162,16 @@ def activation_dtype(weights: torch.Tensor) -> torch.dtype:
 
 
 def _decode_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor, scale: float | None = None
 ) -> torch.Tensor:
     """One query per row [B, H, 1, D] over the cache [B, Hk, L, D] (query head j reads key-value head
     j // (H / Hk)), `key_mask` [B, L]. Two batched matmuls and a softmax: on CPU 1.65x faster than
     `scaled_dot_product_attention` at one query (64 rows, 9 heads, 110 slots: 1.07 ms against 1.77 ms), the
-    same values up to float rounding."""
+    same values up to float rounding. `scale` multiplies the scores (default: dim ** -0.5)."""
     bsz, heads, _, dim = q.shape
     kv_heads = k.shape[1]
-    scores = torch.matmul(q.reshape(bsz, kv_heads, heads // kv_heads, dim), k.transpose(-1, -2)) * dim**-0.5
+    scale = dim**-0.5 if scale is None else scale
+    scores = torch.matmul(q.reshape(bsz, kv_heads, heads // kv_heads, dim), k.transpose(-1, -2)) * scale
     scores = scores.masked_fill(~key_mask[:, None, None, :], float("-inf"))
     return torch.matmul(torch.softmax(scores, dim=-1), v).reshape(bsz, heads, 1, dim)
 
@@ -225,6 +226,7 @@ def _shared_decode_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     hidden: torch.Tensor,
+    scale: float | None = None,
 ) -> torch.Tensor:
     """`_decode_attention` over a shared prompt and each row's own slots: q [A, H, 1, D], the prefix's
     layer `layer`, the rows' own keys and values [A, Hk, t, D]; `hidden` [A, 1, 1, W + t] is True for the
@@ -257,7 +259,8 @@ def _shared_decode_attention(
     qg = q.reshape(rows, kv_heads, group, dim)
     shared = from_grid(torch.matmul(to_grid(qg), prefix.keys[layer].transpose(-1, -2)))  # [A, Hk, G, W]
     own = torch.matmul(qg, k.transpose(-1, -2))  # [A, Hk, G, t]
-    scores = torch.cat([shared, own], dim=-1).mul_(dim**-0.5).masked_fill_(hidden, float("-inf"))
+    scale = dim**-0.5 if scale is None else scale
+    scores = torch.cat([shared, own], dim=-1).mul_(scale).masked_fill_(hidden, float("-inf"))
     p_shared, p_own = torch.softmax(scores, dim=-1).split([width, k.shape[2]], dim=-1)
     out = from_grid(torch.matmul(to_grid(p_shared), prefix.values[layer])).add_(torch.matmul(p_own, v))
     return out.reshape(rows, heads, 1, dim)
@@ -266,11 +269,16 @@ def _shared_decode_attention(
 class LlamaDecoder:
     """Prefill and one-token decode steps over a preallocated KV cache (see the module docstring)."""
 
+    @staticmethod
+    def refusal(model: nn.Module, length: int | None = None) -> str | None:
+        """Why this decoder cannot run `model` exactly for sequences of up to `length` tokens, or None."""
+        return unsupported_reason(model, length)
+
     def __init__(self, model: nn.Module) -> None:
-        # a sliding window is checked per batch by the caller (`unsupported_reason(model, length)`)
-        reason = unsupported_reason(model, 1)
+        # a sliding window is checked per batch by the caller (`refusal(model, length)`)
+        reason = self.refusal(model, 1)
         if reason is not None:
-            raise ValueError(f"LlamaDecoder cannot run this model: {reason}")
+            raise ValueError(f"{type(self).__name__} cannot run this model: {reason}")
         self.model: Any = model
         cfg: Any = self.model.config
         self.n_heads = int(cfg.num_attention_heads)
@@ -282,7 +290,7 @@ class LlamaDecoder:
         self._params = list(self.model.parameters())
         self._versions: list[int] = []
         self._layers: list[_Layer] = []
-        self._cos = self._sin = torch.empty(0)
+        self._tables: dict[float, tuple[torch.Tensor, torch.Tensor]] = {}  # rope theta -> cos, sin [P, D]
         self.head_eps: float | None = None
         self._head: torch.Tensor | None = None  # the output layer's weight prepacked (see `_pack`), or None
         # Why the weights stay dense (None: they are prepacked for oneDNN)
@@ -368,18 +376,23 @@ class LlamaDecoder:
         x32 = x.float()
         return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
 
-    def _rotary(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin [B, S, 1, D] for integer positions [B, S], from a table computed in float32 (as
-        transformers computes them) and grown on demand."""
+    def _rotary(
+        self, positions: torch.Tensor, dtype: torch.dtype, theta: float | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [B, S, 1, D] for integer positions [B, S] and rope base `theta` (default: the model's),
+        from a table computed in float32 (as transformers computes them) and grown on demand."""
+        theta = self.rope_theta if theta is None else theta
         need = int(positions.max()) + 1
-        if self._cos.shape[0] < need or self._cos.dtype != dtype or self._cos.device != positions.device:
+        cos, sin = self._tables.get(theta, (torch.empty(0), torch.empty(0)))
+        if cos.shape[0] < need or cos.dtype != dtype or cos.device != positions.device:
             d, size = self.head_dim, max(need, 256)
             exponents = torch.arange(0, d, 2, dtype=torch.int64, device=positions.device).float() / d
-            inv_freq = 1.0 / (self.rope_theta**exponents)
+            inv_freq = 1.0 / (theta**exponents)
             freqs = torch.arange(size, device=positions.device).float().unsqueeze(-1) * inv_freq
             emb = torch.cat((freqs, freqs), dim=-1)  # [P, D]
-            self._cos, self._sin = emb.cos().to(dtype), emb.sin().to(dtype)
-        return self._cos[positions].unsqueeze(2), self._sin[positions].unsqueeze(2)
+            cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
+            self._tables[theta] = (cos, sin)
+        return cos[positions].unsqueeze(2), sin[positions].unsqueeze(2)
 
     def new_cache(self, batch: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Zeroed key and value caches [layers, B, Hk, length, D]."""

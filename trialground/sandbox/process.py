@@ -18,6 +18,7 @@ import time
 from collections.abc import Mapping
 
 from trialground.errors import SandboxError
+from trialground.sandbox.backends.bwrap.channel import Collected
 from trialground.sandbox.base import (
     WORKSPACE,
     Command,
@@ -28,7 +29,6 @@ from trialground.sandbox.base import (
     text_bytes,
 )
 from trialground.sandbox.beneath import read_limit
-from trialground.sandbox.launch.channel import Collected
 from trialground.sandbox.results import build_result
 from trialground.sandbox.workspace import Workspace
 

@@ -5,6 +5,7 @@ Layout of `runs/<name>/checkpoints/step_N/`:
     meta.json       step, version, time, file list (human-readable)
     model.pt        the trainer's module state dict (LoRA adapters included, as trained)
     optimizer.pt    AdamW state
+    master.pt       16-bit weights only: the fp32 masters AdamW steps (`trialground.train.precision`)
     rng.pt          python `random`, numpy global, torch CPU (+ CUDA) generator states, as plain data
     extra.pt        what the caller passes (task-pool state, loop counters, ...): plain data only
     hf/             the model in Hugging Face format, LoRA merged (+ tokenizer, generation config): loads
@@ -155,6 +156,8 @@ def save_checkpoint(
     tmp.mkdir(parents=True)
     torch.save(trainer.model.state_dict(), tmp / "model.pt")
     torch.save(trainer.optimizer.state_dict(), tmp / "optimizer.pt")
+    if trainer.masters is not None:  # 16-bit weights: their fp32 masters are what the optimiser steps
+        torch.save(trainer.masters.state(), tmp / "master.pt")
     torch.save(rng_state(), tmp / "rng.pt")
     torch.save(dict(extra or {}), tmp / "extra.pt")
     if export_hf:
@@ -216,10 +219,17 @@ def load_checkpoint(path: str | Path, trainer: Trainer) -> LoadedCheckpoint:
     optimizer = load_plain(root / "optimizer.pt", map_location=device)
     extra = load_plain(root / "extra.pt")
     rng = load_plain(root / "rng.pt")
+    masters = None
+    if trainer.masters is not None:  # 16-bit weights: missing master.pt means it was saved from fp32
+        masters = load_plain(root / "master.pt", map_location=device)
+        if not isinstance(masters, list):
+            raise CheckpointError(f"{root / 'master.pt'}: holds {type(masters).__name__}, not a list")
     if not isinstance(extra, dict):
         raise CheckpointError(f"{root / 'extra.pt'}: holds {type(extra).__name__}, not a dict")
     trainer.model.load_state_dict(model)
     trainer.optimizer.load_state_dict(optimizer)
+    if trainer.masters is not None and masters is not None:
+        trainer.masters.load(masters)
     trainer.version = int(meta["version"])
     set_rng_state(rng)
     return LoadedCheckpoint(path=root, step=int(meta["step"]), version=trainer.version, extra=extra)

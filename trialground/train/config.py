@@ -81,9 +81,9 @@ class TrainerConfig(BaseModel):
     )
     mixed_precision: Literal["off", "bf16"] = Field(
         "off",
-        description="bf16: forward passes under torch.autocast(bfloat16); weights, gradients and the "
-        "optimiser stay in fp32 (with policy.dtype bfloat16 the trainer keeps an fp32 master copy and "
-        "pushes it to the bf16 sampler after each step)",
+        description="bf16: forward passes under torch.autocast(bfloat16) (matmuls in bf16 over weights in "
+        "their own dtype). The weights' dtype is policy.dtype's: bfloat16 trains bf16 weights through fp32 "
+        "master copies in the optimiser state (train.precision)",
     )
     data_parallel: int = Field(
         1,

@@ -113,6 +113,16 @@ class _MicroBatch(nn.Module):
         return self._logprobs(self.model, chunk, entropy)
 
 
+def _dtypes(model: nn.Module) -> list[tuple[str, int]]:
+    """Bytes per dtype of a model's own parameters and buffers (LoRA adapters, which rank 0 has injected
+    before the others build their trainer, left out): what DDP's first broadcast expects to match."""
+    sizes: dict[str, int] = {}
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        if "lora_" not in name:
+            sizes[str(t.dtype)] = sizes.get(str(t.dtype), 0) + t.numel() * t.element_size()
+    return sorted(sizes.items())
+
+
 def _sum_gradients(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: sum a bucket over ranks (DDP's default averages). Each rank's loss is
     already divided by the whole batch's normaliser, so the sum is the one-process gradient."""
@@ -161,7 +171,12 @@ class DataParallel:
         """Rank 0: make `trainer` data-parallel; every other rank builds the same trainer from this."""
         trainer.parallel = self
         self._trainer = trainer
-        spec = {"config": trainer.config, "pad_id": trainer.pad_id, "temperature": trainer.temperature}
+        spec = {
+            "config": trainer.config,
+            "pad_id": trainer.pad_id,
+            "temperature": trainer.temperature,
+            "dtypes": _dtypes(trainer.model),
+        }
         self._send("hello", [spec] * self.world_size)
 
     def serve(self, model: nn.Module) -> None:
@@ -173,6 +188,11 @@ class DataParallel:
                 self._stopped = True
                 return
             if kind == "hello":
+                if _dtypes(model) != payload["dtypes"]:
+                    raise RuntimeError(
+                        f"rank {self.rank} holds {_dtypes(model)} weights, rank 0 {payload['dtypes']}: every "
+                        "rank must build its trainer by the same rule (trialground.orchestrator.wiring)"
+                    )
                 self._trainer = Trainer(
                     model, payload["config"], pad_id=payload["pad_id"], temperature=payload["temperature"]
                 )
@@ -224,10 +244,14 @@ class DataParallel:
             raise RuntimeError("a data-parallel step before the trainer was attached")
         state: list[Any] = [None]
         if self.rank == 0:
-            state = [{"optimizer": trainer.optimizer.state_dict(), "version": trainer.version}]
+            masters = trainer.masters.state() if trainer.masters is not None else None
+            optimizer = trainer.optimizer.state_dict()
+            state = [{"optimizer": optimizer, "version": trainer.version, "master": masters}]
         dist.broadcast_object_list(state, src=0, group=self._control)
         if self.rank != 0:
             trainer.optimizer.load_state_dict(state[0]["optimizer"])
+            if trainer.masters is not None:
+                trainer.masters.load(state[0]["master"])
             trainer.version = int(state[0]["version"])
         # device_ids=None: one device per rank, and the samples are token lists, nothing to move. Buffers
         # (rotary tables) are synchronised once at construction and never change.

@@ -42,6 +42,7 @@ from trialground.train.advantages import Scored
 from trialground.train.config import TrainerConfig
 from trialground.train.losses import finalize_metrics, ppo_clip_loss
 from trialground.train.memory import autocast, enable_checkpointing, fp32_attention
+from trialground.train.precision import MasterWeights
 
 
 class Parallel(Protocol):
@@ -200,7 +201,9 @@ class Trainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         if not params:
             raise ValueError("the model has no trainable parameters")
-        self.optimizer = _adamw(params, config)
+        # 16-bit weights are stepped through fp32 masters (trialground.train.precision)
+        self.masters = MasterWeights(params) if MasterWeights.needed(params) else None
+        self.optimizer = _adamw(self.masters.params if self.masters is not None else params, config)
 
     def _wrap_lora(self, model: nn.Module) -> nn.Module:
         from peft import LoraConfig, get_peft_model
@@ -431,9 +434,12 @@ class Trainer:
                     sums[k] = sums.get(k, 0.0) + v
             if self.parallel is not None and not chunks:
                 self.parallel.idle_backward()  # nothing to train here: take part in the all-reduce
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self._trainable(), cfg.max_grad_norm).item())
+            stepped = self.masters.take_grads() if self.masters is not None else self._trainable()
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(stepped, cfg.max_grad_norm).item())
             self.optimizer.step()
-            if self.optimizer.defaults.get("fused"):
+            if self.masters is not None:
+                self.masters.write_back()
+            elif self.optimizer.defaults.get("fused"):
                 # the fused kernel writes the parameters without bumping their version counters, which is
                 # how a sampler sharing this module (the lean decoder's fused copies) sees that they changed
                 increment_version(self._trainable())

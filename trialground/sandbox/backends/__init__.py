@@ -41,7 +41,7 @@ BACKENDS: Registry[SandboxBackend] = Registry(
 for _b in (
     SandboxBackend(
         "bwrap",
-        "trialground.sandbox.bwrap:BwrapSandbox",
+        "trialground.sandbox.backends.bwrap.sandbox:BwrapSandbox",
         SandboxCaps(isolated=True, private_scratch=True, host_views=True, host_descriptors=True),
         requires=(
             Requirement(

@@ -56,8 +56,8 @@ from typing import Any, TypeVar
 from trialground import pyast
 from trialground.errors import SandboxError, TrialgroundError, VerifierError
 from trialground.sandbox.backends import BACKENDS
+from trialground.sandbox.backends.bwrap import reset
 from trialground.sandbox.base import WORKSPACE, ExecResult, Limits, Sandbox, SandboxConfig
-from trialground.sandbox.launch import reset
 from trialground.tasks.checks import test_function_names
 from trialground.tasks.model import Task
 from trialground.tasks.verifiers import CodeTestsParams

@@ -17,8 +17,8 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol
 
+from trialground.sandbox.backends.bwrap import teardown
 from trialground.sandbox.base import SandboxConfig
-from trialground.sandbox.launch import teardown
 
 
 class Spare(Protocol):

@@ -9,8 +9,8 @@ import shutil
 import stat
 from pathlib import Path
 
+from trialground.sandbox import mounts
 from trialground.sandbox.base import WORKSPACE
-from trialground.sandbox.launch import mounts
 from trialground.sandbox.workspace import BASE_DIR, base_dir_lock
 
 INNER_UID = 1000

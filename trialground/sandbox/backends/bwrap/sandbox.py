@@ -34,7 +34,29 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from trialground.errors import SandboxError
-from trialground.sandbox import offload, prewarm
+from trialground.sandbox.backends.bwrap import (
+    bwrap_cmd,
+    cgroup,
+    forkserver,
+    netns,
+    offload,
+    prewarm,
+    reaping,
+    reset,
+    seccomp,
+    teardown,
+    views,
+)
+from trialground.sandbox.backends.bwrap.boot import python_prefix, supervisor_payload
+from trialground.sandbox.backends.bwrap.channel import (
+    ChannelClosed,
+    Collected,
+    collect,
+    read_frame,
+    send_request,
+)
+from trialground.sandbox.backends.bwrap.forkserver import SandboxProcess
+from trialground.sandbox.backends.bwrap.spawn import kill_group, spawn_bwrap
 from trialground.sandbox.base import (
     WORKSPACE,
     Command,
@@ -45,21 +67,6 @@ from trialground.sandbox.base import (
     text_bytes,
 )
 from trialground.sandbox.beneath import read_limit
-from trialground.sandbox.launch import (
-    bwrap_cmd,
-    cgroup,
-    forkserver,
-    netns,
-    reaping,
-    reset,
-    seccomp,
-    teardown,
-    views,
-)
-from trialground.sandbox.launch.boot import python_prefix, supervisor_payload
-from trialground.sandbox.launch.channel import ChannelClosed, Collected, collect, read_frame, send_request
-from trialground.sandbox.launch.forkserver import SandboxProcess
-from trialground.sandbox.launch.spawn import kill_group, spawn_bwrap
 from trialground.sandbox.results import build_result, error_result
 from trialground.sandbox.workspace import Workspace
 

@@ -29,7 +29,7 @@ import shutil
 import signal
 from collections.abc import Callable, Iterator, Sequence
 
-from trialground.sandbox.launch.cgroup import Cgroup
+from trialground.sandbox.backends.bwrap.cgroup import Cgroup
 
 SETPRIV = shutil.which("setpriv")
 # argv: the cgroup.procs files, "--", the command. Exit status 125 (and sh's message) when a write fails.

@@ -27,8 +27,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trialground.sandbox.launch import cgroup_v1, cgroup_v2
-from trialground.sandbox.launch.cgroup_base import GROUP, Cgroup
+from trialground.sandbox.backends.bwrap import cgroup_v1, cgroup_v2
+from trialground.sandbox.backends.bwrap.cgroup_base import GROUP, Cgroup
 
 __all__ = ["GROUP", "ROOT", "Cgroup", "Hierarchy", "create", "hierarchy", "limit_warnings", "own_groups"]
 

@@ -343,6 +343,9 @@ def serve(sock: socket.socket) -> None:
 
 def main(sock_fd: int) -> None:
     """Entry point: `sock_fd` is the host's socket; its first message carries SETTINGS."""
+    # Ctrl-C at a terminal reaches the whole foreground process group: it is the host's to act on, and the
+    # template ends when the host closes its socket (the supervisor sets its own dispositions).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=sock_fd)
     SETTINGS.update(marshal.loads(sock.recv(1 << 20)))
     SETTINGS["max_fd"] = os.sysconf("SC_OPEN_MAX")

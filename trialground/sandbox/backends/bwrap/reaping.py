@@ -1,5 +1,5 @@
 """Ending a bubblewrap launcher's process: drain its pipes, wait for it, and keep a half-started one
-from outliving a cancelled start. Used by `trialground.sandbox.bwrap`."""
+from outliving a cancelled start. Used by `trialground.sandbox.backends.bwrap.sandbox`."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import asyncio
 import contextlib
 import typing
 
-from trialground.sandbox.launch.forkserver import SandboxProcess
-from trialground.sandbox.launch.spawn import kill_group
+from trialground.sandbox.backends.bwrap.forkserver import SandboxProcess
+from trialground.sandbox.backends.bwrap.spawn import kill_group
 
 
 async def drain(stream: asyncio.StreamReader | None) -> None:

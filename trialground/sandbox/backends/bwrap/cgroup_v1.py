@@ -23,9 +23,8 @@ import time
 from pathlib import Path
 
 from trialground.errors import SandboxError
-from trialground.sandbox import owned
-from trialground.sandbox.launch import mounts
-from trialground.sandbox.launch.cgroup_base import GROUP, Cgroup, sweep_groups
+from trialground.sandbox import mounts, owned
+from trialground.sandbox.backends.bwrap.cgroup_base import GROUP, Cgroup, sweep_groups
 from trialground.sandbox.workspace import BASE_DIR, base_dir_lock
 
 CONTROLLERS = ("memory", "pids", "freezer")

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from trialground.sandbox import owned
-from trialground.sandbox.launch.cgroup_base import Cgroup, sweep_groups
+from trialground.sandbox.backends.bwrap.cgroup_base import Cgroup, sweep_groups
 
 WANTED = ("memory", "pids", "cpu")
 CPU_PERIOD_US = 100_000

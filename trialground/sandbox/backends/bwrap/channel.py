@@ -6,7 +6,7 @@ import asyncio
 import marshal
 from dataclasses import dataclass, field
 
-from trialground.sandbox.launch.supervisor import HEADER_SIZE, MAX_FRAME, decode_header, encode_frame
+from trialground.sandbox.backends.bwrap.supervisor import HEADER_SIZE, MAX_FRAME, decode_header, encode_frame
 
 
 class ChannelClosed(Exception):

@@ -37,8 +37,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from trialground.errors import SandboxError
-from trialground.sandbox.launch import seccomp, spawn, views
-from trialground.sandbox.launch.cgroup import Cgroup
+from trialground.sandbox.backends.bwrap import seccomp, spawn, views
+from trialground.sandbox.backends.bwrap.cgroup import Cgroup
 from trialground.sandbox.workspace import BASE_DIR
 
 SOURCES = tuple((Path(__file__).with_name(f"{name}.py")).read_text() for name in ("supervisor", "template"))

@@ -8,9 +8,9 @@ import shutil
 from pathlib import Path
 
 from trialground.errors import SandboxError
+from trialground.sandbox.backends.bwrap import reset, views
+from trialground.sandbox.backends.bwrap.boot import python_prefix, supervisor_payload
 from trialground.sandbox.base import WORKSPACE, SandboxConfig
-from trialground.sandbox.launch import reset, views
-from trialground.sandbox.launch.boot import python_prefix, supervisor_payload
 
 BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
 INNER_UID = views.INNER_UID

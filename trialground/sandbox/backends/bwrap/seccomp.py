@@ -26,7 +26,7 @@ import os
 import platform
 import struct
 
-from trialground.sandbox.launch import syscalls
+from trialground.sandbox.backends.bwrap import syscalls
 
 AUDIT_ARCH_X86_64 = 0xC000003E
 AUDIT_ARCH_AARCH64 = 0xC00000B7
