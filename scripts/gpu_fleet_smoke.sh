@@ -94,7 +94,7 @@ if "$PYTHON" -c "import vllm" 2>/dev/null; then
 import httpx, torch
 from trialground.policy.config import PolicyConfig
 from trialground.policy.loading import load_model
-from trialground.policy.remote import RemotePolicy
+from trialground.policy.backends.remote.remote import RemotePolicy
 cfg = PolicyConfig(backend="remote", model="tiny-agent", device="cuda", servers=("http://127.0.0.1:8123",),
                    weight_transport="vllm_nccl", weight_bucket_mb=1)
 remote = RemotePolicy(cfg)

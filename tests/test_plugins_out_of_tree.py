@@ -14,7 +14,7 @@ import pytest
 
 from trialground.errors import ConfigError
 from trialground.orchestrator.run_config import RunConfig, load_config
-from trialground.policy.scripted import ScriptedPolicy
+from trialground.policy.backends.scripted.scripted import ScriptedPolicy
 from trialground.rollout.trajectory import Trajectory
 from trialground.tasks.io import write_jsonl
 from trialground.tasks.model import Task, VerifierSpec
@@ -28,9 +28,9 @@ from trialground.envs.base import Observation
 from trialground.envs.kinds import EnvCaps, EnvKind
 from trialground.envs.tool_env import ToolEnv
 from trialground.policy.backends import PolicyBackend, PolicyCaps
-from trialground.policy.scripted import ScriptedPolicy, load_tokenizer
+from trialground.policy.backends.scripted.scripted import ScriptedPolicy, load_tokenizer
 from trialground.sandbox.backends import SandboxBackend, SandboxCaps
-from trialground.sandbox.process import ProcessSandbox
+from trialground.sandbox.backends.process.process import ProcessSandbox
 
 
 class MarkerSettings(BaseModel):

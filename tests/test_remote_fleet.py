@@ -57,7 +57,7 @@ def test_episodes_stick_to_their_server_and_a_dead_one_loses_no_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from trialground.orchestrator.loop import run
-    from trialground.policy.remote import RemotePolicy
+    from trialground.policy.backends.remote.remote import RemotePolicy
 
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     key_file = tmp_path / "key"

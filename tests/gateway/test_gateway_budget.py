@@ -18,8 +18,8 @@ from trialground.gateway.budget import SessionBudget
 from trialground.gateway.episode import harness_group
 from trialground.gateway.server import Gateway
 from trialground.gateway.session import Session
+from trialground.policy.backends.scripted.scripted import ScriptedPolicy, load_tokenizer
 from trialground.policy.base import SamplingParams
-from trialground.policy.scripted import ScriptedPolicy, load_tokenizer
 from trialground.rollout.scoring import score
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task, VerifierSpec

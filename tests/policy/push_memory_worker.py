@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import torch
 
+from trialground.policy.backends.remote.remote import RemotePolicy
 from trialground.policy.config import PolicyConfig
 from trialground.policy.loading import load_model
-from trialground.policy.remote import RemotePolicy
 
 
 def _status(pid: str, field: str) -> int:

@@ -12,8 +12,8 @@ import pytest
 import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
+from trialground.policy.backends.hf.hf import sample_batch
 from trialground.policy.gemma_decode import Gemma3Decoder, gemma_refusal
-from trialground.policy.hf import sample_batch
 from trialground.policy.lean_decoders import decoder_class
 
 

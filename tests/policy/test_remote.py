@@ -20,12 +20,12 @@ import pytest
 from trialground.errors import ConfigError, PolicyError
 from trialground.gateway.reference import ReferenceServer
 from trialground.policy import make_policy
+from trialground.policy.backends.hf.hf import HFPolicy
+from trialground.policy.backends.openai.openai import OpenAIPolicy
+from trialground.policy.backends.remote.remote import RemotePolicy
 from trialground.policy.base import SamplingParams
 from trialground.policy.config import PolicyConfig
 from trialground.policy.factory import require_trainable
-from trialground.policy.hf import HFPolicy
-from trialground.policy.openai import OpenAIPolicy
-from trialground.policy.remote import RemotePolicy
 from trialground.policy.weight_files import tensor_digest
 
 torch = pytest.importorskip("torch")
@@ -285,7 +285,7 @@ def test_reference_server_rejects_bad_requests_by_field(servers: list[ReferenceS
     resp = httpx.post(
         url + "/v1/completions", content=b"{not json", headers={"Content-Type": "application/json", **AUTH}
     )
-    assert resp.status_code == 400 and "not JSON" in resp.json()["message"]
+    assert resp.status_code == 400 and "not valid JSON" in resp.json()["message"]
     assert httpx.get(url + "/nowhere", headers=AUTH).status_code == 404
     assert (
         httpx.post(url + "/v1/completions", json={"prompt": [1], "seed": 10**30}, headers=AUTH).status_code

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trialground.policy.routing import PrefixAffinity, prefix_hashes
+from trialground.policy.backends.remote.routing import PrefixAffinity, prefix_hashes
 
 
 def test_the_longest_remembered_prefix_wins_and_dead_servers_are_forgotten() -> None:

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from trialground.errors import PolicyError
+from trialground.policy.backends.hf.hf import HFPolicy
+from trialground.policy.backends.vllm.vllm import WORKER_EXTENSION, engine_kwargs, push_weights
+from trialground.policy.backends.vllm.vllm_worker import WeightReload
 from trialground.policy.config import PolicyConfig
-from trialground.policy.hf import HFPolicy
-from trialground.policy.vllm import WORKER_EXTENSION, engine_kwargs, push_weights
-from trialground.policy.vllm_worker import WeightReload
 from trialground.policy.weight_files import (
     RELOAD_METHOD,
     iter_weights,
@@ -155,7 +155,11 @@ def test_push_reaches_every_worker_through_the_extension(tmp_path: Path) -> None
 
 def test_engine_is_built_with_the_worker_extension() -> None:
     kwargs = engine_kwargs(PolicyConfig(backend="vllm", model="tiny", max_context_tokens=512))
-    assert kwargs["worker_extension_cls"] == WORKER_EXTENSION == "trialground.policy.vllm_worker.WeightReload"
+    assert (
+        kwargs["worker_extension_cls"]
+        == WORKER_EXTENSION
+        == "trialground.policy.backends.vllm.vllm_worker.WeightReload"
+    )
     assert Path(kwargs["model"]).name == "tiny_model" and kwargs["max_model_len"] == 512
     assert hasattr(WeightReload, RELOAD_METHOD)
 
@@ -163,7 +167,7 @@ def test_engine_is_built_with_the_worker_extension() -> None:
 def test_a_sleeping_engine_wakes_its_weights_for_the_push_and_its_cache_after(tmp_path: Path) -> None:
     import threading
 
-    from trialground.policy.vllm import VLLMPolicy
+    from trialground.policy.backends.vllm.vllm import VLLMPolicy
 
     trainer = HFPolicy(PolicyConfig(model="tiny")).model
     llm = _LLM([_Worker(_Model(HFPolicy(PolicyConfig(model="tiny")).model))])

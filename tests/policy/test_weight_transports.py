@@ -16,9 +16,9 @@ import pytest
 from pydantic import ValidationError
 
 from trialground.gateway.reference import ReferenceServer
+from trialground.policy.backends.hf.hf import HFPolicy
+from trialground.policy.backends.remote.remote import RemotePolicy
 from trialground.policy.config import PolicyConfig
-from trialground.policy.hf import HFPolicy
-from trialground.policy.remote import RemotePolicy
 from trialground.policy.weight_files import weight_headers
 
 torch = pytest.importorskip("torch")
@@ -110,7 +110,7 @@ def test_an_sglang_server_takes_the_first_push_from_disk(tmp_path: Path) -> None
 
 
 def test_vllm_nccl_update_info_describes_what_is_sent() -> None:
-    from trialground.policy.vllm_nccl import update_info
+    from trialground.policy.backends.remote.vllm_nccl import update_info
 
     state = HFPolicy(PolicyConfig(model="tiny")).model.state_dict()
     info = update_info(state, torch.bfloat16, 2**20)
@@ -125,8 +125,8 @@ def test_vllm_nccl_needs_the_weights_on_a_gpu() -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     pytest.importorskip("vllm")
-    from trialground.policy.vllm_nccl import VLLMNccl
-    from trialground.policy.weight_push import PushFailed
+    from trialground.policy.backends.remote.vllm_nccl import VLLMNccl
+    from trialground.policy.backends.remote.weight_push import PushFailed
 
     with httpx.Client() as client, pytest.raises(PushFailed, match="trainer's GPU"):
         VLLMNccl(bucket_bytes=2**20, dtype=None).push(client, "http://127.0.0.1:9", {"w": torch.ones(2)}, 1)

@@ -315,7 +315,11 @@ def _family_expert(source: str, tasks: list[Task], json_report: Path | None, as_
     from trialground.families.experts import expert_for, expert_share
 
     if any(expert_for(t) is None for t in tasks):
-        fail(f"{source}: no scripted expert for these tasks (trialground.families.experts)", EXIT_USAGE)
+        fail(
+            f"{source}: the expert solves repository tasks (swe:<repo>) only, or a family with a scripted "
+            "expert (trialground.families.experts)",
+            EXIT_USAGE,
+        )
     share = asyncio.run(expert_share(tasks))
     row = {"source": source, "tasks": share.tasks, "solved": share.solved, "share": share.share,
            "unrecognised": share.unrecognised, "failed": list(share.failed_ids)}  # fmt: skip

@@ -48,8 +48,10 @@ from fastapi import Request
 
 from trialground.errors import PolicyError
 from trialground.gateway.app import Sessions, bearer, error_response, guarded, make_app, read_json
+from trialground.gateway.logprobs import Alternatives
 from trialground.gateway.session import GatewayError, Session
 from trialground.policy.base import Generation, SamplingParams
+from trialground.policy.top_logprobs import top_logprobs
 from trialground.policy.weight_files import RELOAD_METHOD, iter_weights, tensor_digest, weight_headers
 from trialground.ports import POLICY_SERVE_PORT, listen
 
@@ -88,6 +90,19 @@ class _Locked:
         self.open.clear()
         async with self.lock:
             pass
+
+    async def alternatives(
+        self, prompt: Sequence[int], g: Generation, params: SamplingParams, k: int
+    ) -> Alternatives:
+        """The k most likely tokens at each of `g`'s positions, under the weights that sampled it."""
+        async with self.lock:
+            if g.version != self.version:
+                raise GatewayError(
+                    "the weights changed while answering (a push); send the request again",
+                    status=503,
+                    code="weights_changed",
+                )
+            return await asyncio.to_thread(top_logprobs, self.policy, prompt, g.token_ids, params, k)
 
 
 class ReferenceServer:
@@ -137,6 +152,7 @@ class ReferenceServer:
             max_context_tokens=self.max_positions,
             record=False,
             cap_to_budget=False,
+            alternatives=generator.alternatives,
         )
         app = make_app(Sessions(), title="trialground policy serve", default=session)
 
@@ -159,7 +175,7 @@ class ReferenceServer:
                     raise GatewayError("invalid API key", status=401, code="invalid_api_key")
             except GatewayError as exc:
                 return error_response(exc)
-            if path.endswith("/completions"):
+            if path.endswith(("/completions", "/responses")):
                 self.requests += 1
             return await call_next(request)
 

@@ -26,6 +26,7 @@ from trialground.gateway import toolstyle
 from trialground.gateway.api import ChatRequest, CompletionRequest, Message, Sampling
 from trialground.gateway.budget import SessionBudget, Spent, max_token_chars, refusal
 from trialground.gateway.conversation import Renderer, Sampled, Turn, canonical
+from trialground.gateway.logprobs import Alternatives, TopSource, chat_logprobs, completion_logprobs
 from trialground.gateway.stitch import CallRecord
 from trialground.policy.base import DISTRIBUTION_FIELDS, Generation, SamplingParams
 from trialground.rollout.agent import Generator
@@ -62,6 +63,8 @@ class Session:
     spent: Spent = field(default_factory=Spent)
     # set when a budget ends the episode: the harness environment stops the program
     ended: asyncio.Event = field(default_factory=asyncio.Event)
+    # the k most likely tokens per sampled position, for top_logprobs (None: the sampled token only)
+    alternatives: TopSource | None = None
     _renderer: Renderer | None = None
 
     @property
@@ -166,6 +169,24 @@ class Session:
         if budget is not None and g.finish_reason == "length" and prompt_len + len(g.token_ids) >= budget:
             self.truncated = True
 
+    async def _tops(
+        self,
+        what: str,
+        k: int,
+        prompts: Sequence[Sequence[int]],
+        gens: Sequence[Generation],
+        params: SamplingParams,
+    ) -> list[Alternatives | None]:
+        """Each generation's alternatives (`prompts[i]` is generation i's prompt), where `k` > 0 asks."""
+        if k == 0:
+            return [None] * len(gens)
+        if self.alternatives is None:
+            raise GatewayError(
+                f"{what}: this server reports the sampled token's logprob only (the policy under training "
+                f"gives no alternatives); ask {what} 0 or leave it out"
+            )
+        return [await self.alternatives(p, g, params, k) for p, g in zip(prompts, gens, strict=True)]
+
     def _usage(self, prompt_tokens: int, gens: Sequence[Generation]) -> dict[str, int]:
         completion = sum(len(g.token_ids) for g in gens)
         return {
@@ -206,12 +227,16 @@ class Session:
             raise GatewayError(f"messages: the chat template cannot render them: {exc}") from exc
         except Exception as exc:  # jinja errors raised by a template's own `raise_exception`
             raise GatewayError(f"messages: the chat template refused them: {exc}") from exc
+        if req.top_logprobs and not req.logprobs:
+            raise GatewayError("top_logprobs: needs logprobs: true")
         params = self._params(req, len(prompt), req.max_completion_tokens or req.max_tokens)
         t0 = time.perf_counter()
         gens = await self._sample([prompt], req.n, params)
         seconds = time.perf_counter() - t0
         self.spent.tokens += sum(len(g.token_ids) for g in gens)
         tok = self.generator.tokenizer
+        k = (req.top_logprobs or 0) if req.logprobs else 0
+        tops = await self._tops("top_logprobs", k, [prompt] * len(gens), gens, params)
         choices, sampled = [], []
         for i, g in enumerate(gens):
             self._cut(params, len(prompt), g)
@@ -219,7 +244,7 @@ class Session:
             sampled.append(Sampled(canonical(message), g.token_ids))
             choice: dict[str, Any] = {"index": i, "message": message, "finish_reason": finish}
             if req.logprobs:
-                choice["logprobs"] = {"content": _token_logprobs(tok, g)}
+                choice["logprobs"] = {"content": chat_logprobs(tok, g, tops[i])}
             else:
                 choice["logprobs"] = None
             choice["token_ids"] = list(g.token_ids)
@@ -311,11 +336,17 @@ class Session:
         gens = await self._sample(prompts, req.n, params)
         seconds = time.perf_counter() - t0
         self.spent.tokens += sum(len(g.token_ids) for g in gens)
+        own = [prompts[i // req.n] for i in range(len(gens))]
+        tops = await self._tops("logprobs", req.logprobs or 0, own, gens, params)
         choices = []
         for i, g in enumerate(gens):
-            prompt = prompts[i // req.n]
-            self._cut(params, len(prompt), g)
-            choices.append(_completion_choice(tok, i, g, req, params.stop, prompt))
+            self._cut(params, len(own[i]), g)
+            choice = _completion_choice(tok, i, g, req, params.stop, own[i])
+            if req.logprobs is not None:
+                choice["logprobs"] = completion_logprobs(
+                    tok, g, tops[i], ids_as_names=req.return_tokens_as_token_ids
+                )
+            choices.append(choice)
         if self.record:
             for j, prompt in enumerate(prompts):
                 picked = tuple(gens[j * req.n : (j + 1) * req.n])
@@ -328,15 +359,6 @@ class Session:
             "choices": choices,
             "usage": self._usage(sum(len(p) for p in prompts), gens),
         }
-
-
-def _token_logprobs(tok: Any, g: Generation) -> list[dict[str, Any]]:
-    out = []
-    for t, lp in zip(g.token_ids, g.logprobs, strict=True):
-        piece = tok.decode([t], skip_special_tokens=False)
-        entry = {"token": piece, "logprob": lp, "bytes": list(piece.encode()), "token_id": t}
-        out.append({**entry, "top_logprobs": [{k: entry[k] for k in ("token", "logprob", "bytes")}]})
-    return out
 
 
 def _completion_choice(
@@ -361,26 +383,18 @@ def _completion_choice(
         "stop_reason": stop_reason,
         "logprobs": None,
     }
-    if req.logprobs is not None:
-        pieces = [tok.decode([t], skip_special_tokens=False) for t in g.token_ids]
-        names = [f"token_id:{t}" for t in g.token_ids] if req.return_tokens_as_token_ids else pieces
-        offsets, at = [], 0
-        for piece in pieces:
-            offsets.append(at)
-            at += len(piece)
-        choice["logprobs"] = {
-            "tokens": names,
-            "token_logprobs": list(g.logprobs),
-            "top_logprobs": [{name: lp} for name, lp in zip(names, g.logprobs, strict=True)],
-            "text_offset": offsets,
-        }
     if req.return_token_ids:
         choice["token_ids"] = list(g.token_ids)
     return choice
 
 
 def describe(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors())
+    """Each problem as `field: what is wrong` (a check of the whole body names its field itself)."""
+    parts = []
+    for e in exc.errors():
+        where, msg = ".".join(str(p) for p in e["loc"]), str(e["msg"]).removeprefix("Value error, ")
+        parts.append(msg if not where and e["type"] == "value_error" else f"{where or 'body'}: {msg}")
+    return "; ".join(parts)
 
 
 def message_text(messages: Sequence[Message]) -> str:

@@ -131,7 +131,7 @@ class PolicyConfig(BaseModel):
     )
     weight_transport: str = Field(
         "collective_rpc",
-        description="remote backend: how servers take new weights (trialground.policy.weight_push): "
+        description="remote backend: how servers take new weights (policy/backends/remote/weight_push.py): "
         "collective_rpc (vLLM with trialground's worker extension, policy serve: bucket files, drained "
         "around the load), sglang (update_weights_from_disk), vllm_nccl (vLLM's native NCCL transfer)",
     )
@@ -156,7 +156,7 @@ class PolicyConfig(BaseModel):
     @field_validator("weight_transport")
     @classmethod
     def _known_transport(cls, name: str) -> str:
-        from trialground.policy.weight_push import TRANSPORTS
+        from trialground.policy.backends.remote.weight_push import TRANSPORTS
 
         if name not in TRANSPORTS:
             raise ValueError(f"unknown weight transport {name!r}: expected one of {sorted(TRANSPORTS)}")

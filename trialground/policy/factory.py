@@ -20,16 +20,16 @@ def make_policy(config: PolicyConfig) -> Policy:
 
 def _hf(config: PolicyConfig) -> Policy:
     if config.separate_process:
-        from trialground.policy.hf_process import HFProcessPolicy
+        from trialground.policy.backends.hf.hf_process import HFProcessPolicy
 
         return HFProcessPolicy(config)
-    from trialground.policy.hf import HFPolicy
+    from trialground.policy.backends.hf.hf import HFPolicy
 
     return HFPolicy(config)
 
 
 def _scripted(config: PolicyConfig) -> Policy:
-    from trialground.policy.scripted import ScriptedPolicy, load_tokenizer
+    from trialground.policy.backends.scripted.scripted import ScriptedPolicy, load_tokenizer
 
     if not config.responses:
         raise ConfigError("policy.backend=scripted needs policy.responses (at least one)")

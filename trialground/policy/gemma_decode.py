@@ -1,7 +1,7 @@
 """The lean decoder for Gemma 3 (`Gemma3ForCausalLM`, e.g. `policy.model: gemma-3-270m`).
 
 The same preallocated KV cache, fused and prepacked projections, shared prompt caches and row dropping as
-`LlamaDecoder` (`policy/llama_decode.py`), with Gemma 3's layer:
+`LlamaDecoder` (`policy/backends/hf/llama_decode.py`), with Gemma 3's layer:
 
 - the embedding scaled by sqrt(hidden size) (the model's own embedding module does it);
 - RMS norms that scale by (1 + weight), computed in float32: before attention, after it (on the
@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trialground.policy.llama_decode import (
+from trialground.policy.backends.hf.llama_decode import (
     LlamaDecoder,
     SharedPrefix,
     _decode_attention,

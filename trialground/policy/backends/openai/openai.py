@@ -17,7 +17,8 @@ The policy interface speaks token ids; an HTTP endpoint speaks text. A local tok
 (`PolicyConfig.tokenizer`) bridges them: prompt ids are decoded to text (special tokens kept, so a
 chat-templated prompt arrives as rendered) and the returned text is encoded back.
 
-- api "completions" (default): POST {base_url}/v1/completions with the rendered prompt and `logprobs: 1`.
+- api "completions" (default): POST {base_url}/v1/completions with the rendered prompt and `logprobs: 0`
+  (the sampled tokens' logprobs, no alternatives).
   Faithful: the endpoint continues exactly the text the agent loop built.
 - api "chat": POST {base_url}/v1/chat/completions with `logprobs: true`. The agent loop's prompts are
   already rendered with the chat template, and the endpoint applies its own: `generate` sends the
@@ -61,7 +62,7 @@ class OpenAIPolicy(Policy):
             raise PolicyError("the openai backend needs policy.base_url (e.g. http://localhost:8000)")
         self.config = config
         if tokenizer is None:
-            from trialground.policy.scripted import load_tokenizer
+            from trialground.policy.backends.scripted.scripted import load_tokenizer
 
             tokenizer = load_tokenizer(config.tokenizer)
         self._tokenizer = tokenizer
@@ -106,7 +107,7 @@ class OpenAIPolicy(Policy):
 
     async def _complete(self, client: httpx.AsyncClient, prompt: str, params: SamplingParams) -> Generation:
         choice = await self._post(
-            client, "/completions", {**self._body(params), "prompt": prompt, "logprobs": 1}
+            client, "/completions", {**self._body(params), "prompt": prompt, "logprobs": 0}
         )
         logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
         return self._generation(str(choice.get("text", "")), choice, logprobs, params)

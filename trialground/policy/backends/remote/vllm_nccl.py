@@ -26,8 +26,8 @@ from typing import Any
 
 import httpx
 
+from trialground.policy.backends.remote.weight_push import PushFailed, _ok, _post
 from trialground.policy.weight_files import buckets
-from trialground.policy.weight_push import PushFailed, _ok, _post
 
 
 def update_info(weights: Mapping[str, Any], dtype: Any, bucket_bytes: int) -> dict[str, Any]:

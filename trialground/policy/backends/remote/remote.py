@@ -30,9 +30,9 @@ serve`, or `trialground policy serve` on a machine without a GPU) with token ids
   drained (`POST /pause?mode=wait`), `POST /collective_rpc {"method": "trialground_load_weights",
   "args": [DIR]}`, `POST /reset_prefix_cache`, `POST /resume`; on vLLM these routes need
   `VLLM_SERVER_DEV_MODE=1` and the worker extension `--worker-extension-cls
-  trialground.policy.vllm_worker.WeightReload`; SGLang takes `/update_weights_from_disk`; `vllm_nccl`
-  sends the tensors over NCCL instead of files. The two newest version directories are kept. A server
-  that cannot be reached during a push (it died) is dropped for
+  trialground.policy.backends.vllm.vllm_worker.WeightReload`; SGLang takes
+  `/update_weights_from_disk`; `vllm_nccl` sends the tensors over NCCL instead of files. The two newest
+  version directories are kept. A server that cannot be reached during a push (it died) is dropped for
   the rest of the run, with a warning: it missed a version, so it never samples again; the others go on.
   A server that answers with an error, or every server failing, raises `PolicyError`.
 - Version stamps: a generation is stamped with the version pushed when its request was sent (and each
@@ -63,13 +63,13 @@ from typing import Any
 import httpx
 
 from trialground.errors import PolicyError
+from trialground.policy.backends.remote.routing import PrefixAffinity
+from trialground.policy.backends.remote.weight_push import PUSH_TIMEOUT_S, PushFailed, make_transport
 from trialground.policy.base import Generation, Policy, SamplingParams
 from trialground.policy.config import PolicyConfig
 from trialground.policy.decoding import completion_text
-from trialground.policy.routing import PrefixAffinity
 from trialground.policy.sampling_parity import check_defaults, engine_dtype, server_defaults, wire_fields
 from trialground.policy.weight_files import prune, write_weights
-from trialground.policy.weight_push import PUSH_TIMEOUT_S, PushFailed, make_transport
 from trialground.retry import RetriesExhausted, retryable, send_with_retries
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ class RemotePolicy(Policy):
             )
         self.config = config
         if tokenizer is None:
-            from trialground.policy.hf import load_tokenizer
+            from trialground.policy.backends.hf.hf import load_tokenizer
 
             tokenizer = load_tokenizer(config)
         self._tokenizer = tokenizer
@@ -137,7 +137,7 @@ class RemotePolicy(Policy):
         return self._weight_root
 
     def encode_chat(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
-        from trialground.policy.hf import encode_chat
+        from trialground.policy.backends.hf.hf import encode_chat
 
         return encode_chat(self._tokenizer, messages)
 

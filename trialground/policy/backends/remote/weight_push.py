@@ -12,8 +12,8 @@ by `policy.weight_transport`.
   "weight_version": "N"}`; SGLang holds new requests and lets running ones finish around the load itself,
   then flushes its radix cache. The bucket files are safetensors in a directory, which SGLang's loader
   reads as a checkpoint of the model it serves.
-- `vllm_nccl` (`trialground.policy.vllm_nccl`): vLLM's native weight transfer, GPU to GPU over NCCL,
-  without files.
+- `vllm_nccl` (`vllm_nccl.py` beside this module): vLLM's native weight transfer, GPU to GPU over
+  NCCL, without files.
 
 `push(client, server, prepared, version)` raises `PushFailed` with what went wrong and whether the server
 could not be reached at all (then it is dropped, not fatal).
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 PUSH_TIMEOUT_S = 900.0  # a multi-GB load from a network file system takes minutes
 _VLLM_HINT = (
     "a vLLM server takes pushed weights only when started with VLLM_SERVER_DEV_MODE=1 and "
-    "--worker-extension-cls trialground.policy.vllm_worker.WeightReload"
+    "--worker-extension-cls trialground.policy.backends.vllm.vllm_worker.WeightReload"
 )
 
 
@@ -116,7 +116,7 @@ class SGLangDisk:
 
 
 def _vllm_nccl(bucket_bytes: int, dtype: Any) -> WeightTransport:
-    from trialground.policy.vllm_nccl import VLLMNccl
+    from trialground.policy.backends.remote.vllm_nccl import VLLMNccl
 
     return VLLMNccl(bucket_bytes=bucket_bytes, dtype=dtype)
 

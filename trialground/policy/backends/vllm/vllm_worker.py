@@ -47,7 +47,8 @@ def load_weights_from_dir(model: Any, directory: str) -> int:
 
 
 class WeightReload:
-    """Mixed into vLLM's worker: `--worker-extension-cls trialground.policy.vllm_worker.WeightReload`."""
+    """Mixed into vLLM's worker:
+    `--worker-extension-cls trialground.policy.backends.vllm.vllm_worker.WeightReload`."""
 
     def trialground_load_weights(self, directory: str) -> int:
         return load_weights_from_dir(model_of(self), directory)

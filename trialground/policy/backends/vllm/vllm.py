@@ -15,8 +15,8 @@ to host memory, KV cache freed) so the colocated trainer has the GPU's memory fo
 Weight push: `load_weights` writes the trainer's tensors to a directory (`weight_files.write_weights`,
 on /dev/shm when the machine has it) and asks every engine worker to load it with
 `LLM.collective_rpc("trialground_load_weights", args=(directory,))`, a method of the worker extension
-`trialground.policy.vllm_worker.WeightReload` that the engine is built with. Only the method name and a
-path cross into the engine processes, so this works with vLLM's default serialization; the earlier
+`trialground.policy.backends.vllm.vllm_worker.WeightReload` that the engine is built with. Only the method
+name and a path cross into the engine processes, so this works with vLLM's default serialization; the earlier
 `apply_model(closure)` needed `VLLM_ALLOW_INSECURE_SERIALIZATION=1` on current (V1) engines. It needs a
 vLLM with `worker_extension_cls` and `LLM.collective_rpc`. Not yet run on a GPU by this project.
 """
@@ -39,7 +39,7 @@ from trialground.policy.decoding import completion_text
 from trialground.policy.tiny import BUNDLED, resolve_model_dir
 from trialground.policy.weight_files import DEFAULT_BUCKET_BYTES, RELOAD_METHOD, write_weights
 
-WORKER_EXTENSION = "trialground.policy.vllm_worker.WeightReload"
+WORKER_EXTENSION = "trialground.policy.backends.vllm.vllm_worker.WeightReload"
 
 
 def engine_kwargs(config: PolicyConfig) -> dict[str, Any]:

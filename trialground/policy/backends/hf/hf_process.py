@@ -32,9 +32,9 @@ from typing import Any
 import torch
 
 from trialground.errors import PolicyError
+from trialground.policy.backends.hf.hf import encode_chat, load_tokenizer
 from trialground.policy.base import Generation, Policy, SamplingParams
 from trialground.policy.config import PolicyConfig
-from trialground.policy.hf import encode_chat, load_tokenizer
 
 _START_TIMEOUT_S = 300.0
 # HFPolicy methods the parent may call in the child (besides generate and load_weights)
@@ -221,7 +221,7 @@ def _recv(conn: Connection) -> Any:
 
 def _serve(conn: Connection, config_json: str) -> None:
     """The child: load the model, then answer requests in order until "stop" or the pipe closes."""
-    from trialground.policy.hf import HFPolicy
+    from trialground.policy.backends.hf.hf import HFPolicy
 
     try:
         policy = HFPolicy(PolicyConfig.model_validate_json(config_json))

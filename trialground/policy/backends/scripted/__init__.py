@@ -1,0 +1,1 @@
+"""The scripted policy backend: fixed or computed responses (tests, demos)."""

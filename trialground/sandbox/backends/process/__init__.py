@@ -1,0 +1,1 @@
+"""The process sandbox backend: plain subprocesses, NO isolation."""
