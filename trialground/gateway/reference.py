@@ -15,7 +15,9 @@ Routes:
   0..2**63-1. A sampling field the request leaves out (top_k, min_p, temperature, ...) takes the
   server's default: neutral, or what `sampling_defaults` sets (`policy serve --default-top-k`), as vLLM
   fills omitted fields from the model's generation_config.json. Penalties are refused (400). Both stream
-  with `stream: true` (`gateway/streaming.py`);
+  with `stream: true` (`gateway/streaming.py`); `top_logprobs` (chat) and `logprobs: k` (completions)
+  list the k likeliest tokens (`policy/top_logprobs.py`, one more forward pass under the same lock);
+- `POST /v1/responses`: the Responses API subset of `gateway/responses.py`, through the chat route;
 - `POST /collective_rpc` with `{"method": "trialground_load_weights", "args": [DIR]}` loads the
   safetensors weights in DIR (what vLLM does with trialground's worker extension): names and shapes are
   checked from the files' headers first, then each tensor is copied into the model as it is read, so the
