@@ -17,6 +17,7 @@ from trialground.cli import (
     report_cmd,
     run_cmd,
     sandbox_cmd,
+    sft_cmd,
     tasks_cmd,
     verify_cmd,
 )
@@ -40,6 +41,7 @@ app.command("verify")(verify_cmd.verify)
 app.command("report")(report_cmd.report)
 app.command("dashboard")(report_cmd.dashboard)
 app.command("export")(export_cmd.export)
+app.command("sft")(sft_cmd.sft)
 
 
 def _version(value: bool) -> None:
