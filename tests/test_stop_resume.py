@@ -15,7 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from trialground.cli import app
 from trialground.cli.stopping import where_stopped
 from trialground.orchestrator.preflight import occupied
 
@@ -70,7 +72,7 @@ def _command(output: str) -> list[str]:
     return argv[1:]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # four `trialground train` processes (each imports torch and loads the tiny model)
 @pytest.mark.timeout(1200)
 def test_killed_interrupted_and_terminated_runs_continue_with_the_command_they_print(tmp_path: Path) -> None:
     sets = [a for kv in [*TINY, f"output_dir={tmp_path}", "name=life"] for a in ("--set", kv)]
@@ -80,12 +82,10 @@ def test_killed_interrupted_and_terminated_runs_continue_with_the_command_they_p
     # SIGKILL at step 2, before the first checkpoint: the same command refuses and names the way on
     _signal_after(_start(first), run_dir, 2, signal.SIGKILL)
     assert not list((run_dir / "checkpoints").glob("step_*"))
-    again = subprocess.run(
-        [sys.executable, "-m", "trialground", *first], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
-    assert again.returncode == 2, again.stderr
-    assert "--overwrite" in again.stderr and "continues from step 0" in again.stderr
-    command = _command(again.stderr)
+    again = CliRunner().invoke(app, first)  # refused before anything loads: in this process
+    assert again.exit_code == 2, again.output
+    assert "--overwrite" in again.output and "continues from step 0" in again.output
+    command = _command(again.output)
 
     # Ctrl-C (to the whole foreground group, as a terminal sends it) during step 3 of the continued run
     out = _signal_after(_start(command), run_dir, 3, signal.SIGINT)

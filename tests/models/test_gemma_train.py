@@ -66,6 +66,10 @@ def test_lora_trains_the_real_model_and_exports_it_merged(run_dir: Path, tmp_pat
     assert [m["step"] for m in steps] == [1, 2] and all(m["train/loss"] == m["train/loss"] for m in steps)
     adapter = json.loads((run_dir / "checkpoints" / "step_2" / "adapter" / "adapter_config.json").read_text())
     assert adapter["r"] == 4
+    rows = pq.read_table(run_dir / "trajectories" / "step_2.parquet").to_pylist()
+    for row in rows:  # what training used: sampled after step 1's update, by version 1
+        assert row["turn_roles"] == ["prompt", "policy"] and row["turn_versions"] == [None, 1]
+        assert len(row["turn_logprobs"][1]) == len(row["turn_token_ids"][1]) == sum(row["loss_mask"])
     cli("export", str(run_dir), "--merge-lora", "--out", str(tmp_path / "full"))
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "full")
     assert type(model).__name__ == "Gemma3ForCausalLM" and model.config.num_hidden_layers == 2

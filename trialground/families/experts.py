@@ -22,6 +22,7 @@ EXPERTS: dict[str, str] = {
     "sql": "trialground.families.sql.expert:solve",
     "scicomp": "trialground.families.scicomp.expert:solve",
     "shell": "trialground.families.shell.expert:solve",
+    "cleaning": "trialground.families.cleaning.expert:solve",
 }
 
 

@@ -368,6 +368,13 @@ for _source in (
         default_n=200,
     ),
     TaskSource(
+        "cleaning",
+        "trialground.families.cleaning.source:load",
+        "data cleaning: a messy CSV in, a clean CSV out by a Python script, checked on a hidden input too",
+        generator=True,
+        default_n=200,
+    ),
+    TaskSource(
         "hf", _hf, "a local Hugging Face dataset, hf:PATH[?column mapping]", arg="required", check=_check_hf
     ),
 ):
