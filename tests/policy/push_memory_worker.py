@@ -1,8 +1,9 @@
-"""Run in a process of its own (`python push_memory_worker.py MODEL_DIR URL BUCKET_MB SERVER_PID`): load
-MODEL_DIR as a trainer would, push its weights to the `policy serve` at URL through the remote backend, and
-print one JSON line: how far the push raised this process's peak resident memory above what it held before
-(its own weights included), the same for the server process, and how far the served model's logprobs are
-from this process's for the same tokens afterwards. $OPENAI_API_KEY must hold the server's key."""
+"""Run in a process of its own (`python push_memory_worker.py MODEL URL BUCKET_MB SERVER_PID`): load
+MODEL (a directory or a packaged name such as gemma-3-270m) as a trainer would, push its weights to the
+`policy serve` at URL through the remote backend, and print one JSON line: how far the push raised this
+process's peak resident memory above what it held before (its own weights included), the same for the
+server process, and how far the served model's logprobs are from this process's for the same tokens
+afterwards. $OPENAI_API_KEY must hold the server's key."""
 
 from __future__ import annotations
 
@@ -63,11 +64,13 @@ def main(model_dir: str, url: str, bucket_mb: int, server_pid: str) -> None:
         logits = model(input_ids=torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1].float()
     own = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids).unsqueeze(-1)).squeeze(-1)
     weights = sum(t.numel() * t.element_size() for t in state.values())
+    largest = max(t.numel() * t.element_size() for t in state.values())
     print(
         json.dumps(
             {
                 "weights_bytes": weights,
                 "bucket_bytes": bucket_mb * 2**20,
+                "largest_tensor_bytes": largest,
                 "trainer_rss_before": before,
                 "trainer_peak_over": peak - before,
                 "server_peak_over": server_peak - server_before,

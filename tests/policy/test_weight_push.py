@@ -119,13 +119,22 @@ class _LLM:
     def __init__(self, workers: list[_Worker]) -> None:
         self.workers = workers
         self.resets = 0
+        self.calls: list[str] = []
 
     def collective_rpc(self, method: str, args: tuple[Any, ...] = ()) -> list[Any]:
         assert isinstance(method, str) and all(isinstance(a, str) for a in args)  # nothing to pickle
+        self.calls.append(method)
         return [getattr(w, method)(*args) for w in self.workers]
 
     def reset_prefix_cache(self) -> None:
         self.resets += 1
+        self.calls.append("reset_prefix_cache")
+
+    def sleep(self, level: int) -> None:
+        self.calls.append(f"sleep({level})")
+
+    def wake_up(self, tags: list[str]) -> None:
+        self.calls.append(f"wake_up({','.join(tags)})")
 
 
 def test_push_reaches_every_worker_through_the_extension(tmp_path: Path) -> None:
@@ -153,3 +162,31 @@ def test_engine_is_built_with_the_worker_extension() -> None:
     )
     assert Path(kwargs["model"]).name == "tiny_model" and kwargs["max_model_len"] == 512
     assert hasattr(WeightReload, RELOAD_METHOD)
+
+
+def test_a_sleeping_engine_wakes_its_weights_for_the_push_and_its_cache_after(tmp_path: Path) -> None:
+    import threading
+
+    from trialground.policy.backends.vllm.vllm import VLLMPolicy
+
+    trainer = HFPolicy(PolicyConfig(model="tiny")).model
+    llm = _LLM([_Worker(_Model(HFPolicy(PolicyConfig(model="tiny")).model))])
+    policy = object.__new__(VLLMPolicy)  # the engine is the fake above: vLLM does not run here
+    policy.config = PolicyConfig(backend="vllm", model="tiny", vllm_sleep=True)
+    policy.llm, policy._scratch, policy._lock, policy._asleep, policy.version = (
+        llm,
+        tmp_path,
+        threading.Lock(),
+        False,
+        0,
+    )
+    policy.idle()
+    policy.load_weights(trainer.state_dict(), 1)
+    assert llm.calls == [
+        "sleep(1)",
+        "wake_up(weights)",
+        RELOAD_METHOD,
+        "reset_prefix_cache",
+        "wake_up(kv_cache)",
+    ]
+    assert policy.version == 1 and not policy._asleep

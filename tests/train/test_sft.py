@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from trialground.cli import app
 from trialground.orchestrator.rundir import write_episodes
+from trialground.policy.backends.hf.hf import HFPolicy
 from trialground.policy.base import SamplingParams
 from trialground.policy.config import PolicyConfig
-from trialground.policy.hf import HFPolicy
 from trialground.rollout.chat import ChatRenderer
 from trialground.rollout.trajectory import Trajectory, Turn
 from trialground.train.advantages import Scored

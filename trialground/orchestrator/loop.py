@@ -105,6 +105,8 @@ async def run(
             if loop.dynamic_sampling:  # drop groups without a learning signal, refill from new tasks
                 batch, kept, fmetrics = await refill(batches, batch)
             scored = score_groups(batch.groups, config.trainer, kept=kept)
+            if not isinstance(batches, AsyncBatches):  # nothing generates until the push: free the engine
+                await asyncio.to_thread(policy.idle)
             version, t0 = trainer.version, time.perf_counter()
             metrics = await asyncio.to_thread(trainer.step, scored)
             metrics["train/step_s"] = time.perf_counter() - t0

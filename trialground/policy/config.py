@@ -124,6 +124,17 @@ class PolicyConfig(BaseModel):
         description="remote backend: base URLs of the running inference servers (vLLM's OpenAI-compatible "
         "server or `trialground policy serve`), e.g. http://10.0.0.5:8000; requests go to the least loaded",
     )
+    vllm_sleep: bool = Field(
+        False,
+        description="vllm backend, sync loop: the engine sleeps during each update (weights offloaded to "
+        "host memory, KV cache freed) and wakes for the weight push, so a colocated trainer gets the GPU",
+    )
+    weight_transport: str = Field(
+        "collective_rpc",
+        description="remote backend: how servers take new weights (policy/backends/remote/weight_push.py): "
+        "collective_rpc (vLLM with trialground's worker extension, policy serve: bucket files, drained "
+        "around the load), sglang (update_weights_from_disk), vllm_nccl (vLLM's native NCCL transfer)",
+    )
     weight_bucket_mb: int = Field(
         512,
         ge=1,
@@ -141,6 +152,15 @@ class PolicyConfig(BaseModel):
         "where each step's weights are written for the servers to load (None: a private temporary "
         "directory, which only works when the servers run on this machine)",
     )
+
+    @field_validator("weight_transport")
+    @classmethod
+    def _known_transport(cls, name: str) -> str:
+        from trialground.policy.backends.remote import TRANSPORTS
+
+        if name not in TRANSPORTS:
+            raise ValueError(f"unknown weight transport {name!r}: expected one of {sorted(TRANSPORTS)}")
+        return name
 
     @field_validator("backend")
     @classmethod

@@ -15,24 +15,30 @@ serve`, or `trialground policy serve` on a machine without a GPU) with token ids
 - Server defaults: at start each server's sampling defaults are read (`sampling_parity`); one on a field
   requests do not state is refused, one that differs from the run's is warned about (vLLM: start it with
   `--generation-config vllm`).
-- Routing: a request goes to the server with the fewest sequences in flight from this policy (ties: the
-  first listed). A connection error, a 429 or a 5xx answer is retried, on another server where there is
-  one, `max_retries` times, with exponential backoff and jitter, waiting at least what `Retry-After`
+- Routing: a request whose prompt extends the context an earlier request left (prompt + sampled ids: an
+  episode's next turn) goes to the server that answered that one, so its prefix cache serves the whole
+  episode (`routing.PrefixAffinity`); any other request goes to the server with the fewest sequences in
+  flight from this policy (ties: the first listed). Requests are not batched across episodes on this
+  side (`concurrent`): each goes out when its episode is ready and returns with its own answer. A
+  connection error, a 429 or a 5xx answer is retried, on another server where there is one,
+  `max_retries` times, with exponential backoff and jitter, waiting at least what `Retry-After`
   asks, within `retry_total_s` (`trialground.retry`).
 - Weight push (`load_weights`, after every trainer step): the weights are written as safetensors buckets
   of at most `policy.weight_bucket_mb`, cast to the servers' dtype (read at start), one tensor at a time
   (`weight_files`), into a new version directory under `policy.weight_dir` (a path every server can
-  read), then each server is
-  told to load it with `POST /collective_rpc {"method": "trialground_load_weights", "args": [DIR]}`
-  followed by `POST /reset_prefix_cache`. On vLLM both routes need `VLLM_SERVER_DEV_MODE=1` and the
-  worker extension `--worker-extension-cls trialground.policy.backends.vllm.vllm_worker.WeightReload`. The
-  two newest
+  read), then each server is told to load it by `policy.weight_transport` (`weight_push`): by default
+  drained (`POST /pause?mode=wait`), `POST /collective_rpc {"method": "trialground_load_weights",
+  "args": [DIR]}`, `POST /reset_prefix_cache`, `POST /resume`; on vLLM these routes need
+  `VLLM_SERVER_DEV_MODE=1` and the worker extension `--worker-extension-cls
+  trialground.policy.backends.vllm.vllm_worker.WeightReload`; SGLang takes
+  `/update_weights_from_disk`; `vllm_nccl` sends the tensors over NCCL instead of files. The two newest
   version directories are kept. A server that cannot be reached during a push (it died) is dropped for
   the rest of the run, with a warning: it missed a version, so it never samples again; the others go on.
   A server that answers with an error, or every server failing, raises `PolicyError`.
-- Version stamps: a generation is stamped with the version pushed when its request was sent. A vLLM
-  server applies a load between engine steps, so a request in flight during a push may finish under the
-  new weights; its logprobs are still those it was sampled with, and its stamp is the older version.
+- Version stamps: a generation is stamped with the version pushed when its request was sent (and each
+  policy turn of a trajectory carries it, `Turn.version`). A server is drained before a load, so no
+  request runs across one; on a vLLM without `/pause` a request in flight during a push may finish under
+  the new weights, with the logprobs it was sampled with and the older stamp.
 
 The trainer's copy of the model comes from `policy.model` (a local directory, or 'tiny'); the tokenizer
 is read from there too, and must be the servers' tokenizer. A training run pushes the trainer's starting
@@ -57,20 +63,16 @@ from typing import Any
 import httpx
 
 from trialground.errors import PolicyError
+from trialground.policy.backends.remote.routing import PrefixAffinity
+from trialground.policy.backends.remote.weight_push import PUSH_TIMEOUT_S, PushFailed, make_transport
 from trialground.policy.base import Generation, Policy, SamplingParams
 from trialground.policy.config import PolicyConfig
 from trialground.policy.decoding import completion_text
 from trialground.policy.sampling_parity import check_defaults, engine_dtype, server_defaults, wire_fields
-from trialground.policy.weight_files import RELOAD_METHOD, prune, write_weights
+from trialground.policy.weight_files import prune, write_weights
 from trialground.retry import RetriesExhausted, retryable, send_with_retries
 
 log = logging.getLogger(__name__)
-
-_PUSH_TIMEOUT_S = 900.0  # a multi-GB load from a network file system takes minutes
-_VLLM_HINT = (
-    "a vLLM server takes pushed weights only when started with VLLM_SERVER_DEV_MODE=1 and "
-    "--worker-extension-cls trialground.policy.backends.vllm.vllm_worker.WeightReload"
-)
 
 
 def base_url(url: str) -> str:
@@ -85,6 +87,8 @@ class RemotePolicy(Policy):
     trainable = True
     # A training run pushes the trainer's starting weights first: a server may still hold another run's.
     push_at_start = True
+    # Each server batches on its own: the run sends every episode's request as soon as it is ready.
+    concurrent = True
 
     def __init__(self, config: PolicyConfig, *, tokenizer: Any = None) -> None:
         if not config.servers:
@@ -95,7 +99,7 @@ class RemotePolicy(Policy):
             )
         self.config = config
         if tokenizer is None:
-            from trialground.policy.backends.hf.hf import load_tokenizer
+            from trialground.policy.loading import load_tokenizer
 
             tokenizer = load_tokenizer(config)
         self._tokenizer = tokenizer
@@ -103,10 +107,14 @@ class RemotePolicy(Policy):
         self.requests = [0] * len(self.servers)
         self._inflight = [0] * len(self.servers)
         self.dropped: set[int] = set()  # servers that missed a weight push: never asked again
+        self.affinity = PrefixAffinity()  # an episode's turns stay on the server that holds its prefix
         self.eos_ids = _eos_ids(config, tokenizer)
         self.model_name = config.served_model or self._discover_model()
         self._check_sampling_defaults()
         self._push_dtype = self._engine_dtype()
+        self._transport = make_transport(
+            config.weight_transport, bucket_bytes=config.weight_bucket_mb * 2**20, dtype=self._push_dtype
+        )
         self._seeds = random.Random(0)
         self.version = 0
         self._weight_root = (
@@ -129,7 +137,7 @@ class RemotePolicy(Policy):
         return self._weight_root
 
     def encode_chat(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
-        from trialground.policy.backends.hf.hf import encode_chat
+        from trialground.policy.backends.hf import encode_chat
 
         return encode_chat(self._tokenizer, messages)
 
@@ -156,13 +164,18 @@ class RemotePolicy(Policy):
                 )
             )
         out: list[Generation | None] = [None] * len(prompts)
-        for (_prompt, idx), (server, choices) in zip(rows.items(), answers, strict=True):
+        for (prompt, idx), (server, choices) in zip(rows.items(), answers, strict=True):
             for row, choice in zip(idx, choices, strict=True):
-                out[row] = self._generation(server, choice, version)
+                g = out[row] = self._generation(server, choice, version)
+                self.affinity.remember([*prompt, *g.token_ids], self.servers.index(server))
         return [g for g in out if g is not None]
 
-    def _pick(self, avoid: set[int]) -> int:
+    def _pick(self, avoid: set[int], prefer: int | None = None) -> int:
+        """`prefer` (the server holding the prompt's prefix) while it is live and has not failed this
+        request; else the least loaded."""
         live = [i for i in range(len(self.servers)) if i not in self.dropped]
+        if prefer is not None and prefer in live and prefer not in avoid:
+            return prefer
         candidates = [i for i in live if i not in avoid] or live
         return min(candidates, key=lambda i: self._inflight[i])
 
@@ -186,9 +199,10 @@ class RemotePolicy(Policy):
             body["stop"] = list(params.stop)
         failed: set[int] = set()
         used: list[str] = []
+        prefer = self.affinity.lookup(prompt)
 
         async def send(_attempt: int) -> httpx.Response:
-            index = self._pick(failed)  # chosen and counted with no await between: no two pick blind
+            index = self._pick(failed, prefer)  # chosen and counted with no await between: no two pick blind
             used.append(self.servers[index])
             self._inflight[index] += n
             self.requests[index] += 1
@@ -250,48 +264,42 @@ class RemotePolicy(Policy):
         """Write the weights under `weight_dir` and have every live server load them (module docstring).
         Returns when they have; a server that could not be reached is dropped; raises `PolicyError`
         naming each server that answered with an error, or when none could be reached."""
-        directory = write_weights(
-            state_dict,
-            self.weight_root,
-            version,
-            bucket_bytes=self.config.weight_bucket_mb * 2**20,
-            dtype=self._push_dtype,
-        )
+        prepared: Any = state_dict
+        if self._transport.uses_files:
+            prepared = write_weights(
+                state_dict,
+                self.weight_root,
+                version,
+                bucket_bytes=self.config.weight_bucket_mb * 2**20,
+                dtype=self._push_dtype,
+            )
         live = [i for i in range(len(self.servers)) if i not in self.dropped]
         with ThreadPoolExecutor(max_workers=len(live)) as pool:
-            results = dict(
-                zip(live, pool.map(lambda i: self._push(self.servers[i], directory), live), strict=True)
-            )
+            pushed = pool.map(lambda i: self._push(self.servers[i], prepared, version), live)
+            results = dict(zip(live, pushed, strict=True))
         failed = {i: why for i, (why, _) in results.items() if why}
         gone = {i for i, (why, unreachable) in results.items() if why and unreachable}
         if failed.keys() - gone or gone == set(live):
             raise PolicyError("weight push failed: " + "; ".join(failed.values()), kind="weights")
         for i in sorted(gone):
             self.dropped.add(i)
+            self.affinity.forget_server(i)
             log.warning(
                 "policy server dropped for the rest of the run (it missed weights v%d): %s",
                 version,
                 failed[i],
             )
-        prune(self.weight_root, keep=2)
+        if self._transport.uses_files:
+            prune(self.weight_root, keep=2)
         self.version = version
 
-    def _push(self, server: str, directory: Path) -> tuple[str | None, bool]:
+    def _push(self, server: str, prepared: Any, version: int) -> tuple[str | None, bool]:
         """(what went wrong or None, whether the server could not be reached at all)."""
-        rpc = {"method": RELOAD_METHOD, "args": [str(directory)], "timeout": _PUSH_TIMEOUT_S}
         try:
-            with httpx.Client(timeout=_PUSH_TIMEOUT_S, headers=self._headers()) as client:
-                resp = client.post(server + "/collective_rpc", json=rpc)
-                if resp.status_code == 200:
-                    resp = client.post(server + "/reset_prefix_cache")
-        except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as exc:
-            return f"{server}: {type(exc).__name__}: {exc}", True
-        except httpx.HTTPError as exc:
-            return f"{server}: {type(exc).__name__}: {exc}", False
-        if resp.status_code == 404:
-            return f"{server}: {resp.request.url.path} not found ({_VLLM_HINT})", False
-        if resp.status_code != 200:
-            return f"{server}{resp.request.url.path}: HTTP {resp.status_code}: {resp.text[:300]}", False
+            with httpx.Client(timeout=PUSH_TIMEOUT_S, headers=self._headers()) as client:
+                self._transport.push(client, server, prepared, version)
+        except PushFailed as exc:
+            return str(exc), exc.unreachable
         return None, False
 
     # ------------------------------------------------------------------ run plumbing

@@ -6,6 +6,12 @@ Generation goes through `LLM.generate` with token-id prompts; each sampled token
 "processed_logprobs" (after temperature and top-p), matching the hf policy's contract; older versions
 return raw logprobs, which equal the processed ones only at temperature 1 with top_p 1.
 
+Sleep (`policy.vllm_sleep`, sync loop): the engine is built with `enable_sleep_mode`; once a step's
+rollouts are done the loop calls `idle()`, which puts it to sleep (`LLM.sleep(level=1)`: weights offloaded
+to host memory, KV cache freed) so the colocated trainer has the GPU's memory for the update, and
+`load_weights` wakes it in two parts, `wake_up(tags=["weights"])` before the push and
+`wake_up(tags=["kv_cache"])` after it. Not yet run on a GPU by this project.
+
 Weight push: `load_weights` writes the trainer's tensors to a directory (`weight_files.write_weights`,
 on /dev/shm when the machine has it) and asks every engine worker to load it with
 `LLM.collective_rpc("trialground_load_weights", args=(directory,))`, a method of the worker extension
@@ -45,6 +51,7 @@ def engine_kwargs(config: PolicyConfig) -> dict[str, Any]:
         "gpu_memory_utilization": config.gpu_memory_utilization,
         "max_model_len": config.max_context_tokens,
         "enable_prefix_caching": True,
+        "enable_sleep_mode": config.vllm_sleep,
         "worker_extension_cls": WORKER_EXTENSION,
     }
 
@@ -103,6 +110,7 @@ class VLLMPolicy(Policy):
         self._tokenizer = self.llm.get_tokenizer()
         self.version = 0
         self._lock = threading.Lock()
+        self._asleep = False
 
     @property
     def tokenizer(self) -> Any:
@@ -158,6 +166,15 @@ class VLLMPolicy(Policy):
             )
         return gens
 
+    def idle(self) -> None:
+        """Between a sync step's rollouts and its weight push: with `policy.vllm_sleep` the engine sleeps
+        (level 1: weights offloaded to host memory, KV cache freed) so the trainer has the GPU's memory;
+        `load_weights` wakes it."""
+        if self.config.vllm_sleep and not self._asleep:
+            with self._lock:
+                self.llm.sleep(level=1)
+                self._asleep = True
+
     def load_weights(self, state_dict: Mapping[str, Any], version: int) -> None:
         """Push trainer tensors (HF parameter names) into every engine worker (see the module doc)."""
         with self._lock:
@@ -166,7 +183,12 @@ class VLLMPolicy(Policy):
 
                 bucket = self.config.weight_bucket_mb * 2**20
                 dtype = getattr(torch, self.config.dtype)
+                if self._asleep:  # the weights' memory first, the KV cache once they are loaded
+                    self.llm.wake_up(tags=["weights"])
                 push_weights(self.llm, state_dict, self._scratch, bucket_bytes=bucket, dtype=dtype)
+                if self._asleep:
+                    self.llm.wake_up(tags=["kv_cache"])
+                    self._asleep = False
             except PolicyError:
                 raise
             except Exception as exc:  # the engine raises many types; all are a failed update
