@@ -24,6 +24,7 @@ EXPERTS: dict[str, str] = {
     "shell": "trialground.families.shell.expert:solve",
     "cleaning": "trialground.families.cleaning.expert:solve",
     "gitrepair": "trialground.families.gitrepair.expert:solve",
+    "httpdiag": "trialground.families.httpdiag.expert:solve",
 }
 
 

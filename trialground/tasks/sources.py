@@ -382,6 +382,13 @@ for _source in (
         default_n=200,
     ),
     TaskSource(
+        "httpdiag",
+        "trialground.families.httpdiag.source:load",
+        "a misbehaving local HTTP service: diagnose from its logs and responses, fix its configuration",
+        generator=True,
+        default_n=200,
+    ),
+    TaskSource(
         "hf", _hf, "a local Hugging Face dataset, hf:PATH[?column mapping]", arg="required", check=_check_hf
     ),
 ):
