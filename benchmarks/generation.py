@@ -33,9 +33,9 @@ from pathlib import Path
 import torch
 
 from trialground.policy.backends.hf.hf import HFPolicy, sample_batch
+from trialground.policy.backends.hf.lean_decoders import decoder_class, refusals
 from trialground.policy.backends.hf.llama_decode import LlamaDecoder
 from trialground.policy.config import PolicyConfig
-from trialground.policy.lean_decoders import decoder_class, refusals
 from trialground.tasks.codegen import generate_codegen_tasks
 
 

@@ -15,10 +15,10 @@ from trialground.gateway.conformance import check
 from trialground.gateway.server import Gateway
 from trialground.gateway.session import Session
 from trialground.gateway.stitch import stitch
+from trialground.policy.backends.hf.gemma_decode import Gemma3Decoder
 from trialground.policy.backends.hf.hf import HFPolicy, sample_batch
 from trialground.policy.base import SamplingParams
 from trialground.policy.config import PolicyConfig
-from trialground.policy.gemma_decode import Gemma3Decoder
 from trialground.policy.templates import PLAIN
 from trialground.rollout.chat import ChatRenderer
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
+from trialground.policy.backends.hf.gemma_decode import Gemma3Decoder, gemma_refusal
 from trialground.policy.backends.hf.hf import sample_batch
-from trialground.policy.gemma_decode import Gemma3Decoder, gemma_refusal
-from trialground.policy.lean_decoders import decoder_class
+from trialground.policy.backends.hf.lean_decoders import decoder_class
 
 
 @pytest.fixture(autouse=True)

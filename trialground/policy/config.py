@@ -156,7 +156,7 @@ class PolicyConfig(BaseModel):
     @field_validator("weight_transport")
     @classmethod
     def _known_transport(cls, name: str) -> str:
-        from trialground.policy.backends.remote.weight_push import TRANSPORTS
+        from trialground.policy.backends.remote import TRANSPORTS
 
         if name not in TRANSPORTS:
             raise ValueError(f"unknown weight transport {name!r}: expected one of {sorted(TRANSPORTS)}")

@@ -30,11 +30,11 @@ import torch
 from transformers import PreTrainedModel
 
 from trialground.errors import PolicyError
+from trialground.policy.backends.hf.lean_decoders import decoder_class
 from trialground.policy.backends.hf.llama_decode import LlamaDecoder, SharedPrefix
 from trialground.policy.base import Generation, Policy, SamplingParams
 from trialground.policy.config import PolicyConfig
 from trialground.policy.decoding import completion_text, control_ids
-from trialground.policy.lean_decoders import decoder_class
 from trialground.policy.loading import check_vocabulary, load_model, load_tokenizer
 from trialground.tensors import cache_keyword, distinct_rows, left_pad
 

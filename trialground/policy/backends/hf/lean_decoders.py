@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from trialground.policy.backends.hf.gemma_decode import Gemma3Decoder
 from trialground.policy.backends.hf.llama_decode import LlamaDecoder
-from trialground.policy.gemma_decode import Gemma3Decoder
 
 # Llama, Mistral, Qwen2, Qwen3 (llama_decode.py); Gemma 3 (gemma_decode.py)
 DECODERS: tuple[type[LlamaDecoder], ...] = (LlamaDecoder, Gemma3Decoder)

@@ -16,7 +16,8 @@ The same preallocated KV cache, fused and prepacked projections, shared prompt c
 Covered exactly while there is no logit soft-capping, no bidirectional attention, the rotary embeddings
 are unscaled and the projections are plain linear layers (not LoRA-wrapped); `gemma_refusal` says why
 otherwise, and the caller falls back to transformers' forward. Tests compare its tokens and logprobs with
-transformers' on the truncated real model (`tests/models/test_gemma_decode.py`).
+transformers' on a random small Gemma 3 (`tests/policy/test_gemma_decode.py`) and on the truncated real model
+(`tests/models/test_gemma.py`).
 """
 
 from __future__ import annotations
