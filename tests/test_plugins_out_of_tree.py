@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from trialground.envs.base import Observation
 from trialground.envs.kinds import EnvCaps, EnvKind
+from trialground.envs.single_turn import SingleTurnEnv
 from trialground.envs.tool_env import ToolEnv
 from trialground.policy.backends import PolicyBackend, PolicyCaps
 from trialground.policy.backends.scripted.scripted import ScriptedPolicy, load_tokenizer
@@ -90,6 +91,21 @@ class BriefedToolEnv(ToolEnv):
 
 
 ENV = EnvKind("briefed_tool", BriefedToolEnv, EnvCaps(needs_sandbox=True), settings=BriefSettings)
+
+
+class ShoutEnv(SingleTurnEnv):
+    """A single-turn kind of its own: the prompt in capitals."""
+
+    async def reset(self, task):
+        obs = await super().reset(task)
+        return obs.model_copy(update={"text": obs.text.upper()})
+
+
+def make_shout_env(grader, env_config, sandbox_config, **_):
+    return ShoutEnv(grader)
+
+
+SHOUT = EnvKind("shout", make_shout_env, EnvCaps(needs_sandbox=False))
 
 
 def sign_advantages(rewards, eps):
@@ -172,6 +188,42 @@ def test_plugins_named_only_by_the_run_config_run_real_episodes(plugin_path: Pat
     assert isinstance(policy, ScriptedPolicy)
     first_prompt = policy.tokenizer.decode(policy.calls[0])
     assert "BRIEFED BY THE PLUGIN" in first_prompt  # the env kind plugin's settings reached the episode
+
+
+def test_an_env_kind_without_sandboxes_plays_its_own_episodes(plugin_path: Path) -> None:
+    from trialground.orchestrator.wiring import build
+
+    task = Task(
+        domain="qa",
+        prompt="Say ok.",
+        verifier=VerifierSpec(kind="exact", params={"answer": "ok", "extract": "whole"}),
+        split="train",
+    )
+    write_jsonl([task], plugin_path / "answers.jsonl")
+    config = load_config(
+        None,
+        [
+            f"tasks.sources=[{{source: {plugin_path / 'answers.jsonl'}}}]",
+            "env.kind=tg_rooms_plugin:SHOUT",
+            "policy.backend=scripted",
+            "policy.responses=[ok]",
+            "loop.eval_interval=0",
+        ],
+    )
+    wiring = build(config, None, train=False)
+    assert wiring.env_pool is None
+
+    async def episodes() -> list[list[Trajectory]]:
+        try:
+            return await wiring.collector.collect(wiring.tasks.tasks, 2, config.policy.sampling)
+        finally:
+            await wiring.close()
+
+    (group,) = asyncio.run(episodes())
+    assert [t.reward.outcome for t in group if t.reward is not None] == [1.0, 1.0]
+    policy = wiring.policy
+    assert isinstance(policy, ScriptedPolicy)
+    assert "SAY OK." in policy.tokenizer.decode(policy.calls[0])  # the kind's own reset ran
 
 
 @pytest.mark.parametrize(
