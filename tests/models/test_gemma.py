@@ -115,6 +115,7 @@ def test_the_lean_decoder_samples_what_transformers_samples_on_the_real_model(po
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # transformers' conversion: ~30 s on a quiet machine, 8 min measured at load 20
 def test_the_gguf_tokenizer_is_transformers_converter_token_for_token(tmp_path: Path) -> None:
     """The tokenizer built from the GGUF file's vocabulary equals transformers' conversion of the same file
     (which takes several times longer): the same merges, added tokens and ids on text of every kind."""
