@@ -25,6 +25,7 @@ EXPERTS: dict[str, str] = {
     "cleaning": "trialground.families.cleaning.expert:solve",
     "gitrepair": "trialground.families.gitrepair.expert:solve",
     "httpdiag": "trialground.families.httpdiag.expert:solve",
+    "regex": "trialground.families.regex.expert:solve",
 }
 
 

@@ -389,6 +389,13 @@ for _source in (
         default_n=200,
     ),
     TaskSource(
+        "regex",
+        "trialground.families.regex.source:load",
+        "one Python regular expression extracting IPs, dates, e-mails, colours, times or versions from text",
+        generator=True,
+        default_n=200,
+    ),
+    TaskSource(
         "hf", _hf, "a local Hugging Face dataset, hf:PATH[?column mapping]", arg="required", check=_check_hf
     ),
 ):
