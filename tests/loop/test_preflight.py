@@ -271,3 +271,10 @@ def test_validate_lists_every_broken_record_of_a_task_file_with_its_line(tmp_pat
         stdin=f"tasks: {{sources: [{{source: '{tasks}'}}]}}\n",
     )
     assert bad.returncode == 2 and f"{tasks}:2: (json)" in bad.stderr, bad.stderr
+    usage = _cli("eval", "-", "--json", "--samples", "0", cwd=tmp_path, stdin="")
+    assert usage.returncode == 2
+    assert json.loads(usage.stdout) == {
+        "error": "Invalid value for '--samples': Input should be greater than or equal to 1",
+        "kind": "usage",
+        "where": "--samples",
+    }

@@ -95,4 +95,7 @@ def test_a_push_holds_at_most_one_bucket_and_the_served_logprobs_are_the_trainer
     # copies one tensor of it at a time into its model
     bound = max(report["bucket_bytes"], report["largest_tensor_bytes"]) + report["largest_tensor_bytes"]
     assert report["server_peak_over"] <= bound, report
-    assert report["tokens"] > 0 and report["max_logprob_diff"] < 1e-4, report
+    assert report["weights_equal"], report  # every served weight is the trainer's, bit for bit
+    # the server samples with a KV cache, the trainer scores in one pass: float error only (2.4e-6 on the
+    # random Llama, 2.3e-4 on Gemma 3 270M and its 262k-token vocabulary)
+    assert report["tokens"] > 0 and report["max_logprob_diff"] < 1e-3, report

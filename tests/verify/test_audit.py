@@ -52,6 +52,7 @@ def test_the_planted_hackable_family_is_reported_and_excluded(tmp_path: Path) ->
     )
     assert res.exit_code == 1, res.output
     assert res.stdout.count("paid by syntax_error") == 2 and "100%" in res.stdout
+    assert "deliberately gameable" in res.stdout
     assert "hackable:naive/repair: 100% of tasks paid" in res.output
     ids = read_excluded(out)
     assert ids == {t.id for t in load_source("hackable:naive", n=2)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -66,10 +67,23 @@ def _options(
 def main() -> None:
     from trialground.cli.common import json_errors
 
-    json_errors("--json" in sys.argv[1:])  # an error of a --json command is a JSON object too
+    as_json = "--json" in sys.argv[1:]
+    json_errors(as_json)  # an error of a --json command is a JSON object too
     if len(sys.argv) > 1 and sys.argv[1] in ("train", "eval"):
         # glibc reads its tunables when a process starts: re-execute before the run does any work
         from trialground.hugepages import reexec_with_hugepages
 
         reexec_with_hugepages()
-    app()
+    if not as_json:
+        app()
+        return
+    try:  # the command line's own errors (a missing argument, a bad value) as the same JSON object
+        code = app(standalone_mode=False)
+    except Exception as exc:
+        if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):  # not a usage error
+            raise
+        param = getattr(exc, "param", None)
+        where = (getattr(param, "opts", None) or [None])[0] if param is not None else None
+        print(json.dumps({"error": exc.format_message(), "kind": "usage", "where": where}))
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)

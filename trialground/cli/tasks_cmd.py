@@ -66,7 +66,10 @@ def _head(text: str, width: int = 70) -> str:
 
 @app.command("list")
 def list_tasks(
-    source: SourceArg,
+    source: Annotated[
+        str | None,
+        typer.Argument(help="A task source (see `tasks show`); left out: the registered sources themselves"),
+    ] = None,
     seed: SeedOpt = 0,
     n: NOpt = None,
     split: SplitOpt = None,
@@ -74,7 +77,11 @@ def list_tasks(
         bool, typer.Option("--json", help="One JSON object per line instead of a table")
     ] = False,
 ) -> None:
-    """A table of the source's tasks: id, domain, split, verifier and the head of the prompt."""
+    """A table of the source's tasks: id, domain, split, verifier and the head of the prompt; without a
+    source, the registered sources (name, argument, generated or fixed, default size, what they hold)."""
+    if source is None:
+        _list_sources(as_json)
+        return
     tasks = _load(source, seed, n, split)
     if as_json:
         for t in tasks:
@@ -330,3 +337,23 @@ def _family_expert(source: str, tasks: list[Task], json_report: Path | None, as_
     if json_report is not None:
         json_report.write_text(json.dumps(row, indent=2) + "\n")
     sys.exit(0 if share.solved else 1)
+
+
+def _list_sources(as_json: bool) -> None:
+    from trialground.tasks.sources import known
+
+    rows = [
+        {"name": s.name, "arg": s.arg, "generator": s.generator, "default_n": s.default_n, "doc": s.doc}
+        for s in known()
+    ]
+    if as_json:
+        for row in rows:
+            print(json.dumps(row))
+        return
+    table = Table(title=f"{len(rows)} task sources (plugins: package.module:NAME)")
+    for col in ("source", "argument", "kind", "default n", "what"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        kind = "generated" if r["generator"] else "fixed"
+        table.add_row(str(r["name"]), str(r["arg"]), kind, str(r["default_n"] or "-"), str(r["doc"]))
+    Console(width=160).print(table)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from trialground.plugin import FrozenParams, Params, check_name, check_section
+from trialground.plugin import FrozenParams, Params, section_validators
 
 
 class EnvConfig(BaseModel):
@@ -126,19 +126,7 @@ class EnvConfig(BaseModel):
                 raise ValueError(f"env.tool_observation_chars.{name}: {chars} is under 16 characters")
         return self
 
-    @field_validator("kind")
-    @classmethod
-    def _known_kind(cls, value: str) -> str:
-        from trialground.envs.kinds import KINDS
-
-        return check_name(KINDS, value)
-
-    @model_validator(mode="after")
-    def _params_of_kind(self) -> EnvConfig:
-        from trialground.envs.kinds import KINDS
-
-        check_section(KINDS, self.kind, self.params, "env.", self)
-        return self
+    _known_kind, _params_of_kind = section_validators("kind", "trialground.envs.kinds:KINDS", "env.")
 
     @model_validator(mode="after")
     def _harness(self) -> EnvConfig:

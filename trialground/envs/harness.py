@@ -36,8 +36,7 @@ from trialground.envs.base import EpisodeStart, Observation
 from trialground.envs.harness_launcher import LAUNCHER
 from trialground.envs.tool_env import ToolEnv
 from trialground.errors import EnvError, SandboxError, TrialgroundError
-from trialground.sandbox.backends.bwrap.boot import python_prefix
-from trialground.sandbox.backends.bwrap.supervisor import PRELOAD_KEEP, split_python
+from trialground.sandbox.backends.bwrap import PRELOAD_KEEP, python_prefix, split_python
 from trialground.sandbox.base import WORKSPACE, ExecStatus, Limits, SandboxConfig, View
 from trialground.tasks.model import Task
 

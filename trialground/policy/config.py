@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from trialground.plugin import FrozenParams, Params, check_name, check_section
+from trialground.plugin import FrozenParams, Params, section_validators
 from trialground.policy.base import SamplingParams
 from trialground.retry import Backoff
 
@@ -156,25 +156,15 @@ class PolicyConfig(BaseModel):
     @field_validator("weight_transport")
     @classmethod
     def _known_transport(cls, name: str) -> str:
-        from trialground.policy.backends.remote.weight_push import TRANSPORTS
+        from trialground.policy.backends.remote import TRANSPORTS
 
         if name not in TRANSPORTS:
             raise ValueError(f"unknown weight transport {name!r}: expected one of {sorted(TRANSPORTS)}")
         return name
 
-    @field_validator("backend")
-    @classmethod
-    def _known_backend(cls, value: str) -> str:
-        from trialground.policy.backends import BACKENDS
-
-        return check_name(BACKENDS, value)
-
-    @model_validator(mode="after")
-    def _params_of_backend(self) -> PolicyConfig:
-        from trialground.policy.backends import BACKENDS
-
-        check_section(BACKENDS, self.backend, self.params, "policy.", self)
-        return self
+    _known_backend, _params_of_backend = section_validators(
+        "backend", "trialground.policy.backends:BACKENDS", "policy."
+    )
 
     def backoff(self) -> Backoff:
         """The retry bounds of the openai and remote backends' requests (`trialground.retry`)."""

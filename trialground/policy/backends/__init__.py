@@ -45,7 +45,7 @@ BACKENDS: Registry[PolicyBackend] = Registry(
 for _b in (
     PolicyBackend(
         "hf",
-        "trialground.policy.factory:_hf",
+        "trialground.policy.backends.hf:make_policy",
         PolicyCaps(loads_model=True),
         requires=TORCH,
         doc="transformers, in this process or a child",
@@ -72,7 +72,7 @@ for _b in (
     ),
     PolicyBackend(
         "scripted",
-        "trialground.policy.factory:_scripted",
+        "trialground.policy.backends.scripted:make_policy",
         PolicyCaps(loads_model=False),
         doc="fixed responses (tests, demos)",
     ),

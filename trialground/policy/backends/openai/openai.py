@@ -62,7 +62,7 @@ class OpenAIPolicy(Policy):
             raise PolicyError("the openai backend needs policy.base_url (e.g. http://localhost:8000)")
         self.config = config
         if tokenizer is None:
-            from trialground.policy.backends.scripted.scripted import load_tokenizer
+            from trialground.policy.backends.scripted import load_tokenizer
 
             tokenizer = load_tokenizer(config.tokenizer)
         self._tokenizer = tokenizer

@@ -99,7 +99,7 @@ class RemotePolicy(Policy):
             )
         self.config = config
         if tokenizer is None:
-            from trialground.policy.backends.hf.hf import load_tokenizer
+            from trialground.policy.loading import load_tokenizer
 
             tokenizer = load_tokenizer(config)
         self._tokenizer = tokenizer
@@ -137,7 +137,7 @@ class RemotePolicy(Policy):
         return self._weight_root
 
     def encode_chat(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
-        from trialground.policy.backends.hf.hf import encode_chat
+        from trialground.policy.backends.hf import encode_chat
 
         return encode_chat(self._tokenizer, messages)
 

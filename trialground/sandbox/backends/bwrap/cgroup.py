@@ -189,3 +189,16 @@ def limit_warnings(group: Cgroup | None, *, cpus: bool = False) -> tuple[str, ..
 def warn_once(line: str) -> None:
     """Log `line` (a limit this host does not enforce) as a warning, once per process."""
     log.warning("sandbox limit %s", line)
+
+
+def disk_warning(tmpfs: bool) -> tuple[str, ...]:
+    """The disk quota is a size-limited tmpfs under the workspace: without one (not root), say so (logged
+    the first time, like `limit_warnings`)."""
+    if tmpfs:
+        return ()
+    line = (
+        "disk: not enforced (the workspace is a plain directory: its size-limited tmpfs needs root); "
+        "file_size_mb still bounds each file"
+    )
+    warn_once(line)
+    return (line,)

@@ -4,30 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import marshal
-from dataclasses import dataclass, field
 
 from trialground.sandbox.backends.bwrap.supervisor import HEADER_SIZE, MAX_FRAME, decode_header, encode_frame
+from trialground.sandbox.results import Collected
 
 
 class ChannelClosed(Exception):
     """The supervisor went away (it was killed, or the sandbox died)."""
-
-
-@dataclass
-class Collected:
-    """Output of one command, cut at `cap` bytes per stream whatever the supervisor sends."""
-
-    cap: int
-    stdout: bytearray = field(default_factory=bytearray)
-    stderr: bytearray = field(default_factory=bytearray)
-    seen: dict[str, int] = field(default_factory=lambda: {"O": 0, "E": 0})
-
-    def add(self, kind: str, data: bytes) -> None:
-        buf = self.stdout if kind == "O" else self.stderr
-        self.seen[kind] += len(data)
-        room = self.cap - len(buf)
-        if room > 0:
-            buf += data[:room]
 
 
 async def read_frame(reader: asyncio.StreamReader) -> tuple[str, bytes]:

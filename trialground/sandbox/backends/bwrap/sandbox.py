@@ -56,9 +56,9 @@ from trialground.sandbox.backends.bwrap.channel import (
     send_request,
 )
 from trialground.sandbox.backends.bwrap.forkserver import SandboxProcess
+from trialground.sandbox.backends.bwrap.request import exec_request, rlimits
 from trialground.sandbox.backends.bwrap.spawn import kill_group, spawn_bwrap
 from trialground.sandbox.base import (
-    WORKSPACE,
     Command,
     ExecResult,
     Limits,
@@ -86,18 +86,6 @@ SITE_REQUEST = {"site": True}  # load `site` in the supervisor now (warm_python)
 PRELOAD_SOURCE = Path(reset.__file__).with_name("preload.py").read_text()  # the preload request's code
 
 
-def _disk_warning(workspace: Workspace) -> tuple[str, ...]:
-    """The disk quota is a size-limited tmpfs under the workspace: without one (not root), say so."""
-    if workspace.tmpfs:
-        return ()
-    line = (
-        "disk: not enforced (the workspace is a plain directory: its size-limited tmpfs needs root); "
-        "file_size_mb still bounds each file"
-    )
-    cgroup.warn_once(line)
-    return (line,)
-
-
 class BwrapSandbox(Sandbox):
     """A bubblewrap sandbox; create with `await BwrapSandbox.create(config, files)`.
 
@@ -112,7 +100,7 @@ class BwrapSandbox(Sandbox):
         self.name = uuid.uuid4().hex[:12]
         self.cgroup = cgroup.create(self.name)
         # What this host cannot enforce (logged once; listed in every result)
-        self.limit_warnings = cgroup.limit_warnings(self.cgroup) + _disk_warning(workspace)
+        self.limit_warnings = cgroup.limit_warnings(self.cgroup) + cgroup.disk_warning(workspace.tmpfs)
         self._counters = (0, 0)  # the cgroup's (OOM kills, pids refusals) after the last command
         self._uid = workspace.uid
         self._proc: asyncio.subprocess.Process | SandboxProcess | None = None
@@ -386,19 +374,9 @@ class BwrapSandbox(Sandbox):
         if self._closed:
             raise SandboxError("sandbox is closed", kind="closed")
         lim = limits or self.config.limits
-        argv = ["/bin/bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        if not argv:
-            raise SandboxError("empty command", kind="bad_command")
-        workdir = WORKSPACE if cwd is None else cwd if cwd.startswith("/") else f"{WORKSPACE}/{cwd}"
-        request = {
-            "argv": argv,
-            "env": {**bwrap_cmd.default_env(self.config), **(env or {})},
-            "cwd": workdir,
-            "wall_s": lim.wall_s,
-            "output_bytes": lim.output_bytes,
-            "rlimits": self._rlimits(lim),
-            "python_fast": self.config.python_fast,
-        }
+        enforced = self.cgroup.enforced() if self.cgroup else frozenset()
+        rl = rlimits(lim, enforced, self._preload_vm_bytes)
+        request = exec_request(self.config, cmd, env=env, cwd=cwd, limits=lim, rlimits=rl)
         data = text_bytes(stdin)
         async with self._lock:
             start = time.monotonic()
@@ -453,22 +431,6 @@ class BwrapSandbox(Sandbox):
             peak_memory_bytes=peak,
             limit_warnings=warnings,
         )
-
-    def _rlimits(self, lim: Limits) -> dict[str, int]:
-        rl = {
-            "RLIMIT_CPU": max(1, int(lim.cpu_s + 0.999)),
-            "RLIMIT_FSIZE": lim.file_size_mb << 20,
-            "RLIMIT_CORE": 0,
-        }
-        enforced = self.cgroup.enforced() if self.cgroup else frozenset()
-        if "memory" not in enforced:
-            # no memory cgroup here: the address-space cap instead (plus what a preload mapped, inherited)
-            rl["RLIMIT_AS"] = (lim.memory_mb << 20) + self._preload_vm_bytes
-        if "pids" not in enforced:
-            # No pids cgroup: RLIMIT_NPROC, counted per uid in the sandbox's own user namespace (its
-            # processes), plus the supervisor and the process it keeps forked for the next command.
-            rl["RLIMIT_NPROC"] = lim.pids + 2
-        return rl
 
     async def write(self, path: str, data: bytes | str) -> None:
         self._check_open()

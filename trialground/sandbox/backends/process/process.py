@@ -18,7 +18,6 @@ import time
 from collections.abc import Mapping
 
 from trialground.errors import SandboxError
-from trialground.sandbox.backends.bwrap.channel import Collected
 from trialground.sandbox.base import (
     WORKSPACE,
     Command,
@@ -29,7 +28,7 @@ from trialground.sandbox.base import (
     text_bytes,
 )
 from trialground.sandbox.beneath import read_limit
-from trialground.sandbox.results import build_result
+from trialground.sandbox.results import Collected, build_result
 from trialground.sandbox.workspace import Workspace
 
 log = logging.getLogger(__name__)
