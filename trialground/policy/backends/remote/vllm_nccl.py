@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from trialground.policy.backends.remote.weight_push import PushFailed, _ok, _post
+from trialground.policy.backends.remote.push_http import PushFailed, ok, post
 from trialground.policy.weight_files import buckets
 
 
@@ -74,26 +74,26 @@ class VLLMNccl:
             )
         group = self._groups.get(server) or self._join(client, server)
         info = update_info(weights, self.dtype, self.bucket_bytes)
-        _ok(server, _post(client, server, "/pause", params={"mode": "wait"}))
+        ok(server, post(client, server, "/pause", params={"mode": "wait"}))
         try:
             with ThreadPoolExecutor(max_workers=1) as pool:
-                answer = pool.submit(_post, client, server, "/update_weights", json={"update_info": info})
+                answer = pool.submit(post, client, server, "/update_weights", json={"update_info": info})
                 args = NCCLTrainerSendWeightsArgs(
                     group=group, packed=True, packed_buffer_size_bytes=self.bucket_bytes
                 )
                 NCCLWeightTransferEngine.trainer_send_weights(
                     _cast(weights, self.dtype, self.bucket_bytes), args
                 )
-                _ok(server, answer.result())
-            _ok(server, _post(client, server, "/reset_prefix_cache"))
+                ok(server, answer.result())
+            ok(server, post(client, server, "/reset_prefix_cache"))
         finally:
-            _ok(server, _post(client, server, "/resume"))
+            ok(server, post(client, server, "/resume"))
 
     def _join(self, client: httpx.Client, server: str) -> Any:
         from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngine
 
         resp = client.get(server + "/get_world_size")
-        _ok(server, resp, "start vLLM with VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config")
+        ok(server, resp, "start vLLM with VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config")
         world = int(resp.json()["world_size"])
         address = os.environ.get("TRIALGROUND_NCCL_ADDRESS") or socket.gethostbyname(socket.gethostname())
         with socket.socket() as s:
@@ -102,13 +102,13 @@ class VLLMNccl:
         init = {"master_address": address, "master_port": port, "world_size": world + 1}
         with ThreadPoolExecutor(max_workers=1) as pool:
             answer = pool.submit(
-                _post,
+                post,
                 client,
                 server,
                 "/init_weight_transfer_engine",
                 json={"init_info": {**init, "rank_offset": 1}},
             )
             group = NCCLWeightTransferEngine.trainer_init(init)
-            _ok(server, answer.result())
+            ok(server, answer.result())
         self._groups[server] = group
         return group

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 
+from trialground.policy.backends.remote.push_http import PushFailed, WeightTransport, ok, post
 from trialground.policy.weight_files import RELOAD_METHOD
 
 log = logging.getLogger(__name__)
@@ -36,35 +37,6 @@ _VLLM_HINT = (
     "a vLLM server takes pushed weights only when started with VLLM_SERVER_DEV_MODE=1 and "
     "--worker-extension-cls trialground.policy.backends.vllm.vllm_worker.WeightReload"
 )
-
-
-class PushFailed(Exception):
-    def __init__(self, why: str, unreachable: bool = False) -> None:
-        super().__init__(why)
-        self.unreachable = unreachable
-
-
-class WeightTransport(Protocol):
-    # True: `prepared` is the bucket directory the trainer wrote; False: the trainer's weights mapping
-    uses_files: bool
-
-    def push(self, client: httpx.Client, server: str, prepared: Any, version: int) -> None: ...
-
-
-def _post(client: httpx.Client, server: str, path: str, **kwargs: Any) -> httpx.Response:
-    try:
-        return client.post(server + path, **kwargs)
-    except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as exc:
-        raise PushFailed(f"{server}: {type(exc).__name__}: {exc}", unreachable=True) from exc
-    except httpx.HTTPError as exc:
-        raise PushFailed(f"{server}: {type(exc).__name__}: {exc}") from exc
-
-
-def _ok(server: str, resp: httpx.Response, hint: str = "") -> None:
-    if resp.status_code == 404:
-        raise PushFailed(f"{server}: {resp.request.url.path} not found" + (f" ({hint})" if hint else ""))
-    if resp.status_code != 200:
-        raise PushFailed(f"{server}{resp.request.url.path}: HTTP {resp.status_code}: {resp.text[:300]}")
 
 
 class CollectiveRpc:
@@ -78,7 +50,7 @@ class CollectiveRpc:
     def push(self, client: httpx.Client, server: str, prepared: Any, version: int) -> None:
         paused = False
         if server not in self._no_pause:
-            resp = _post(client, server, "/pause", params={"mode": "wait"})
+            resp = post(client, server, "/pause", params={"mode": "wait"})
             if resp.status_code == 404:
                 self._no_pause.add(server)
                 log.warning(
@@ -87,15 +59,15 @@ class CollectiveRpc:
                     server,
                 )
             else:
-                _ok(server, resp)
+                ok(server, resp)
                 paused = True
         try:
             rpc = {"method": RELOAD_METHOD, "args": [str(prepared)], "timeout": PUSH_TIMEOUT_S}
-            _ok(server, _post(client, server, "/collective_rpc", json=rpc), _VLLM_HINT)
-            _ok(server, _post(client, server, "/reset_prefix_cache"), _VLLM_HINT)
+            ok(server, post(client, server, "/collective_rpc", json=rpc), _VLLM_HINT)
+            ok(server, post(client, server, "/reset_prefix_cache"), _VLLM_HINT)
         finally:
             if paused:
-                _ok(server, _post(client, server, "/resume"))
+                ok(server, post(client, server, "/resume"))
 
 
 class SGLangDisk:
@@ -105,8 +77,8 @@ class SGLangDisk:
 
     def push(self, client: httpx.Client, server: str, prepared: Any, version: int) -> None:
         body = {"model_path": str(prepared), "flush_cache": True, "weight_version": str(version)}
-        resp = _post(client, server, "/update_weights_from_disk", json=body)
-        _ok(server, resp, "an SGLang server loads pushed weights through /update_weights_from_disk")
+        resp = post(client, server, "/update_weights_from_disk", json=body)
+        ok(server, resp, "an SGLang server loads pushed weights through /update_weights_from_disk")
         try:
             answer = resp.json()
         except ValueError:
