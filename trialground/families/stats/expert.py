@@ -1,6 +1,6 @@
 """The `stats` family's scripted expert: reads the statistic and the group names from the prompt and writes
 its own pure-Python analysis (sums of squares in one pass, U from rank sums, chi-square as sum O^2/E - n),
-never the reference (which uses scipy)."""
+never the reference (which uses numpy)."""
 
 from __future__ import annotations
 

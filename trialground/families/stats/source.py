@@ -9,7 +9,7 @@ correction). The agent writes `analysis.py`, run as `python3 analysis.py data.cs
 
 The hidden check (`check_stats.py`) runs a copy of the script in a directory of its own on a copy of the
 workspace's file and on a hidden one of the same design, and the last line it prints must be within a
-relative 1e-6 of the value the generator computed in pure Python (the reference uses scipy): a script that
+relative 1e-6 of the value the generator computed in pure Python (the reference uses numpy): a script that
 prints the visible answer fails on the hidden file.
 """
 
@@ -101,12 +101,13 @@ def question(rng: random.Random) -> tuple[Question, tuple[str, str]]:
     kind = rng.randrange(7)
     first, second = rng.choice(GROUPS)
     names = (first, second)
-    split = "a = [v for g, v in rows if g == FIRST]\nb = [v for g, v in rows if g == SECOND]\n"
+    split = "a = np.array([v for g, v in rows if g == FIRST])\n"
+    split += "b = np.array([v for g, v in rows if g == SECOND])\n"
     read_groups = (
         "rows = [(r['group'], float(r['value'])) for r in csv.DictReader(open(sys.argv[1]))]\n" + split
     )
     read_pairs = "rows = [(float(r['x']), float(r['y'])) for r in csv.DictReader(open(sys.argv[1]))]\n"
-    read_pairs += "x = [p[0] for p in rows]\ny = [p[1] for p in rows]\n"
+    read_pairs += "x = np.array([p[0] for p in rows])\ny = np.array([p[1] for p in rows])\n"
 
     def groups(f: Callable[[list[float], list[float]], float]) -> Callable[[list[list[str]]], float]:
         return lambda rows: f(
@@ -120,7 +121,8 @@ def question(rng: random.Random) -> tuple[Question, tuple[str, str]]:
         Question(f"welch:{first}", "groups",
                  f"Welch's t statistic of group `{first}` against group `{second}`: (mean {first} - mean "
                  f"{second}) / sqrt(s1^2/n1 + s2^2/n2), sample variances with n - 1",
-                 read_groups + "print(stats.ttest_ind(a, b, equal_var=False).statistic)\n", groups(welch)),
+                 read_groups + "print((a.mean() - b.mean())\n"
+                 "      / np.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size))\n", groups(welch)),
         Question(f"cohen:{first}", "groups",
                  f"Cohen's d of group `{first}` against group `{second}`: (mean {first} - mean {second}) "
                  "divided by the pooled standard deviation sqrt(((n1-1) s1^2 + (n2-1) s2^2) / (n1 + n2 - 2))",
@@ -132,16 +134,17 @@ def question(rng: random.Random) -> tuple[Question, tuple[str, str]]:
                  f"the Mann-Whitney U statistic of group `{first}` against group `{second}`: over all pairs "
                  f"of one {first} value and one {second} value, 1 when the {first} value is larger, 1/2 when "
                  "they are equal, 0 otherwise, summed",
-                 read_groups + "print(stats.mannwhitneyu(a, b, alternative='two-sided').statistic)\n",
+                 read_groups + "print((a[:, None] > b[None, :]).sum()\n"
+                 "      + 0.5 * (a[:, None] == b[None, :]).sum())\n",
                  groups(mann_whitney)),
         Question("pearson", "pairs", "Pearson's correlation coefficient r between x and y",
-                 read_pairs + "print(stats.pearsonr(x, y)[0])\n", pairs(pearson)),
+                 read_pairs + "print(np.corrcoef(x, y)[0, 1])\n", pairs(pearson)),
         Question("slope", "pairs", "the slope of the ordinary least-squares line of y on x (y = a + b x)",
-                 read_pairs + "print(stats.linregress(x, y).slope)\n", pairs(slope)),
+                 read_pairs + "print(np.polyfit(x, y, 1)[0])\n", pairs(slope)),
         Question("spearman", "pairs",
                  "Spearman's rank correlation rho between x and y: Pearson's r of the ranks, tied values "
                  "getting the average of their ranks",
-                 read_pairs + "print(stats.spearmanr(x, y)[0])\n",
+                 read_pairs + RANKS + "print(np.corrcoef(rank(x), rank(y))[0, 1])\n",
                  pairs(lambda xs, ys: pearson(ranks(xs), ranks(ys)))),
         Question("chisquare", "table",
                  "the chi-square statistic of independence between region and outcome: the sum over the "
@@ -150,7 +153,8 @@ def question(rng: random.Random) -> tuple[Question, tuple[str, str]]:
                  "rows = [(r['region'], r['outcome']) for r in csv.DictReader(open(sys.argv[1]))]\n"
                  "regions, outcomes = sorted({r for r, _ in rows}), sorted({o for _, o in rows})\n"
                  "table = [[sum(1 for p in rows if p == (r, o)) for o in outcomes] for r in regions]\n"
-                 "print(stats.chi2_contingency(table, correction=False)[0])\n",
+                 "t = np.array(table, dtype=float)\nexpected = np.outer(t.sum(1), t.sum(0)) / t.sum()\n"
+                 "print(((t - expected) ** 2 / expected).sum())\n",
                  lambda rows: chi_square([(r, o) for r, o in rows])),
     ]  # fmt: skip
     q = defs[kind]
@@ -178,6 +182,10 @@ def data(design: str, names: tuple[str, str], rng: random.Random) -> list[list[s
     return rows
 
 
+RANKS = (
+    "def rank(v):\n    _, inv, counts = np.unique(v, return_inverse=True, return_counts=True)\n"
+    "    return (np.cumsum(counts) - (counts - 1) / 2)[inv]\n"
+)
 HEADERS = {"groups": "group,value", "pairs": "x,y", "table": "region,outcome"}
 
 
@@ -192,7 +200,7 @@ def make_task(q: Question, names: tuple[str, str], data_seed: int, split: Split)
     )
     spec = {"solution": SOLUTION, "data": csv_text(q.design, rows), "want": q.answer(rows),
             "hidden_data": csv_text(q.design, hidden), "hidden_want": q.answer(hidden),
-            "timeout_s": 30}  # fmt: skip
+            "timeout_s": 60}  # fmt: skip
     check = _CHECK.replace('SPEC_JSON = "{}"', f"SPEC_JSON = {json.dumps(json.dumps(spec))}", 1)
     prompt = (
         f"data.csv in your workspace has the columns {HEADERS[q.design]}. Write a Python script {SOLUTION} "
@@ -200,7 +208,7 @@ def make_task(q: Question, names: tuple[str, str], data_seed: int, split: Split)
         "output (checked to a relative 1e-6; numpy and scipy are available). It is also run on another file "
         "of the same design, so compute the value, do not write it down."
     )
-    head = "import csv\nimport sys\n\nimport numpy as np\nfrom scipy import stats\n\n"
+    head = "import csv\nimport sys\n\nimport numpy as np\n\n"
     head += f"FIRST, SECOND = {names[0]!r}, {names[1]!r}\n"
     return Task(
         domain="stats",
@@ -209,7 +217,7 @@ def make_task(q: Question, names: tuple[str, str], data_seed: int, split: Split)
         hidden_checks={"check_stats.py": check},
         reference=head + q.reference,
         verifier=VerifierSpec(
-            kind="check_program", params={"solution_path": SOLUTION, "check_timeout_s": 90}
+            kind="check_program", params={"solution_path": SOLUTION, "check_timeout_s": 150}
         ),
         split=split,
         metadata={"family": "stats", "template": q.key.split(":")[0], "key": q.key},
