@@ -43,8 +43,8 @@ from trialground.envs.base import Environment, Observation
 from trialground.orchestrator import loop as loop_module
 from trialground.orchestrator.collect import Collector
 from trialground.orchestrator.run_config import load_config
+from trialground.policy.backends.hf.hf import HFPolicy
 from trialground.policy.config import PolicyConfig
-from trialground.policy.hf import HFPolicy
 from trialground.tasks.codegen import generate_codegen_tasks
 from trialground.tasks.model import Task
 

@@ -11,7 +11,8 @@ GRPO shapes on a ~100M model (8 prompts x 8 samples x 64 tokens; benchmarks/make
 Three ways to sample a model (default: the bundled tiny one) at temperature 1 from the same left-padded
 codegen prompts, each for exactly `--tokens` new tokens (eos ignored by generate via min_new_tokens, and
 by our loop because its eos set is emptied), alternating rep by rep so a busy machine slows all alike:
-- `lean`: `sample_batch` through `LlamaDecoder` (what `HFPolicy` uses by default, `decode="auto"`);
+- `lean`: `sample_batch` through the lean decoder of the model's family (`LlamaDecoder`, `Gemma3Decoder`:
+  what `HFPolicy` uses by default, `decode="auto"`);
 - `loop`: `sample_batch` through the model's own forward and cache (`decode="transformers"`);
 - `generate`: `model.generate()`, asked for its scores too, as a policy needs per-token logprobs.
 
@@ -31,9 +32,10 @@ from pathlib import Path
 
 import torch
 
+from trialground.policy.backends.hf.hf import HFPolicy, sample_batch
+from trialground.policy.backends.hf.lean_decoders import decoder_class, refusals
+from trialground.policy.backends.hf.llama_decode import LlamaDecoder
 from trialground.policy.config import PolicyConfig
-from trialground.policy.hf import HFPolicy, sample_batch
-from trialground.policy.llama_decode import LlamaDecoder
 from trialground.tasks.codegen import generate_codegen_tasks
 
 
@@ -45,7 +47,9 @@ def main() -> None:
     ap.add_argument("--eos", action="store_true", help="rows stop at the model's eos, as in training")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--model", default="tiny", help="'tiny' or a local HF model directory")
+    ap.add_argument(
+        "--model", default="tiny", help="'tiny', 'gemma-3-270m', a local HF model directory or a .gguf file"
+    )
     ap.add_argument(
         "--dtype",
         choices=["float32", "bfloat16"],
@@ -68,7 +72,10 @@ def main() -> None:
     ]
     enc = tok.pad({"input_ids": prompts}, return_tensors="pt", padding_side="left").to(device)
     eos_ids = policy.eos_ids if args.eos else [-1]
-    decoder = LlamaDecoder(model)
+    kind = decoder_class(model)
+    if kind is None:
+        raise SystemExit(f"no lean decoder runs {type(model).__name__}: {'; '.join(refusals(model))}")
+    decoder = kind(model)
     generated: dict[str, list[int]] = {}
     first_tokens: dict[str, list[list[int]]] = {}  # each way's tokens in its first timed rep
 

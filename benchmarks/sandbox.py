@@ -22,7 +22,7 @@ import statistics
 import sys
 import time
 
-from trialground.sandbox import prewarm
+from trialground.sandbox.backends.bwrap import prewarm
 from trialground.sandbox.base import Limits, SandboxConfig
 from trialground.sandbox.factory import open_sandbox
 

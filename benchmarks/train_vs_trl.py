@@ -46,9 +46,9 @@ from trialground.envs.text import extract_code
 from trialground.hugepages import heap_pages, reexec_with_hugepages
 from trialground.integrations.trl import reward_function
 from trialground.orchestrator.wiring import float32_master
+from trialground.policy.backends.hf.hf import HFPolicy
 from trialground.policy.base import SamplingParams
 from trialground.policy.config import PolicyConfig
-from trialground.policy.hf import HFPolicy
 from trialground.policy.tiny import resolve_model_dir
 from trialground.rollout.agent import rollout_group
 from trialground.rollout.generation_batcher import GroupBatcher

@@ -170,6 +170,16 @@ else
   say "no metrics.jsonl: the run did not get to its first step"
   [[ "$STATUS" != 0 ]] || STATUS=1
 fi
+# 4. Generation by a fleet of servers, the bucketed push, the mismatch metrics and, where vLLM is
+#    installed, its native NCCL weight transfer (scripts/gpu_fleet_smoke.sh; FLEET=0 skips it; by default
+#    it runs on the GPU when 150 s are left, never in a rehearsal).
+FLEET=${FLEET:-$([[ "$REHEARSE" == 1 ]] && echo 0 || echo 1)}
+if [[ "$FLEET" == 1 ]] && (( $(left) > 150 )); then
+  DEVICE=$DEVICE SMOKE_WORK=$WORK PYTHON=$PYTHON timeout "$(left)" scripts/gpu_fleet_smoke.sh \
+    || say "fleet smoke failed or timed out (its summary: $WORK/fleet/summary.txt)"
+elif [[ "$FLEET" == 1 ]]; then
+  say "fleet smoke: skipped (time); run scripts/gpu_fleet_smoke.sh on its own"
+fi
 if [[ -n "${OUT:-}" && -d "${OUT:-}" ]]; then
   cp "$WORK/summary.txt" "$WORK/errors.log" "$WORK"/generation-*.json "$OUT"/ 2>/dev/null || true
   [[ -f "$RUN_DIR/metrics.jsonl" ]] && cp "$RUN_DIR/metrics.jsonl" "$OUT/" || true

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from transformers import LlamaForCausalLM
 
-from trialground.policy.hf import sample_batch
+from trialground.policy.backends.hf.hf import sample_batch
 from trialground.policy.tiny import build_tokenizer, tiny_llama_config, tiny_model_dir
 from trialground.tasks.codegen import Instance, sample_instances
 
@@ -117,8 +117,8 @@ def evaluate(model_dir: str, n: int, samples: int, seed: int) -> None:
     import asyncio
 
     from trialground.monitor.quality import measure_pass_rates
+    from trialground.policy.backends.hf.hf import HFPolicy
     from trialground.policy.config import PolicyConfig
-    from trialground.policy.hf import HFPolicy
     from trialground.sandbox.base import SandboxConfig
     from trialground.tasks.codegen import generate_codegen_tasks
     from trialground.verify.grader import make_grader

@@ -116,7 +116,7 @@ def test_a_missing_extra_is_a_clear_error_before_the_run_starts(tmp_path: Path) 
 
 
 def test_step_line_reads_like_a_training_tool() -> None:
-    from trialground.cli.run_cmd import StepLine, format_loss
+    from trialground.cli.train_view import StepLine, format_loss
 
     assert format_loss(2.28e-08) == "+2.28e-08"  # not +0.0000
     assert format_loss(-0.5) == "-0.5000" and format_loss(0.0) == "+0.0000"
@@ -287,3 +287,16 @@ def test_tasks_expert_takes_repository_tasks_only(tmp_path: Path) -> None:
     _, text = _math_tasks(tmp_path, 2)
     res = CliRunner().invoke(app, ["tasks", "expert", "-"], input=text)
     assert res.exit_code == 2 and "repository tasks (swe:<repo>) only" in res.output
+
+
+def test_help_shows_kinds_and_defaults_as_the_ecosystems_clis_do() -> None:
+    from trialground.cli.helpstyle import ecosystem_label
+
+    assert ecosystem_label("<list[str]>") == "TEXT ..." and ecosystem_label("<int range>") == "INTEGER RANGE"
+    assert ecosystem_label("<a|b>") == "[a|b]" and ecosystem_label("<path>") == "PATH"
+    for command in (["train"], ["eval"], ["config", "validate"]):
+        text = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "120"}).output
+        assert "<bool>" not in text and "<list[" not in text and "<path>" not in text, text
+        assert "KEY=VALUE" in text
+    text = CliRunner().invoke(app, ["eval", "--help"], env={"COLUMNS": "120"}).output
+    assert "INTEGER RANGE" in text and "[default: 1]" in text, text

@@ -1,7 +1,8 @@
 """Every open set takes a plugin from outside the package: a package written to a temporary directory adds a
-sandbox backend, a policy backend and an environment kind, each with its own typed settings, and a run
-config that names them only as `package.module:NAME` (with `params`) runs real tool episodes through the
-environment pool and the grader, with no edit to `trialground/`."""
+sandbox backend, a policy backend, an environment kind and an advantage estimator, each with its own
+settings, and a run config that names them only as `package.module:NAME` (with `params`) runs real tool
+episodes through the environment pool and the grader, and gives the estimator's advantages, with no edit to
+`trialground/`."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from trialground.errors import ConfigError
 from trialground.orchestrator.run_config import RunConfig, load_config
-from trialground.policy.scripted import ScriptedPolicy
+from trialground.policy.backends.scripted.scripted import ScriptedPolicy
 from trialground.rollout.trajectory import Trajectory
 from trialground.tasks.io import write_jsonl
 from trialground.tasks.model import Task, VerifierSpec
@@ -26,11 +27,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from trialground.envs.base import Observation
 from trialground.envs.kinds import EnvCaps, EnvKind
+from trialground.envs.single_turn import SingleTurnEnv
 from trialground.envs.tool_env import ToolEnv
 from trialground.policy.backends import PolicyBackend, PolicyCaps
-from trialground.policy.scripted import ScriptedPolicy, load_tokenizer
+from trialground.policy.backends.scripted.scripted import ScriptedPolicy, load_tokenizer
 from trialground.sandbox.backends import SandboxBackend, SandboxCaps
-from trialground.sandbox.process import ProcessSandbox
+from trialground.sandbox.backends.process import ProcessSandbox
+from trialground.train.estimators import Estimator, EstimatorCaps
 
 
 class MarkerSettings(BaseModel):
@@ -88,6 +91,32 @@ class BriefedToolEnv(ToolEnv):
 
 
 ENV = EnvKind("briefed_tool", BriefedToolEnv, EnvCaps(needs_sandbox=True), settings=BriefSettings)
+
+
+class ShoutEnv(SingleTurnEnv):
+    """A single-turn kind of its own: the prompt in capitals."""
+
+    async def reset(self, task):
+        obs = await super().reset(task)
+        return obs.model_copy(update={"text": obs.text.upper()})
+
+
+def make_shout_env(grader, env_config, sandbox_config, **_):
+    return ShoutEnv(grader)
+
+
+SHOUT = EnvKind("shout", make_shout_env, EnvCaps(needs_sandbox=False))
+
+
+def sign_advantages(rewards, eps):
+    """+1 above the group mean, -1 below, 0 at it."""
+    import numpy as np
+
+    r = np.asarray(rewards, dtype=np.float64)
+    return np.sign(r - r.mean())
+
+
+ESTIMATOR = Estimator("sign", sign_advantages, EstimatorCaps(std_normalised=False, leave_one_out=False))
 '''.replace("from pydantic", "import json\n\nfrom pydantic", 1)
 
 HIDDEN = "from solution import X\n\n\ndef test_marker():\n    assert X == 'room-42'\n"
@@ -161,6 +190,42 @@ def test_plugins_named_only_by_the_run_config_run_real_episodes(plugin_path: Pat
     assert "BRIEFED BY THE PLUGIN" in first_prompt  # the env kind plugin's settings reached the episode
 
 
+def test_an_env_kind_without_sandboxes_plays_its_own_episodes(plugin_path: Path) -> None:
+    from trialground.orchestrator.wiring import build
+
+    task = Task(
+        domain="qa",
+        prompt="Say ok.",
+        verifier=VerifierSpec(kind="exact", params={"answer": "ok", "extract": "whole"}),
+        split="train",
+    )
+    write_jsonl([task], plugin_path / "answers.jsonl")
+    config = load_config(
+        None,
+        [
+            f"tasks.sources=[{{source: {plugin_path / 'answers.jsonl'}}}]",
+            "env.kind=tg_rooms_plugin:SHOUT",
+            "policy.backend=scripted",
+            "policy.responses=[ok]",
+            "loop.eval_interval=0",
+        ],
+    )
+    wiring = build(config, None, train=False)
+    assert wiring.env_pool is None
+
+    async def episodes() -> list[list[Trajectory]]:
+        try:
+            return await wiring.collector.collect(wiring.tasks.tasks, 2, config.policy.sampling)
+        finally:
+            await wiring.close()
+
+    (group,) = asyncio.run(episodes())
+    assert [t.reward.outcome for t in group if t.reward is not None] == [1.0, 1.0]
+    policy = wiring.policy
+    assert isinstance(policy, ScriptedPolicy)
+    assert "SAY OK." in policy.tokenizer.decode(policy.calls[0])  # the kind's own reset ran
+
+
 @pytest.mark.parametrize(
     ("section", "expected"),
     [
@@ -179,6 +244,15 @@ def test_a_bad_plugin_name_or_params_fails_when_the_config_loads(
         load_config(_config(plugin_path, **section))
     for text in expected:
         assert text in str(err.value)
+
+
+def test_an_estimator_named_by_the_run_config_gives_the_advantages(plugin_path: Path) -> None:
+    from trialground.train.advantages import group_advantages
+
+    config = load_config(_config(plugin_path, trainer={"algorithm": "tg_rooms_plugin:ESTIMATOR"}))
+    advantages = group_advantages([0.0, 0.5, 3.0, None], config.trainer.algorithm)
+    assert advantages == [-1.0, -1.0, 1.0, None]  # grpo would give about -0.71, -0.43, 1.14
+    assert group_advantages([0.0, 0.5, 3.0], "grpo")[2] != 1.0
 
 
 def test_built_in_backends_take_no_params_they_do_not_know() -> None:

@@ -104,7 +104,7 @@ def test_quickstart_trains_through_two_policy_servers(
     servers: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from trialground.orchestrator.loop import run
-    from trialground.policy.remote import RemotePolicy
+    from trialground.policy.backends.remote.remote import RemotePolicy
     from trialground.policy.weight_files import tensor_digest
 
     seen: list[Any] = []

@@ -170,6 +170,6 @@ def _policy_children() -> list[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except (OSError, ValueError, IndexError):
             continue
-        if ppid == os.getpid() and b"trialground.policy.hf_process" in cmdline:
+        if ppid == os.getpid() and b"trialground.policy.backends.hf.hf_process" in cmdline:
             found.append(int(entry.name))
     return found

@@ -148,7 +148,7 @@ def _policy_config(**extra: Any) -> PolicyConfig:
 
 
 async def test_openai_policy_backs_off_on_429_and_gives_up_on_503(served: tuple[str, Script]) -> None:
-    from trialground.policy.openai import OpenAIPolicy
+    from trialground.policy.backends.openai.openai import OpenAIPolicy
 
     url, script = served
     policy = OpenAIPolicy(_policy_config(backend="openai", base_url=url))
@@ -163,8 +163,8 @@ async def test_openai_policy_backs_off_on_429_and_gives_up_on_503(served: tuple[
 
 async def test_remote_policy_backs_off_on_429_and_gives_up_on_503(served: tuple[str, Script]) -> None:
     pytest.importorskip("transformers")
-    from trialground.policy.remote import RemotePolicy
-    from trialground.policy.scripted import load_tokenizer
+    from trialground.policy.backends.remote.remote import RemotePolicy
+    from trialground.policy.backends.scripted.scripted import load_tokenizer
 
     url, script = served
     config = _policy_config(backend="remote", servers=(url,), served_model="tiny")

@@ -4,7 +4,7 @@ backends.
     BACKENDS: Registry[SandboxBackend] = Registry("sandbox backend", SandboxBackend, SandboxError)
     BACKENDS.register(SandboxBackend(
         name="bwrap",                                   # what the config section's name field says
-        factory="trialground.sandbox.bwrap:BwrapSandbox",  # an object, or its dotted path (imported late)
+        factory="trialground.sandbox.backends.bwrap.sandbox:BwrapSandbox",  # or the object itself
         capabilities=SandboxCaps(isolated=True, ...),   # what the core may ask of it
         settings=NoSettings,                            # the model its `params` mapping validates into
         requires=(Requirement(program="bwrap", why="..."),),  # checked before a run starts
@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Generic, NoReturn, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator, model_validator
 
 from trialground.errors import TrialgroundError
 from trialground.registry import Registry, import_path
@@ -138,6 +138,23 @@ def typed_settings(registry: Registry[P], name: str, params: Mapping[str, Any], 
     under `where` (e.g. `policy.params.`)."""
     plugin = registry.lookup(name)
     return registry.params(plugin.settings, params, where=where)
+
+
+def section_validators(field_name: str, registry: str, where: str) -> tuple[Any, Any]:
+    """The two validators of a config section that names a plugin in `field_name` and holds its `params`:
+    the name checked against the registry at the dotted path `registry` (pydantic reports it at the
+    field), then the params against the plugin's settings and its own `check` (reported at the section).
+    Assign both in the class body: `_known, _params = section_validators("backend", "pkg.mod:REG", "x.")`."""
+
+    def known(cls: type, value: str) -> str:
+        return check_name(import_path(registry, what="registry", error=TrialgroundError), value)
+
+    def params(section: Any) -> Any:
+        reg = import_path(registry, what="registry", error=TrialgroundError)
+        check_section(reg, getattr(section, field_name), section.params, where, section)
+        return section
+
+    return field_validator(field_name)(classmethod(known)), model_validator(mode="after")(params)
 
 
 def check_name(registry: Registry[P], name: str) -> str:

@@ -8,6 +8,14 @@ caller to judge. The wait before retry `k` (0, 1, ...) is drawn from [d/2, d] wi
 `d = min(max_wait_s, base_s * 2**k)`; an answer with `Retry-After` (seconds, or an HTTP date) waits at
 least what it asks. Two bounds: at most `attempts` tries, and no wait that would end more than `total_s`
 after the first try began (a `Retry-After` beyond that gives up at once, and says so).
+
+Why not a retry library: httpx's own `HTTPTransport(retries=N)` retries only failed connections, not
+429/5xx answers nor `Retry-After`. tenacity (the library these users know) would carry only the loop in
+`send_with_retries` (~25 lines): what this module is for, reading `Retry-After` as seconds or an HTTP
+date, waiting at least that, refusing at once a wait past the budget with the reason, and the failure
+text naming the URL and status, would each be a tenacity callback of the same length, plus a
+dependency the `openai` and `remote` backends do not otherwise need. Its tests (`tests/test_retry.py`)
+pin each of those behaviours.
 """
 
 from __future__ import annotations

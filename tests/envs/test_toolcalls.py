@@ -138,3 +138,13 @@ def test_gateway_styles_stay_total_on_hostile_json(style: str) -> None:
         text = {"tags": f"<tool_call>{call}</tool_call>", "llama3": call, "mistral": f"[TOOL_CALLS][{call}]"}
         parsed = toolstyle.parse(style, text[style])
         assert parsed.calls == ()
+
+
+def test_reports_from_the_sandbox_are_parsed_totally() -> None:
+    """The repair listing and the patch tool read a JSON line a process the workspace's code controls
+    printed: 5,000 nested brackets or a 5,000-digit number are no result, never a RecursionError."""
+    from trialground.envs import patching, repair
+
+    for hostile in ("[" * 5000 + "]" * 5000, '{"ok": true, "n": ' + "9" * 5000 + "}"):
+        assert repair.parse_result(repair.RESULT_PREFIX + hostile) is None
+        assert patching.parse_result(hostile) is None

@@ -20,7 +20,7 @@ from test_special_text import TOOLS, contains, msgs
 
 from trialground.gateway.api import Message
 from trialground.gateway.conversation import Renderer
-from trialground.policy.scripted import load_tokenizer
+from trialground.policy.backends.scripted.scripted import load_tokenizer
 from trialground.rollout.chat import ChatRenderer
 
 

@@ -13,8 +13,8 @@ import pytest
 from trialground.gateway.server import Endpoint, Gateway
 from trialground.gateway.session import Session
 from trialground.gateway.stitch import stitch
+from trialground.policy.backends.scripted.scripted import ScriptedPolicy, load_tokenizer
 from trialground.policy.base import Generation, SamplingParams
-from trialground.policy.scripted import ScriptedPolicy, load_tokenizer
 from trialground.rollout.trajectory import Trajectory
 from trialground.train.advantages import Scored
 from trialground.train.trainer import build_samples

@@ -11,8 +11,8 @@ import pytest
 
 from trialground.gateway.server import Gateway
 from trialground.gateway.session import Session
+from trialground.policy.backends.scripted.scripted import ScriptedPolicy, load_tokenizer
 from trialground.policy.base import SamplingParams
-from trialground.policy.scripted import ScriptedPolicy, load_tokenizer
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ from trialground.gateway.server import Endpoint, Gateway
 from trialground.gateway.session import Session
 from trialground.gateway.stitch import stitch
 from trialground.gateway.streaming import pieces
+from trialground.policy.backends.scripted.scripted import ScriptedPolicy, load_tokenizer
 from trialground.policy.base import SamplingParams
-from trialground.policy.scripted import ScriptedPolicy, load_tokenizer
 
 CALL = '<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>'
 TOOLS: Any = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]

@@ -16,8 +16,8 @@ from trialground.envs.config import EnvConfig
 from trialground.envs.harness import HarnessEnv, harness_sandbox_config
 from trialground.gateway.episode import harness_group
 from trialground.gateway.server import Gateway
+from trialground.policy.backends.scripted.scripted import ScriptedPolicy, load_tokenizer
 from trialground.policy.base import SamplingParams
-from trialground.policy.scripted import ScriptedPolicy, load_tokenizer
 from trialground.rollout.scoring import score
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.agentic import agent_tasks

@@ -22,8 +22,8 @@ from trialground.gateway.conformance import load_tokenizer_dir
 from trialground.gateway.conversation import Renderer, Sampled, Turn, canonical
 from trialground.gateway.session import GatewayError, Session
 from trialground.gateway.stitch import stitch
+from trialground.policy.backends.scripted.scripted import ScriptedPolicy, load_tokenizer
 from trialground.policy.base import SamplingParams
-from trialground.policy.scripted import ScriptedPolicy, load_tokenizer
 from trialground.rollout.chat import ChatRenderer
 
 CALL = '<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>'

@@ -1,6 +1,6 @@
 """What a submission leaves on the scratch directories themselves (not in them) does not reach the next
 grading of a reused sandbox: extended attributes, mode and times of /tmp, /dev/shm and /workspace are set
-back at every restore and between the members of a batch (`sandbox/launch/reset.py`, `restore_top`).
+back at every restore and between the members of a batch (`sandbox/backends/bwrap/reset.py`, `restore_top`).
 
 Emptying a directory keeps the directory; a value an occupant leaves on it (an xattr, a future access
 time, a mode) is a memory across gradings, enough to learn a sealed answer one grading at a time."""

@@ -14,8 +14,8 @@ import pytest
 from swe_attack_patches import attacks
 
 from trialground.errors import TaskError
+from trialground.sandbox.backends.bwrap.sandbox import bwrap_available
 from trialground.sandbox.base import SandboxConfig
-from trialground.sandbox.bwrap import bwrap_available
 from trialground.tasks.model import Task
 from trialground.tasks.swe.patch import apply_patch
 from trialground.verify.config import GradingConfig
@@ -74,7 +74,7 @@ def test_every_in_process_attack_earns_nothing_and_the_gold_patch_passes(task: T
     assert set(results) >= {"frames_forge", "inspect_expected", "swap_outcomes", "replace_hooks",
                             "patch_unittest", "rewrite_later_tests", "grader_only_fix",
                             "early_exit", "variable_getattr", "main_module", "builtins_attribute",
-                            "update_wrapper", "lying_eq"}  # fmt: skip
+                            "update_wrapper", "lying_eq", "star_import_pipe", "encoding_hidden"}  # fmt: skip
     for label, (passed, flags) in results.items():
         assert not passed, label
         assert "diff_policy" in flags, label

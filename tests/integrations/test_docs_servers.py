@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from interop_servers import serve
 
-from trialground.sandbox.bwrap import bwrap_available
+from trialground.sandbox.backends.bwrap.sandbox import bwrap_available
 
 pytestmark = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed")
 

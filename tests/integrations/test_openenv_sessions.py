@@ -13,7 +13,7 @@ import httpx
 import pytest
 from interop_servers import Served, serve
 
-from trialground.sandbox.bwrap import bwrap_available
+from trialground.sandbox.backends.bwrap.sandbox import bwrap_available
 from trialground.tasks.io import write_jsonl
 from trialground.tasks.model import Task, VerifierSpec
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from interop_servers import Served, serve
 
-from trialground.sandbox.bwrap import bwrap_available
+from trialground.sandbox.backends.bwrap.sandbox import bwrap_available
 
 sandbox_fusion = pytest.importorskip("sandbox_fusion")
 pytestmark = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed")

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from trialground.sandbox.bwrap import bwrap_available
+from trialground.sandbox.backends.bwrap.sandbox import bwrap_available
 from trialground.tasks.sources import load_source
 
 pytest.importorskip("verifiers.v1.utils.loaders", reason="verifiers >= 0.4 is not installed")

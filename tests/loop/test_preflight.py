@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from trialground.errors import ConfigError
-from trialground.orchestrator.preflight import cautions, preflight, problems
+from trialground.orchestrator.preflight import cautions, model_problems, preflight, problems
 from trialground.orchestrator.run_config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,13 +78,16 @@ def test_a_model_directory_without_weights_or_tokenizer_is_refused(tmp_path: Pat
     assert "holds no weights" in text and "holds no tokenizer" in text
 
 
-def test_a_run_directory_in_use_and_a_resume_without_checkpoint_are_refused(tmp_path: Path) -> None:
+def test_a_run_directory_in_use_is_refused_and_a_run_without_checkpoint_resumes(tmp_path: Path) -> None:
     cfg = load_config(QUICKSTART, [f"output_dir={tmp_path}"])
     assert problems(cfg, "train") == []
     (cfg.run_dir / "checkpoints").mkdir(parents=True)
     (cfg.run_dir / "metrics.jsonl").write_text("")
-    assert any("already holds a run" in p for p in problems(cfg, "train"))
-    assert any("no complete checkpoint" in p for p in problems(cfg, "train", resume=True))
+    assert any("not a run directory" in p for p in problems(cfg, "train"))
+    assert any("no run there" in p for p in problems(cfg, "train", resume=True))
+    (cfg.run_dir / "config.yaml").write_text("")  # a run stopped before its first checkpoint
+    assert any("already holds a run (no checkpoint yet" in p for p in problems(cfg, "train"))
+    assert problems(cfg, "train", resume=True) == []  # it continues from step 0
 
 
 def test_an_unknown_key_gets_a_did_you_mean() -> None:
@@ -218,3 +221,60 @@ def test_the_checkpoint_cadence_counts_steps_and_seconds() -> None:
     assert timed.due(3)
     timed.saved()
     assert not timed.due(4) and timed.due(50)
+
+
+def test_only_a_hub_like_name_gets_the_download_hint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    hub = "Qwen/Qwen2.5-0.5B-Instruct"
+    (hint,) = model_problems(hub, "policy.model", weights=True)
+    assert f"hf download {hub}" in hint
+    for path in ("models/Qwen2.5-0.5B-Instruct", "./Qwen2.5", "/abs/Qwen2.5", "a/b/c"):
+        (text,) = model_problems(path, "policy.model", weights=True)
+        assert "no such directory" in text and "hf download" not in text, text
+    (tmp_path / "mine").mkdir()  # a folder of one's own: a path, not an organisation on the Hub
+    (text,) = model_problems("mine/model", "policy.model", weights=True)
+    assert "hf download" not in text
+
+
+def test_a_json_commands_error_is_one_json_object(tmp_path: Path) -> None:
+    bad = _cli("config", "show", "-", "--json", cwd=tmp_path, stdin="loop: {stepz: 3}\n")
+    assert bad.returncode == 2 and bad.stderr == ""
+    error = json.loads(bad.stdout)
+    assert set(error) == {"error", "kind", "where"}
+    assert error["kind"] == "usage" and error["where"] == "-"
+    assert "did you mean 'loop.steps'" in error["error"]
+
+
+def test_validate_lists_every_broken_record_of_a_task_file_with_its_line(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    good = {"domain": "code", "prompt": "p", "verifier": {"kind": "exact", "params": {"answer": "1"}}}
+    lines = [json.dumps(good), "{broken", "", json.dumps({"prompt": 3, "domain": 4}), "[1]"]
+    tasks.write_text("\n".join(lines) + "\n")
+    cfg = load_config(None, [f"tasks.sources=[{{source: '{tasks}'}}]", f"output_dir={tmp_path}"])
+    found = [p for p in problems(cfg, "eval") if p.startswith("tasks.sources[0]")]
+    assert found[0] == f"tasks.sources[0]: {tasks}:2: (json): Expecting property name enclosed in double " \
+        "quotes at column 2"  # fmt: skip
+    assert any(f"{tasks}:4: prompt:" in p for p in found) and any(f"{tasks}:4: domain:" in p for p in found)
+    assert any(f"{tasks}:5: expected a JSON object" in p for p in found)
+    assert not any(f"{tasks}:1:" in p for p in found)
+    many = tmp_path / "many.jsonl"
+    many.write_text("{\n" * 25)
+    cfg = load_config(None, [f"tasks.sources=[{{source: '{many}'}}]", f"output_dir={tmp_path}"])
+    listed = [p for p in problems(cfg, "eval") if p.startswith("tasks.sources[0]")]
+    assert len(listed) == 21 and listed[-1].endswith("and 5 more problems")
+    bad = _cli(
+        "config",
+        "validate",
+        "-",
+        "--eval",
+        cwd=tmp_path,
+        stdin=f"tasks: {{sources: [{{source: '{tasks}'}}]}}\n",
+    )
+    assert bad.returncode == 2 and f"{tasks}:2: (json)" in bad.stderr, bad.stderr
+    usage = _cli("eval", "-", "--json", "--samples", "0", cwd=tmp_path, stdin="")
+    assert usage.returncode == 2
+    assert json.loads(usage.stdout) == {
+        "error": "Invalid value for '--samples': Input should be greater than or equal to 1",
+        "kind": "usage",
+        "where": "--samples",
+    }

@@ -13,9 +13,9 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
 from trialground.errors import PolicyError
+from trialground.policy.backends.hf.hf import HFPolicy
 from trialground.policy.base import SamplingParams
 from trialground.policy.config import PolicyConfig
-from trialground.policy.hf import HFPolicy
 from trialground.tasks.codegen import generate_codegen_tasks
 
 

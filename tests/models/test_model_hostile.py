@@ -17,8 +17,8 @@ import transformers
 from modelkit import MOE_ARCHS, bundled_tokenizer, make_checkpoint
 
 from trialground.errors import PolicyError
+from trialground.policy.backends.hf.hf import HFPolicy
 from trialground.policy.config import PolicyConfig
-from trialground.policy.hf import HFPolicy
 from trialground.train.config import TrainerConfig
 from trialground.train.trainer import Trainer, lora_linear_targets
 
@@ -68,7 +68,7 @@ def test_a_model_directory_own_code_never_runs(tmp_path: Path, where: str) -> No
     # "y" on stdin answers a trust-remote-code prompt, as a user at a terminal might.
     code = (
         "from trialground.policy.config import PolicyConfig\n"
-        "from trialground.policy.hf import HFPolicy\n"
+        "from trialground.policy.backends.hf.hf import HFPolicy\n"
         "from trialground.errors import PolicyError\n"
         f"try:\n    HFPolicy(PolicyConfig(model={str(d)!r}))\n"
         "except PolicyError as e:\n    print('refused', e)\n"

@@ -20,8 +20,8 @@ from qwen_style import qwen_style_tokenizer
 from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
 from trialground.envs.tool_schemas import tool_schemas
+from trialground.policy.backends.scripted.scripted import ScriptedPolicy
 from trialground.policy.base import SamplingParams
-from trialground.policy.scripted import ScriptedPolicy
 from trialground.rollout.agent import rollout
 from trialground.rollout.chat import ChatRenderer
 from trialground.sandbox.base import SandboxConfig

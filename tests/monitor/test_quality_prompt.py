@@ -9,7 +9,7 @@ pytest.importorskip("transformers")
 
 from trialground.envs.single_turn import SingleTurnEnv
 from trialground.monitor.quality import prompt_ids
-from trialground.policy.scripted import ScriptedPolicy, load_tokenizer
+from trialground.policy.backends.scripted.scripted import ScriptedPolicy, load_tokenizer
 from trialground.rollout.chat import ChatRenderer
 from trialground.tasks.math_source import math_task
 

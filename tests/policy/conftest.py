@@ -6,8 +6,8 @@ import pytest
 
 pytest.importorskip("torch", reason="policy tests need the [train] extra (torch, transformers)")
 
+from trialground.policy.backends.hf.hf import HFPolicy
 from trialground.policy.config import PolicyConfig
-from trialground.policy.hf import HFPolicy
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,10 @@
-"""Run in a process of its own (`python push_memory_worker.py MODEL_DIR URL BUCKET_MB SERVER_PID`): load
-MODEL_DIR as a trainer would, push its weights to the `policy serve` at URL through the remote backend, and
-print one JSON line: how far the push raised this process's peak resident memory above what it held before
-(its own weights included), the same for the server process, and how far the served model's logprobs are
-from this process's for the same tokens afterwards. $OPENAI_API_KEY must hold the server's key."""
+"""Run in a process of its own (`python push_memory_worker.py MODEL URL BUCKET_MB SERVER_PID`): load
+MODEL (a directory or a packaged name such as gemma-3-270m) as a trainer would, push its weights to the
+`policy serve` at URL through the remote backend, and print one JSON line: how far the push raised this
+process's peak resident memory above what it held before (its own weights included), the same for the
+server process, whether the served weights equal this process's bit for bit afterwards, and how far the
+served model's logprobs are from this process's for the same tokens. $OPENAI_API_KEY must hold the
+server's key."""
 
 from __future__ import annotations
 
@@ -14,9 +16,10 @@ from pathlib import Path
 import httpx
 import torch
 
+from trialground.policy.backends.remote.remote import RemotePolicy
 from trialground.policy.config import PolicyConfig
 from trialground.policy.loading import load_model
-from trialground.policy.remote import RemotePolicy
+from trialground.policy.weight_files import tensor_digest
 
 
 def _status(pid: str, field: str) -> int:
@@ -58,21 +61,28 @@ def main(model_dir: str, url: str, bucket_mb: int, server_pid: str) -> None:
     body = {"prompt": prompt, "max_tokens": 16, "temperature": 1.0, "seed": 0, "logprobs": 0}
     body |= {"return_token_ids": True, "model": remote.model_name, "top_k": -1}
     choice = httpx.post(url + "/v1/completions", json=body, headers=remote._headers(), timeout=300).json()
-    ids, served = choice["choices"][0]["token_ids"], choice["choices"][0]["logprobs"]["token_logprobs"]
+    ids, logprobs = choice["choices"][0]["token_ids"], choice["choices"][0]["logprobs"]["token_logprobs"]
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1].float()
     own = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids).unsqueeze(-1)).squeeze(-1)
+    served = httpx.post(
+        url + "/weight_checker", json={"action": "checksum"}, headers=remote._headers(), timeout=600
+    ).json()["checksums"]
+    weights_equal = served == {k: tensor_digest(v) for k, v in state.items()}
     weights = sum(t.numel() * t.element_size() for t in state.values())
+    largest = max(t.numel() * t.element_size() for t in state.values())
     print(
         json.dumps(
             {
                 "weights_bytes": weights,
                 "bucket_bytes": bucket_mb * 2**20,
+                "largest_tensor_bytes": largest,
                 "trainer_rss_before": before,
                 "trainer_peak_over": peak - before,
                 "server_peak_over": server_peak - server_before,
                 "tokens": len(ids),
-                "max_logprob_diff": float((own - torch.tensor(served)).abs().max()),
+                "weights_equal": weights_equal,
+                "max_logprob_diff": float((own - torch.tensor(logprobs)).abs().max()),
             }
         ),
         flush=True,

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from trialground.errors import PolicyError
+from trialground.policy.backends.hf.hf import HFPolicy
 from trialground.policy.base import SamplingParams
-from trialground.policy.hf import HFPolicy
 from trialground.tasks.codegen import generate_codegen_tasks
 
 
@@ -123,7 +123,7 @@ def test_load_weights_during_a_generation_does_not_wait_for_it(monkeypatch: pyte
     it started with, the next one samples with the pushed weights and carries the new version."""
     import threading
 
-    from trialground.policy import hf
+    from trialground.policy.backends.hf import hf
     from trialground.policy.config import PolicyConfig
 
     policy = HFPolicy(PolicyConfig(model="tiny"))

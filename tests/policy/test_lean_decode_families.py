@@ -9,8 +9,8 @@ import pytest
 import torch
 import transformers
 
-from trialground.policy.hf import sample_batch
-from trialground.policy.llama_decode import LlamaDecoder, unsupported_reason
+from trialground.policy.backends.hf.hf import sample_batch
+from trialground.policy.backends.hf.llama_decode import LlamaDecoder, unsupported_reason
 
 COMMON: dict[str, Any] = dict(
     vocab_size=101,

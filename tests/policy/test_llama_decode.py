@@ -6,10 +6,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from trialground.policy.backends.hf.hf import HFPolicy, sample_batch
+from trialground.policy.backends.hf.llama_decode import LlamaDecoder, packing_reason, unsupported_reason
 from trialground.policy.base import SamplingParams
 from trialground.policy.config import PolicyConfig
-from trialground.policy.hf import HFPolicy, sample_batch
-from trialground.policy.llama_decode import LlamaDecoder, packing_reason, unsupported_reason
 from trialground.tasks.codegen import generate_codegen_tasks
 
 
@@ -205,7 +205,11 @@ def test_a_prepacking_failure_leaves_the_decoder_dense_and_correct(monkeypatch: 
 def test_a_shared_prompt_prefix_attends_like_the_per_row_cache() -> None:
     """Decode attention over a shared prefix (each prompt's keys read once for its rows) equals attention
     over the cache with the prompt copied into every row, for uneven groups and after rows left."""
-    from trialground.policy.llama_decode import SharedPrefix, _decode_attention, _shared_decode_attention
+    from trialground.policy.backends.hf.llama_decode import (
+        SharedPrefix,
+        _decode_attention,
+        _shared_decode_attention,
+    )
 
     gen = torch.Generator().manual_seed(0)
     layers, prompts, kv_heads, heads, width, own, dim = 2, 3, 2, 6, 7, 4, 8
@@ -255,7 +259,7 @@ def test_a_shared_prompt_prefix_attends_like_the_per_row_cache() -> None:
 def test_repeated_prompts_decode_over_one_prefix_per_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
     """k samples of a prompt: the lean decoder keeps one prompt cache per distinct prompt (not one per row)
     and samples what transformers samples."""
-    from trialground.policy import hf
+    from trialground.policy.backends.hf import hf
 
     model = _gqa_model(2)
     gen = torch.Generator().manual_seed(5)
@@ -278,7 +282,7 @@ def test_repeated_prompts_decode_over_one_prefix_per_prompt(monkeypatch: pytest.
 def test_a_mostly_distinct_batch_copies_its_prompts_and_samples_the_same() -> None:
     """One prompt repeated among many distinct ones would make the shared grid mostly padding: the prompts
     are copied into the rows' caches instead, with the same tokens as transformers."""
-    from trialground.policy import hf
+    from trialground.policy.backends.hf import hf
 
     model = _gqa_model(3)
     gen = torch.Generator().manual_seed(6)
@@ -297,7 +301,7 @@ def test_a_mostly_distinct_batch_copies_its_prompts_and_samples_the_same() -> No
 def test_rows_leaving_unevenly_switch_to_copied_prompts_with_the_same_logits() -> None:
     """After rows leave, a grid over twice the rows left is given up for copied prompts; the next decode
     step's logits equal those of a decoder that copied the prompts from the start."""
-    from trialground.policy import hf
+    from trialground.policy.backends.hf import hf
 
     model = _gqa_model(4)
     gen = torch.Generator().manual_seed(7)

@@ -13,10 +13,10 @@ import pytest
 
 from trialground.errors import PolicyError
 from trialground.policy import make_policy
+from trialground.policy.backends.openai.openai import OpenAIPolicy
+from trialground.policy.backends.scripted.scripted import load_tokenizer
 from trialground.policy.base import SamplingParams
 from trialground.policy.config import PolicyConfig
-from trialground.policy.openai import OpenAIPolicy
-from trialground.policy.scripted import load_tokenizer
 
 ANSWER = "def f(x):\n    x = x * 2\n    return x\n"
 

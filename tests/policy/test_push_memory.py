@@ -67,7 +67,9 @@ def _serve(model: Path, key_file: Path) -> tuple[subprocess.Popen[str], str]:
 
 
 def test_a_push_holds_at_most_one_bucket_and_the_served_logprobs_are_the_trainers(tmp_path: Path) -> None:
-    model = _model_dir(tmp_path / "model")
+    # TRIALGROUND_PUSH_MODEL=gemma-3-270m measures the real pretrained model instead (two ~1 GB processes)
+    named = os.environ.get("TRIALGROUND_PUSH_MODEL")
+    model = Path(named) if named else _model_dir(tmp_path / "model")
     key_file = tmp_path / "key"
     key_file.write_text(KEY)
     proc, url = _serve(model, key_file)
@@ -89,6 +91,11 @@ def test_a_push_holds_at_most_one_bucket_and_the_served_logprobs_are_the_trainer
     print("push memory:", report)  # shown with -s: the measured figures
     assert report["weights_bytes"] > 6 * report["bucket_bytes"]  # a whole copy would stand out
     assert report["trainer_peak_over"] <= report["bucket_bytes"], report
-    # the server maps one bucket file at a time and copies one tensor of it at a time into its model
-    assert report["server_peak_over"] <= 2 * report["bucket_bytes"], report
-    assert report["tokens"] > 0 and report["max_logprob_diff"] < 1e-4, report
+    # the server maps one bucket file at a time (a tensor larger than a bucket is a file of its own) and
+    # copies one tensor of it at a time into its model
+    bound = max(report["bucket_bytes"], report["largest_tensor_bytes"]) + report["largest_tensor_bytes"]
+    assert report["server_peak_over"] <= bound, report
+    assert report["weights_equal"], report  # every served weight is the trainer's, bit for bit
+    # the server samples with a KV cache, the trainer scores in one pass: float error only (2.4e-6 on the
+    # random Llama, 2.3e-4 on Gemma 3 270M and its 262k-token vocabulary)
+    assert report["tokens"] > 0 and report["max_logprob_diff"] < 1e-3, report

@@ -20,12 +20,12 @@ import pytest
 from trialground.errors import ConfigError, PolicyError
 from trialground.gateway.reference import ReferenceServer
 from trialground.policy import make_policy
+from trialground.policy.backends.hf.hf import HFPolicy
+from trialground.policy.backends.openai.openai import OpenAIPolicy
+from trialground.policy.backends.remote.remote import RemotePolicy
 from trialground.policy.base import SamplingParams
 from trialground.policy.config import PolicyConfig
 from trialground.policy.factory import require_trainable
-from trialground.policy.hf import HFPolicy
-from trialground.policy.openai import OpenAIPolicy
-from trialground.policy.remote import RemotePolicy
 from trialground.policy.weight_files import tensor_digest
 
 torch = pytest.importorskip("torch")
@@ -111,6 +111,28 @@ async def test_each_request_goes_to_the_least_loaded_server(servers: list[Refere
     # round robin would have sent c to server 0; equal loads alternate
     await remote.generate([a, b, c, remote.encode_chat(OTHER + TASK)], params)
     assert remote.requests == [3, 4]
+
+
+async def test_an_episodes_turns_stay_on_its_server_until_it_dies(servers: list[ReferenceServer]) -> None:
+    remote = _remote([s.url for s in servers])
+    params = SamplingParams(temperature=0.7, max_new_tokens=6)
+    a, b = remote.encode_chat(TASK), remote.encode_chat(OTHER)
+    ga, gb = await remote.generate([a, b], params)  # side by side: one on each server
+    assert remote.requests == [1, 1]
+    # next turns, one at a time: least-loaded alone would send both to server 0 (both idle)
+    obs = remote.tokenizer.encode("ok", add_special_tokens=False)
+    a2 = [*a, *ga.token_ids, *obs]
+    b2 = [*b, *gb.token_ids, *obs]
+    await remote.generate([a2], params)
+    (gb2,) = await remote.generate([b2], params)
+    assert remote.requests == [2, 2]
+    (_,) = await remote.generate([[*b2, *gb2.token_ids, *obs]], params)
+    assert remote.requests == [2, 3]
+    # server 1 is dropped (it missed a push): its episodes move to the survivor
+    remote.dropped.add(1)
+    remote.affinity.forget_server(1)
+    (_,) = await remote.generate([[*b2, *gb2.token_ids, *obs, *obs]], params)
+    assert remote.requests == [3, 3]
 
 
 async def test_a_dead_server_is_retried_elsewhere_and_named_when_all_fail(
@@ -263,7 +285,7 @@ def test_reference_server_rejects_bad_requests_by_field(servers: list[ReferenceS
     resp = httpx.post(
         url + "/v1/completions", content=b"{not json", headers={"Content-Type": "application/json", **AUTH}
     )
-    assert resp.status_code == 400 and "not JSON" in resp.json()["message"]
+    assert resp.status_code == 400 and "not valid JSON" in resp.json()["message"]
     assert httpx.get(url + "/nowhere", headers=AUTH).status_code == 404
     assert (
         httpx.post(url + "/v1/completions", json={"prompt": [1], "seed": 10**30}, headers=AUTH).status_code

@@ -16,11 +16,11 @@ import pytest
 
 from trialground.errors import PolicyError
 from trialground.gateway.reference import ReferenceServer
+from trialground.policy.backends.hf.hf import HFPolicy
+from trialground.policy.backends.openai.openai import OpenAIPolicy
+from trialground.policy.backends.remote.remote import RemotePolicy
 from trialground.policy.base import SamplingParams
 from trialground.policy.config import PolicyConfig
-from trialground.policy.hf import HFPolicy
-from trialground.policy.openai import OpenAIPolicy
-from trialground.policy.remote import RemotePolicy
 from trialground.policy.sampling_parity import check_defaults, server_defaults, wire_fields
 
 torch = pytest.importorskip("torch")
@@ -60,7 +60,7 @@ async def test_remote_requests_state_top_k_so_the_server_default_never_applies(
     top_k_server: ReferenceServer, tiny: HFPolicy, monkeypatch: pytest.MonkeyPatch, caplog: Any
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    with caplog.at_level(logging.WARNING, logger="trialground.policy.remote"):
+    with caplog.at_level(logging.WARNING, logger="trialground.policy.backends.remote.remote"):
         remote = RemotePolicy(PolicyConfig(backend="remote", servers=(top_k_server.url,)))
     # the server's default is read at start and reported loudly
     assert any("server default top_k=20" in r.getMessage() for r in caplog.records)

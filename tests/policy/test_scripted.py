@@ -6,9 +6,9 @@ import pytest
 
 from trialground.errors import ConfigError, PolicyError
 from trialground.policy import make_policy
+from trialground.policy.backends.scripted.scripted import ScriptedPolicy
 from trialground.policy.base import SamplingParams
 from trialground.policy.config import PolicyConfig
-from trialground.policy.scripted import ScriptedPolicy
 
 CODE = "def f(x):\n    x = x + 3\n    return x\n"
 
@@ -52,6 +52,6 @@ async def test_factory_builds_scripted_and_rejects_missing_responses() -> None:
 
 
 def test_factory_builds_hf_for_tiny() -> None:
-    from trialground.policy.hf import HFPolicy
+    from trialground.policy.backends.hf.hf import HFPolicy
 
     assert isinstance(make_policy(PolicyConfig()), HFPolicy)

@@ -18,8 +18,8 @@ from trialground.gateway.reference import ReferenceServer
 openai = pytest.importorskip("openai")
 pytest.importorskip("torch")
 
+from trialground.policy.backends.hf.hf import HFPolicy  # noqa: E402
 from trialground.policy.config import PolicyConfig  # noqa: E402
-from trialground.policy.hf import HFPolicy  # noqa: E402
 
 
 def _harness_core() -> Any:
@@ -88,3 +88,42 @@ def test_verifiers_harness_model_call_completes(server: ReferenceServer) -> None
     assert choice.finish_reason in ("stop", "length", "tool_calls")
     assert choice.message.content or choice.message.tool_calls
     assert done.usage is not None and done.usage.completion_tokens >= 1
+
+
+def test_top_logprobs_are_the_k_likeliest_of_the_sampled_distribution(client: Any) -> None:
+    kw: Any = {"model": "tiny", "messages": ASK, "max_tokens": 12, "logprobs": True}
+    for sampling in ({"temperature": 0.0}, {"temperature": 0.8, "top_p": 0.9, "seed": 3}):
+        reply = client.chat.completions.create(top_logprobs=5, **kw, **sampling)
+        content = reply.choices[0].logprobs.content
+        assert content
+        for entry in content:
+            values = [t.logprob for t in entry.top_logprobs]
+            assert len(values) == 5 and values == sorted(values, reverse=True)
+            assert values[0] >= entry.logprob - 1e-4  # nothing likelier than the first alternative
+            same = [t.logprob for t in entry.top_logprobs if t.token == entry.token]
+            assert not same or abs(same[0] - entry.logprob) < 1e-3
+        if sampling["temperature"] == 0.0:  # greedy: the sampled token is the likeliest
+            assert all(e.top_logprobs[0].token == e.token for e in content)
+    with pytest.raises(
+        openai.BadRequestError, match="top_logprobs: Input should be less than or equal to 20"
+    ):
+        client.chat.completions.create(top_logprobs=21, **kw)
+    out = client.completions.create(model="tiny", prompt="def f(x):", max_tokens=4, logprobs=3, temperature=0)
+    logprobs = out.choices[0].logprobs
+    assert logprobs is not None and logprobs.top_logprobs and logprobs.tokens
+    for token, top in zip(logprobs.tokens, logprobs.top_logprobs, strict=True):
+        assert 3 <= len(top) <= 4 and token in top  # the three likeliest, and the sampled token
+
+
+def test_responses_streamed_and_not_give_the_same_answer(client: Any) -> None:
+    kw: Any = {"model": "tiny", "input": "Fix solution.py.", "instructions": "Fix it.", "temperature": 0.0}
+    kw["tools"] = [{"type": "function", "name": "write_file", "parameters": {"type": "object"}}]
+    plain = client.responses.create(max_output_tokens=40, **kw)
+    with client.responses.stream(max_output_tokens=40, **kw) as events:
+        streamed = events.get_final_response()
+
+    def same(o: Any) -> Any:  # ids are fresh per answer; the stream helper adds parsed_arguments
+        return {k: v for k, v in o.model_dump().items() if k not in ("id", "call_id", "parsed_arguments")}
+
+    assert [same(o) for o in streamed.output] == [same(o) for o in plain.output]
+    assert plain.output and plain.status == "completed" and plain.usage is not None

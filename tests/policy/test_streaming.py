@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
+from trialground.policy.backends.hf.hf import HFPolicy
 from trialground.policy.base import Generation, SamplingParams
 from trialground.policy.config import PolicyConfig
-from trialground.policy.hf import HFPolicy
 from trialground.rollout.generation_batcher import GroupBatcher
 from trialground.tasks.codegen import generate_codegen_tasks
 

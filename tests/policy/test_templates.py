@@ -16,8 +16,8 @@ from transformers import AutoTokenizer
 
 from trialground.errors import PolicyError
 from trialground.gateway.conformance import check
+from trialground.policy.backends.hf.hf import HFPolicy
 from trialground.policy.config import PolicyConfig
-from trialground.policy.hf import HFPolicy
 from trialground.policy.templates import PLAIN, choose_template, with_template
 from trialground.policy.tiny import tiny_model_dir
 from trialground.rollout.chat import ChatRenderer

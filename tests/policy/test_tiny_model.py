@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trialground.policy.hf import HFPolicy
+from trialground.policy.backends.hf.hf import HFPolicy
 from trialground.policy.tiny import EOS, tiny_model_dir
 from trialground.tasks.codegen import generate_codegen_tasks
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trialground.monitor.quality import measure_pass_rates
-from trialground.policy.hf import HFPolicy
+from trialground.policy.backends.hf.hf import HFPolicy
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.codegen import generate_codegen_tasks
 from trialground.verify.grader import make_grader

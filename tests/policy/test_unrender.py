@@ -16,10 +16,10 @@ import pytest
 from trialground.errors import PolicyError
 from trialground.gateway.server import Gateway
 from trialground.gateway.session import Session
+from trialground.policy.backends.openai.openai import OpenAIPolicy
+from trialground.policy.backends.scripted.scripted import ScriptedPolicy, load_tokenizer
 from trialground.policy.base import SamplingParams
 from trialground.policy.config import PolicyConfig
-from trialground.policy.openai import OpenAIPolicy
-from trialground.policy.scripted import ScriptedPolicy, load_tokenizer
 from trialground.policy.unrender import Unrenderer
 
 QWEN = (

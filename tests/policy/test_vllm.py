@@ -18,10 +18,10 @@ TASK = [{"role": "user", "content": "Write f(x) for an integer x: add 3."}]
 
 async def test_vllm_generates_and_takes_weights() -> None:
     pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'trialground[vllm]')")
+    from trialground.policy.backends.hf.hf import HFPolicy
+    from trialground.policy.backends.vllm.vllm import VLLMPolicy
     from trialground.policy.base import SamplingParams
     from trialground.policy.config import PolicyConfig
-    from trialground.policy.hf import HFPolicy
-    from trialground.policy.vllm import VLLMPolicy
 
     config = PolicyConfig(backend="vllm", model="tiny", gpu_memory_utilization=0.2)
     policy = VLLMPolicy(config)
@@ -45,10 +45,10 @@ async def test_vllm_generates_and_takes_weights() -> None:
     reason="set TRIALGROUND_TEST_VLLM_URL to a `vllm serve` of the tiny model (docs/serving.md flags)",
 )
 async def test_remote_backend_against_a_vllm_server() -> None:
+    from trialground.policy.backends.hf.hf import HFPolicy
+    from trialground.policy.backends.remote.remote import RemotePolicy
     from trialground.policy.base import SamplingParams
     from trialground.policy.config import PolicyConfig
-    from trialground.policy.hf import HFPolicy
-    from trialground.policy.remote import RemotePolicy
 
     url = os.environ["TRIALGROUND_TEST_VLLM_URL"]
     remote = RemotePolicy(PolicyConfig(backend="remote", model="tiny", servers=(url,)))

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from trialground.errors import PolicyError
+from trialground.policy.backends.hf.hf import HFPolicy
+from trialground.policy.backends.vllm.vllm import WORKER_EXTENSION, engine_kwargs, push_weights
+from trialground.policy.backends.vllm.vllm_worker import WeightReload
 from trialground.policy.config import PolicyConfig
-from trialground.policy.hf import HFPolicy
-from trialground.policy.vllm import WORKER_EXTENSION, engine_kwargs, push_weights
-from trialground.policy.vllm_worker import WeightReload
 from trialground.policy.weight_files import (
     RELOAD_METHOD,
     iter_weights,
@@ -119,13 +119,22 @@ class _LLM:
     def __init__(self, workers: list[_Worker]) -> None:
         self.workers = workers
         self.resets = 0
+        self.calls: list[str] = []
 
     def collective_rpc(self, method: str, args: tuple[Any, ...] = ()) -> list[Any]:
         assert isinstance(method, str) and all(isinstance(a, str) for a in args)  # nothing to pickle
+        self.calls.append(method)
         return [getattr(w, method)(*args) for w in self.workers]
 
     def reset_prefix_cache(self) -> None:
         self.resets += 1
+        self.calls.append("reset_prefix_cache")
+
+    def sleep(self, level: int) -> None:
+        self.calls.append(f"sleep({level})")
+
+    def wake_up(self, tags: list[str]) -> None:
+        self.calls.append(f"wake_up({','.join(tags)})")
 
 
 def test_push_reaches_every_worker_through_the_extension(tmp_path: Path) -> None:
@@ -146,6 +155,38 @@ def test_push_reaches_every_worker_through_the_extension(tmp_path: Path) -> None
 
 def test_engine_is_built_with_the_worker_extension() -> None:
     kwargs = engine_kwargs(PolicyConfig(backend="vllm", model="tiny", max_context_tokens=512))
-    assert kwargs["worker_extension_cls"] == WORKER_EXTENSION == "trialground.policy.vllm_worker.WeightReload"
+    assert (
+        kwargs["worker_extension_cls"]
+        == WORKER_EXTENSION
+        == "trialground.policy.backends.vllm.vllm_worker.WeightReload"
+    )
     assert Path(kwargs["model"]).name == "tiny_model" and kwargs["max_model_len"] == 512
     assert hasattr(WeightReload, RELOAD_METHOD)
+
+
+def test_a_sleeping_engine_wakes_its_weights_for_the_push_and_its_cache_after(tmp_path: Path) -> None:
+    import threading
+
+    from trialground.policy.backends.vllm.vllm import VLLMPolicy
+
+    trainer = HFPolicy(PolicyConfig(model="tiny")).model
+    llm = _LLM([_Worker(_Model(HFPolicy(PolicyConfig(model="tiny")).model))])
+    policy = object.__new__(VLLMPolicy)  # the engine is the fake above: vLLM does not run here
+    policy.config = PolicyConfig(backend="vllm", model="tiny", vllm_sleep=True)
+    policy.llm, policy._scratch, policy._lock, policy._asleep, policy.version = (
+        llm,
+        tmp_path,
+        threading.Lock(),
+        False,
+        0,
+    )
+    policy.idle()
+    policy.load_weights(trainer.state_dict(), 1)
+    assert llm.calls == [
+        "sleep(1)",
+        "wake_up(weights)",
+        RELOAD_METHOD,
+        "reset_prefix_cache",
+        "wake_up(kv_cache)",
+    ]
+    assert policy.version == 1 and not policy._asleep

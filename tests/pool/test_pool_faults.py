@@ -120,7 +120,7 @@ async def test_a_host_view_unmounted_under_an_episode_is_an_infrastructure_error
     again on a fresh environment, never a reading of the workspace as empty; the pool's next episode on
     that task sees its files."""
     from trialground.rollout.agent import LOST_ENV_KINDS
-    from trialground.sandbox.launch import mounts
+    from trialground.sandbox import mounts
 
     sandbox_config = SandboxConfig()
     grader = make_grader(sandbox_config)

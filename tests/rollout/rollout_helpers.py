@@ -10,9 +10,9 @@ import torch
 
 from trialground.envs.base import Environment, EpisodeEnd, Observation
 from trialground.errors import PolicyError, SandboxError
+from trialground.policy.backends.hf.hf import HFPolicy
 from trialground.policy.base import Generation, SamplingParams
 from trialground.policy.config import PolicyConfig
-from trialground.policy.hf import HFPolicy
 from trialground.policy.tiny import build_tokenizer, tiny_llama_config, tiny_model_dir
 from trialground.sandbox.base import Sandbox, SandboxConfig
 from trialground.sandbox.factory import open_sandbox

@@ -11,9 +11,9 @@ from rollout_helpers import Recorder, ShellEnv, tiny_policy
 
 from trialground.envs.single_turn import SingleTurnEnv
 from trialground.errors import EnvError
+from trialground.policy.backends.hf.hf import HFPolicy
+from trialground.policy.backends.scripted.scripted import ScriptedPolicy
 from trialground.policy.base import SamplingParams
-from trialground.policy.hf import HFPolicy
-from trialground.policy.scripted import ScriptedPolicy
 from trialground.rollout.agent import rollout, rollout_group
 from trialground.rollout.chat import ChatRenderer
 from trialground.rollout.trajectory import Trajectory

@@ -17,8 +17,8 @@ from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
 from trialground.envs.toolcalls import format_tool_call
 from trialground.errors import SandboxError
+from trialground.policy.backends.scripted.scripted import ScriptedPolicy
 from trialground.policy.base import SamplingParams
-from trialground.policy.scripted import ScriptedPolicy
 from trialground.pool import EnvPool, PoolConfig
 from trialground.rollout.branching import branch_metrics, rollout_branched
 from trialground.rollout.trajectory import BranchInfo, Trajectory, Turn

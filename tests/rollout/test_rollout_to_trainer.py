@@ -11,8 +11,8 @@ pytest.importorskip("torch", reason="needs the [train] extra")
 import torch
 from rollout_helpers import ShellEnv, tiny_policy
 
+from trialground.policy.backends.hf.hf import HFPolicy
 from trialground.policy.base import SamplingParams
-from trialground.policy.hf import HFPolicy
 from trialground.rollout.agent import rollout_group
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.train.advantages import compute_advantages, with_advantages

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from trialground.pool.backend import reserve_open_files
+from trialground.sandbox.backends.bwrap.sandbox import bwrap_available
 from trialground.sandbox.base import Limits, Sandbox, SandboxConfig
-from trialground.sandbox.bwrap import bwrap_available
 from trialground.sandbox.factory import open_sandbox
 
 needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed")

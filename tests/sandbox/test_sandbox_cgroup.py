@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from trialground.sandbox.bwrap import bwrap_available
-from trialground.sandbox.launch import cgroup, cgroup_v2
+from trialground.sandbox.backends.bwrap import cgroup, cgroup_v2
+from trialground.sandbox.backends.bwrap.sandbox import bwrap_available
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a cgroup2 hierarchy needs root")
 LIBC = ctypes.CDLL(None, use_errno=True)
@@ -133,7 +133,7 @@ def test_a_v2_memory_limit_kills_and_is_counted(v2_base: Path) -> None:
 SANDBOX_SCRIPT = textwrap.dedent("""
     import asyncio, json, logging, os, sys
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    from trialground.sandbox.launch import cgroup
+    from trialground.sandbox.backends.bwrap import cgroup
     from trialground.sandbox.base import Limits, SandboxConfig
     from trialground.sandbox.factory import open_sandbox
 
@@ -159,7 +159,7 @@ SANDBOX_SCRIPT = textwrap.dedent("""
             out["memory"] = [r.status, r.stdout, r.stderr[-200:]]
             r = await sb.exec(["echo", "after"])
             out["after"] = r.stdout
-        from trialground.sandbox.launch import teardown
+        from trialground.sandbox.backends.bwrap import teardown
         await teardown.drain()
         out["groups_after"] = [str(p) for p in cgroup.own_groups()]
         print(json.dumps(out))

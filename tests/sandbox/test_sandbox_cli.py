@@ -64,7 +64,7 @@ def test_unknown_subcommand_is_a_usage_error() -> None:
 
 
 def test_missing_bwrap_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("trialground.sandbox.launch.bwrap_cmd.BWRAP", "/nonexistent/bwrap")
+    monkeypatch.setattr("trialground.sandbox.backends.bwrap.bwrap_cmd.BWRAP", "/nonexistent/bwrap")
     code, _, err = run("--", "true")
     assert code == 3 and "apt-get install bubblewrap" in " ".join(err.split())
 

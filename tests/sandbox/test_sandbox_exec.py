@@ -223,8 +223,8 @@ def descendants(pid: int) -> set[int]:
 async def test_every_sandbox_process_is_in_its_cgroup(
     monkeypatch: pytest.MonkeyPatch, launcher: str, setpriv: bool
 ) -> None:
-    from trialground.sandbox.bwrap import BwrapSandbox
-    from trialground.sandbox.launch import spawn
+    from trialground.sandbox.backends.bwrap import spawn
+    from trialground.sandbox.backends.bwrap.sandbox import BwrapSandbox
 
     if not setpriv:
         monkeypatch.setattr(spawn, "SETPRIV", None)  # the preexec fallback

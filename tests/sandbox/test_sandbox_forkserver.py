@@ -16,10 +16,11 @@ import pytest
 from proc_scan import processes_with
 
 from trialground.errors import SandboxError
+from trialground.sandbox import mounts
+from trialground.sandbox.backends.bwrap import bwrap_cmd, forkserver
+from trialground.sandbox.backends.bwrap.sandbox import BwrapSandbox, bwrap_available
 from trialground.sandbox.base import ExecStatus, Limits, SandboxConfig
-from trialground.sandbox.bwrap import BwrapSandbox, bwrap_available
 from trialground.sandbox.factory import open_sandbox
-from trialground.sandbox.launch import bwrap_cmd, forkserver, mounts
 from trialground.sandbox.workspace import BASE_DIR
 
 pytestmark = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed")
@@ -111,7 +112,7 @@ async def test_a_sandbox_that_cannot_be_built_says_why(monkeypatch: pytest.Monke
     def broken_views(config: SandboxConfig) -> list[tuple[str, str]]:
         return [("/nonexistent-trialground-view", "/etc")]
 
-    monkeypatch.setattr("trialground.sandbox.launch.bwrap_cmd.sandbox_views", broken_views)
+    monkeypatch.setattr("trialground.sandbox.backends.bwrap.bwrap_cmd.sandbox_views", broken_views)
     sb = await open_sandbox(SandboxConfig(limits=SMALL, prewarm=0))
     try:
         with pytest.raises(

@@ -23,11 +23,10 @@ import pytest
 from proc_scan import describe_fd, socket_kind
 
 from trialground.errors import SandboxError
-from trialground.sandbox import prewarm
+from trialground.sandbox.backends.bwrap import cgroup, forkserver, prewarm, teardown
+from trialground.sandbox.backends.bwrap.sandbox import BwrapSandbox, bwrap_available
 from trialground.sandbox.base import ExecResult, ExecStatus, Limits, Sandbox, SandboxConfig
-from trialground.sandbox.bwrap import BwrapSandbox, bwrap_available
 from trialground.sandbox.factory import SyncSandbox, open_sandbox
-from trialground.sandbox.launch import cgroup, forkserver, teardown
 from trialground.sandbox.workspace import BASE_DIR, own_prefix
 
 pytestmark = pytest.mark.skipif(
@@ -344,10 +343,10 @@ def test_spares_of_a_closed_loop_close_their_descriptors() -> None:
     script = textwrap.dedent(
         """
         import asyncio, gc, json, os, warnings
-        from trialground.sandbox import prewarm
+        from trialground.sandbox.backends.bwrap import prewarm
         from trialground.sandbox.base import Limits, SandboxConfig
         from trialground.sandbox.factory import open_sandbox
-        from trialground.sandbox.launch import teardown
+        from trialground.sandbox.backends.bwrap import teardown
 
         SMALL = Limits(wall_s=10, cpu_s=10, memory_mb=128, pids=32, disk_mb=32, output_bytes=64 * 1024)
         config = SandboxConfig(limits=SMALL, prewarm=1)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from trialground.sandbox.backends.bwrap.sandbox import BwrapSandbox
 from trialground.sandbox.base import SandboxConfig, View
-from trialground.sandbox.bwrap import BwrapSandbox
-from trialground.sandbox.launch.channel import Collected
+from trialground.sandbox.results import Collected
 
 pytestmark = pytest.mark.skipif(not Path("/usr/bin/bwrap").exists(), reason="needs bubblewrap")
 

@@ -6,7 +6,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from trialground.sandbox import prewarm
+from trialground.sandbox.backends.bwrap import prewarm
 from trialground.sandbox.base import Limits, SandboxConfig
 from trialground.sandbox.factory import open_sandbox
 

@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from trialground.sandbox.launch import seccomp
+from trialground.sandbox.backends.bwrap import seccomp
 
 EPERM = seccomp.RET_ERRNO | errno.EPERM
 ENOSYS = seccomp.RET_ERRNO | errno.ENOSYS

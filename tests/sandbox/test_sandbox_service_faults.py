@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from trialground.errors import SandboxError
+from trialground.sandbox.backends.bwrap.sandbox import bwrap_available
 from trialground.sandbox.base import Limits, SandboxConfig
-from trialground.sandbox.bwrap import bwrap_available
 from trialground.sandbox.factory import open_sandbox
 
 pytestmark = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed")

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from trialground.errors import SandboxError
+from trialground.sandbox import mounts
+from trialground.sandbox.backends.bwrap import teardown
 from trialground.sandbox.base import Limits, SandboxConfig
 from trialground.sandbox.factory import open_sandbox
-from trialground.sandbox.launch import mounts, teardown
-from trialground.sandbox.launch.mounts import overlay_works
+from trialground.sandbox.mounts import overlay_works
 from trialground.sandbox.workspace import BASE_DIR, own_prefix
 
 MODES = ["overlay", "copy"]
@@ -187,7 +188,7 @@ async def test_no_mounts_or_cgroups_leak() -> None:
 async def test_background_close_leaks_nothing() -> None:
     """Many fresh sandboxes opened, used and closed without waiting: once their teardowns are drained,
     no process, mount, cgroup or workspace of theirs is left, and no more than MAX_PENDING were pending."""
-    from trialground.sandbox.launch.cgroup import own_groups
+    from trialground.sandbox.backends.bwrap.cgroup import own_groups
 
     def state() -> tuple[list[str], int, int, int]:
         cgroups = len(own_groups())

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from proc_scan import processes_with
 
+from trialground.sandbox.backends.bwrap import cgroup
+from trialground.sandbox.backends.bwrap.sandbox import BwrapSandbox, bwrap_available
 from trialground.sandbox.base import SandboxConfig
-from trialground.sandbox.bwrap import BwrapSandbox, bwrap_available
 from trialground.sandbox.factory import open_sandbox
-from trialground.sandbox.launch import cgroup
 
 pytestmark = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed")
 

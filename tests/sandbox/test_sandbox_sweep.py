@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from trialground.sandbox import owned, workspace
-from trialground.sandbox.launch import cgroup, cgroup_v1, cgroup_v2
+from trialground.sandbox.backends.bwrap import cgroup, cgroup_v1, cgroup_v2
 
 # Opens a snapshotted sandbox with one file, says where its workspace and cgroup are, then on each line of
 # stdin reads the file on the host and in the sandbox and says what it read.
@@ -24,7 +24,7 @@ OWNER = r"""
 import asyncio, json, os, sys
 from trialground.sandbox.base import SandboxConfig
 from trialground.sandbox.factory import open_sandbox
-from trialground.sandbox.launch import cgroup
+from trialground.sandbox.backends.bwrap import cgroup
 
 async def main():
     async with await open_sandbox(SandboxConfig(), {"f.txt": "kept"}) as sb:

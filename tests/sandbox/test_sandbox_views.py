@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from trialground.sandbox import mounts
+from trialground.sandbox.backends.bwrap import cgroup, cgroup_v1, views
+from trialground.sandbox.backends.bwrap.sandbox import bwrap_available
 from trialground.sandbox.base import Sandbox, SandboxConfig
-from trialground.sandbox.bwrap import bwrap_available
 from trialground.sandbox.factory import open_sandbox
-from trialground.sandbox.launch import cgroup, cgroup_v1, mounts, views
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mounts)")
 needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from seckit import CONFIG
 
+from trialground.sandbox.backends.bwrap.sandbox import bwrap_available
 from trialground.sandbox.base import Sandbox
-from trialground.sandbox.bwrap import bwrap_available
 from trialground.sandbox.factory import open_sandbox
 
 pytestmark = pytest.mark.security

@@ -13,9 +13,9 @@ import pytest
 from seckit import LIMITS, ROOT_ONLY_REASON, host_processes_with, sandbox_host_pids, unenforced
 
 from trialground.errors import SandboxError
+from trialground.sandbox.backends.bwrap import seccomp
 from trialground.sandbox.base import ExecStatus, Limits, Sandbox
 from trialground.sandbox.factory import open_sandbox
-from trialground.sandbox.launch import seccomp
 
 pytestmark = pytest.mark.security
 NR = seccomp.table()

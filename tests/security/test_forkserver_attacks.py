@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 from seckit import CONFIG, LIMITS, ROOT_ONLY_REASON, host_processes_with, sandbox_host_pids
 
+from trialground.sandbox import mounts
+from trialground.sandbox.backends.bwrap import seccomp
+from trialground.sandbox.backends.bwrap.sandbox import BwrapSandbox, bwrap_available
 from trialground.sandbox.base import ExecStatus, Sandbox
-from trialground.sandbox.bwrap import BwrapSandbox, bwrap_available
 from trialground.sandbox.factory import open_sandbox
-from trialground.sandbox.launch import mounts, seccomp
 
 pytestmark = pytest.mark.security
 NR = seccomp.table()

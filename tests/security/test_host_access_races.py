@@ -26,8 +26,8 @@ from seckit import CONFIG
 from trialground.envs.tools import Toolbox
 from trialground.errors import SandboxError
 from trialground.sandbox import beneath
+from trialground.sandbox.backends.bwrap.sandbox import BwrapSandbox, bwrap_available
 from trialground.sandbox.base import ExecResult, Limits, Sandbox
-from trialground.sandbox.bwrap import BwrapSandbox, bwrap_available
 from trialground.sandbox.factory import open_sandbox
 from trialground.sandbox.service.app import create_app
 from trialground.sandbox.workspace import Workspace

@@ -25,10 +25,10 @@ import pytest
 from seckit import CONFIG
 
 from trialground.errors import SandboxError
+from trialground.sandbox.backends.bwrap import netns
+from trialground.sandbox.backends.bwrap.sandbox import bwrap_available
 from trialground.sandbox.base import Sandbox
-from trialground.sandbox.bwrap import bwrap_available
 from trialground.sandbox.factory import open_sandbox
-from trialground.sandbox.launch import netns
 
 pytestmark = [
     pytest.mark.security,

@@ -18,8 +18,8 @@ from seckit import CONFIG
 from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
 from trialground.pool import EnvPool, PoolConfig
+from trialground.sandbox.backends.bwrap.sandbox import bwrap_available
 from trialground.sandbox.base import Limits, Sandbox, SandboxConfig
-from trialground.sandbox.bwrap import bwrap_available
 from trialground.sandbox.factory import open_sandbox
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.verify.config import GradingConfig, RewardConfig

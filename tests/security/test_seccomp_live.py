@@ -9,8 +9,8 @@ import platform
 
 import pytest
 
+from trialground.sandbox.backends.bwrap import seccomp
 from trialground.sandbox.base import ExecStatus, Sandbox
-from trialground.sandbox.launch import seccomp
 
 pytestmark = pytest.mark.security
 NR = seccomp.table()

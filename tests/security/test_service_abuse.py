@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from trialground.sandbox.bwrap import bwrap_available
+from trialground.sandbox.backends.bwrap.sandbox import bwrap_available
 
 pytestmark = pytest.mark.security
 

@@ -27,8 +27,8 @@ from trialground.envs.toolcalls import format_tool_call
 from trialground.envs.tools import READ_FILE_MAX_BYTES, Toolbox
 from trialground.errors import SandboxError
 from trialground.sandbox import beneath
+from trialground.sandbox.backends.bwrap.sandbox import BwrapSandbox, bwrap_available
 from trialground.sandbox.base import Limits, Sandbox, SandboxConfig
-from trialground.sandbox.bwrap import BwrapSandbox, bwrap_available
 from trialground.sandbox.factory import open_sandbox
 from trialground.sandbox.service.app import KIND_HEADER, create_app
 from trialground.tasks.model import Task, VerifierSpec

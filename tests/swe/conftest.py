@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from trialground.errors import TaskError
-from trialground.sandbox.bwrap import bwrap_available
+from trialground.sandbox.backends.bwrap.sandbox import bwrap_available
 from trialground.tasks.model import Task
 
 SOURCE = "swe:inflection:3"

@@ -129,8 +129,8 @@ def test_a_swapped_irregular_word_of_inflection_is_the_first_candidate(swe_cache
     from trialground.envs.config import EnvConfig
     from trialground.envs.tool_env import ToolEnv
     from trialground.envs.toolcalls import format_tool_call
+    from trialground.sandbox.backends.bwrap.sandbox import bwrap_available
     from trialground.sandbox.base import SandboxConfig
-    from trialground.sandbox.bwrap import bwrap_available
     from trialground.tasks.swe import task_from_record
     from trialground.tasks.swe.build import BugRecord
     from trialground.tasks.swe.repos import repo_files, repo_spec

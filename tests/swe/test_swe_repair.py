@@ -162,7 +162,7 @@ def test_fixes_needs_a_repository_task() -> None:
             await env.close()
             await grader.close()
 
-    from trialground.sandbox.bwrap import bwrap_available
+    from trialground.sandbox.backends.bwrap.sandbox import bwrap_available
 
     if not bwrap_available():
         pytest.skip("bubblewrap is not installed")
@@ -193,7 +193,7 @@ def test_a_malformed_localization_report_is_no_result() -> None:
 def test_a_call_that_runs_several_programs_ends_within_its_wall_limit() -> None:
     """run_tests with three checks of 2 s each under a 3 s tool limit: the programs share the limit, so
     the call ends as a failed tool call (the last check not run), not as a hung sandbox."""
-    from trialground.sandbox.bwrap import bwrap_available
+    from trialground.sandbox.backends.bwrap.sandbox import bwrap_available
     from trialground.tasks.model import VerifierSpec
 
     if not bwrap_available():

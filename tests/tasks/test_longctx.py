@@ -131,8 +131,8 @@ def test_episodes_over_them_hit_the_budgets_and_the_report_shows_it(tmp_path: Pa
     from trialground.envs.tool_env import ToolEnv
     from trialground.envs.toolcalls import format_tool_call
     from trialground.monitor.report import write_report
+    from trialground.policy.backends.scripted.scripted import ScriptedPolicy
     from trialground.policy.base import SamplingParams
-    from trialground.policy.scripted import ScriptedPolicy
     from trialground.policy.tiny import tiny_model_dir
     from trialground.rollout.agent import rollout
     from trialground.rollout.context_stats import context_metrics

@@ -13,7 +13,7 @@ from dist_helpers import PAD, batches, run_config
 
 from trialground.orchestrator.ranks import ranks, serve_rank
 from trialground.orchestrator.wiring import trainer_module
-from trialground.policy.hf import load_model
+from trialground.policy.backends.hf.hf import load_model
 from trialground.train.distributed import join_data_parallel
 from trialground.train.trainer import Trainer
 

@@ -52,8 +52,8 @@ def trainer_config() -> TrainerConfig:
 
 def batches(model_dir: Path) -> list[list[Scored]]:
     """Both batches, with logprobs recorded by the starting model (the second is off-policy)."""
+    from trialground.policy.backends.hf.hf import load_model
     from trialground.policy.config import PolicyConfig
-    from trialground.policy.hf import load_model
 
     model = load_model(PolicyConfig(model=str(model_dir), cpu_threads=1)).eval()
     out: list[list[Scored]] = []

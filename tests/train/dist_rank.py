@@ -12,7 +12,7 @@ import torch
 from dist_helpers import PAD, batches, run_config
 
 from trialground.orchestrator.ranks import ranks, serve_rank
-from trialground.policy.hf import load_model
+from trialground.policy.backends.hf.hf import load_model
 from trialground.train.distributed import join_data_parallel
 from trialground.train.trainer import Trainer
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from train_helpers import traj
 
+from trialground.errors import ConfigError
 from trialground.train.advantages import (
     compute_advantages,
     dr_grpo,
@@ -61,8 +62,8 @@ def test_groups_with_fewer_than_two_valid(method: str) -> None:
 
 
 def test_unknown_method() -> None:
-    with pytest.raises(ValueError, match="unknown advantage method"):
-        group_advantages([1.0, 0.0], "ppo")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="unknown advantage estimator 'ppo': known are dr_grpo, grpo, rloo"):
+        group_advantages([1.0, 0.0], "ppo")
 
 
 def test_compute_advantages_groups_by_group_id_and_masks_failures() -> None:

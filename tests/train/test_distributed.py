@@ -15,8 +15,8 @@ from train_helpers import traj
 
 from trialground.errors import ConfigError
 from trialground.orchestrator.run_config import load_config
+from trialground.policy.backends.hf.hf import load_model
 from trialground.policy.config import PolicyConfig
-from trialground.policy.hf import load_model
 from trialground.train.advantages import with_advantages
 from trialground.train.distributed import split_batch
 from trialground.train.trainer import Trainer

@@ -14,7 +14,7 @@ from dist_helpers import PAD, batches, run_config, save_model, trainer_config
 from train_helpers import sequence_logprobs, tiny_llama, traj
 
 from trialground.orchestrator.wiring import trainer_module
-from trialground.policy.hf import load_model
+from trialground.policy.backends.hf.hf import load_model
 from trialground.train.advantages import with_advantages
 from trialground.train.checkpoint import load_checkpoint, save_checkpoint
 from trialground.train.config import TrainerConfig

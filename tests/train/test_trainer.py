@@ -274,7 +274,7 @@ def test_a_sampler_sharing_the_module_samples_with_the_updated_weights() -> None
     """The lean decoder keeps fused copies of the weights and rebuilds them when a parameter's version
     counter moved; the fused AdamW kernel does not move it, so the trainer does. Without that the decoder
     would keep sampling from the weights before the update."""
-    from trialground.policy.llama_decode import LlamaDecoder
+    from trialground.policy.backends.hf.llama_decode import LlamaDecoder
 
     model = tiny_llama()
     decoder = LlamaDecoder(model)

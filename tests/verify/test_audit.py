@@ -52,6 +52,7 @@ def test_the_planted_hackable_family_is_reported_and_excluded(tmp_path: Path) ->
     )
     assert res.exit_code == 1, res.output
     assert res.stdout.count("paid by syntax_error") == 2 and "100%" in res.stdout
+    assert "deliberately gameable" in res.stdout
     assert "hackable:naive/repair: 100% of tasks paid" in res.output
     ids = read_excluded(out)
     assert ids == {t.id for t in load_source("hackable:naive", n=2)}
@@ -100,3 +101,24 @@ def test_a_bad_exclusion_file_names_its_line(tmp_path: Path) -> None:
         read_excluded(bad)
     with pytest.raises(TaskError, match="cannot read"):
         read_excluded(tmp_path / "missing.txt")
+
+
+def test_repository_tasks_get_the_hostile_patch_of_each_class() -> None:
+    from trialground.tasks.swe.hostile import hostile_patches
+
+    test = "from lib import f\n\n\ndef test_f():\n    assert f() == 2\n"
+    ids = ["tests/test_lib.py::test_f"]
+    params = {"repo": "lib", "version": "1", "fail_to_pass": ids, "pass_to_pass": ids}
+    task = Task(
+        domain="swe",
+        prompt="fix lib",
+        files={"lib.py": "def f():\n    return 1\n", "tests/test_lib.py": test},
+        hidden_checks={"tests/test_lib.py": test},
+        verifier=VerifierSpec(kind="swe_tests", params=params),
+    )
+    patches = hostile_patches(task)
+    m = move(BY_NAME["delete_tests"], task, patches)
+    assert m is not None and m.submission == patches["delete_failing_tests"] and not m.in_workspace
+    assert move(BY_NAME["always_equal"], task, patches) is None
+    played = {s.patch for s in LIBRARY if s.patch}
+    assert played >= set(patches) - {"empty"}

@@ -26,7 +26,7 @@ def classifier_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("torch")
     from transformers import BertConfig, BertForSequenceClassification
 
-    from trialground.policy.scripted import load_tokenizer
+    from trialground.policy.backends.scripted.scripted import load_tokenizer
 
     tokenizer = load_tokenizer()
     path = tmp_path_factory.mktemp("judge")

@@ -1,13 +1,13 @@
-"""The sandbox reset's wipe (`sandbox/launch/reset.py`, which the grading runner and the supervisor run;
-here on a temporary directory): any depth, no recursion, never through a link, directories made unreadable
-opened up again, and a plain False when it cannot finish."""
+"""The sandbox reset's wipe (`sandbox/backends/bwrap/reset.py`, which the grading runner and the
+supervisor run; here on a temporary directory): any depth, no recursion, never through a link,
+directories made unreadable opened up again, and a plain False when it cannot finish."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from trialground.sandbox.launch.reset import wipe
+from trialground.sandbox.backends.bwrap.reset import wipe
 
 
 def test_deep_locked_trees_are_wiped_and_links_not_followed(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -11,14 +12,17 @@ from trialground.cli import (
     config_cmd,
     env_cmd,
     export_cmd,
+    helpstyle,
     policy_cmd,
     report_cmd,
     run_cmd,
     sandbox_cmd,
+    sft_cmd,
     tasks_cmd,
     verify_cmd,
 )
 
+helpstyle.install()  # `--json`, `--set KEY=VALUE ...`, `--samples INTEGER RANGE`, not `<bool>`, `<list[str]>`
 app = typer.Typer(
     name="trialground",
     help="Environment-first RL post-training for language-model agents on execution-verified tasks.",
@@ -37,6 +41,7 @@ app.command("verify")(verify_cmd.verify)
 app.command("report")(report_cmd.report)
 app.command("dashboard")(report_cmd.dashboard)
 app.command("export")(export_cmd.export)
+app.command("sft")(sft_cmd.sft)
 
 
 def _version(value: bool) -> None:
@@ -60,9 +65,25 @@ def _options(
 
 
 def main() -> None:
+    from trialground.cli.common import json_errors
+
+    as_json = "--json" in sys.argv[1:]
+    json_errors(as_json)  # an error of a --json command is a JSON object too
     if len(sys.argv) > 1 and sys.argv[1] in ("train", "eval"):
         # glibc reads its tunables when a process starts: re-execute before the run does any work
         from trialground.hugepages import reexec_with_hugepages
 
         reexec_with_hugepages()
-    app()
+    if not as_json:
+        app()
+        return
+    try:  # the command line's own errors (a missing argument, a bad value) as the same JSON object
+        code = app(standalone_mode=False)
+    except Exception as exc:
+        if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):  # not a usage error
+            raise
+        param = getattr(exc, "param", None)
+        where = (getattr(param, "opts", None) or [None])[0] if param is not None else None
+        print(json.dumps({"error": exc.format_message(), "kind": "usage", "where": where}))
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import socket
 import sys
 from typing import TYPE_CHECKING, Literal, NoReturn
@@ -20,11 +22,35 @@ EXIT_USAGE = 2
 EXIT_INFRA = 3
 
 
-def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    """Print `message` on stderr and exit with `code` (2: bad input, 3: infrastructure failure)."""
+KINDS = {EXIT_USAGE: "usage", EXIT_INFRA: "infrastructure"}
+# the leading location of a message: `FILE:LINE: ...`, `FILE: ...`, `--option: ...`, `a.dotted.key: ...`
+_WHERE = re.compile(r"(\S+?(?::\d+)?): ")
+
+
+def fail(message: str, code: int = EXIT_USAGE, *, kind: str | None = None) -> NoReturn:
+    """Print `message` on stderr and exit with `code` (2: bad input, 3: infrastructure failure). Under a
+    command's `--json` the error is one JSON object on stdout instead: `{"error": message, "kind": kind
+    (default usage or infrastructure, by `code`), "where": the message's leading location or null}`."""
+    if json_requested():
+        found = _WHERE.match(message)
+        where = found.group(1) if found and "\n" not in found.group(1) else None
+        print(json.dumps({"error": message, "kind": kind or KINDS.get(code, "error"), "where": where}))
+        sys.exit(code)
     # escaped: a message is text, and "[...]" in it (an extra, a list) is not markup; paths stay whole
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     sys.exit(code)
+
+
+JSON_ERRORS = [False]  # set by `json_errors`: the command line asked for --json
+
+
+def json_errors(on: bool) -> None:
+    """Answer errors as JSON objects from now on (`trialground.cli.main` sets it when `--json` is given)."""
+    JSON_ERRORS[0] = on
+
+
+def json_requested() -> bool:
+    return JSON_ERRORS[0]
 
 
 def require(modules: tuple[str, ...], extra: str, what: str) -> None:

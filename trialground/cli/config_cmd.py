@@ -14,7 +14,7 @@ from trialground.orchestrator.run_config import RunConfig, dump_config, load_con
 app = typer.Typer(help="Inspect and check run configurations.", no_args_is_help=True)
 
 CONFIG_ARG = typer.Argument(..., help="YAML run configuration (- reads standard input)")
-OVERRIDES = typer.Option([], "--set", help="Dotted override KEY=VALUE (repeatable)")
+OVERRIDES = typer.Option([], "--set", metavar="KEY=VALUE", help="Dotted override (repeatable)")
 JSON = typer.Option(False, "--json", help="Print JSON on stdout")
 
 
@@ -47,8 +47,9 @@ def validate(
     ),
 ) -> None:
     """Check a configuration without starting anything: every check `train` makes before it starts.
-    Exit 0 when it can run, 2 when not (each problem on its own line)."""
-    from trialground.orchestrator.preflight import cautions, problems
+    It also loads every task source as the run would (a generator, a dataset). Exit 0 when it can run,
+    2 when not (each problem on its own line)."""
+    from trialground.orchestrator.preflight import cautions, load_problems, problems
 
     try:
         cfg = load_config(config, overrides)
@@ -58,6 +59,8 @@ def validate(
             raise typer.Exit(2) from None
         fail(str(exc))
     found, caution = problems(cfg, "train" if train else "eval", resume=False), cautions(cfg)
+    if not any(p.startswith("tasks") for p in found):  # then load them as the run would
+        found += load_problems(cfg)
     if as_json:
         report = {"ok": not found, "problems": found, "cautions": caution, "run_dir": str(cfg.run_dir)}
         typer.echo(json.dumps(report))

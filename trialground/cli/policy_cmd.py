@@ -69,7 +69,7 @@ def serve(
         fail(f"invalid option: {'; '.join(problems)}", EXIT_USAGE)
     try:
         from trialground.gateway.reference import ReferenceServer
-        from trialground.policy.hf import HFPolicy
+        from trialground.policy.backends.hf import HFPolicy
     except ImportError as exc:
         fail(f"policy serve needs the [train] extra (torch, transformers): {exc}", EXIT_USAGE)
     api_key = None

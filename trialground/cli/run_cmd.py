@@ -15,11 +15,12 @@ from rich.progress import (
     Progress,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
 from rich.table import Table
 
 from trialground.cli.common import EXIT_INFRA, fail
+from trialground.cli.stopping import Interrupted, StopOnSignal, exit_status, resume_command, where_stopped
+from trialground.cli.train_view import percent, train_view
 from trialground.errors import ConfigError, TrialgroundError
 from trialground.orchestrator.run_config import RunConfig, load_config, require_extras
 
@@ -30,8 +31,15 @@ console = Console(stderr=True)
 
 
 def _config(
-    config: Path | None, overrides: list[str], resume: Path | None, *, purpose: Purpose = "train"
+    config: Path | None,
+    overrides: list[str],
+    resume: Path | None,
+    *,
+    purpose: Purpose = "train",
+    overwrite: bool = False,
 ) -> RunConfig:
+    if resume is not None and overwrite:
+        fail("give either --resume (continue the run) or --overwrite (replace it), not both")
     if resume is not None:
         resolved = resume / "config.yaml"
         if not resolved.is_file():
@@ -48,6 +56,8 @@ def _config(
         fail(str(exc))
     if resume is not None and cfg.run_dir.resolve() != resume.resolve():
         cfg = cfg.model_copy(update={"output_dir": str(resume.parent), "name": resume.name})
+    if overwrite:
+        _replace(cfg.run_dir)
     from trialground.orchestrator.preflight import cautions, preflight
 
     try:  # before anything is created or loaded: a failed start leaves nothing behind
@@ -59,99 +69,105 @@ def _config(
     return cfg
 
 
-def _percent(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
+def _replace(run_dir: Path) -> None:
+    """`--overwrite`: delete an earlier run in `run_dir` (a directory with a config.yaml, nothing else)."""
+    import os
+    import shutil
 
-
-def format_loss(value: float) -> str:
-    """A loss that stays readable at every scale (GRPO losses near zero are not `+0.0000`)."""
-    return f"{value:+.4f}" if value == 0.0 or abs(value) >= 1e-3 else f"{value:+.2e}"
-
-
-class StepLine:
-    """The progress line's text: the latest step's reward and loss, and the latest held-out evaluation."""
-
-    def __init__(self) -> None:
-        self.evaluation = ""
-
-    def __call__(self, step: int, metrics: dict[str, float]) -> str:
-        for key, name in (("eval/pass@1", "eval"), ("probe/pass@1", "probe")):
-            if key in metrics:
-                self.evaluation = f"{name} {_percent(metrics[key])} @ step {step}"
-                break
-        parts = []
-        if "reward/mean" in metrics:
-            parts.append(f"reward {metrics['reward/mean']:.3f}")
-        if "train/loss" in metrics:
-            parts.append(f"loss {format_loss(metrics['train/loss'])}")
-        if self.evaluation:
-            parts.append(self.evaluation)
-        return "  ".join(parts)
+    if not run_dir.exists() or os.environ.get("RANK", "0") != "0":  # under torchrun rank 0 deletes it
+        return
+    if not (run_dir / "config.yaml").is_file():
+        fail(f"--overwrite: {run_dir} is not a run directory (no config.yaml); not deleting it")
+    shutil.rmtree(run_dir)
 
 
 def train(
     config: Path | None = typer.Argument(None, help="YAML run configuration (- reads standard input)"),
-    overrides: list[str] = typer.Option([], "--set", help="Dotted override KEY=VALUE, repeatable"),
-    resume: Path | None = typer.Option(None, "--resume", help="Continue the run in this run directory"),
+    overrides: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Dotted override, repeatable"),
+    resume: Path | None = typer.Option(
+        None,
+        "--resume",
+        metavar="RUN_DIR",
+        help="Continue the run in this run directory (from its newest checkpoint, or from step 0)",
+    ),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Delete the run directory's earlier run and start again"
+    ),
 ) -> None:
-    """Train a policy: rollouts in sandboxes, rewards, group advantages, policy updates."""
-    cfg = _config(config, overrides, resume)
-    from trialground.orchestrator.ranks import ranks, serve_rank
+    """Train a policy: rollouts in sandboxes, rewards, group advantages, policy updates.
 
-    # Under torchrun or Ray (docs/distributed.md) rank 0 is the run; the other ranks only train.
-    with ranks(cfg) as (cfg, rank):
-        if rank is not None and rank.rank > 0:
-            serve_rank(rank, cfg)
-        else:
-            _train(cfg, resume)
+    Ctrl-C or SIGTERM stops after the step in progress, checkpointed (a second one stops at once);
+    `--resume RUN_DIR` continues."""
+    stopper = StopOnSignal()
+    run_dir: Path | None = None
+    with stopper.installed():
+        try:
+            cfg = _config(config, overrides, resume, overwrite=overwrite)
+            run_dir = cfg.run_dir
+            from trialground.orchestrator.ranks import ranks, serve_rank
+
+            # Under torchrun or Ray (docs/distributed.md) rank 0 is the run; the other ranks only train.
+            with ranks(cfg) as (cfg, rank):
+                if rank is not None and rank.rank > 0:
+                    serve_rank(rank, cfg)
+                else:
+                    _train(cfg, resume, stopper)
+        except Interrupted as stop:
+            if run_dir is not None and (run_dir / "config.yaml").is_file():
+                console.print(_stopped_line(run_dir), highlight=False, soft_wrap=True)
+            else:
+                console.print(f"{stop}: stopped before the run started", highlight=False)
+            raise typer.Exit(exit_status(stop.signum)) from None
 
 
-def _train(cfg: RunConfig, resume: Path | None) -> None:
+def _stopped_line(run_dir: Path) -> str:
+    """The one line a stopped run ends with: where it stopped and the command that continues it."""
+    return f"{where_stopped(run_dir)}; continue with: {resume_command(run_dir)}"
+
+
+def _train(cfg: RunConfig, resume: Path | None, stopper: StopOnSignal) -> None:
     from trialground.orchestrator.loop import run
     from trialground.train.checkpoint import CheckpointError
 
-    columns = (
-        TextColumn("[bold]train"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("eta"),
-        TimeRemainingColumn(),
-        TextColumn("{task.fields[info]}"),
-    )
-    line = StepLine()
-    with Progress(*columns, console=console, transient=False) as bar:
-        task = bar.add_task("train", total=cfg.loop.steps, info="evaluating the starting policy")
+    with train_view(console, cfg.loop.steps, cfg.monitor.log_interval, resumed=resume is not None) as show:
 
         def on_step(step: int, metrics: dict[str, float]) -> None:
-            bar.update(task, completed=step, info=line(step, metrics))
+            stopper.arm()  # from the first step on, a signal stops between steps
+            show(step, metrics)
 
         try:
-            summary = asyncio.run(run(cfg, resume=resume is not None, progress=on_step))
+            coro = run(cfg, resume=resume is not None, progress=on_step, stop=stopper.requested)
+            summary = asyncio.run(stopper.watch(coro))
         except (FileExistsError, FileNotFoundError, CheckpointError) as exc:
             fail(str(exc))
         except TrialgroundError as exc:
-            fail(f"{exc.boundary} failure: {exc}", code=EXIT_INFRA)
+            kept = (cfg.run_dir / "config.yaml").is_file()  # a failed start removes its directory
+            fail(f"{exc.boundary} failure: {exc}" + (f"\n{_stopped_line(cfg.run_dir)}" if kept else ""),
+                 code=EXIT_INFRA)  # fmt: skip
     table = Table(title=f"run {cfg.name}", show_header=False)
     table.add_row("run directory", summary.run_dir)
     table.add_row("steps", str(summary.steps))
-    table.add_row("held-out pass@1 before", _percent(summary.eval_before))
-    table.add_row("held-out pass@1 after", _percent(summary.eval_after))
+    table.add_row("held-out pass@1 before", percent(summary.eval_before))
+    table.add_row("held-out pass@1 after", percent(summary.eval_after))
     if summary.sampled_before is not None or summary.sampled_after is not None:
-        table.add_row("held-out sampled pass@1 before", _percent(summary.sampled_before))
-        table.add_row("held-out sampled pass@1 after", _percent(summary.sampled_after))
+        table.add_row("held-out sampled pass@1 before", percent(summary.sampled_before))
+        table.add_row("held-out sampled pass@1 after", percent(summary.sampled_after))
     table.add_row("alerts", str(summary.alerts))
     if summary.stopped_by:
-        table.add_row("stopped early by", f"{summary.stopped_by} (continue with --resume {summary.run_dir})")
+        table.add_row("stopped early by", summary.stopped_by)
     table.add_row("wall time", f"{summary.seconds:.0f} s")
     Console().print(table)
+    if summary.stopped_by:
+        console.print(_stopped_line(Path(summary.run_dir)), highlight=False, soft_wrap=True)
+    if stopper.signum is not None:
+        raise typer.Exit(exit_status(stopper.signum))
 
 
 def evaluate(
     config: Path = typer.Argument(
         ..., help="YAML run configuration, its eval split is used (- reads standard input)"
     ),
-    overrides: list[str] = typer.Option([], "--set", help="Dotted override KEY=VALUE, repeatable"),
+    overrides: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Dotted override, repeatable"),
     checkpoint: Path | None = typer.Option(None, help="A checkpoints/step_N directory to evaluate"),
     samples: int = typer.Option(
         1, min=1, max=1024, help="Also sample this many per task at the training temperature (pass@k)"

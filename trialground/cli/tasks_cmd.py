@@ -66,7 +66,10 @@ def _head(text: str, width: int = 70) -> str:
 
 @app.command("list")
 def list_tasks(
-    source: SourceArg,
+    source: Annotated[
+        str | None,
+        typer.Argument(help="A task source (see `tasks show`); left out: the registered sources themselves"),
+    ] = None,
     seed: SeedOpt = 0,
     n: NOpt = None,
     split: SplitOpt = None,
@@ -74,7 +77,11 @@ def list_tasks(
         bool, typer.Option("--json", help="One JSON object per line instead of a table")
     ] = False,
 ) -> None:
-    """A table of the source's tasks: id, domain, split, verifier and the head of the prompt."""
+    """A table of the source's tasks: id, domain, split, verifier and the head of the prompt; without a
+    source, the registered sources (name, argument, generated or fixed, default size, what they hold)."""
+    if source is None:
+        _list_sources(as_json)
+        return
     tasks = _load(source, seed, n, split)
     if as_json:
         for t in tasks:
@@ -171,9 +178,21 @@ def from_failures(
     as_json: Annotated[
         bool, typer.Option("--json", help="One JSON object per task (id, origin, failure_record) on stdout")
     ] = False,
+    against: Annotated[
+        list[str] | None,
+        typer.Option("--against", help="A task source the candidates must not repeat (repeatable)"),
+    ] = None,
+    check: Annotated[
+        bool,
+        typer.Option("--check/--no-check", help="Validate and audit the candidates; keep the sound ones"),
+    ] = False,
+    seed: SeedOpt = 0,
+    n: NOpt = None,
 ) -> None:
-    """Turn recorded failed interactions into validated tasks with provenance (trialground.tasks.failures);
-    a run puts them in its regression queue with --set 'tasks.regression_files=[OUT]'."""
+    """Turn recorded failed interactions (a prompt, or an OpenAI-format chat log with its outcome) into
+    tasks with provenance (trialground.tasks.failures); with --against and --check, duplicates of the pool,
+    invalid and hackable candidates are dropped, each with its reason (trialground.verify.intake). A run puts
+    them in its regression queue with --set 'tasks.regression_files=[OUT]'."""
     from trialground.tasks.failures import tasks_from_failures
     from trialground.tasks.io import write_jsonl
 
@@ -183,6 +202,15 @@ def from_failures(
         tasks = tasks_from_failures(file)
     except TaskError as e:
         fail(str(e), EXIT_USAGE)
+    pool = [t for spec in against or [] for t in _load(spec, seed, n, None)]
+    if pool or check:
+        import asyncio
+
+        from trialground.verify.intake import admit
+
+        tasks, dropped = asyncio.run(admit(tasks, pool=pool, validate=check, audit=check))
+        for tid, why in dropped:
+            err_console.print(f"dropped {tid}: {why}", highlight=False)
     try:
         write_jsonl(tasks, out)
     except (OSError, TaskError) as e:
@@ -294,7 +322,11 @@ def _family_expert(source: str, tasks: list[Task], json_report: Path | None, as_
     from trialground.families.experts import expert_for, expert_share
 
     if any(expert_for(t) is None for t in tasks):
-        fail(f"{source}: no scripted expert for these tasks (trialground.families.experts)", EXIT_USAGE)
+        fail(
+            f"{source}: the expert solves repository tasks (swe:<repo>) only, or a family with a scripted "
+            "expert (trialground.families.experts)",
+            EXIT_USAGE,
+        )
     share = asyncio.run(expert_share(tasks))
     row = {"source": source, "tasks": share.tasks, "solved": share.solved, "share": share.share,
            "unrecognised": share.unrecognised, "failed": list(share.failed_ids)}  # fmt: skip
@@ -305,3 +337,23 @@ def _family_expert(source: str, tasks: list[Task], json_report: Path | None, as_
     if json_report is not None:
         json_report.write_text(json.dumps(row, indent=2) + "\n")
     sys.exit(0 if share.solved else 1)
+
+
+def _list_sources(as_json: bool) -> None:
+    from trialground.tasks.sources import known
+
+    rows = [
+        {"name": s.name, "arg": s.arg, "generator": s.generator, "default_n": s.default_n, "doc": s.doc}
+        for s in known()
+    ]
+    if as_json:
+        for row in rows:
+            print(json.dumps(row))
+        return
+    table = Table(title=f"{len(rows)} task sources (plugins: package.module:NAME)")
+    for col in ("source", "argument", "kind", "default n", "what"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        kind = "generated" if r["generator"] else "fixed"
+        table.add_row(str(r["name"]), str(r["arg"]), kind, str(r["default_n"] or "-"), str(r["doc"]))
+    Console(width=160).print(table)

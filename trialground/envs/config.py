@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from trialground.plugin import FrozenParams, Params, check_name, check_section
+from trialground.plugin import FrozenParams, Params, section_validators
 
 
 class EnvConfig(BaseModel):
@@ -95,6 +95,16 @@ class EnvConfig(BaseModel):
         1024, ge=64, le=65536, description="harness: memory ceiling of the program (and its children)"
     )
     harness_pids: int = Field(128, ge=8, le=4096, description="harness: processes and threads at most")
+    harness_max_n: int = Field(
+        4,
+        ge=1,
+        le=64,
+        description="harness: choices (`n`) one model call may ask for; an episode may draw max_turns x "
+        "harness_max_n generations in all (max_turns bounds its calls); past either it is ended and graded",
+    )
+    harness_max_inflight: int = Field(
+        4, ge=1, le=64, description="harness: model requests of one episode in flight at once (more: 429)"
+    )
     harness_preload: list[str] = Field(
         [],
         description="harness: Python modules imported once per sandbox, before any episode, by the sandbox's "
@@ -116,19 +126,7 @@ class EnvConfig(BaseModel):
                 raise ValueError(f"env.tool_observation_chars.{name}: {chars} is under 16 characters")
         return self
 
-    @field_validator("kind")
-    @classmethod
-    def _known_kind(cls, value: str) -> str:
-        from trialground.envs.kinds import KINDS
-
-        return check_name(KINDS, value)
-
-    @model_validator(mode="after")
-    def _params_of_kind(self) -> EnvConfig:
-        from trialground.envs.kinds import KINDS
-
-        check_section(KINDS, self.kind, self.params, "env.", self)
-        return self
+    _known_kind, _params_of_kind = section_validators("kind", "trialground.envs.kinds:KINDS", "env.")
 
     @model_validator(mode="after")
     def _harness(self) -> EnvConfig:

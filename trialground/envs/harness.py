@@ -15,11 +15,14 @@ the workspace (the tool environment's grading: `ToolEnv._grade`): the submission
 wrote to ``TRIALGROUND_ANSWER_FILE`` when it wrote one (an answer, as `submit(answer)` gives it), else the
 task's solution file. The final observation is `done` with the `EpisodeEnd` (the grading, scored by the
 rubric after the episode like any other); `finish_reason` is ``exited``, ``exited_nonzero`` or
-``time_limit``. ``step`` is not used: the program drives the episode.
+``time_limit`` or ``budget_exhausted`` (the gateway session's budget ended it:
+`trialground.gateway.budget`). ``step`` is not used: the program drives the episode.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -33,9 +36,8 @@ from trialground.envs.base import EpisodeStart, Observation
 from trialground.envs.harness_launcher import LAUNCHER
 from trialground.envs.tool_env import ToolEnv
 from trialground.errors import EnvError, SandboxError, TrialgroundError
+from trialground.sandbox.backends.bwrap import PRELOAD_KEEP, python_prefix, split_python
 from trialground.sandbox.base import WORKSPACE, ExecStatus, Limits, SandboxConfig, View
-from trialground.sandbox.launch.boot import python_prefix
-from trialground.sandbox.launch.supervisor import PRELOAD_KEEP, split_python
 from trialground.tasks.model import Task
 
 GATEWAY_MOUNT = "/run/trialground-gateway"  # the gateway socket's directory, as harness sandboxes see it
@@ -43,6 +45,7 @@ GATEWAY_SOCKET = "gateway.sock"
 HARNESS_MOUNT = "/run/trialground-harness"  # where harness sandboxes see `harness_dir`
 VENV_MOUNT = "/run/trialground-venv"  # where they see `harness_venv` when its own path cannot be shown
 ANSWER_FILE = ".trialground_answer"  # relative to the workspace
+BUDGET_EXHAUSTED = "budget_exhausted"  # finish reason of an episode its gateway budget ended
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 BYTECODE_SAMPLE = 3000  # modules of a virtualenv looked at for compiled bytecode
 BYTECODE_WARN_SHARE = 0.2  # warn when more than this share of them has none
@@ -236,8 +239,10 @@ class HarnessEnv(ToolEnv):
             env[PRELOAD_KEEP] = "keep"  # this command, unlike the grader's, runs with the preloaded modules
         return env
 
-    async def play(self, path: str, key: str) -> Observation:
-        """Run the program against the gateway session at base path `path` with `key`, then grade."""
+    async def play(self, path: str, key: str, stop: asyncio.Event | None = None) -> Observation:
+        """Run the program against the gateway session at base path `path` with `key`, then grade. When
+        `stop` is set first (the session's budget is spent) the program is stopped and the workspace graded
+        as at any limit (`finish_reason` ``budget_exhausted``)."""
         if self.task is None or self.sandbox is None:
             return self._final(
                 "not_started", error=EnvError("play() before reset()", kind="not_reset").info()
@@ -268,10 +273,23 @@ class HarnessEnv(ToolEnv):
             launch["python"] = python_plan(self.config, self.sandbox_config)
         argv = [f"{self._prefix()}/bin/python3", "-I", "-S", "-c", LAUNCHER, json.dumps(launch)]
         self.state.turn = 1
-        try:
-            result = await self.sandbox.exec(
+        running = asyncio.ensure_future(
+            self.sandbox.exec(
                 argv, stdin=task.prompt, env=self._program_env(key, task.prompt), cwd=WORKSPACE, limits=limits
             )
+        )
+        if stop is not None:
+            stopped = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({running, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+            if not running.done():  # the budget ended it: stop the program (the sandbox kills it), grade
+                running.cancel()
+                with contextlib.suppress(BaseException):
+                    await running
+                self.state.history.append(("env", "the episode's model budget is spent"))
+                return await self._limit(BUDGET_EXHAUSTED, "the episode's model budget is spent")
+        try:
+            result = await running
         except TrialgroundError as e:
             return self._fail(e.info())
         except Exception as e:  # a sandbox backend bug ends this episode only

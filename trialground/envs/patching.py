@@ -25,8 +25,9 @@ system's or the user's git configuration.
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import dataclass
+
+from trialground import plainjson
 
 PATCH_MAX_BYTES = 256 << 10  # = tools.READ_FILE_MAX_BYTES: the most the host holds of one file
 ERROR_CHARS = 2000  # of git's explanation shown when a patch does not apply
@@ -174,7 +175,7 @@ def patch_argv(python: str, patch: str) -> list[str]:
 def parse_result(stdout: str) -> PatchResult | None:
     """The program's report, or None when it printed none (killed, no Python)."""
     try:
-        out = json.loads(stdout.strip().splitlines()[-1])
+        out = plainjson.loads(stdout.strip().splitlines()[-1], plainjson.REQUEST_BODY)
     except (ValueError, IndexError):
         return None
     if not isinstance(out, dict) or not isinstance(out.get("ok"), bool):

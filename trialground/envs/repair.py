@@ -49,6 +49,7 @@ import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from trialground import plainjson
 from trialground.tasks.model import Task
 
 MAX_LINES = 8  # ranked lines whose candidate edits are listed
@@ -322,7 +323,7 @@ def parse_result(stdout: str) -> Localized | None:
     if line is None:
         return None
     try:
-        data = json.loads(line[len(RESULT_PREFIX) :])
+        data = plainjson.loads(line[len(RESULT_PREFIX) :], plainjson.REQUEST_BODY)
         if "error" in data:
             return None
         ranked = [(str(p), int(n)) for p, n, _ in data["lines"]]

@@ -22,6 +22,10 @@ EXPERTS: dict[str, str] = {
     "sql": "trialground.families.sql.expert:solve",
     "scicomp": "trialground.families.scicomp.expert:solve",
     "shell": "trialground.families.shell.expert:solve",
+    "cleaning": "trialground.families.cleaning.expert:solve",
+    "gitrepair": "trialground.families.gitrepair.expert:solve",
+    "httpdiag": "trialground.families.httpdiag.expert:solve",
+    "regex": "trialground.families.regex.expert:solve",
 }
 
 

@@ -7,6 +7,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+# vLLM's and SGLang's constrained-decoding fields: refused, never ignored (the answer would not conform)
+CONSTRAINED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
+
 # Seeds are passed to torch generators, which take 64-bit values: anything larger is a 400, not a 500.
 MAX_SEED = 2**63 - 1
 
@@ -71,6 +74,25 @@ class Sampling(BaseModel):
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     stream: bool = False
     stream_options: StreamOptions | None = None
+    response_format: dict[str, Any] | None = None
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
+    structured_outputs: Any = None
+
+    @model_validator(mode="after")
+    def _no_constrained_decoding(self) -> Sampling:
+        kind = (self.response_format or {}).get("type", "text")
+        if kind != "text":
+            raise ValueError(
+                f"response_format: type {kind!r} is not supported: this server does not constrain decoding "
+                "(only 'text'; ask for JSON in the prompt and parse the answer)"
+            )
+        asked = [name for name in CONSTRAINED if getattr(self, name) is not None]
+        if asked:
+            raise ValueError(f"{asked[0]}: constrained decoding is not supported by this server")
+        return self
 
     @model_validator(mode="after")
     def _stream_options_need_stream(self) -> Sampling:

@@ -1,6 +1,6 @@
 """The gateway's HTTP routes (FastAPI): OpenAI's `/v1/chat/completions`, `/v1/completions`,
-`/v1/models`, under `/s/{session}/v1/...` (an episode's base URL) and `/v1/...` (the session found by its
-key alone).
+`/v1/responses` (`responses.py`), `/v1/models`, under `/s/{session}/v1/...` (an episode's base URL) and
+`/v1/...` (the session found by its key alone).
 
 Every route but `/health` needs `Authorization: Bearer KEY`, compared in constant time with the key of the
 session it names; a wrong or missing key is 401 before the body is read. Bodies over 64 MiB are 413. A
@@ -12,6 +12,7 @@ or with a number of more than 400 digits it is a 400 that says so, never a 500.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import secrets
 from collections.abc import Awaitable, Callable
@@ -23,7 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
 from trialground import plainjson
-from trialground.gateway import sse
+from trialground.gateway import responses, sse
 from trialground.gateway.api import ChatRequest, CompletionRequest
 from trialground.gateway.session import GatewayError, Session, describe
 from trialground.gateway.streaming import chat_chunks, completion_chunks
@@ -92,7 +93,8 @@ async def read_json(request: Request) -> Any:
         if len(raw) > MAX_BODY_BYTES:
             raise GatewayError(f"body: over {MAX_BODY_BYTES} bytes", status=413, code="body_too_large")
     try:
-        return plainjson.loads(raw, plainjson.REQUEST_BODY) if raw else {}
+        # in a worker thread: a large body's scan and parse never hold the event loop other sessions share
+        return await asyncio.to_thread(plainjson.loads, bytes(raw), plainjson.REQUEST_BODY) if raw else {}
     except plainjson.UnparsableJSON as exc:
         raise GatewayError(f"body: {exc}") from exc
 
@@ -147,6 +149,19 @@ def make_app(
         tok = session.generator.tokenizer
         return sse.data_stream(completion_chunks(reply, tok, req)) if req.stream else reply
 
+    async def respond(request: Request) -> Any:
+        session = session_of(request)
+        req = parse(responses.ResponsesRequest, await read_json(request))
+        try:
+            chat_req = responses.to_chat(req)
+        except responses.Refused as exc:
+            raise GatewayError(str(exc)) from exc
+        except ValidationError as exc:
+            raise GatewayError(describe(exc)) from exc
+        answer = responses.from_chat(await session.chat(chat_req), req)
+        tok = session.generator.tokenizer
+        return sse.event_stream(responses.events(answer, tok)) if req.stream else answer
+
     async def models(request: Request) -> Any:
         session = session_of(request)
         return {
@@ -161,5 +176,6 @@ def make_app(
     for prefix in ("/v1", "/s/{sid}/v1"):
         app.add_api_route(f"{prefix}/chat/completions", guarded(chat), methods=["POST"])
         app.add_api_route(f"{prefix}/completions", guarded(complete), methods=["POST"])
+        app.add_api_route(f"{prefix}/responses", guarded(respond), methods=["POST"])
         app.add_api_route(f"{prefix}/models", guarded(models), methods=["GET"])
     return app

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from trialground.envs.base import Environment
 from trialground.envs.harness import HarnessEnv
 from trialground.errors import EnvError, ErrorInfo, TrialgroundError
+from trialground.gateway.budget import SessionBudget
 from trialground.gateway.server import Gateway
 from trialground.gateway.session import Generator, Session
 from trialground.gateway.stitch import stitch
@@ -58,13 +59,22 @@ async def harness_episode(
         )
     timings["reset_s"] = time.perf_counter() - t0
     digest = first.start.workspace_digest if first.start is not None else None
+    cfg = env.config
+    budget = SessionBudget.for_episode(
+        cfg.max_turns, cfg.harness_max_n, params.max_new_tokens, cfg.harness_max_inflight
+    )
     session = Session(
-        generator, params, served_name, max_context_tokens=max_context_tokens, tool_role=tool_role
+        generator,
+        params,
+        served_name,
+        max_context_tokens=max_context_tokens,
+        tool_role=tool_role,
+        budget=budget,
     )
     endpoint = gateway.open(session)
     t0 = time.perf_counter()
     try:
-        final = await env.play(endpoint.path, endpoint.key)
+        final = await env.play(endpoint.path, endpoint.key, stop=session.ended)
     except Exception as exc:
         gateway.close(endpoint.sid)
         return Trajectory(

@@ -15,19 +15,23 @@ Routes:
   0..2**63-1. A sampling field the request leaves out (top_k, min_p, temperature, ...) takes the
   server's default: neutral, or what `sampling_defaults` sets (`policy serve --default-top-k`), as vLLM
   fills omitted fields from the model's generation_config.json. Penalties are refused (400). Both stream
-  with `stream: true` (`gateway/streaming.py`);
+  with `stream: true` (`gateway/streaming.py`); `top_logprobs` (chat) and `logprobs: k` (completions)
+  list the k likeliest tokens (`policy/top_logprobs.py`, one more forward pass under the same lock);
+- `POST /v1/responses`: the Responses API subset of `gateway/responses.py`, through the chat route;
 - `POST /collective_rpc` with `{"method": "trialground_load_weights", "args": [DIR]}` loads the
   safetensors weights in DIR (what vLLM does with trialground's worker extension): names and shapes are
   checked from the files' headers first, then each tensor is copied into the model as it is read, so the
-  server never holds a second copy of the model; `POST
-  /reset_prefix_cache` (accepted; no cache is kept); `POST /weight_checker` `{"action": "checksum"}`:
-  SHA-256 of every weight under its Hugging Face name; `GET /trialground/info` (model, request and load
-  counts, and `sampling_defaults`: the defaults that differ from the neutral ones).
+  server never holds a second copy of the model; `POST /reset_prefix_cache` (accepted; no cache is
+  kept); `POST /pause?mode=wait` (vLLM's drain: no new generation starts, the running one finishes),
+  `POST /resume`, `GET /is_paused`; `POST /weight_checker` `{"action": "checksum"}`: SHA-256 of every
+  weight under its Hugging Face name; `GET /trialground/info` (model, request, load and pause counts,
+  the weights' dtype, and `sampling_defaults`: the defaults that differ from the neutral ones).
 
 Authentication: with `api_key`, every route but `/health` needs `Authorization: Bearer KEY` (401 before the
 body is read). Without one, inference is open to whoever reaches the address (127.0.0.1 by default) and the
-weight routes (`/collective_rpc`, `/weight_checker`, `/reset_prefix_cache`) are refused with 403: they read
-any directory the server's user can read, so they exist only behind a key.
+weight routes (`/collective_rpc`, `/weight_checker`, `/reset_prefix_cache`, `/pause`, `/resume`) are
+refused with 403: they read any directory the server's user can read, or stop it serving, so they exist
+only behind a key.
 
 One generation or weight load at a time; a weight load waits for the generation that is running, so every
 request that starts after a load returns uses the loaded weights.
@@ -46,13 +50,15 @@ from fastapi import Request
 
 from trialground.errors import PolicyError
 from trialground.gateway.app import Sessions, bearer, error_response, guarded, make_app, read_json
+from trialground.gateway.logprobs import Alternatives
 from trialground.gateway.session import GatewayError, Session
 from trialground.policy.base import Generation, SamplingParams
+from trialground.policy.top_logprobs import top_logprobs
 from trialground.policy.weight_files import RELOAD_METHOD, iter_weights, tensor_digest, weight_headers
 from trialground.ports import POLICY_SERVE_PORT, listen
 
 DEFAULT_PORT = POLICY_SERVE_PORT  # every server's default: trialground/ports.py
-WEIGHT_ROUTES = ("/collective_rpc", "/weight_checker", "/reset_prefix_cache")
+WEIGHT_ROUTES = ("/collective_rpc", "/weight_checker", "/reset_prefix_cache", "/pause", "/resume")
 
 
 class _Locked:
@@ -61,6 +67,8 @@ class _Locked:
     def __init__(self, policy: Any) -> None:
         self.policy = policy
         self.lock = asyncio.Lock()
+        self.open = asyncio.Event()  # cleared by /pause: new generations wait until /resume
+        self.open.set()
 
     @property
     def version(self) -> int:
@@ -75,8 +83,28 @@ class _Locked:
             raise GatewayError(
                 f"this server applies no repetition, presence or frequency penalty: {params.penalties()}"
             )
+        await self.open.wait()
         async with self.lock:
             return list(await self.policy.generate(prompts, params))
+
+    async def pause(self) -> None:
+        """vLLM's `/pause?mode=wait`: no new generation starts, and the running one finishes first."""
+        self.open.clear()
+        async with self.lock:
+            pass
+
+    async def alternatives(
+        self, prompt: Sequence[int], g: Generation, params: SamplingParams, k: int
+    ) -> Alternatives:
+        """The k most likely tokens at each of `g`'s positions, under the weights that sampled it."""
+        async with self.lock:
+            if g.version != self.version:
+                raise GatewayError(
+                    "the weights changed while answering (a push); send the request again",
+                    status=503,
+                    code="weights_changed",
+                )
+            return await asyncio.to_thread(top_logprobs, self.policy, prompt, g.token_ids, params, k)
 
 
 class ReferenceServer:
@@ -102,6 +130,7 @@ class ReferenceServer:
         self.api_key = api_key or None
         self.requests = 0
         self.weight_loads = 0
+        self.pauses = 0
         limit = getattr(policy.model.config, "max_position_embeddings", None)
         self.max_positions: int | None = int(limit) if isinstance(limit, int) else None
         self.sock = sock if sock is not None else listen(host, port, backlog=128)
@@ -125,6 +154,7 @@ class ReferenceServer:
             max_context_tokens=self.max_positions,
             record=False,
             cap_to_budget=False,
+            alternatives=generator.alternatives,
         )
         app = make_app(Sessions(), title="trialground policy serve", default=session)
 
@@ -147,7 +177,7 @@ class ReferenceServer:
                     raise GatewayError("invalid API key", status=401, code="invalid_api_key")
             except GatewayError as exc:
                 return error_response(exc)
-            if path.endswith("/completions"):
+            if path.endswith(("/completions", "/responses")):
                 self.requests += 1
             return await call_next(request)
 
@@ -156,6 +186,7 @@ class ReferenceServer:
                 "model": self.served_name,
                 "requests": self.requests,
                 "weight_loads": self.weight_loads,
+                "pauses": self.pauses,
                 "sampling_defaults": self.sampling_defaults.changed(),
                 "dtype": str(next(self.policy.model.parameters()).dtype).removeprefix("torch."),
             }
@@ -163,9 +194,27 @@ class ReferenceServer:
         async def reset(_request: Request) -> Any:
             return {}
 
+        async def pause(request: Request) -> Any:
+            mode = request.query_params.get("mode", "abort")
+            if mode != "wait":
+                raise GatewayError(f"mode: this server pauses only with mode=wait (drain), not {mode!r}")
+            await generator.pause()
+            self.pauses += 1
+            return {"status": "paused"}
+
+        async def resume(_request: Request) -> Any:
+            generator.open.set()
+            return {"status": "resumed"}
+
+        async def is_paused(_request: Request) -> Any:
+            return {"is_paused": not generator.open.is_set()}
+
         app.add_api_route("/trialground/info", guarded(info), methods=["GET"])
         app.add_api_route("/collective_rpc", guarded(self._collective_rpc), methods=["POST"])
         app.add_api_route("/reset_prefix_cache", guarded(reset), methods=["POST"])
+        app.add_api_route("/pause", guarded(pause), methods=["POST"])
+        app.add_api_route("/resume", guarded(resume), methods=["POST"])
+        app.add_api_route("/is_paused", guarded(is_paused), methods=["GET"])
         app.add_api_route("/weight_checker", guarded(self._weight_checker), methods=["POST"])
         return app
 

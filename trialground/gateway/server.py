@@ -24,6 +24,7 @@ import uvicorn
 
 from trialground.envs.harness import GATEWAY_SOCKET as SOCKET_NAME
 from trialground.gateway.app import Sessions, make_app
+from trialground.gateway.connections import capped_protocol
 from trialground.gateway.session import Session
 
 
@@ -113,5 +114,6 @@ def _config(app: Any, **where: Any) -> uvicorn.Config:
         lifespan="off",
         access_log=False,
         timeout_graceful_shutdown=2,
+        http=capped_protocol(),  # bounded descriptors: `connections.py`
         **where,  # type: ignore[arg-type]
     )

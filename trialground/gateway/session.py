@@ -4,27 +4,34 @@ A `Session` answers with a `Generator` (the policy, or the run's batcher that sh
 across episodes), under sampling defaults the request may override (temperature, top_p, top_k, min_p,
 the penalties, max_tokens, stop, seed, n); `max_tokens` is capped by the room left in the context
 budget, and a prompt that leaves no room is a 400 (`context_length_exceeded`), as OpenAI answers it.
-Every call is recorded (`records`, `stitch.CallRecord`) when `record` is set.
+Every call is recorded (`records`, `stitch.CallRecord`) when `record` is set. A session with a `budget`
+(a harness episode's) admits calls within it and ends the episode past it (`budget.py`); rendering and
+tokenising run in a worker thread, never on the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
 from trialground.errors import PolicyError
 from trialground.gateway import toolstyle
 from trialground.gateway.api import ChatRequest, CompletionRequest, Message, Sampling
+from trialground.gateway.budget import SessionBudget, Spent, max_token_chars, refusal
 from trialground.gateway.conversation import Renderer, Sampled, Turn, canonical
+from trialground.gateway.logprobs import Alternatives, TopSource, chat_logprobs, completion_logprobs
 from trialground.gateway.stitch import CallRecord
 from trialground.policy.base import DISTRIBUTION_FIELDS, Generation, SamplingParams
 from trialground.rollout.agent import Generator
+
+T = TypeVar("T")
 
 # What a request may set of the sampling distribution; what it omits comes from the session's defaults.
 SAMPLING_FIELDS = (*DISTRIBUTION_FIELDS, "seed")
@@ -52,6 +59,12 @@ class Session:
     records: list[CallRecord] = field(default_factory=list)
     history: list[Turn] = field(default_factory=list)
     truncated: bool = False
+    budget: SessionBudget | None = None
+    spent: Spent = field(default_factory=Spent)
+    # set when a budget ends the episode: the harness environment stops the program
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    # the k most likely tokens per sampled position, for top_logprobs (None: the sampled token only)
+    alternatives: TopSource | None = None
     _renderer: Renderer | None = None
 
     @property
@@ -65,6 +78,41 @@ class Session:
         return self.tool_style or toolstyle.detect(self.renderer.template_text)
 
     # ---------------------------------------------------------------- shared
+
+    def _admit(self, rows: int, n: int) -> None:
+        """Count a call against the budget, or refuse it (ending the episode when the budget is spent)."""
+        if self.budget is None:
+            return
+        refused = refusal(self.budget, self.spent, rows, n)
+        if refused is not None:
+            status, message, ends = refused
+            if ends:
+                self.spent.exhausted = self.spent.exhausted or message
+                self.ended.set()
+            raise GatewayError(
+                message, status=status, code="budget_exhausted" if status == 429 else "invalid_request"
+            )
+        self.spent.calls += 1
+        self.spent.generations += rows * n
+
+    async def _off_loop(self, fn: Callable[[], T]) -> T:
+        """`fn()` (rendering, tokenising) in a worker thread, so the event loop other sessions share goes on
+        (fast tokenizers encode without changing their state, so threads may share one)."""
+        return await asyncio.to_thread(fn)
+
+    def _fits(self, chars: int) -> None:
+        """A text of `chars` characters that needs more tokens than the context budget holds is refused
+        before it is tokenised (each token decodes to at most `max_token_chars` characters)."""
+        if self.max_context_tokens is None:
+            return
+        most = self.max_context_tokens * max_token_chars(self.generator.tokenizer)
+        if chars > most:
+            self.truncated = self.truncated or self.record
+            raise GatewayError(
+                f"messages: {chars} characters cannot fit this episode's context budget of "
+                f"{self.max_context_tokens} tokens",
+                code="context_length_exceeded",
+            )
 
     def _params(self, req: Sampling, prompt_len: int, max_tokens: int | None) -> SamplingParams:
         if req.model is not None and req.model != self.served_name:
@@ -121,6 +169,24 @@ class Session:
         if budget is not None and g.finish_reason == "length" and prompt_len + len(g.token_ids) >= budget:
             self.truncated = True
 
+    async def _tops(
+        self,
+        what: str,
+        k: int,
+        prompts: Sequence[Sequence[int]],
+        gens: Sequence[Generation],
+        params: SamplingParams,
+    ) -> list[Alternatives | None]:
+        """Each generation's alternatives (`prompts[i]` is generation i's prompt), where `k` > 0 asks."""
+        if k == 0:
+            return [None] * len(gens)
+        if self.alternatives is None:
+            raise GatewayError(
+                f"{what}: this server reports the sampled token's logprob only (the policy under training "
+                f"gives no alternatives); ask {what} 0 or leave it out"
+            )
+        return [await self.alternatives(p, g, params, k) for p, g in zip(prompts, gens, strict=True)]
+
     def _usage(self, prompt_tokens: int, gens: Sequence[Generation]) -> dict[str, int]:
         completion = sum(len(g.token_ids) for g in gens)
         return {
@@ -132,22 +198,45 @@ class Session:
     # ---------------------------------------------------------------- chat
 
     async def chat(self, req: ChatRequest) -> dict[str, Any]:
+        self._admit(1, req.n)
+        self.spent.inflight += 1
+        try:
+            return await self._chat(req)
+        finally:
+            self.spent.inflight -= 1
+
+    async def _chat(self, req: ChatRequest) -> dict[str, Any]:
         if req.tool_choice not in (None, "auto", "none", "required") and not isinstance(
             req.tool_choice, dict
         ):
             raise GatewayError(f"tool_choice: {req.tool_choice!r} is not auto, none, required or a function")
         tools = req.tools if req.tool_choice != "none" else None
+        chars = sum(
+            len(m.text()) + sum(len(c.function.arguments) for c in m.tool_calls or ()) for m in req.messages
+        )
+
+        def render() -> list[int]:
+            self._fits(chars)
+            return self.renderer.prompt(req.messages, tools, self.history)
+
         try:
-            prompt = self.renderer.prompt(req.messages, tools, self.history)
+            prompt = await self._off_loop(render)
+        except GatewayError:
+            raise
         except (ValueError, TypeError) as exc:
             raise GatewayError(f"messages: the chat template cannot render them: {exc}") from exc
         except Exception as exc:  # jinja errors raised by a template's own `raise_exception`
             raise GatewayError(f"messages: the chat template refused them: {exc}") from exc
+        if req.top_logprobs and not req.logprobs:
+            raise GatewayError("top_logprobs: needs logprobs: true")
         params = self._params(req, len(prompt), req.max_completion_tokens or req.max_tokens)
         t0 = time.perf_counter()
         gens = await self._sample([prompt], req.n, params)
         seconds = time.perf_counter() - t0
+        self.spent.tokens += sum(len(g.token_ids) for g in gens)
         tok = self.generator.tokenizer
+        k = (req.top_logprobs or 0) if req.logprobs else 0
+        tops = await self._tops("top_logprobs", k, [prompt] * len(gens), gens, params)
         choices, sampled = [], []
         for i, g in enumerate(gens):
             self._cut(params, len(prompt), g)
@@ -155,7 +244,7 @@ class Session:
             sampled.append(Sampled(canonical(message), g.token_ids))
             choice: dict[str, Any] = {"index": i, "message": message, "finish_reason": finish}
             if req.logprobs:
-                choice["logprobs"] = {"content": _token_logprobs(tok, g)}
+                choice["logprobs"] = {"content": chat_logprobs(tok, g, tops[i])}
             else:
                 choice["logprobs"] = None
             choice["token_ids"] = list(g.token_ids)
@@ -206,16 +295,34 @@ class Session:
     # ---------------------------------------------------------------- completions
 
     async def complete(self, req: CompletionRequest) -> dict[str, Any]:
-        tok = self.generator.tokenizer
         raw: Any = req.prompt
         if isinstance(raw, str) or (raw and isinstance(raw[0], int)):
             raw = [raw]
         if not raw:
             raise GatewayError("prompt: empty")
+        self._admit(len(raw), req.n)
+        self.spent.inflight += 1
+        try:
+            return await self._complete(req, raw)
+        finally:
+            self.spent.inflight -= 1
+
+    async def _complete(self, req: CompletionRequest, raw: list[Any]) -> dict[str, Any]:
+        tok = self.generator.tokenizer
         vocab = len(tok)
+
+        def encode() -> list[list[int]]:
+            out = []
+            for p in raw:
+                if isinstance(p, str):
+                    self._fits(len(p))
+                    out.append(list(tok.encode(p, add_special_tokens=False)))
+                else:
+                    out.append(list(p))
+            return out
+
         prompts: list[list[int]] = []
-        for i, p in enumerate(raw):
-            ids = list(tok.encode(p, add_special_tokens=False)) if isinstance(p, str) else list(p)
+        for i, ids in enumerate(await self._off_loop(encode)):
             if not ids:
                 raise GatewayError(f"prompt[{i}]: no tokens")
             bad = [t for t in ids if not 0 <= t < vocab]
@@ -228,11 +335,18 @@ class Session:
         t0 = time.perf_counter()
         gens = await self._sample(prompts, req.n, params)
         seconds = time.perf_counter() - t0
+        self.spent.tokens += sum(len(g.token_ids) for g in gens)
+        own = [prompts[i // req.n] for i in range(len(gens))]
+        tops = await self._tops("logprobs", req.logprobs or 0, own, gens, params)
         choices = []
         for i, g in enumerate(gens):
-            prompt = prompts[i // req.n]
-            self._cut(params, len(prompt), g)
-            choices.append(_completion_choice(tok, i, g, req, params.stop, prompt))
+            self._cut(params, len(own[i]), g)
+            choice = _completion_choice(tok, i, g, req, params.stop, own[i])
+            if req.logprobs is not None:
+                choice["logprobs"] = completion_logprobs(
+                    tok, g, tops[i], ids_as_names=req.return_tokens_as_token_ids
+                )
+            choices.append(choice)
         if self.record:
             for j, prompt in enumerate(prompts):
                 picked = tuple(gens[j * req.n : (j + 1) * req.n])
@@ -245,15 +359,6 @@ class Session:
             "choices": choices,
             "usage": self._usage(sum(len(p) for p in prompts), gens),
         }
-
-
-def _token_logprobs(tok: Any, g: Generation) -> list[dict[str, Any]]:
-    out = []
-    for t, lp in zip(g.token_ids, g.logprobs, strict=True):
-        piece = tok.decode([t], skip_special_tokens=False)
-        entry = {"token": piece, "logprob": lp, "bytes": list(piece.encode()), "token_id": t}
-        out.append({**entry, "top_logprobs": [{k: entry[k] for k in ("token", "logprob", "bytes")}]})
-    return out
 
 
 def _completion_choice(
@@ -278,26 +383,18 @@ def _completion_choice(
         "stop_reason": stop_reason,
         "logprobs": None,
     }
-    if req.logprobs is not None:
-        pieces = [tok.decode([t], skip_special_tokens=False) for t in g.token_ids]
-        names = [f"token_id:{t}" for t in g.token_ids] if req.return_tokens_as_token_ids else pieces
-        offsets, at = [], 0
-        for piece in pieces:
-            offsets.append(at)
-            at += len(piece)
-        choice["logprobs"] = {
-            "tokens": names,
-            "token_logprobs": list(g.logprobs),
-            "top_logprobs": [{name: lp} for name, lp in zip(names, g.logprobs, strict=True)],
-            "text_offset": offsets,
-        }
     if req.return_token_ids:
         choice["token_ids"] = list(g.token_ids)
     return choice
 
 
 def describe(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors())
+    """Each problem as `field: what is wrong` (a check of the whole body names its field itself)."""
+    parts = []
+    for e in exc.errors():
+        where, msg = ".".join(str(p) for p in e["loc"]), str(e["msg"]).removeprefix("Value error, ")
+        parts.append(msg if not where and e["type"] == "value_error" else f"{where or 'body'}: {msg}")
+    return "; ".join(parts)
 
 
 def message_text(messages: Sequence[Message]) -> str:

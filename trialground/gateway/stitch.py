@@ -73,6 +73,7 @@ def stitch(calls: Sequence[CallRecord]) -> Stitched:
                 logprobs=chosen.logprobs,
                 text=chosen.text,
                 seconds=call.seconds,
+                version=chosen.version,
             )
         )
         versions.append(chosen.version)

@@ -12,6 +12,14 @@ Styles (a registry, keyed by name; `detect` picks one from a chat template's tex
 
 Parsing never raises: text that looks like a call but does not parse stays in `content` and is listed in
 `invalid` (the gateway returns it as text, so the program sees what the model wrote).
+
+Why not vLLM's or SGLang's parsers (`vllm/entrypoints/openai/tool_parsers/`, SGLang's function-call
+detectors): they are classes of their servers, built on the server's request models and tokenizer, and
+run only inside an installed vLLM or SGLang; vLLM's wheel pins its own torch (vllm 0.34.0 requires
+torch==2.14.0, this project 2.13), so a CPU install here cannot carry it and they were not run side by
+side with these. These parse through `trialground.plainjson` (bounded size, depth and digits: parsing
+model output is total, never an exception), which the gateway's contract needs whatever parser sits
+behind it.
 """
 
 from __future__ import annotations

@@ -3,10 +3,11 @@
 A sandbox's first Python command pays for `site` (sys.path, the runtime's .pth files), which on some hosts
 costs more than the rest of the sandbox together. `ReadyPool` keeps `size` sandboxes made ready with
 `Sandbox.warm_python`: for the local backend the supervisor loads `site` itself, no command run
-(`sandbox/launch/supervisor.py`), and every Python command's process is then forked from an interpreter
-that holds it, so a request gets a sandbox whose first Python command starts at once. Nothing ran in them,
-so each is as new for its request as a fresh sandbox. A request that finds none ready opens a fresh one (the
-prewarm spare of `SandboxConfig.prewarm`, or a new one); each one taken is replaced in the background.
+(`sandbox/backends/bwrap/supervisor.py`), and every Python command's process is then forked from an
+interpreter that holds it, so a request gets a sandbox whose first Python command starts at once. Nothing
+ran in them, so each is as new for its request as a fresh sandbox. A request that finds none ready opens a
+fresh one (the prewarm spare of `SandboxConfig.prewarm`, or a new one); each one taken is replaced in the
+background.
 """
 
 from __future__ import annotations

@@ -282,6 +282,13 @@ class MonitorConfig(_Frozen):
     webhook_url: str | None = Field(None, description="POST alerts here")
     webhook_timeout_s: float = Field(5.0, gt=0.0, le=120.0, description="Webhook request timeout")
     console: bool = Field(True, description="Print alerts on the console")
+    log_interval: int = Field(
+        10,
+        ge=1,
+        description="Where stderr is not a terminal (a log file, nohup, Slurm, CI): one progress line every "
+        "N steps and at the last (step, reward, loss, latest evaluation, elapsed, ETA); a terminal shows a "
+        "progress bar updated every step. Every step's metrics go to the sinks whatever this is",
+    )
     history: int = Field(2000, ge=50, le=10_000_000, description="Observations kept per metric for rules")
     rules: RulesConfig = Field(default_factory=RulesConfig, description="Alert rules")
     cost: CostConfig = Field(default_factory=CostConfig, description="Prices for cost accounting")

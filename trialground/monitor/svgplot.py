@@ -2,6 +2,13 @@
 
 `line_chart` draws series of (x, y) points; `bar_chart` draws labelled bars; `timeline` draws events as
 marks on rows. All text is escaped; output is a standalone `<svg>` element.
+
+Why not matplotlib (which can write SVG): a report holds dozens of charts and the dashboard redraws them
+on every refresh. One 200-point, two-series line chart measured on this project's 2-core machine (load
+average 20): here 0.3 ms and 4.7 KB of SVG, importing this module 93 ms; matplotlib's SVG backend 0.6 s
+a chart (1.1 s the first), 27.9 KB (its glyphs are paths), and 5.8 s to import (`line_chart` against
+`plt.subplots` + `savefig(format="svg")` on the same points), plus a dependency of tens of MB that the
+monitor, which works without torch, does not otherwise need.
 """
 
 from __future__ import annotations

@@ -50,7 +50,8 @@ class RolloutSettings:
 
 @dataclass(frozen=True)
 class Collector:
-    """Episodes of tasks, scored. `envs` None: fresh single-turn environments over `grader`."""
+    """Episodes of tasks, scored. `envs` None: a fresh environment per episode from `make_env` (the run's
+    environment kind, when it needs no sandbox), or a single-turn one over `grader`."""
 
     policy: Generator
     rubric: Rubric
@@ -58,11 +59,14 @@ class Collector:
     grader: Grading
     envs: EnvSource | None = None
     gateway: Gateway | None = None  # env.kind=harness: the programs' endpoint; episodes run through it
+    make_env: Callable[[], Environment] | None = None
 
     def _factory(self, task: Task) -> EnvFactory:
         if self.envs is not None:
             envs = self.envs
             return lambda: envs.acquire(task)
+        if self.make_env is not None:
+            return self.make_env
         from trialground.envs.single_turn import SingleTurnEnv
 
         grader = self.grader

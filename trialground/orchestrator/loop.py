@@ -35,6 +35,7 @@ from trialground.rollout.trajectory import Trajectory
 from trialground.train.batch import score_groups
 
 Progress = Callable[[int, dict[str, float]], None]
+StopRequest = Callable[[], str | None]  # after each step: why to stop now (e.g. "SIGTERM"), or None
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,15 @@ class RunSummary:
     sampled_after: float | None = None
 
 
-async def run(config: RunConfig, *, resume: bool = False, progress: Progress | None = None) -> RunSummary:
+async def run(
+    config: RunConfig,
+    *,
+    resume: bool = False,
+    progress: Progress | None = None,
+    stop: StopRequest | None = None,
+) -> RunSummary:
+    """Train `config.loop.steps` steps (from the run directory's newest checkpoint with `resume`). `progress`
+    sees each step's metrics; `stop`, asked after each step, ends the run there, checkpointed."""
     t_start = time.perf_counter()
     preflight(config, "train", resume=resume)  # before the run directory exists: a retry is not blocked
     run_dir = RunDir(config, resume=resume)
@@ -72,12 +81,13 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
                 monitor.observe(0, start)
             if progress:
                 progress(0, start)
-    except BaseException:
+    except BaseException as exc:
         if built is not None:
             await built.close()
-        if not resume:  # nothing was trained: the directory goes, so the same command can be rerun
-            run_dir.discard()
-        raise
+        if not resume and isinstance(exc, Exception):
+            run_dir.discard()  # a failed start trained nothing: the same command can be rerun
+        raise  # an interrupted one keeps its directory: `--resume` continues it from step 0
+
     sampling = config.policy.sampling
     batches = (
         AsyncBatches(w.collector, tasks, loop, sampling, step)
@@ -86,6 +96,7 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
     )
     alerts, last_eval, last_sampled, stopped_by, cadence = 0, first_eval, first_sampled, None, Cadence(loop)
     workspace = WorkspaceTokens(policy.tokenizer, config.policy.max_context_tokens)
+    base = base_model_dir(config.policy)
     try:
         while step < loop.steps:
             batch = await batches.next(step)  # k scored trajectories per task, stamped with policy versions
@@ -94,6 +105,8 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
             if loop.dynamic_sampling:  # drop groups without a learning signal, refill from new tasks
                 batch, kept, fmetrics = await refill(batches, batch)
             scored = score_groups(batch.groups, config.trainer, kept=kept)
+            if not isinstance(batches, AsyncBatches):  # nothing generates until the push: free the engine
+                await asyncio.to_thread(policy.idle)
             version, t0 = trainer.version, time.perf_counter()
             metrics = await asyncio.to_thread(trainer.step, scored)
             metrics["train/step_s"] = time.perf_counter() - t0
@@ -126,21 +139,16 @@ async def run(config: RunConfig, *, resume: bool = False, progress: Progress | N
                 metrics |= await _probe(w, metrics)
             raised = monitor.observe(step, metrics) if monitor else []
             alerts, halt = alerts + len(raised), worst_action(raised) in ("pause", "stop")
-            if cadence.due(step) or halt:  # every N steps and every T seconds by default
-                save(
-                    run_dir,
-                    step,
-                    trainer,
-                    tasks,
-                    policy,
-                    base_model=base_model_dir(config.policy),
-                    keep=loop.keep_checkpoints,
-                )
+            if halt:  # an alert rule asked to pause or stop: checkpointed, resumable with --resume
+                stopped_by = ", ".join(a.rule for a in raised if a.action in ("pause", "stop"))
+            elif stop is not None:  # a signal (Ctrl-C, SIGTERM) asked to stop after this step
+                stopped_by = stop()
+            if cadence.due(step) or stopped_by:  # every N steps and every T seconds by default
+                save(run_dir, step, trainer, tasks, policy, base_model=base, keep=loop.keep_checkpoints)
                 cadence.saved()
             if progress:
                 progress(step, metrics)
-            if halt:  # an alert rule asked to pause or stop: checkpointed, resumable with --resume
-                stopped_by = ", ".join(a.rule for a in raised if a.action in ("pause", "stop"))
+            if stopped_by:
                 break
     finally:
         await batches.close()

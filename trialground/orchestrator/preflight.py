@@ -7,10 +7,11 @@ no task is made), so `trialground config validate` and a failing `train` answer 
 - the model directory (`config.json`, weights, a tokenizer) of every backend that loads one, or the
   local tokenizer of the `openai` and `scripted` backends;
 - every task source spec (`trialground.tasks.sources.check_spec`: known name, argument, path, the
-  packages the source needs);
+  packages the source needs), and every record of a task file or directory (each problem with its file and
+  line, `MAX_FILE_PROBLEMS` a file and a count of the rest);
 - every metric sink's package, and what the config's plugins require (`plugin_requirements`: each policy,
   pool backend and env kind declares its modules, extras and why);
-- for `train`: the run directory is free (or, with `resume`, holds a complete checkpoint).
+- for `train`: the run directory is free (or, with `resume`, holds a run).
 
 `cautions(config)` lists what can run but is likely to cost episodes (or fail for tasks that open a sandbox
 when the sandbox backend's program is missing) (`config validate` prints them, `train`
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
+import shlex
 from pathlib import Path
 from typing import Literal
 
@@ -31,6 +34,7 @@ from trialground.policy.backends import TORCH
 from trialground.sandbox.backends import BACKENDS as SANDBOX_BACKENDS
 
 Purpose = Literal["train", "eval", "validate"]
+MAX_FILE_PROBLEMS = 20  # listed per task file; a count says how many more
 
 # (module, extra) each sink imports; tensorboard also takes torch's writer
 SINK_PACKAGES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -50,6 +54,20 @@ def _installed(module: str) -> bool:
         return False
 
 
+_HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+# where a model is a local directory, not a Hub repository (`models/` is where the Hub hint puts them)
+_LOCAL_FOLDERS = ("models", "checkpoints", "runs", "outputs")
+
+
+def _hub_name(model: str) -> bool:
+    """Whether `model` reads as a Hub repository id (`org/name`) rather than a relative path: one slash, the
+    Hub's characters, and its first part neither an existing directory nor a local models folder."""
+    if not _HUB_NAME.fullmatch(model):
+        return False
+    org = model.split("/")[0]
+    return org not in _LOCAL_FOLDERS and not Path(org).is_dir()
+
+
 def model_problems(model: str, what: str, *, weights: bool) -> list[str]:
     """What is missing from the local Hugging Face directory `model` (a bundled name or a path)."""
     from trialground.policy.packaged import is_packaged, package_problem
@@ -63,12 +81,10 @@ def model_problems(model: str, what: str, *, weights: bool) -> list[str]:
     path = tiny_model_dir(model) if model in BUNDLED else Path(model).expanduser()
     if not path.is_dir():
         hub = (
-            ""
-            if path.is_absolute() or model.startswith(".")
-            else (
-                " (a Hugging Face Hub name is not downloaded: fetch it once, e.g. "
-                f"`hf download {model} --local-dir models/{path.name}`, and give that directory)"
-            )
+            " (a Hugging Face Hub name is not downloaded: fetch it once, e.g. "
+            f"`hf download {model} --local-dir models/{path.name}`, and give that directory)"
+            if _hub_name(model)
+            else ""
         )
         return [f"{what}={model!r}: no such directory{hub}"]
     out = []
@@ -124,10 +140,30 @@ def _task_problems(config: RunConfig) -> list[str]:
             try:
                 from trialground.tasks.sources import check_spec
 
-                check_spec(source.source)
+                found = check_spec(source.source)
             except TaskError as exc:
                 out.append(f"{field}[{i}]: {exc}")
+                continue
+            if isinstance(found, Path):  # a task file or directory: every record, every problem
+                from trialground.tasks.file_check import task_file_problems
+
+                broken = task_file_problems(found)
+                out += [f"{field}[{i}]: {p}" for p in broken[:MAX_FILE_PROBLEMS]]
+                if len(broken) > MAX_FILE_PROBLEMS:
+                    out.append(f"{field}[{i}]: {found}: and {len(broken) - MAX_FILE_PROBLEMS} more problems")
     return out
+
+
+def load_problems(config: RunConfig) -> list[str]:
+    """What loading the task sets as a run does finds (a generator's or dataset's error, a source with no
+    training tasks, training tasks that all repeat evaluation ones): `config validate` loads them all."""
+    from trialground.tasks.pool import load_task_sets
+
+    try:
+        load_task_sets(config.tasks)
+    except TaskError as exc:
+        return [f"tasks: {exc}"]
+    return []
 
 
 def _package_problems(config: RunConfig, purpose: Purpose) -> list[str]:
@@ -154,20 +190,36 @@ def _package_problems(config: RunConfig, purpose: Purpose) -> list[str]:
 def run_dir_problems(config: RunConfig, *, resume: bool) -> list[str]:
     """The run directory is free for a new run, or holds a checkpoint a resumed run can start from."""
     path = config.run_dir
-    if resume:
-        done = [p for p in (path / "checkpoints").glob("step_*") if (p / "meta.json").is_file()]
-        if not done:
-            return [f"--resume {path}: no complete checkpoint there to resume from"]
+    if resume:  # with no complete checkpoint the run starts again from step 0, in its directory
+        if not (path / "config.yaml").is_file():
+            return [f"--resume {path}: no run there (no config.yaml)"]
         return []
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        return [
-            f"run directory {path} already holds a run: pick another name (--set name=...) "
-            "or continue it with --resume"
-        ]
+        return [occupied(path)]
     parent = next((p for p in (path, *path.parents) if p.exists()), Path("."))
     if not parent.is_dir():
         return [f"output_dir: {parent} is a file, not a directory"]
     return []
+
+
+def occupied(path: Path) -> str:
+    """What to do about a run directory that already holds something: continue the run, replace it, or
+    pick another name (`--overwrite` replaces only a run directory, one with a `config.yaml`)."""
+    if not (path / "config.yaml").is_file():
+        return (
+            f"{path} already exists and is not a run directory (no config.yaml): pick another name "
+            "(--set name=...) or output_dir"
+        )
+    from trialground.train.checkpoint import checkpoint_meta, latest_checkpoint
+
+    newest = latest_checkpoint(path)
+    meta = checkpoint_meta(newest) if newest is not None else None
+    state = f"checkpointed at step {meta['step']}" if meta else "no checkpoint yet: it continues from step 0"
+    return (
+        f"run directory {path} already holds a run ({state}): continue it with "
+        f"`trialground train --resume {shlex.quote(str(path))}`, replace it with --overwrite (deletes it), "
+        "or pick another name (--set name=...)"
+    )
 
 
 def problems(config: RunConfig, purpose: Purpose, *, resume: bool = False) -> list[str]:

@@ -19,6 +19,7 @@ from trialground.envs.config import EnvConfig
 from trialground.envs.kinds import KINDS as ENV_KINDS
 from trialground.errors import ConfigError
 from trialground.monitor.config import MonitorConfig
+from trialground.orchestrator.aliases import alias_override, apply_aliases
 from trialground.orchestrator.config import LoopConfig
 from trialground.plugin import Requirement
 from trialground.policy.backends import BACKENDS as POLICY_BACKENDS
@@ -192,8 +193,9 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         if not isinstance(loaded, dict):
             raise ConfigError(f"{source}: the top level must be a mapping, got {type(loaded).__name__}")
         data = loaded
+    apply_aliases(data, source)  # TRL's and verl's names for our keys (orchestrator/aliases.py)
     for item in overrides:
-        apply_override(data, item)
+        apply_override(data, alias_override(item))
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:

@@ -48,6 +48,15 @@ TRAJECTORY_SCHEMA = pa.schema(
         ("turns", pa.int64()),
         ("visible_checks", pa.string()),
         ("visible_checks_changed", pa.bool_()),
+        # What training used, turn by turn (`Trajectory.turns`): each turn's role (prompt, policy, env), its
+        # token ids as sampled or rendered, the sampler's logprobs (policy turns; empty for the others) and
+        # the policy version that sampled it (policy turns; null for the others). The loss mask of the
+        # completion (`Trajectory.completion`: 1 for policy tokens) is `loss_mask`.
+        ("turn_roles", pa.list_(pa.string())),
+        ("turn_token_ids", pa.list_(pa.list_(pa.int32()))),
+        ("turn_logprobs", pa.list_(pa.list_(pa.float32()))),
+        ("turn_versions", pa.list_(pa.int64())),
+        ("loss_mask", pa.list_(pa.int8())),
     ]
 )
 
@@ -58,10 +67,9 @@ class RunDir:
     def __init__(self, config: RunConfig, *, resume: bool = False) -> None:
         self.path = config.run_dir
         if self.path.exists() and not resume and any(self.path.iterdir()):
-            raise FileExistsError(
-                f"run directory {self.path} already holds a run: pick another name (--set name=...) "
-                "or continue it with --resume"
-            )
+            from trialground.orchestrator.preflight import occupied
+
+            raise FileExistsError(occupied(self.path))
         self.created = not self.path.exists()
         (self.path / "trajectories").mkdir(parents=True, exist_ok=True)
         (self.path / "checkpoints").mkdir(parents=True, exist_ok=True)
@@ -133,7 +141,7 @@ def write_episodes(
     for rec, text in zip(batch, texts, strict=True):
         traj, adv, domain = rec.trajectory, rec.advantage, domains.get(rec.trajectory.task_id, "unknown")
         rows["excluded"].append(rec.excluded)
-        ids, _, _ = traj.completion()
+        ids, mask, _ = traj.completion()
         reward = traj.reward
         rows["step"].append(step)
         rows["task_id"].append(traj.task_id)
@@ -159,5 +167,10 @@ def write_episodes(
         hashes = traj.end.visible_checks if traj.end is not None else None
         rows["visible_checks"].append(hashes.model_dump_json() if hashes is not None else None)
         rows["visible_checks_changed"].append(traj.visible_checks_changed)
+        rows["turn_roles"].append([turn.role for turn in traj.turns])
+        rows["turn_token_ids"].append([list(turn.token_ids) for turn in traj.turns])
+        rows["turn_logprobs"].append([list(turn.logprobs) for turn in traj.turns])
+        rows["turn_versions"].append([turn.version for turn in traj.turns])
+        rows["loss_mask"].append(mask)
     pq.write_table(pa.Table.from_pydict(rows, schema=TRAJECTORY_SCHEMA), path)
     return path

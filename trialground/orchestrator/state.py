@@ -68,10 +68,15 @@ def save(
 
 
 def restore(run: RunDir, trainer: Trainer, tasks: TaskPool, policy: Policy, monitor: Monitor | None) -> int:
-    """Load the newest complete checkpoint; forget what the killed run wrote after it. Returns its step."""
+    """Load the newest complete checkpoint; forget what the killed run wrote after it. Returns its step.
+    A run stopped before its first checkpoint starts again from step 0 (the state `build` made from the
+    same config and seeds), in the same directory, whose sinks keep their run ids."""
     path = latest_checkpoint(run.path)
     if path is None:
-        raise FileNotFoundError(f"{run.path}: no complete checkpoint to resume from")
+        run.truncate_after(0)
+        if monitor is not None:
+            monitor.resume(-1)  # no metric history, no alert raised
+        return 0
     loaded = load_checkpoint(path, trainer)
     tasks.load_state_dict(loaded.extra["task_pool"])
     state = loaded.extra.get("policy", {})

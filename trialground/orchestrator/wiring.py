@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import random
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -197,7 +198,15 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Wirin
         max_context_tokens=config.policy.max_context_tokens,
         observation_role=config.policy.observation_role,
     )
-    collector = Collector(policy, rubric, settings, grader, envs=env_pool, gateway=gateway)
+    make_env = None
+    if env_pool is None:  # an env kind without sandboxes: its environments come straight from its factory
+        make = env_kind.load("environment kind", ConfigError)
+        env_config, sandbox = config.env, config.sandbox
+        make_env = partial(
+            make, grader, env_config, sandbox, sandbox=None, task=None, owns_sandbox=True,
+            initial_snapshot=None, on_exec=None,
+        )  # fmt: skip
+    collector = Collector(policy, rubric, settings, grader, envs=env_pool, gateway=gateway, make_env=make_env)
     return Wiring(
         config,
         run,

@@ -100,6 +100,10 @@ class Policy(abc.ABC):
         `load_weights`."""
         return None
 
+    def idle(self) -> None:  # noqa: B027 - a no-op is the right default
+        """No generation until the next `load_weights` (a sync run's update): a colocated engine may free
+        its accelerator memory for the trainer (vLLM's sleep mode) and take it back in `load_weights`."""
+
     def seed_sampling(self, seed: int) -> None:  # noqa: B027 - a no-op is the right default
         """Make unseeded generations depend on the run's `seed` (no-op for a policy without its own RNG)."""
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from trialground.plugin import FrozenParams, Params, check_name, check_section
+from trialground.plugin import FrozenParams, Params, section_validators
 from trialground.policy.base import SamplingParams
 from trialground.retry import Backoff
 
@@ -37,7 +37,7 @@ class PolicyConfig(BaseModel):
     )
     decode: Literal["auto", "transformers"] = Field(
         "auto",
-        description="hf backend: 'auto' samples Llama, Mistral, Qwen2 and Qwen3 models through "
+        description="hf backend: 'auto' samples Llama, Mistral, Qwen2, Qwen3 and Gemma 3 models through "
         "trialground's lean decoder (same tokens; 2.4x faster than 'transformers' for 4 prompts x 8 "
         "samples on the tiny model, benchmarks/generation.py), other architectures through "
         "transformers; 'transformers' always uses the model's own forward",
@@ -124,6 +124,17 @@ class PolicyConfig(BaseModel):
         description="remote backend: base URLs of the running inference servers (vLLM's OpenAI-compatible "
         "server or `trialground policy serve`), e.g. http://10.0.0.5:8000; requests go to the least loaded",
     )
+    vllm_sleep: bool = Field(
+        False,
+        description="vllm backend, sync loop: the engine sleeps during each update (weights offloaded to "
+        "host memory, KV cache freed) and wakes for the weight push, so a colocated trainer gets the GPU",
+    )
+    weight_transport: str = Field(
+        "collective_rpc",
+        description="remote backend: how servers take new weights (policy/backends/remote/weight_push.py): "
+        "collective_rpc (vLLM with trialground's worker extension, policy serve: bucket files, drained "
+        "around the load), sglang (update_weights_from_disk), vllm_nccl (vLLM's native NCCL transfer)",
+    )
     weight_bucket_mb: int = Field(
         512,
         ge=1,
@@ -142,19 +153,18 @@ class PolicyConfig(BaseModel):
         "directory, which only works when the servers run on this machine)",
     )
 
-    @field_validator("backend")
+    @field_validator("weight_transport")
     @classmethod
-    def _known_backend(cls, value: str) -> str:
-        from trialground.policy.backends import BACKENDS
+    def _known_transport(cls, name: str) -> str:
+        from trialground.policy.backends.remote import TRANSPORTS
 
-        return check_name(BACKENDS, value)
+        if name not in TRANSPORTS:
+            raise ValueError(f"unknown weight transport {name!r}: expected one of {sorted(TRANSPORTS)}")
+        return name
 
-    @model_validator(mode="after")
-    def _params_of_backend(self) -> PolicyConfig:
-        from trialground.policy.backends import BACKENDS
-
-        check_section(BACKENDS, self.backend, self.params, "policy.", self)
-        return self
+    _known_backend, _params_of_backend = section_validators(
+        "backend", "trialground.policy.backends:BACKENDS", "policy."
+    )
 
     def backoff(self) -> Backoff:
         """The retry bounds of the openai and remote backends' requests (`trialground.retry`)."""

@@ -18,24 +18,6 @@ def make_policy(config: PolicyConfig) -> Policy:
     return make(config)
 
 
-def _hf(config: PolicyConfig) -> Policy:
-    if config.separate_process:
-        from trialground.policy.hf_process import HFProcessPolicy
-
-        return HFProcessPolicy(config)
-    from trialground.policy.hf import HFPolicy
-
-    return HFPolicy(config)
-
-
-def _scripted(config: PolicyConfig) -> Policy:
-    from trialground.policy.scripted import ScriptedPolicy, load_tokenizer
-
-    if not config.responses:
-        raise ConfigError("policy.backend=scripted needs policy.responses (at least one)")
-    return ScriptedPolicy(list(config.responses), tokenizer=load_tokenizer(config.tokenizer))
-
-
 def require_trainable(config: PolicyConfig, policy: Policy) -> None:
     """Refuse, before a run starts, a policy that training cannot use (`Policy.trainable` False), naming
     the backend that can."""

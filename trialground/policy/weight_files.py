@@ -4,9 +4,9 @@ The trainer writes its weights (plain Hugging Face parameter names, `Trainer.sta
 `ROOT/v00000003/bucket-00001.safetensors`, `bucket-00002...`: each file a bucket of at most
 `bucket_bytes` (a tensor larger than that is a bucket of its own), in the engine's dtype. Each server is
 then told the directory and loads it bucket by bucket, tensor by tensor (vLLM through the worker
-extension in `trialground.policy.vllm_worker`, whose model's `load_weights` takes an iterator; `trialground
-policy serve` copies each tensor into its model as it is read). Only a path crosses the wire: nothing is
-pickled, so no server needs insecure deserialization enabled.
+extension in `trialground.policy.backends.vllm.vllm_worker`, whose model's `load_weights` takes an
+iterator; `trialground policy serve` copies each tensor into its model as it is read). Only a path crosses
+the wire: nothing is pickled, so no server needs insecure deserialization enabled.
 
 Contracts:
 - `write_weights` streams: each tensor is cast (and copied to the host) on its own and written straight

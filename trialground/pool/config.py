@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from trialground.plugin import FrozenParams, Params, check_name, check_section
+from trialground.plugin import FrozenParams, Params, section_validators
 
 
 class PoolConfig(BaseModel):
@@ -61,19 +61,9 @@ class PoolConfig(BaseModel):
         120.0, gt=0, description="A worker call slower than this (beyond its own limits) is a lost worker"
     )
 
-    @field_validator("backend")
-    @classmethod
-    def _known_backend(cls, value: str) -> str:
-        from trialground.pool.backends import BACKENDS
-
-        return check_name(BACKENDS, value)
-
-    @model_validator(mode="after")
-    def _params_of_backend(self) -> PoolConfig:
-        from trialground.pool.backends import BACKENDS
-
-        check_section(BACKENDS, self.backend, self.params, "pool.", self)
-        return self
+    _known_backend, _params_of_backend = section_validators(
+        "backend", "trialground.pool.backends:BACKENDS", "pool."
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> PoolConfig:

@@ -165,7 +165,7 @@ def _raise(payload: tuple[str, str, str]) -> None:
 
 def reap_worker_dir(root: str) -> None:
     """Remove what a dead worker left on its node: mounts under `root`, its cgroups, the directory."""
-    from trialground.sandbox.launch import mounts
+    from trialground.sandbox import mounts
 
     prefix = root.rstrip("/") + "/"
     try:

@@ -196,7 +196,14 @@ async def play_turn(
     ep.timings["generate_s"] += seconds
     ep.versions.append(gen.version)
     ep.turns.append(
-        Turn(role="policy", token_ids=gen.token_ids, logprobs=gen.logprobs, text=gen.text, seconds=seconds)
+        Turn(
+            role="policy",
+            token_ids=gen.token_ids,
+            logprobs=gen.logprobs,
+            text=gen.text,
+            seconds=seconds,
+            version=gen.version,
+        )
     )
     ep.context.extend(gen.token_ids)
     ep.finish_reason = gen.finish_reason

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,6 +27,10 @@ class GroupBatcher:
     `policy.stream`, the default), each request returns as
     soon as its own row finishes, not when the call's longest row does: an episode grades or runs its
     tool call while the rest of the batch still decodes.
+
+    A policy that takes concurrent calls (`concurrent`: a fleet of inference servers, each batching on its
+    own) is not batched here at all: each episode's request goes out the moment the episode is ready (its
+    tool returned), as its own call, and comes back when its own answer does.
     """
 
     def __init__(
@@ -37,6 +42,9 @@ class GroupBatcher:
         on_generation: Callable[[float, int], None] | None = None,
     ) -> None:
         self.policy = policy
+        self._direct = getattr(policy, "concurrent", False) is True
+        self._direct_calls = 0
+        self._on_generation = on_generation
         self._streams = getattr(policy, "streams", False) is True
         self._batcher: Batcher[Request, Generation] = Batcher(
             self._generate_streaming if self._streams else self._generate,
@@ -51,7 +59,7 @@ class GroupBatcher:
     @property
     def calls(self) -> int:
         """generate calls made, for tests and metrics."""
-        return self._batcher.calls
+        return self._batcher.calls + self._direct_calls
 
     @property
     def tokenizer(self) -> Any:
@@ -62,6 +70,13 @@ class GroupBatcher:
         return int(self.policy.version)
 
     async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        if self._direct:
+            self._direct_calls += 1
+            t0 = time.perf_counter()
+            gens = _checked(await self.policy.generate(prompts, params), prompts)
+            if self._on_generation is not None:
+                self._on_generation(time.perf_counter() - t0, len(prompts))
+            return gens
         futures = [self._batcher.enqueue((list(p), params)) for p in prompts]
         return list(await asyncio.gather(*futures))
 
@@ -79,7 +94,7 @@ class GroupBatcher:
         return _checked(gens, items)
 
 
-def _checked(gens: Sequence[Generation], items: Sequence[Request]) -> list[Generation]:
+def _checked(gens: Sequence[Generation], items: Sequence[Any]) -> list[Generation]:
     if len(gens) != len(items):
         raise RuntimeError(f"policy returned {len(gens)} generations for {len(items)} prompts")
     return list(gens)

@@ -25,6 +25,7 @@ class Turn(BaseModel):
     logprobs: tuple[float, ...] = ()
     text: str = ""
     seconds: float = 0.0
+    version: int | None = Field(None, description="Policy turns: the policy version that sampled them")
 
 
 class BranchInfo(BaseModel):

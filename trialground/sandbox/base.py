@@ -13,10 +13,10 @@ from enum import StrEnum
 from types import TracebackType
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trialground.errors import SandboxError
-from trialground.plugin import FrozenParams, Params, check_name, check_section
+from trialground.plugin import FrozenParams, Params, section_validators
 
 WORKSPACE = "/workspace"
 
@@ -177,19 +177,9 @@ class SandboxConfig(BaseModel):
         (), description="Directories (as the sandbox sees them) searched first for the `preload` modules"
     )
 
-    @field_validator("backend")
-    @classmethod
-    def _known_backend(cls, value: str) -> str:
-        from trialground.sandbox.backends import BACKENDS
-
-        return check_name(BACKENDS, value)
-
-    @model_validator(mode="after")
-    def _params_of_backend(self) -> SandboxConfig:
-        from trialground.sandbox.backends import BACKENDS
-
-        check_section(BACKENDS, self.backend, self.params, "sandbox.", self)
-        return self
+    _known_backend, _params_of_backend = section_validators(
+        "backend", "trialground.sandbox.backends:BACKENDS", "sandbox."
+    )
 
     @field_validator("preload_path")
     @classmethod

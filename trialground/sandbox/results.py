@@ -1,10 +1,30 @@
-"""Turning what the host observed about one command into an `ExecResult`."""
+"""Turning what the host observed about one command into an `ExecResult`: its output cut at a cap
+(`Collected`) and its exit report (`build_result`)."""
 
 from __future__ import annotations
 
 import signal
+from dataclasses import dataclass, field
 
 from trialground.sandbox.base import ExecResult, ExecStatus
+
+
+@dataclass
+class Collected:
+    """Output of one command, cut at `cap` bytes per stream whatever the command (or supervisor) sends;
+    `kind` is "O" (stdout) or "E" (stderr)."""
+
+    cap: int
+    stdout: bytearray = field(default_factory=bytearray)
+    stderr: bytearray = field(default_factory=bytearray)
+    seen: dict[str, int] = field(default_factory=lambda: {"O": 0, "E": 0})
+
+    def add(self, kind: str, data: bytes) -> None:
+        buf = self.stdout if kind == "O" else self.stderr
+        self.seen[kind] += len(data)
+        room = self.cap - len(buf)
+        if room > 0:
+            buf += data[:room]
 
 
 def build_result(

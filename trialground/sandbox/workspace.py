@@ -29,9 +29,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from trialground.errors import SandboxError
-from trialground.sandbox import beneath, owned
+from trialground.sandbox import beneath, mounts, owned
 from trialground.sandbox.base import text_bytes
-from trialground.sandbox.launch import mounts
 
 BASE_DIR = Path(os.environ.get("TRIALGROUND_SANDBOX_DIR", tempfile.gettempdir())) / "trialground-sandboxes"
 # A workspace is BASE_DIR/ws.<owner>.<random>, where <owner> (`<pid>.<random>`) names the lock file

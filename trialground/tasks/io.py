@@ -72,27 +72,42 @@ def jsonl_rows(path: str | Path) -> Iterator[tuple[str, int, Any]]:
     """(`FILE:LINE`, line number, parsed value) of every non-blank line of a JSONL file, in order; `-`
     reads standard input (named `<stdin>`). Raises `TaskError` naming the file (unreadable) or the file
     and line (not UTF-8, not JSON)."""
-    name = STDIN_NAME if str(path) == "-" else str(path)
-    try:
-        raw = sys.stdin.buffer.read() if str(path) == "-" else Path(path).read_bytes()
-    except OSError as e:
-        raise TaskError(f"{name}: cannot read: {e.strerror or e}", kind="unreadable") from e
+    name, raw = read_raw(path)
     for lineno, line in enumerate(raw.splitlines(), start=1):
         where = f"{name}:{lineno}"
-        try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise TaskError(
-                f"{where}: not UTF-8 (byte 0x{line[e.start]:02x} at column {e.start + 1})",
-                kind="invalid_utf8",
-            ) from e
-        if not text.strip():
-            continue
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise TaskError(f"{where}: (json): {e.msg} at column {e.colno}", kind="invalid_json") from e
-        yield where, lineno, data
+        data = parse_line(line, where)
+        if data is not BLANK:
+            yield where, lineno, data
+
+
+BLANK = object()  # what `parse_line` returns for a blank line
+
+
+def read_raw(path: str | Path) -> tuple[str, bytes]:
+    """(name in messages, bytes) of a task file; `-` is standard input. Raises `TaskError` (unreadable)."""
+    name = STDIN_NAME if str(path) == "-" else str(path)
+    try:
+        return name, sys.stdin.buffer.read() if str(path) == "-" else Path(path).read_bytes()
+    except OSError as e:
+        raise TaskError(f"{name}: cannot read: {e.strerror or e}", kind="unreadable") from e
+
+
+def parse_line(line: bytes, where: str) -> Any:
+    """One JSONL line's value (`BLANK` for a blank line). Raises `TaskError` at `where` (not UTF-8, not
+    JSON)."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TaskError(
+            f"{where}: not UTF-8 (byte 0x{line[e.start]:02x} at column {e.start + 1})",
+            kind="invalid_utf8",
+        ) from e
+    if not text.strip():
+        return BLANK
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TaskError(f"{where}: (json): {e.msg} at column {e.colno}", kind="invalid_json") from e
 
 
 def read_jsonl(path: str | Path, *, check_ids: bool = True) -> list[Task]:

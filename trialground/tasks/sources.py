@@ -368,6 +368,34 @@ for _source in (
         default_n=200,
     ),
     TaskSource(
+        "cleaning",
+        "trialground.families.cleaning.source:load",
+        "data cleaning: a messy CSV in, a clean CSV out by a Python script, checked on a hidden input too",
+        generator=True,
+        default_n=200,
+    ),
+    TaskSource(
+        "gitrepair",
+        "trialground.families.gitrepair.source:load",
+        "a git repository left broken (conflict, lost commit, wrong file...), repaired by a bash script",
+        generator=True,
+        default_n=200,
+    ),
+    TaskSource(
+        "httpdiag",
+        "trialground.families.httpdiag.source:load",
+        "a misbehaving local HTTP service: diagnose from its logs and responses, fix its configuration",
+        generator=True,
+        default_n=200,
+    ),
+    TaskSource(
+        "regex",
+        "trialground.families.regex.source:load",
+        "one Python regular expression extracting IPs, dates, e-mails, colours, times or versions from text",
+        generator=True,
+        default_n=200,
+    ),
+    TaskSource(
         "hf", _hf, "a local Hugging Face dataset, hf:PATH[?column mapping]", arg="required", check=_check_hf
     ),
 ):

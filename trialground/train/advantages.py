@@ -18,9 +18,12 @@ from typing import Literal
 
 import numpy as np
 
+from trialground.errors import ConfigError
 from trialground.rollout.trajectory import Trajectory
+from trialground.train.estimators import ESTIMATORS
 
-Method = Literal["grpo", "dr_grpo", "rloo"]
+Method = str
+"""An advantage estimator's name in `trialground.train.estimators` (or a plugin's `package.module:NAME`)."""
 
 
 def grpo(rewards: Sequence[float], eps: float = 1e-6) -> np.ndarray:
@@ -29,12 +32,12 @@ def grpo(rewards: Sequence[float], eps: float = 1e-6) -> np.ndarray:
     return _centred(r) / (r.std(ddof=1) + eps)
 
 
-def dr_grpo(rewards: Sequence[float]) -> np.ndarray:
+def dr_grpo(rewards: Sequence[float], eps: float = 0.0) -> np.ndarray:
     """r - mean: Dr.GRPO drops the std normalisation (it up-weights near-uniform groups)."""
     return _centred(np.asarray(rewards, dtype=np.float64))
 
 
-def rloo(rewards: Sequence[float]) -> np.ndarray:
+def rloo(rewards: Sequence[float], eps: float = 0.0) -> np.ndarray:
     """r_i - mean_{j != i} r_j, i.e. G/(G-1) * (r_i - mean). Needs len >= 2."""
     r = np.asarray(rewards, dtype=np.float64)  # [G]
     g = r.size
@@ -61,14 +64,10 @@ def group_advantages(
             out[i] = 0.0
         return out
     values = [float(rewards[i]) for i in valid]  # type: ignore[arg-type]
-    if method == "grpo":
-        adv = grpo(values, eps)
-    elif method == "dr_grpo":
-        adv = dr_grpo(values)
-    elif method == "rloo":
-        adv = rloo(values)
-    else:
-        raise ValueError(f"unknown advantage method {method!r}: expected grpo, dr_grpo or rloo")
+    estimate: Callable[[Sequence[float], float], np.ndarray] = ESTIMATORS.lookup(method).load(
+        "advantage estimator", ConfigError
+    )
+    adv = estimate(values, eps)
     for i, a in zip(valid, adv, strict=True):
         out[i] = float(a)
     return out

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from trialground.plugin import check_name
+
 ISCorrection = Literal["none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
 
 
@@ -16,7 +18,11 @@ PARALLEL = ("ddp", "fsdp")
 class TrainerConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    algorithm: Literal["grpo", "dr_grpo", "rloo"] = Field("grpo", description="Group advantage estimator")
+    algorithm: str = Field(
+        "grpo",
+        description="Group advantage estimator (trialground.train.estimators): grpo, dr_grpo, rloo, or a "
+        "plugin's 'package.module:NAME'",
+    )
     advantage: Literal["trajectory", "tree"] = Field(
         "trajectory",
         description="trajectory: one advantage per trajectory from `algorithm`; tree: one per policy turn, "
@@ -116,6 +122,13 @@ class TrainerConfig(BaseModel):
         description="How long a rank waits in a collective; other ranks wait through rank 0's rollouts "
         "and evaluations, so this bounds the longest of those",
     )
+
+    @field_validator("algorithm")
+    @classmethod
+    def _known_algorithm(cls, value: str) -> str:
+        from trialground.train.estimators import ESTIMATORS
+
+        return check_name(ESTIMATORS, value)
 
     @field_validator("adam_betas")
     @classmethod

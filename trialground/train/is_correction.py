@@ -21,7 +21,7 @@ it) and `pi_t` the trainer's own before the update, the per-token log-ratio is `
 from __future__ import annotations
 
 import math
-from typing import get_args
+from typing import Any, get_args
 
 import torch
 
@@ -55,6 +55,16 @@ def is_weights(
         weights = ratio.masked_fill(flagged, 0.0)
     weights = torch.where(on, weights, torch.ones_like(weights))  # rows without sampler logprobs: 1
     return weights.detach(), flagged
+
+
+def keep_sampler_logprobs(samples: list[Any], config: TrainerConfig) -> list[Any]:
+    """Keep each sample's sampler logprobs as `sampler_logprobs` (NaN where it has none: not measured,
+    weight 1) and return the samples whose old logprobs the trainer recomputes: all of them under
+    `old_logprobs: recompute` or a correction, else those without sampler logprobs."""
+    again = config.old_logprobs == "recompute" or config.is_correction != "none"
+    for s in samples:
+        s.sampler_logprobs = s.old_logprobs or [math.nan] * len(s.mask)
+    return [s for s in samples if again or s.old_logprobs is None]
 
 
 def weigh(

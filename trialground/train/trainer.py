@@ -24,7 +24,6 @@ Dropout stays off (the model is kept in eval mode): the ratio must compare the s
 from __future__ import annotations
 
 import copy
-import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -344,11 +343,8 @@ class Trainer:
             return {"train/skipped": 1.0, "train/tokens": 0.0, "train/sequences": 0.0}
         normalizer = float(total_tokens) if cfg.loss_agg == "token" else float(n_samples)
         active, positions = micro_batch_order(active, cfg.micro_batch_size, self.share_prompt)
-        again = cfg.old_logprobs == "recompute" or cfg.is_correction != "none"
-        recompute = [s for s in active if again or s.old_logprobs is None]
+        recompute = is_correction.keep_sampler_logprobs(active, cfg)  # and the samples to recompute
         sampler = {id(s): s.old_logprobs for s in recompute if s.old_logprobs is not None}
-        for s in active:  # NaN: no sampler logprob (not measured, weight 1)
-            s.sampler_logprobs = s.old_logprobs or [math.nan] * len(s.mask)
         self._fill_frozen(recompute, old=True, ref=False)
         meter = is_correction.MismatchMeter()
         refs = self._fill_frozen(active, old=False, ref=True) if cfg.kl_coef > 0.0 else []
@@ -372,10 +368,8 @@ class Trainer:
                     logp, ent = self.chunk_logprobs(self.model, chunk, entropy=cfg.compute_entropy)
                 else:  # through DDP or FSDP, which reduce the gradients in the epoch's last backward
                     logp, ent = self.parallel.logprobs(chunk, cfg.compute_entropy, sync=j == count - 1)
-                old, mask, sampled = (
-                    self._targets(chunk, logp.shape[1], f)
-                    for f in ("old_logprobs", "mask", "sampler_logprobs")
-                )
+                names = ("old_logprobs", "mask", "sampler_logprobs")
+                old, mask, sampled = (self._targets(chunk, logp.shape[1], f) for f in names)
                 weights = is_correction.weigh(cfg, logp, old, sampled, mask, meter if _epoch == 0 else None)
                 out = ppo_clip_loss(
                     logp,

@@ -32,6 +32,7 @@ import numpy as np
 
 from trialground.rollout.trajectory import Trajectory
 from trialground.train.advantages import Method, Scored, score_trajectories, trajectory_reward
+from trialground.train.estimators import ESTIMATORS
 
 TurnAdvantages = tuple[float, ...]
 
@@ -72,7 +73,8 @@ def group_tree_advantages(
         for i in valid:
             out[i] = (0.0, tuple(0.0 for _ in nodes[i][1]))
         return out
-    scale = float(values.std(ddof=1)) + eps if method == "grpo" else 1.0
+    caps = ESTIMATORS.lookup(method).capabilities
+    scale = float(values.std(ddof=1)) + eps if caps.std_normalised else 1.0
     through: dict[str, list[float]] = defaultdict(list)
     for i in valid:
         prompt, keys = nodes[i]
@@ -82,7 +84,7 @@ def group_tree_advantages(
     total, g = float(values.sum()), len(valid)
     for i in valid:
         r = float(rewards[i])  # type: ignore[arg-type]
-        root = (total - r) / (g - 1) if method == "rloo" else total / g
+        root = (total - r) / (g - 1) if caps.leave_one_out else total / g
         turn_adv: list[float] = []
         prompt, keys = nodes[i]
         # a trunk below the root has a value of its own; the task's bare prompt is the root itself

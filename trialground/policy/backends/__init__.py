@@ -45,34 +45,34 @@ BACKENDS: Registry[PolicyBackend] = Registry(
 for _b in (
     PolicyBackend(
         "hf",
-        "trialground.policy.factory:_hf",
+        "trialground.policy.backends.hf:make_policy",
         PolicyCaps(loads_model=True),
         requires=TORCH,
         doc="transformers, in this process or a child",
     ),
     PolicyBackend(
         "vllm",
-        "trialground.policy.vllm:VLLMPolicy",
+        "trialground.policy.backends.vllm.vllm:VLLMPolicy",
         PolicyCaps(loads_model=True, model_by_name=True),
         requires=(*TORCH, Requirement(module="vllm", extra="vllm", why="the in-process engine")),
         doc="vLLM in this process",
     ),
     PolicyBackend(
         "openai",
-        "trialground.policy.openai:OpenAIPolicy",
+        "trialground.policy.backends.openai.openai:OpenAIPolicy",
         PolicyCaps(loads_model=False),
         doc="an OpenAI-compatible endpoint (eval)",
     ),
     PolicyBackend(
         "remote",
         # the trainer loads the starting weights itself (the servers receive them)
-        "trialground.policy.remote:RemotePolicy",
+        "trialground.policy.backends.remote.remote:RemotePolicy",
         PolicyCaps(loads_model=True),
         doc="vLLM-compatible inference servers",
     ),
     PolicyBackend(
         "scripted",
-        "trialground.policy.factory:_scripted",
+        "trialground.policy.backends.scripted:make_policy",
         PolicyCaps(loads_model=False),
         doc="fixed responses (tests, demos)",
     ),

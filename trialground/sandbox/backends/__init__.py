@@ -41,7 +41,7 @@ BACKENDS: Registry[SandboxBackend] = Registry(
 for _b in (
     SandboxBackend(
         "bwrap",
-        "trialground.sandbox.bwrap:BwrapSandbox",
+        "trialground.sandbox.backends.bwrap.sandbox:BwrapSandbox",
         SandboxCaps(isolated=True, private_scratch=True, host_views=True, host_descriptors=True),
         requires=(
             Requirement(
@@ -55,13 +55,13 @@ for _b in (
     ),
     SandboxBackend(
         "process",
-        "trialground.sandbox.process:ProcessSandbox",
+        "trialground.sandbox.backends.process.process:ProcessSandbox",
         SandboxCaps(isolated=False, private_scratch=False, host_views=False, host_descriptors=True),
         doc="plain subprocesses: no isolation",
     ),
     SandboxBackend(
         "remote",
-        "trialground.sandbox.remote:RemoteSandbox",
+        "trialground.sandbox.backends.remote.remote:RemoteSandbox",
         # the sandbox service's sessions are bubblewrap sandboxes on its machine
         SandboxCaps(isolated=True, private_scratch=True, host_views=False, host_descriptors=False),
         doc="the sandbox service over HTTP",

@@ -22,7 +22,12 @@ and `before` has not:
   every attribute of `os` and `sys` outside a read-only allowlist (`os.path`, `os.sep`, `sys.version_info`,
   `sys.maxsize`, ...: never `os.environ`, `os._exit`, `os.kill`, `sys.argv`, `sys.modules`,
   `sys._getframe`);
-- files: `open` (a fix changes how the library computes, not what is on disk);
+- files: `open`, `os.open`/`fdopen`/`read`/`write` and the other descriptor calls, `codecs.open` and its
+  stream readers (a fix changes how the library computes, not what is on disk; the tests are files);
+- star imports from outside the library (`from os import *` binds `write` and `_exit` under names no
+  rule sees);
+- a source-encoding declaration other than UTF-8: the file is checked as the importer decodes its bytes
+  (`imported_text`), so code hidden by `# -*- coding: utf-7 -*-` is seen, and the declaration is a use;
 - modules that give any of the above: `inspect`, `gc`, `ctypes`, `importlib`, `builtins`, `unittest`,
   `pytest`, `_pytest`, `pluggy`, `threading`, `subprocess`, `signal`, `types`, `marshal`, `pickle`,
   `pathlib`, `shutil`, `io`, `traceback`, `atexit`, `__main__`, ... (importing them, from them, or a
@@ -52,6 +57,8 @@ by a variable name, one gives existing classes new comparisons): `benchmarks/swe
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -92,7 +99,12 @@ DENIED_ATTRS_OF = {
                      "spawnvp", "spawnvpe", "posix_spawn", "posix_spawnp", "system", "popen", "wait",
                      "waitpid", "wait3", "wait4", "waitid", "dup", "dup2", "getpid", "getppid",
                      "pidfd_open",
-                     "register_at_fork", "setsid", "setpgrp", "nice", "write", "read", "pipe", "openpty"}),
+                     "register_at_fork", "setsid", "setpgrp", "nice", "write", "read", "pipe", "openpty",
+                     "open", "fdopen", "pread", "preadv", "readv", "pwrite", "pwritev", "writev", "sendfile",
+                     "memfd_create", "openat", "fdopendir", "lseek", "truncate", "ftruncate"}),
+    # codecs' file openers read files as data (the tests' expected values) as `open` would
+    "codecs": frozenset({"open", "EncodedFile", "StreamReaderWriter", "StreamRecoder", "StreamReader",
+                         "StreamWriter", "getreader", "getwriter"}),
     "typing": frozenset({"get_type_hints", "ForwardRef", "_eval_type"}),
     "string": frozenset({"Formatter"}),
 }  # fmt: skip
@@ -202,10 +214,31 @@ def _annotation_code(tree: ast.AST) -> list[ast.AST]:
     return out
 
 
+def imported_text(source: str) -> tuple[str, str]:
+    """(the text Python's import runs, its declared encoding) for a file written as `source` in UTF-8.
+
+    A source-encoding declaration (`# -*- coding: utf-7 -*-`, `raw_unicode_escape`) makes the importer
+    decode the file's bytes into other text than the `str` the grader holds: what is checked must be that
+    decoded text, or code hidden in the encoding runs unchecked. PolicyError when it cannot be decoded."""
+    data = source.encode("utf-8", "surrogatepass")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as e:
+        raise PolicyError(f"its encoding declaration is refused by Python: {e}"[:300]) from None
+    if encoding in ("utf-8", "utf-8-sig"):
+        return source, encoding
+    try:
+        return data.decode(encoding), encoding
+    except (UnicodeDecodeError, LookupError, ValueError) as e:
+        raise PolicyError(f"cannot be decoded as its declared {encoding}: {e}"[:300]) from None
+
+
 def uses(source: str) -> list[Use]:
-    """Every use the policy refuses in `source` (see the module docstring). Raises PolicyError."""
+    """Every use the policy refuses in `source` (see the module docstring), as the importer will read it
+    (its declared encoding applied). Raises PolicyError."""
     if len(source) > MAX_FILE_CHARS:
         raise PolicyError(f"{len(source)} characters: over the policy's {MAX_FILE_CHARS}")
+    source, encoding = imported_text(source)
     try:
         tree = pyast.parse(source)
         extra = _annotation_code(tree)
@@ -236,7 +269,12 @@ def uses(source: str) -> list[Use]:
         elif name in DENIED_ATTRS or name in DENIED_ANY_ATTRS or _refused_dunder(name):
             add("introspection", name, scope, node)
 
+    if encoding not in ("utf-8", "utf-8-sig"):  # a declared encoding no fix needs: decoded and checked above
+        add("encoding", encoding, "", tree)
     for node, scope in (pair for root in (tree, *extra) for pair in _scoped(root)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and any(a.name == "*" for a in node.names):
+            # binds names no rule can see (`from os import *` gives `write`, `_exit`)
+            add("star_import", node.module or "", scope, node)
         if isinstance(node, ast.ClassDef):
             for name, stmt in _class_members(node):
                 if name in COMPARISONS:
@@ -255,7 +293,8 @@ def uses(source: str) -> list[Use]:
                     add("module", a.name, scope, node)
         elif isinstance(node, ast.ImportFrom):
             mod = node.module or ""
-            if node.level == 0 and _module_root(mod) in DENIED_MODULES and mod != "os.path":
+            checked = _module_root(mod) in DENIED_MODULES or mod in DENIED_ATTRS_OF
+            if node.level == 0 and checked and mod != "os.path":
                 if mod in ALLOWED_ATTRS or mod in DENIED_ATTRS_OF:
                     for a in node.names:
                         if (mod in ALLOWED_ATTRS and a.name not in ALLOWED_ATTRS[mod]) or (

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trialground.tasks.model import Task
+from trialground.tasks.verifiers import lookup
 
 
 def family_of(task: Task, source: str) -> str:
@@ -54,6 +55,7 @@ class FamilyRow(BaseModel):
     paid: dict[str, int] = Field(default_factory=dict, description="Strategy -> tasks it was paid on")
     dodged: int = Field(0, description="Moves whose grading ended in an infrastructure error")
     gold_failures: int = Field(0, description="Tasks the gold gate failed")
+    gameable: bool = Field(False, description="Graded by a kind declared deliberately gameable (a test bed)")
 
 
 class AuditReport(BaseModel):
@@ -81,6 +83,7 @@ class AuditReport(BaseModel):
                     paid=dict(paid.most_common()),
                     dodged=sum(len(t.dodged) for t in items),
                     gold_failures=sum(bool(t.gold_problems) for t in items),
+                    gameable=any(lookup(t.kind).gameable for t in items),
                 )
             )
         return out
@@ -115,8 +118,9 @@ def print_report(report: AuditReport, console: Console) -> None:
     for col in ("family", "kind", "tasks", "moves", "paid tasks", "paid", "dodged", "gold fails", "paid by"):
         table.add_column(col, overflow="fold")
     for r in report.families():
+        family = r.family + (" (deliberately gameable)" if r.gameable else "")
         table.add_row(
-            r.family, r.kind, str(r.tasks), str(r.played), str(r.paid_tasks), f"{r.paid_rate:.0%}",
+            family, r.kind, str(r.tasks), str(r.played), str(r.paid_tasks), f"{r.paid_rate:.0%}",
             str(r.dodged), str(r.gold_failures),
             ", ".join(f"{name} ({n})" for name, n in r.paid.items()) or "-",
         )  # fmt: skip

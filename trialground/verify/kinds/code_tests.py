@@ -49,15 +49,14 @@ import secrets
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from importlib import resources
-from pathlib import Path
 from types import CodeType
 from typing import Any, TypeVar
 
 from trialground import pyast
 from trialground.errors import SandboxError, TrialgroundError, VerifierError
 from trialground.sandbox.backends import BACKENDS
+from trialground.sandbox.backends.bwrap import RESET_SOURCE
 from trialground.sandbox.base import WORKSPACE, ExecResult, Limits, Sandbox, SandboxConfig
-from trialground.sandbox.launch import reset
 from trialground.tasks.checks import test_function_names
 from trialground.tasks.model import Task
 from trialground.tasks.verifiers import CodeTestsParams
@@ -88,7 +87,6 @@ _BOOT = (
     "exec(marshal.loads(_r(int(_r(10)))), {'__name__': 'tg_runner'})\n"
 )
 REPORT_PREFIX = "TGREPORT "
-RESET_SOURCE = Path(reset.__file__).read_text()  # what the runner removes between gradings, and how
 VISIBLE_PREFIX = "visible::"
 
 

@@ -18,7 +18,8 @@ host key and the sealed literals. Roles:
   /proc or ptrace access to another; the children's stdio is /dev/null.
 - in a batch, after each member (and each visible rerun) the supervisor kills every other process of the
   sandbox except its ancestors, empties /workspace, /tmp and /dev/shm (`empty` of
-  `sandbox/launch/reset.py`: iterative, through directory descriptors opened with O_NOFOLLOW, so no depth,
+  `sandbox/backends/bwrap/reset.py`:
+  iterative, through directory descriptors opened with O_NOFOLLOW, so no depth,
   lock or link stops it; the directories' own extended attributes, mode and times set back) and removes
   every SysV IPC object and POSIX message queue of the sandbox; a member whose leftovers cannot be removed
   is failed and flagged, and the remaining members are reported `abandoned` for the host to regrade alone.
@@ -350,7 +351,7 @@ SCRATCH = ("/workspace", "/tmp", "/dev/shm")
 
 def clean_sandbox(tops=SCRATCH):
     """No process of a submission left, `tops` (default: workspace, /tmp, /dev/shm) empty and no IPC
-    object left in the sandbox's IPC namespace (`sandbox/launch/reset.py`); True when achieved."""
+    object left in the sandbox's IPC namespace (`sandbox/backends/bwrap/reset.py`); True when achieved."""
     alone = kill_strays()
     # A member may have narrowed this process's CPUs (of its settings, the one the seccomp filter lets
     # another process of the sandbox change): set them back

@@ -1,0 +1,1 @@
+"""The `regex` family: one regular expression extracting one kind of item, checked on a hidden text."""

@@ -1,0 +1,1 @@
+"""The openai policy backend: an OpenAI-compatible endpoint, for evaluation."""

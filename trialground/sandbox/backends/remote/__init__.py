@@ -1,0 +1,1 @@
+"""The remote sandbox backend: sandboxes of the sandbox service, over HTTP."""
