@@ -14,8 +14,8 @@ import torch
 from dist_helpers import PAD, batches, save_model, trainer_config
 from train_helpers import tiny_llama
 
+from trialground.policy.backends.hf.hf import load_model
 from trialground.policy.config import PolicyConfig
-from trialground.policy.hf import load_model
 from trialground.train.config import TrainerConfig
 from trialground.train.trainer import Trainer
 from trialground.train.weights import named_weights, weight_buckets
