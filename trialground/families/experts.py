@@ -26,6 +26,7 @@ EXPERTS: dict[str, str] = {
     "gitrepair": "trialground.families.gitrepair.expert:solve",
     "httpdiag": "trialground.families.httpdiag.expert:solve",
     "regex": "trialground.families.regex.expert:solve",
+    "stats": "trialground.families.stats.expert:solve",
 }
 
 

@@ -396,6 +396,13 @@ for _source in (
         default_n=200,
     ),
     TaskSource(
+        "stats",
+        "trialground.families.stats.source:load",
+        "a statistic of a data file (t, d, U, r, slope, rho, chi-square) by a Python script, to 1e-6",
+        generator=True,
+        default_n=200,
+    ),
+    TaskSource(
         "hf", _hf, "a local Hugging Face dataset, hf:PATH[?column mapping]", arg="required", check=_check_hf
     ),
 ):
