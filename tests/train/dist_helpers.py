@@ -35,10 +35,12 @@ def save_model(path: Path) -> Path:
     return path
 
 
-def run_config(model_dir: Path, *, ray: bool = False, dtype: str = "float32") -> RunConfig:
+def run_config(
+    model_dir: Path, *, ray: bool = False, dtype: str = "float32", parallel: str = "ddp"
+) -> RunConfig:
     data = {
         "policy": {"model": str(model_dir), "cpu_threads": 1, "dtype": dtype},
-        "trainer": {**TRAINER, **({"data_parallel": 2} if ray else {})},
+        "trainer": {**TRAINER, "parallel": parallel, **({"data_parallel": 2} if ray else {})},
         **({"cluster": "ray"} if ray else {}),
     }
     return RunConfig.model_validate(data)

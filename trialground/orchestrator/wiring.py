@@ -84,18 +84,20 @@ def trainer_module(config: RunConfig, shared: torch.nn.Module | None) -> torch.n
 
     `shared` is the policy's own module on rank 0 of the embedded default. The trainer updates it in place
     (the policy samples with it; no second copy) when it is already in the trainer's dtype and sampling is
-    synchronous; async sampling must not read weights the optimiser is changing, and an fp16 sampler is
-    trained through an fp32 copy: then the trainer owns a copy and pushes it to the policy after each step
-    (as to a vLLM server). Without a shared module (ranks > 0, a policy in a child process or on a server)
-    the trainer loads `policy.model` itself."""
+    synchronous; async sampling must not read weights the optimiser is changing, an fp16 sampler is
+    trained through an fp32 copy, and FSDP shards what it trains: then the trainer owns a copy and pushes
+    it to the policy after each step (as to a vLLM server; gathered shard by shard under FSDP). Without a
+    shared module (ranks > 0, a policy in a child process or on a server) the trainer loads
+    `policy.model` itself."""
     from trialground.policy.loading import load_model
+    from trialground.train.distributed import sharding
     from trialground.train.precision import trainer_dtype
 
     dtype = trainer_dtype(config.policy.dtype)
     if shared is None:
         return cast_parameters(load_model(config.policy), dtype).eval()
     other_dtype = any(p.dtype != dtype for p in shared.parameters() if p.is_floating_point())
-    if config.loop.mode == "async" or other_dtype:
+    if config.loop.mode == "async" or other_dtype or sharding(config.trainer) is not None:
         return cast_parameters(copy.deepcopy(shared), dtype)
     return shared
 
@@ -111,8 +113,13 @@ def cast_parameters(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Modu
 
 def sync_weights(trainer: Trainer, policy: Policy) -> None:
     """After a trainer step: the policy samples with the new weights, stamped with the new version."""
-    if trainer.base_model is policy.shared_module():  # shared module (LoRA too: adapters inside)
+    sampler = policy.shared_module()
+    if trainer.base_model is sampler:  # shared module (LoRA too: adapters inside)
         policy.version = trainer.version
+    elif sampler is not None:  # an embedded sampler with its own copy: bucket by bucket, in its dtype
+        dtype = next(sampler.parameters()).dtype
+        for bucket in trainer.weight_buckets(dtype):  # FSDP: gathered shard by shard
+            policy.load_weights(dict(bucket), trainer.version)
     else:
         policy.load_weights(trainer.state_dict(), trainer.version)
 
@@ -133,14 +140,15 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Wirin
         from trialground.train.trainer import Trainer
 
         require_trainable(config.policy, policy)
+        from trialground.train.distributed import join_data_parallel, sharding
+
         trainer = Trainer(
             trainer_module(config, policy.shared_module()),
             config.trainer,
             pad_id=policy.tokenizer.pad_token_id,
             temperature=max(config.policy.sampling.temperature, 1e-3),
+            shard=sharding(config.trainer),  # FSDP on the ranks of a data-parallel run
         )
-        from trialground.train.distributed import join_data_parallel
-
         join_data_parallel(trainer)  # under torchrun / Ray: the other ranks train shares of each step
         if policy.push_at_start:  # servers may hold another run's weights
             policy.load_weights(trainer.state_dict(), trainer.version)

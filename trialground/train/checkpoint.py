@@ -5,6 +5,8 @@ Layout of `runs/<name>/checkpoints/step_N/`:
     meta.json       step, version, time, file list (human-readable)
     model.pt        the trainer's module state dict (LoRA adapters included, as trained)
     optimizer.pt    AdamW state
+    sharded/        FSDP runs, instead of model.pt and optimizer.pt: every rank's shards of both
+                    (torch.distributed.checkpoint), saved and loaded by all ranks together
     master.pt       16-bit weights only: the fp32 masters AdamW steps (`trialground.train.precision`)
     rng.pt          python `random`, numpy global, torch CPU (+ CUDA) generator states, as plain data
     extra.pt        what the caller passes (task-pool state, loop counters, ...): plain data only
@@ -42,6 +44,7 @@ import torch
 from trialground.train.hf_checkpoint import ADAPTER_DIR, HF_DIR, save_adapter, save_hf
 from trialground.train.trainer import Trainer
 
+SHARDED_DIR = "sharded"  # FSDP runs: torch.distributed.checkpoint shards instead of model.pt/optimizer.pt
 _STEP_RE = re.compile(r"^step_(\d+)$")
 
 
@@ -154,8 +157,11 @@ def save_checkpoint(
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    torch.save(trainer.model.state_dict(), tmp / "model.pt")
-    torch.save(trainer.optimizer.state_dict(), tmp / "optimizer.pt")
+    if trainer.parallel is not None and trainer.parallel.sharded:  # FSDP: every rank writes its shards
+        trainer.parallel.checkpoint("save", str(tmp / SHARDED_DIR))
+    else:
+        torch.save(trainer.model.state_dict(), tmp / "model.pt")
+        torch.save(trainer.optimizer.state_dict(), tmp / "optimizer.pt")
     if trainer.masters is not None:  # 16-bit weights: their fp32 masters are what the optimiser steps
         torch.save(trainer.masters.state(), tmp / "master.pt")
     torch.save(rng_state(), tmp / "rng.pt")
@@ -214,9 +220,15 @@ def load_checkpoint(path: str | Path, trainer: Trainer) -> LoadedCheckpoint:
             f"{root}: saved with lora_rank={meta.get('lora_rank')}, trainer has {trainer.config.lora_rank}"
         )
     device = trainer.device
+    sharded = trainer.parallel is not None and trainer.parallel.sharded
+    if sharded != (root / SHARDED_DIR).is_dir():
+        raise CheckpointError(
+            f"{root}: saved {'with' if (root / SHARDED_DIR).is_dir() else 'without'} FSDP sharding; "
+            "resume it with the same trainer.parallel"
+        )
     # Every file is read (and so checked) before anything is restored.
-    model = load_plain(root / "model.pt", map_location=device)
-    optimizer = load_plain(root / "optimizer.pt", map_location=device)
+    model = None if sharded else load_plain(root / "model.pt", map_location=device)
+    optimizer = None if sharded else load_plain(root / "optimizer.pt", map_location=device)
     extra = load_plain(root / "extra.pt")
     rng = load_plain(root / "rng.pt")
     masters = None
@@ -226,8 +238,11 @@ def load_checkpoint(path: str | Path, trainer: Trainer) -> LoadedCheckpoint:
             raise CheckpointError(f"{root / 'master.pt'}: holds {type(masters).__name__}, not a list")
     if not isinstance(extra, dict):
         raise CheckpointError(f"{root / 'extra.pt'}: holds {type(extra).__name__}, not a dict")
-    trainer.model.load_state_dict(model)
-    trainer.optimizer.load_state_dict(optimizer)
+    if trainer.parallel is not None and sharded:
+        trainer.parallel.checkpoint("load", str(root / SHARDED_DIR))
+    elif model is not None and optimizer is not None:
+        trainer.model.load_state_dict(model)
+        trainer.optimizer.load_state_dict(optimizer)
     if trainer.masters is not None and masters is not None:
         trainer.masters.load(masters)
     trainer.version = int(meta["version"])

@@ -11,6 +11,10 @@ from trialground.plugin import check_name
 ISCorrection = Literal["none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
 
 
+# How ranks split the model: the names `trainer.parallel` takes (trialground.train.distributed does each)
+PARALLEL = ("ddp", "fsdp")
+
+
 class TrainerConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -98,6 +102,17 @@ class TrainerConfig(BaseModel):
         description="Training ranks started through Ray when cluster: ray (rank 0 is this process); "
         "under torchrun the launcher's WORLD_SIZE decides instead (docs/distributed.md)",
     )
+    parallel: str = Field(
+        "ddp",
+        description="How ranks split the model (docs/distributed.md): ddp, a full replica per rank with "
+        "gradients all-reduced; fsdp, torch FSDP2 (fully_shard) with parameters, gradients and optimiser "
+        "state sharded across ranks. One process trains unsharded either way",
+    )
+    cpu_offload: bool = Field(
+        False,
+        description="fsdp: keep parameter shards, gradients and optimiser state in CPU memory "
+        "(CPUOffloadPolicy), copying each layer to the device when it runs",
+    )
     dist_backend: Literal["auto", "gloo", "nccl"] = Field(
         "auto", description="torch.distributed backend of the gradient all-reduce (auto: nccl on CUDA)"
     )
@@ -121,6 +136,19 @@ class TrainerConfig(BaseModel):
         if not all(0.0 <= b < 1.0 for b in v):
             raise ValueError(f"each AdamW beta must be in [0, 1), got {v}")
         return v
+
+    @field_validator("parallel")
+    @classmethod
+    def _known_parallel(cls, v: str) -> str:
+        if v not in PARALLEL:
+            raise ValueError(f"trainer.parallel {v!r}: expected one of {', '.join(PARALLEL)}")
+        return v
+
+    @model_validator(mode="after")
+    def _offload_needs_fsdp(self) -> TrainerConfig:
+        if self.cpu_offload and self.parallel != "fsdp":
+            raise ValueError("trainer.cpu_offload needs trainer.parallel: fsdp (it offloads FSDP shards)")
+        return self
 
     @model_validator(mode="after")
     def _checkpointing_without_shared_prompt(self) -> TrainerConfig:

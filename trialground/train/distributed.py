@@ -16,11 +16,12 @@ float summation order (a test compares weights after a step with one process on 
 whose share has nothing to train still takes part in the all-reduce, with zero gradients
 (`idle_backward`). Metrics are summed over ranks before rank 0 logs them.
 
-Why DDP and not FSDP2 (`fully_shard`): in the embedded default the policy samples with the very module
-the trainer updates, on rank 0, between steps; DDP keeps full weights on every rank, so that stays true
-and no weights move after a step. FSDP2 would shard the parameters into DTensors, which the sampler
-cannot run without gathering the full weights every step, and gloo, the CPU backend on which the tests
-run, lacks the reduce-scatter FSDP2 is built on. DDP runs unchanged on gloo (CPU) and nccl (GPU).
+DDP or FSDP2 (`trainer.parallel`). DDP keeps full weights on every rank; in the embedded default rank 0's
+policy then samples with the very module the trainer updates, and no weights move after a step. FSDP2
+(`trialground.train.fsdp`) shards weights, gradients and optimiser state; rank 0's sampler keeps its own
+copy, refreshed after each step by gathering shard by shard (`gathering`: the other ranks take part), and
+checkpoints are written by every rank (`checkpoint`). Every FSDP forward gathers weights with the other
+ranks, so all ranks run the same number of passes (`passes`: the most any rank has, idle ones padded).
 
 DDP expects one forward call per backward; the trainer's shared-prompt pass makes two model calls per
 micro-batch, so DDP wraps a module whose forward is the trainer's whole micro-batch pass
@@ -38,7 +39,8 @@ picks a free one).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, cast
 
@@ -48,6 +50,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from trialground.train.advantages import Scored
+from trialground.train.config import TrainerConfig
+from trialground.train.fsdp import load_sharded, save_sharded, set_gradient_sync, shard_model
 from trialground.train.trainer import Sample, Trainer
 
 _ACTIVE: DataParallel | None = None
@@ -62,6 +66,12 @@ def set_active(dp: DataParallel | None) -> None:
 def active() -> DataParallel | None:
     """This process's data-parallel rank while `ranks` is open, else None."""
     return _ACTIVE
+
+
+def sharding(config: TrainerConfig) -> Callable[[nn.Module], nn.Module] | None:
+    """What a run's trainer applies to its model before its optimiser (`Trainer(shard=...)`): FSDP2
+    sharding on the ranks of a data-parallel run with `trainer.parallel: fsdp`, else None."""
+    return None if _ACTIVE is None else _ACTIVE.sharding(config)
 
 
 def join_data_parallel(trainer: Trainer) -> None:
@@ -146,13 +156,31 @@ class DataParallel:
     def __init__(self, rank: int, world_size: int, control: Any) -> None:
         self.rank = rank
         self.world_size = world_size
+        self.sharded = False  # the trainer's model is FSDP-sharded (trainer.parallel: fsdp)
         self._control = control  # the gloo group of commands, shares and counts (None: the default)
         self._trainer: Trainer | None = None
         self._ddp: DistributedDataParallel | None = None
+        self._reported = False  # this rank's state bytes were printed (after its first step)
+        self._replicated = False  # FSDP: the first step's checks are done
         self._in_step = False  # a step's collectives are under way: a "stop" now would not match them
         self._stopped = False  # "stop" was sent (rank 0) or received: every rank is in close()
         self.ray_ranks: list[Any] = []  # the Ray actors of ranks 1.. (rank 0 of a Ray launch)
         self.ray_runs: list[Any] = []
+
+    def sharding(self, config: TrainerConfig) -> Callable[[nn.Module], nn.Module] | None:
+        """What the trainer applies to its model before building its optimiser: FSDP2 sharding when
+        `trainer.parallel: fsdp`, else None (DDP wraps the trainer at its first step)."""
+        if config.parallel != "fsdp":
+            return None
+        self.sharded = True
+
+        def shard(model: nn.Module) -> nn.Module:
+            bf16 = config.mixed_precision == "bf16" or any(
+                p.dtype == torch.bfloat16 for p in model.parameters()
+            )
+            return shard_model(model, config, torch.bfloat16 if bf16 else torch.float32)
+
+        return shard
 
     # ------------------------------------------------------------------ commands
 
@@ -175,7 +203,9 @@ class DataParallel:
             "config": trainer.config,
             "pad_id": trainer.pad_id,
             "temperature": trainer.temperature,
-            "dtypes": _dtypes(trainer.model),
+            # FSDP: rank 0's model is sharded already (fp32 shards); the ranks' starting models were built
+            # by one rule and are cast to fp32 as they are sharded
+            "dtypes": None if self.sharded else _dtypes(trainer.model),
         }
         self._send("hello", [spec] * self.world_size)
 
@@ -188,19 +218,29 @@ class DataParallel:
                 self._stopped = True
                 return
             if kind == "hello":
-                if _dtypes(model) != payload["dtypes"]:
+                if payload["dtypes"] is not None and _dtypes(model) != payload["dtypes"]:
                     raise RuntimeError(
                         f"rank {self.rank} holds {_dtypes(model)} weights, rank 0 {payload['dtypes']}: every "
                         "rank must build its trainer by the same rule (trialground.orchestrator.wiring)"
                     )
+                config = payload["config"]
                 self._trainer = Trainer(
-                    model, payload["config"], pad_id=payload["pad_id"], temperature=payload["temperature"]
+                    model,
+                    config,
+                    pad_id=payload["pad_id"],
+                    temperature=payload["temperature"],
+                    shard=self.sharding(config),
                 )
                 self._trainer.parallel = self
+            elif self._trainer is None:
+                raise RuntimeError(f"rank 0 sent {kind!r} before its trainer")
             elif kind == "step":
-                if self._trainer is None:
-                    raise RuntimeError("rank 0 sent a step before its trainer")
                 self._trainer.step(payload)
+            elif kind == "gather":  # take part in rank 0's gathering of the full weights
+                for _bucket in self._trainer.weight_buckets(*payload):
+                    pass
+            elif kind in ("save", "load"):  # take part in rank 0's sharded checkpoint
+                self.checkpoint(kind, payload)
             else:
                 raise RuntimeError(f"unknown command {kind!r} from rank 0")
 
@@ -237,11 +277,18 @@ class DataParallel:
         """Before the first step: rank 0's optimiser state and version to every rank, and DDP, whose
         construction broadcasts rank 0's weights. Not earlier: a resumed rank 0 loads its checkpoint
         after building the trainer."""
-        if self._ddp is not None:
+        if self._ddp is not None or self._replicated:
             return
         trainer = self._trainer
         if trainer is None:
             raise RuntimeError("a data-parallel step before the trainer was attached")
+        if self.sharded:  # every rank sharded the same starting model; the optimiser state is empty
+            if trainer.version != 0 or trainer.optimizer.state:
+                raise RuntimeError(
+                    "an FSDP trainer resumed on rank 0 alone: its ranks do not share the state"
+                )
+            self._replicated = True
+            return
         state: list[Any] = [None]
         if self.rank == 0:
             masters = trainer.masters.state() if trainer.masters is not None else None
@@ -272,23 +319,68 @@ class DataParallel:
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """A micro-batch's training forward through DDP; `sync`: its backward all-reduces the gradients
         accumulated so far (the epoch's last micro-batch)."""
+        if self.sharded:
+            trainer = cast(Trainer, self._trainer)
+            set_gradient_sync(trainer.model, sync)
+            return trainer.chunk_logprobs(trainer.model, chunk, entropy)
         ddp = cast(DistributedDataParallel, self._ddp)
         if sync:
             return cast(tuple[torch.Tensor, torch.Tensor | None], ddp(chunk, entropy))
         with ddp.no_sync():
             return cast(tuple[torch.Tensor, torch.Tensor | None], ddp(chunk, entropy))
 
-    def idle_backward(self) -> None:
-        """A rank with nothing to train this epoch joins the all-reduce: one synchronised pass over a
-        two-token dummy whose loss is multiplied by zero, so its gradients are zeros."""
+    def passes(self, count: int, *, grad: bool) -> int:
+        """How many micro-batch passes this rank runs, given `count` of its own. DDP: its own (at least one
+        training pass, so that the all-reduce happens); FSDP: the most any rank runs, since every pass
+        gathers weights with the others."""
+        if not self.sharded:
+            return max(count, 1) if grad else count
+        t = torch.tensor([count], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._control)
+        return int(t.item())
+
+    def idle_backward(self, sync: bool = True) -> None:
+        """A pass a rank runs to match the others' (nothing to train this epoch under DDP, fewer micro-batches
+        under FSDP): a two-token dummy whose loss is multiplied by zero, so its gradients are zeros; `sync`:
+        the epoch's last pass, which reduces the gradients."""
         trainer = cast(Trainer, self._trainer)
         pad = trainer.pad_id
         dummy = Sample(ids=[pad, pad], mask=[0], old_logprobs=[0.0], advantage=0.0, prompt_len=1)
-        logp, _ = self.logprobs([dummy], False, sync=True)
+        logp, _ = self.logprobs([dummy], False, sync=sync)
         (logp.sum() * 0.0).backward()
+
+    def _trainer_kind(self) -> str:
+        return "fsdp" if self.sharded else "ddp"
+
+    def checkpoint(self, kind: str, path: str) -> None:
+        """A sharded trainer's weights and optimiser state saved to / loaded from the directory `path` by
+        every rank at once (rank 0 asks the others; `trialground.train.fsdp.save_sharded`)."""
+        trainer = cast(Trainer, self._trainer)
+        if self.rank == 0:
+            self._send(kind, [path] * self.world_size)
+        if kind == "save":
+            save_sharded(trainer.model, trainer.optimizer, path)
+        else:
+            load_sharded(trainer.model, trainer.optimizer, path)
+
+    def gathering(self, dtype: torch.dtype | None, bucket_bytes: int) -> None:
+        """Rank 0, before it gathers the full weights of a sharded trainer: the other ranks gather too (the
+        caller must then iterate all the buckets). Nothing to do without sharding."""
+        if self.sharded and self.rank == 0:
+            self._send("gather", [(dtype, bucket_bytes)] * self.world_size)
 
     def sum_floats(self, values: dict[str, float]) -> dict[str, float]:
         """`values` summed key by key over ranks (a key missing on a rank counts 0). Ends the step."""
+        trainer = cast(Trainer, self._trainer)
+        if not self._reported and trainer.state_bytes:  # once: what this rank holds, by the run's log
+            self._reported = True
+            held = trainer.state_bytes
+            print(
+                f"rank {self.rank}/{self.world_size} ({self._trainer_kind()}): parameters {held['params']} + "
+                f"gradients {held['grads']} + optimiser {held['optimizer']} = {sum(held.values())} bytes",
+                file=sys.stderr,
+                flush=True,
+            )
         gathered: list[Any] = [None] * self.world_size
         dist.all_gather_object(gathered, values, group=self._control)
         out: dict[str, float] = {}

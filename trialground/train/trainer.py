@@ -25,23 +25,30 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol, cast
 
 import torch
 from torch import nn
 from torch.autograd.graph import increment_version
 
-from trialground.rollout.trajectory import Trajectory
 from trialground.tensors import cache_keyword, distinct_rows, keeps_logits, left_pad
 from trialground.train import is_correction
 from trialground.train.advantages import Scored
 from trialground.train.config import TrainerConfig
+from trialground.train.fsdp import state_bytes
 from trialground.train.losses import finalize_metrics, ppo_clip_loss
 from trialground.train.memory import autocast, enable_checkpointing, fp32_attention
 from trialground.train.precision import MasterWeights
+from trialground.train.samples import (  # noqa: F401 (re-exported: the trainer's samples)
+    Sample,
+    build_samples,
+    chunks,
+    forward_tokens,
+    micro_batch_order,
+)
+from trialground.train.weights import DEFAULT_BUCKET_BYTES, weight_buckets
 
 
 class Parallel(Protocol):
@@ -55,69 +62,18 @@ class Parallel(Protocol):
         self, chunk: list[Sample], entropy: bool, *, sync: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
 
-    def idle_backward(self) -> None: ...
+    def idle_backward(self, sync: bool = True) -> None: ...
+
+    def passes(self, count: int, *, grad: bool) -> int: ...
 
     def sum_floats(self, values: dict[str, float]) -> dict[str, float]: ...
 
-
-@dataclass
-class Sample:
-    """One trainable sequence. `mask`/`old_logprobs` are aligned on targets: len == len(ids) - 1."""
-
-    ids: list[int]
-    mask: list[int]
-    old_logprobs: list[float] | None
-    advantage: float
-    prompt_len: int = 1  # ids[:prompt_len] is the prompt: targets before prompt_len - 1 are all masked
-    # Per-target advantages aligned with `mask` (turn-level estimators), or None: `advantage` everywhere.
-    token_advantages: list[float] | None = None
-    sampler_logprobs: list[float] | None = None  # aligned like old_logprobs; set by `Trainer.step`
+    def gathering(self, dtype: torch.dtype | None, bucket_bytes: int) -> None: ...
 
     @property
-    def inert(self) -> bool:
-        """Every advantage is 0: the policy-gradient term is exactly zero."""
-        if self.token_advantages is None:
-            return self.advantage == 0.0
-        return not any(a for a, m in zip(self.token_advantages, self.mask, strict=True) if m)
+    def sharded(self) -> bool: ...
 
-    @property
-    def first_target(self) -> int:
-        """Index into `mask`/`old_logprobs` of the first completion target."""
-        return self.prompt_len - 1
-
-
-def build_samples(batch: Sequence[Scored]) -> list[Sample]:
-    """Trainable samples: the records marked trainable that have a prompt and at least one policy token."""
-    samples = []
-    for rec in batch:
-        traj, adv = rec.trajectory, rec.advantage
-        if not rec.trainable or adv is None or traj.error is not None:
-            continue
-        have_logps = all(len(t.logprobs) == len(t.token_ids) for t in traj.turns if t.role == "policy")
-        segments = traj.segments()
-        # Turn-level advantages (the tree estimator) cover a whole episode: one segment.
-        token_adv = None
-        if rec.turn_advantages is not None and len(segments) == 1:
-            token_adv = _token_advantages(traj, rec.turn_advantages)
-        # One sample per segment (a gateway episode whose program rewrote its history has several), each
-        # with the episode's advantage.
-        for seg in segments:
-            prompt, ids, mask, logps = seg.prompt, seg.ids, seg.mask, seg.logprobs
-            if not prompt or sum(mask) == 0:
-                continue
-            # Target t+1 is predicted at position t: prompt targets masked, completion targets kept.
-            pad = [0] * (len(prompt) - 1)
-            samples.append(
-                Sample(
-                    ids=prompt + ids,
-                    mask=pad + mask,
-                    old_logprobs=[0.0] * len(pad) + logps if have_logps else None,
-                    advantage=float(adv),
-                    prompt_len=len(prompt),
-                    token_advantages=[0.0] * len(pad) + token_adv if token_adv is not None else None,
-                )
-            )
-    return samples
+    def checkpoint(self, kind: str, path: str) -> None: ...
 
 
 def lora_linear_targets(model: nn.Module) -> list[str]:
@@ -142,20 +98,6 @@ def lora_linear_targets(model: nn.Module) -> list[str]:
     return targets
 
 
-def _token_advantages(traj: Trajectory, turn_advantages: Sequence[float]) -> list[float]:
-    """Each completion token gets its policy turn's advantage (observation tokens 0: they are masked)."""
-    own = [t for t in traj.turns if t.role != "prompt"]
-    n_policy = sum(t.role == "policy" for t in own)
-    if n_policy != len(turn_advantages):
-        raise ValueError(f"{len(turn_advantages)} turn advantages for {n_policy} policy turns")
-    out: list[float] = []
-    values = iter(turn_advantages)
-    for turn in own:
-        a = float(next(values)) if turn.role == "policy" else 0.0
-        out.extend([a] * len(turn.token_ids))
-    return out
-
-
 class Trainer:
     """PPO-clip / GRPO-family updates of `model` (see the module docstring for weight sharing)."""
 
@@ -167,6 +109,7 @@ class Trainer:
         *,
         temperature: float = 1.0,
         ref_model: nn.Module | None = None,
+        shard: Callable[[nn.Module], nn.Module] | None = None,
     ) -> None:
         if temperature <= 0.0:
             raise ValueError(
@@ -195,6 +138,12 @@ class Trainer:
         self.model.eval()
         if config.gradient_checkpointing:
             enable_checkpointing(self.model)
+        # The shared-prompt pass makes one model call or two per micro-batch, depending on its completions;
+        # under FSDP every call gathers weights with the other ranks, so each micro-batch is one call there.
+        self.share_prompt = config.share_prompt and shard is None
+        if shard is not None:  # FSDP (trialground.train.fsdp): before the optimiser, which steps the shards
+            self.model = shard(self.model)
+        self.state_bytes: dict[str, int] = {}  # measured at each optimiser step (`state_bytes`)
         # Data-parallel training sets this (trialground.train.distributed.DataParallel); one process: None.
         self.parallel: Parallel | None = None
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -254,7 +203,7 @@ class Trainer:
 
     def _first_target(self, s: Sample) -> int:
         """Where the layout of `chunk_logprobs` starts in `s.mask`/`s.old_logprobs`."""
-        return s.first_target if self.config.share_prompt else 0
+        return s.first_target if self.share_prompt else 0
 
     def chunk_logprobs(
         self, model: nn.Module, chunk: Sequence[Sample], entropy: bool
@@ -262,7 +211,7 @@ class Trainer:
         """Per-target logprobs [b, T] (and optionally entropies) of a micro-batch. With `share_prompt`
         the layout is the completion's targets only (T = longest completion), else every target."""
         with autocast(self.config, self.device):
-            if self.config.share_prompt:
+            if self.share_prompt:
                 logits, targets = self._shared_prompt_logits(model, chunk)
             else:
                 ids, attn = self._pad(chunk)
@@ -345,7 +294,19 @@ class Trainer:
     def _fill_frozen(self, samples: list[Sample], *, old: bool, ref: bool) -> list[torch.Tensor]:
         """No-grad passes: recomputed old logprobs (stored on the samples) and reference logprobs."""
         refs: list[torch.Tensor] = []
-        for chunk in _chunks(samples, self.config.micro_batch_size):
+        parts = list(chunks(samples, self.config.micro_batch_size))
+        # FSDP: every rank runs as many forward passes (each gathers the weights with the others)
+        count = self.parallel.passes(len(parts), grad=False) if self.parallel is not None else len(parts)
+        idle = Sample(ids=[self.pad_id] * 2, mask=[0], old_logprobs=[0.0], advantage=0.0, prompt_len=1)
+        parts += [[idle]] * (count - len(parts))
+        for chunk in parts:
+            if chunk[0] is idle:
+                if old:
+                    self.chunk_logprobs(self.model, chunk, entropy=False)
+                if ref:
+                    with self._reference() as ref_model:
+                        self.chunk_logprobs(ref_model, chunk, entropy=False)
+                continue
             if old:
                 logp, _ = self.chunk_logprobs(self.model, chunk, entropy=False)
                 for i, s in enumerate(chunk):
@@ -381,12 +342,12 @@ class Trainer:
         if not n_samples:
             return {"train/skipped": 1.0, "train/tokens": 0.0, "train/sequences": 0.0}
         normalizer = float(total_tokens) if cfg.loss_agg == "token" else float(n_samples)
-        active, positions = micro_batch_order(active, cfg.micro_batch_size, cfg.share_prompt)
+        active, positions = micro_batch_order(active, cfg.micro_batch_size, self.share_prompt)
         recompute = is_correction.keep_sampler_logprobs(active, cfg)  # and the samples to recompute
         sampler = {id(s): s.old_logprobs for s in recompute if s.old_logprobs is not None}
         self._fill_frozen(recompute, old=True, ref=False)
         meter = is_correction.MismatchMeter()
-        refs = self._fill_frozen(active, old=False, ref=True) if cfg.kl_coef > 0.0 and active else []
+        refs = self._fill_frozen(active, old=False, ref=True) if cfg.kl_coef > 0.0 else []
 
         metrics: dict[str, float] = {}
         sums: dict[str, float] = {}
@@ -398,12 +359,15 @@ class Trainer:
         for _epoch in range(cfg.epochs if trainable else 0):
             self.optimizer.zero_grad(set_to_none=True)
             loss_total = 0.0
-            chunks = list(_chunks(active, cfg.micro_batch_size))
-            for j, chunk in enumerate(chunks):
+            parts = list(chunks(active, cfg.micro_batch_size))
+            # data parallel: a rank with fewer micro-batches than others (none, or fewer under FSDP, whose
+            # every pass is collective) takes part in the rest with zero gradients
+            count = self.parallel.passes(len(parts), grad=True) if self.parallel is not None else len(parts)
+            for j, chunk in enumerate(parts):
                 if self.parallel is None:
                     logp, ent = self.chunk_logprobs(self.model, chunk, entropy=cfg.compute_entropy)
-                else:  # through DDP, which all-reduces the gradients in the epoch's last backward
-                    logp, ent = self.parallel.logprobs(chunk, cfg.compute_entropy, sync=j == len(chunks) - 1)
+                else:  # through DDP or FSDP, which reduce the gradients in the epoch's last backward
+                    logp, ent = self.parallel.logprobs(chunk, cfg.compute_entropy, sync=j == count - 1)
                 names = ("old_logprobs", "mask", "sampler_logprobs")
                 old, mask, sampled = (self._targets(chunk, logp.shape[1], f) for f in names)
                 weights = is_correction.weigh(cfg, logp, old, sampled, mask, meter if _epoch == 0 else None)
@@ -426,11 +390,14 @@ class Trainer:
                 tokens += out.tokens
                 for k, v in out.sums.items():
                     sums[k] = sums.get(k, 0.0) + v
-            if self.parallel is not None and not chunks:
-                self.parallel.idle_backward()  # nothing to train here: take part in the all-reduce
+            for j in range(len(parts), count):  # after this rank's own: the last one reduces
+                cast(Parallel, self.parallel).idle_backward(sync=j == count - 1)
             stepped = self.masters.take_grads() if self.masters is not None else self._trainable()
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(stepped, cfg.max_grad_norm).item())
+            grad_norm = _clip(stepped, cfg.max_grad_norm)
             self.optimizer.step()
+            # what this rank holds at its fullest: weights, gradients and the optimiser state (shards, where
+            # sharded; the masters count as optimiser state)
+            self.state_bytes = state_bytes(self.model, self.optimizer, self.masters)
             if self.masters is not None:
                 self.masters.write_back()
             elif self.optimizer.defaults.get("fused"):
@@ -495,63 +462,20 @@ class Trainer:
     def _trainable(self) -> list[nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
 
-    @torch.no_grad()
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """Full-model weights for `Policy.load_weights`: LoRA deltas merged, plain HF parameter names."""
-        if self.config.lora_rank == 0:
-            return {k: v.detach() for k, v in self.model.state_dict().items()}
-        from peft.tuners.lora import LoraLayer
+        """Full-model weights for `Policy.load_weights`: LoRA deltas merged, plain HF parameter names. Under
+        FSDP a full copy: prefer `weight_buckets`, which gathers shard by shard."""
+        return {name: t for bucket in self.weight_buckets() for name, t in bucket}
 
-        base = self.model.get_base_model()  # type: ignore[operator]
-        merged: dict[str, torch.Tensor] = {}
-        for name, module in base.named_modules():
-            if isinstance(module, LoraLayer):
-                layer: Any = module
-                w = layer.get_base_layer().weight
-                merged[f"{name}.weight"] = w.detach() + layer.get_delta_weight("default").to(w.dtype)
-        out: dict[str, torch.Tensor] = {}
-        for key, value in base.state_dict().items():
-            if "lora_" in key:
-                continue
-            plain = key.replace(".base_layer.", ".")
-            out[plain] = merged.get(plain, value.detach())
-        return out
-
-
-def forward_tokens(order: Sequence[Sample], size: int, share_prompt: bool) -> int:
-    """Token positions one pass over `order`, cut into micro-batches of `size`, runs through the model,
-    padding included: with `share_prompt` each distinct prompt of a micro-batch once (left-padded to the
-    longest of them) and every completion but its last token (right-padded to the longest); else every
-    sequence but its last token, padded to the longest of its micro-batch (a last token predicts nothing
-    that is trained, so it is not run)."""
-    total = 0
-    for chunk in _chunks(list(order), size):
-        if share_prompt:
-            prompts = {tuple(s.ids[: s.prompt_len]) for s in chunk}
-            total += len(prompts) * max(map(len, prompts))
-            total += len(chunk) * (max(len(s.ids) - s.prompt_len for s in chunk) - 1)
-        else:
-            total += len(chunk) * (max(len(s.ids) for s in chunk) - 1)
-    return total
-
-
-def micro_batch_order(samples: Sequence[Sample], size: int, share_prompt: bool) -> tuple[list[Sample], int]:
-    """The order in which samples are cut into micro-batches, and the token positions one pass over it
-    runs (`forward_tokens`): longest first (the least padding) or, with `share_prompt`, the samples of a
-    prompt kept together (groups longest first), whichever runs fewer positions (longest first on a tie).
-    Each distinct prompt of a micro-batch runs once, so a prompt whose samples are spread over several
-    micro-batches runs in each of them. Both orders are fixed, so runs stay bit-reproducible."""
-    by_length = sorted(samples, key=lambda s: len(s.ids), reverse=True)
-    candidates = [by_length]
-    if share_prompt:
-        groups: dict[tuple[int, ...], list[Sample]] = {}
-        for s in by_length:
-            groups.setdefault(tuple(s.ids[: s.prompt_len]), []).append(s)
-        ranked = sorted(groups.values(), key=lambda g: len(g[0].ids), reverse=True)
-        candidates.append([s for g in ranked for s in g])
-    return min(
-        ((order, forward_tokens(order, size, share_prompt)) for order in candidates), key=lambda c: c[1]
-    )
+    def weight_buckets(
+        self, dtype: torch.dtype | None = None, bucket_bytes: int = DEFAULT_BUCKET_BYTES
+    ) -> Iterator[list[tuple[str, torch.Tensor]]]:
+        """The full-model weights in buckets of at most `bucket_bytes`, cast to `dtype` when given
+        (`trialground.train.weights`). Under FSDP every rank gathers with this one (rank 0 asks them)."""
+        if self.parallel is not None:
+            self.parallel.gathering(dtype, bucket_bytes)
+        lora = self.config.lora_rank > 0
+        return weight_buckets(self.model, lora=lora, dtype=dtype, bucket_bytes=bucket_bytes)
 
 
 def _adamw(params: list[nn.Parameter], config: TrainerConfig) -> torch.optim.AdamW:
@@ -572,6 +496,10 @@ def _adamw(params: list[nn.Parameter], config: TrainerConfig) -> torch.optim.Ada
         return make(None)
 
 
-def _chunks(items: list[Sample], size: int) -> Iterator[list[Sample]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
+def _clip(params: list[nn.Parameter], max_norm: float) -> float:
+    """Clip the gradients' global norm to `max_norm`; returns the norm before clipping (over all shards
+    when the parameters are FSDP DTensors)."""
+    from torch.distributed.tensor import DTensor
+
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    return float((norm.full_tensor() if isinstance(norm, DTensor) else norm).item())
