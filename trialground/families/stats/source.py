@@ -1,11 +1,12 @@
 """The `stats` family: one statistic of a data file, computed by a Python script and checked by tolerance.
 
 `data.csv` (random per task) has one of three designs: two groups of measurements (`group,value`), paired
-measurements (`x,y`) or two categorical columns (`region,outcome`). Seven statistics, each defined exactly in
-the prompt: Welch's t statistic and Cohen's d (pooled standard deviation) for one group against the other,
-the Mann-Whitney U of one group (ties count one half), Pearson's r, the least-squares slope of y on x,
-Spearman's rho (average ranks for ties), and the chi-square statistic of independence (no continuity
-correction). The agent writes `analysis.py`, run as `python3 analysis.py data.csv`, printing the number.
+measurements (`x,y`) or two categorical columns with a row id (`id,region,outcome`). Seven statistics,
+each defined exactly in the prompt: Welch's t statistic and Cohen's d (pooled standard deviation) for one
+group against the other, the Mann-Whitney U of one group (ties count one half), Pearson's r, the
+least-squares slope of y on x, Spearman's rho (average ranks for ties), and the chi-square statistic of
+independence (no continuity correction). The agent writes `analysis.py`, run as `python3 analysis.py
+data.csv`, printing the number.
 
 The hidden check (`check_stats.py`) runs a copy of the script in a directory of its own on a copy of the
 workspace's file and on a hidden one of the same design, and the last line it prints must be within a
@@ -155,7 +156,7 @@ def question(rng: random.Random) -> tuple[Question, tuple[str, str]]:
                  "table = [[sum(1 for p in rows if p == (r, o)) for o in outcomes] for r in regions]\n"
                  "t = np.array(table, dtype=float)\nexpected = np.outer(t.sum(1), t.sum(0)) / t.sum()\n"
                  "print(((t - expected) ** 2 / expected).sum())\n",
-                 lambda rows: chi_square([(r, o) for r, o in rows])),
+                 lambda rows: chi_square([(r, o) for _, r, o in rows])),
     ]  # fmt: skip
     q = defs[kind]
     return q, names
@@ -179,14 +180,15 @@ def data(design: str, names: tuple[str, str], rng: random.Random) -> list[list[s
         tilt = [w * rng.uniform(0.6, 1.4) for w in weights]
         rows += [[region, rng.choices(OUTCOMES, tilt)[0]] for _ in range(rng.randint(15, 50))]
     rng.shuffle(rows)
-    return rows
+    ids = rng.sample(range(10000, 99999), k=len(rows))
+    return [[str(i), *row] for i, row in zip(ids, rows, strict=True)]
 
 
 RANKS = (
     "def rank(v):\n    _, inv, counts = np.unique(v, return_inverse=True, return_counts=True)\n"
     "    return (np.cumsum(counts) - (counts - 1) / 2)[inv]\n"
 )
-HEADERS = {"groups": "group,value", "pairs": "x,y", "table": "region,outcome"}
+HEADERS = {"groups": "group,value", "pairs": "x,y", "table": "id,region,outcome"}
 
 
 def csv_text(design: str, rows: list[list[str]]) -> str:
