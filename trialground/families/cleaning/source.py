@@ -18,10 +18,12 @@ import datetime
 import io
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 from trialground.families.cleaning.cleaner import HEADER, clean
-from trialground.tasks.model import Split, Task, VerifierSpec, split_of
+from trialground.families.draw import draw_tasks
+from trialground.tasks.model import Split, Task, VerifierSpec
 from trialground.tasks.sources import SourceRequest
 
 SOLUTION = "clean.py"
@@ -103,21 +105,18 @@ def make_task(rules: dict[str, str], raw: str, hidden: str, split: Split) -> Tas
 
 def cleaning_tasks(n: int, seed: int, split: Split) -> list[Task]:
     """`n` tasks of `split`, deterministic in the arguments; an instance is its rules and its data."""
-    rng = random.Random(f"cleaning:{seed}")
-    out: list[Task] = []
-    seen: set[str] = set()
-    while len(out) < n:
+
+    def instance(rng: random.Random) -> tuple[str, Callable[[], Task]]:
         rules = {"date_format": rng.choice(list(DATE_FORMATS)),
                  "missing_amount": rng.choice(("drop", "zero")),
                  "dedup_key": rng.choice(("id", "email")), "sort": rng.choice(("id", "amount"))}  # fmt: skip
         data_seed = rng.getrandbits(48)
         key = f"{json.dumps(rules, sort_keys=True)}|{data_seed}"
-        if key in seen or split_of(key, namespace="cleaning") != split:
-            continue
-        seen.add(key)
-        raw, hidden = raw_rows(random.Random(data_seed)), raw_rows(random.Random(data_seed ^ 0x5EED))
-        out.append(make_task(rules, raw, hidden, split))
-    return out
+        return key, lambda: make_task(
+            rules, raw_rows(random.Random(data_seed)), raw_rows(random.Random(data_seed ^ 0x5EED)), split
+        )
+
+    return draw_tasks("cleaning", n, seed, split, instance)
 
 
 def load(request: SourceRequest) -> list[Task]:

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trialground.tasks.model import Split, Task, VerifierSpec, split_of
+from trialground.families.draw import draw_tasks
+from trialground.tasks.model import Split, Task, VerifierSpec
 from trialground.tasks.sources import SourceRequest
 
 SOLUTION = "fix.sh"
@@ -185,18 +187,13 @@ def make_task(s: Scenario, data_seed: int, split: Split) -> Task:
 
 def gitrepair_tasks(n: int, seed: int, split: Split) -> list[Task]:
     """`n` tasks of `split`, deterministic in the arguments; an instance is its scenario and its contents."""
-    rng = random.Random(f"gitrepair:{seed}")
-    out: list[Task] = []
-    seen: set[str] = set()
-    while len(out) < n:
+
+    def instance(rng: random.Random) -> tuple[str, Callable[[], Task]]:
         s = scenario(rng)
         data_seed = rng.getrandbits(48)
-        key = f"{s.key}|{data_seed}"
-        if key in seen or split_of(key, namespace="gitrepair") != split:
-            continue
-        seen.add(key)
-        out.append(make_task(s, data_seed, split))
-    return out
+        return f"{s.key}|{data_seed}", lambda: make_task(s, data_seed, split)
+
+    return draw_tasks("gitrepair", n, seed, split, instance)
 
 
 def load(request: SourceRequest) -> list[Task]:

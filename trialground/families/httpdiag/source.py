@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trialground.tasks.model import Split, Task, VerifierSpec, split_of
+from trialground.families.draw import draw_tasks
+from trialground.tasks.model import Split, Task, VerifierSpec
 from trialground.tasks.sources import SourceRequest
 
 SOLUTION = "config.json"
@@ -135,17 +137,12 @@ _KEY = {
 
 def httpdiag_tasks(n: int, seed: int, split: Split) -> list[Task]:
     """`n` tasks of `split`, deterministic in the arguments; an instance is its seed-drawn service."""
-    rng = random.Random(f"httpdiag:{seed}")
-    out: list[Task] = []
-    seen: set[str] = set()
-    while len(out) < n:
-        instance_seed = rng.getrandbits(48)
-        key = str(instance_seed)
-        if key in seen or split_of(key, namespace="httpdiag") != split:
-            continue
-        seen.add(key)
-        out.append(make_task(random.Random(instance_seed), split, key))
-    return out
+
+    def instance(rng: random.Random) -> tuple[str, Callable[[], Task]]:
+        key = str(rng.getrandbits(48))
+        return key, lambda: make_task(random.Random(int(key)), split, key)
+
+    return draw_tasks("httpdiag", n, seed, split, instance)
 
 
 def load(request: SourceRequest) -> list[Task]:

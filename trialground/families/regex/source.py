@@ -21,7 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trialground.tasks.model import Split, Task, VerifierSpec, split_of
+from trialground.families.draw import draw_tasks
+from trialground.tasks.model import Split, Task, VerifierSpec
 from trialground.tasks.sources import SourceRequest
 
 SOLUTION = "pattern.txt"
@@ -196,18 +197,13 @@ def make_task(kind: Kind, data_seed: int, split: Split) -> Task:
 
 def regex_tasks(n: int, seed: int, split: Split) -> list[Task]:
     """`n` tasks of `split`, deterministic in the arguments; an instance is its kind and its texts."""
-    rng = random.Random(f"regex:{seed}")
-    out: list[Task] = []
-    seen: set[str] = set()
-    while len(out) < n:
+
+    def instance(rng: random.Random) -> tuple[str, Callable[[], Task]]:
         kind = kind_of(rng)
         data_seed = rng.getrandbits(48)
-        key = f"{kind.key}|{data_seed}"
-        if key in seen or split_of(key, namespace="regex") != split:
-            continue
-        seen.add(key)
-        out.append(make_task(kind, data_seed, split))
-    return out
+        return f"{kind.key}|{data_seed}", lambda: make_task(kind, data_seed, split)
+
+    return draw_tasks("regex", n, seed, split, instance)
 
 
 def load(request: SourceRequest) -> list[Task]:

@@ -24,7 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trialground.tasks.model import Split, Task, VerifierSpec, split_of
+from trialground.families.draw import draw_tasks
+from trialground.tasks.model import Split, Task, VerifierSpec
 from trialground.tasks.sources import SourceRequest
 
 SOLUTION = "solution.py"
@@ -247,20 +248,12 @@ def make_task(problem: Problem, split: Split) -> Task:
 
 def scicomp_tasks(n: int, seed: int, split: Split) -> list[Task]:
     """`n` tasks of `split`, deterministic in the arguments; an instance's split is a hash of its key."""
-    rng = random.Random(f"scicomp:{seed}")
-    out: list[Task] = []
-    seen: set[str] = set()
-    misses = 0
-    while len(out) < n:
+
+    def instance(rng: random.Random) -> tuple[str, Callable[[], Task]]:
         problem = rng.choice(TEMPLATES)(rng)
-        if problem.key in seen or split_of(problem.key, namespace="scicomp") != split:
-            misses += 1
-            if misses > 200_000:
-                raise ValueError(f"scicomp: cannot make {n} distinct {split} tasks (made {len(out)})")
-            continue
-        seen.add(problem.key)
-        out.append(make_task(problem, split))
-    return out
+        return problem.key, lambda: make_task(problem, split)
+
+    return draw_tasks("scicomp", n, seed, split, instance)
 
 
 def load(request: SourceRequest) -> list[Task]:

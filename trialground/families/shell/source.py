@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trialground.tasks.model import Split, Task, VerifierSpec, split_of
+from trialground.families.draw import draw_tasks
+from trialground.tasks.model import Split, Task, VerifierSpec
 from trialground.tasks.sources import SourceRequest
 
 SOLUTION = "solve.sh"
@@ -144,19 +145,15 @@ def make_task(q: Question, rows: list[Row], hidden: list[Row], split: Split) -> 
 
 def shell_tasks(n: int, seed: int, split: Split) -> list[Task]:
     """`n` tasks of `split`, deterministic in the arguments; an instance is its question and its logs."""
-    rng = random.Random(f"shell:{seed}")
-    out: list[Task] = []
-    seen: set[str] = set()
-    while len(out) < n:
+
+    def instance(rng: random.Random) -> tuple[str, Callable[[], Task]]:
         q = question(rng)
         data_seed = rng.getrandbits(48)
-        key = f"{q.key}|{data_seed}"
-        if key in seen or split_of(key, namespace="shell") != split:
-            continue
-        seen.add(key)
-        rows, hidden = access_log(random.Random(data_seed)), access_log(random.Random(data_seed ^ 0x5EED))
-        out.append(make_task(q, rows, hidden, split))
-    return out
+        return f"{q.key}|{data_seed}", lambda: make_task(
+            q, access_log(random.Random(data_seed)), access_log(random.Random(data_seed ^ 0x5EED)), split
+        )
+
+    return draw_tasks("shell", n, seed, split, instance)
 
 
 def load(request: SourceRequest) -> list[Task]:

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trialground.tasks.model import Split, Task, VerifierSpec, split_of
+from trialground.families.draw import draw_tasks
+from trialground.tasks.model import Split, Task, VerifierSpec
 from trialground.tasks.sources import SourceRequest
 
 SOLUTION = "query.sql"
@@ -167,20 +169,15 @@ def make_task(q: Question, data: str, hidden: str, split: Split) -> Task:
 def sql_tasks(n: int, seed: int, split: Split) -> list[Task]:
     """`n` tasks of `split`, deterministic in the arguments. An instance is its question and data; its
     split is a hash of both, so the splits never share one."""
-    rng = random.Random(f"sql:{seed}")
-    out: list[Task] = []
-    seen: set[str] = set()
-    while len(out) < n:
+
+    def instance(rng: random.Random) -> tuple[str, Callable[[], Task]]:
         q = question(rng)
         data_seed = rng.getrandbits(48)
-        key = f"{q.key}|{data_seed}"
-        if key in seen or split_of(key, namespace="sql") != split:
-            continue
-        seen.add(key)
-        data = dataset(random.Random(data_seed))
-        hidden = dataset(random.Random(data_seed ^ 0x5EED))
-        out.append(make_task(q, data, hidden, split))
-    return out
+        return f"{q.key}|{data_seed}", lambda: make_task(
+            q, dataset(random.Random(data_seed)), dataset(random.Random(data_seed ^ 0x5EED)), split
+        )
+
+    return draw_tasks("sql", n, seed, split, instance)
 
 
 def load(request: SourceRequest) -> list[Task]:

@@ -24,7 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trialground.tasks.model import Split, Task, VerifierSpec, split_of
+from trialground.families.draw import draw_tasks
+from trialground.tasks.model import Split, Task, VerifierSpec
 from trialground.tasks.sources import SourceRequest
 
 SOLUTION = "analysis.py"
@@ -228,18 +229,13 @@ def make_task(q: Question, names: tuple[str, str], data_seed: int, split: Split)
 
 def stats_tasks(n: int, seed: int, split: Split) -> list[Task]:
     """`n` tasks of `split`, deterministic in the arguments; an instance is its question and its data."""
-    rng = random.Random(f"stats:{seed}")
-    out: list[Task] = []
-    seen: set[str] = set()
-    while len(out) < n:
+
+    def instance(rng: random.Random) -> tuple[str, Callable[[], Task]]:
         q, names = question(rng)
         data_seed = rng.getrandbits(48)
-        key = f"{q.key}:{names[1]}|{data_seed}"
-        if key in seen or split_of(key, namespace="stats") != split:
-            continue
-        seen.add(key)
-        out.append(make_task(q, names, data_seed, split))
-    return out
+        return f"{q.key}:{names[1]}|{data_seed}", lambda: make_task(q, names, data_seed, split)
+
+    return draw_tasks("stats", n, seed, split, instance)
 
 
 def load(request: SourceRequest) -> list[Task]:
