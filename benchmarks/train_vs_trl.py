@@ -45,7 +45,6 @@ from trialground.envs.single_turn import SingleTurnEnv
 from trialground.envs.text import extract_code
 from trialground.hugepages import heap_pages, reexec_with_hugepages
 from trialground.integrations.trl import reward_function
-from trialground.orchestrator.wiring import float32_master
 from trialground.policy.backends.hf.hf import HFPolicy
 from trialground.policy.base import SamplingParams
 from trialground.policy.config import PolicyConfig
@@ -81,8 +80,8 @@ async def grade_all(grader: Grader, tasks: list[Task], completions: list[str]) -
 
 
 async def ours(args: argparse.Namespace, tasks: list[Task]) -> tuple[torch.nn.Module, dict[str, Any]]:
-    # --bf16: the sampler holds bf16 weights, the trainer an fp32 master copy under bf16 autocast (what a
-    # run with `policy.dtype: bfloat16` and `trainer.mixed_precision: bf16` builds)
+    # --bf16: the trainer updates the sampler's own bf16 weights through fp32 masters, under bf16 autocast
+    # (what a run with `policy.dtype: bfloat16` and `trainer.mixed_precision: bf16` builds)
     policy = HFPolicy(
         PolicyConfig(
             model=args.model,
@@ -92,7 +91,7 @@ async def ours(args: argparse.Namespace, tasks: list[Task]) -> tuple[torch.nn.Mo
         )
     )
     trainer = Trainer(
-        float32_master(policy.model) if args.bf16 else policy.model,
+        policy.model,
         TrainerConfig(
             mixed_precision="bf16" if args.bf16 else "off",
             lr=args.lr,

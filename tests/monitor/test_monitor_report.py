@@ -167,7 +167,9 @@ def test_report_shows_the_config_and_escaped_sample_completions_of_the_latest_st
 
     from trialground.orchestrator.run_config import RunConfig, dump_config
 
-    (tmp_path / "config.yaml").write_text(dump_config(RunConfig(name="<b>cfg</b>", seed=11)))
+    (tmp_path / "config.yaml").write_text(
+        dump_config(RunConfig(name="cfg", output_dir="runs/<b>out</b>", seed=11))
+    )
     (tmp_path / "metrics.jsonl").write_text('{"step": 10, "time": 1, "reward/mean": 0.5}\n')
     traj = tmp_path / "trajectories"
     traj.mkdir()
@@ -199,7 +201,7 @@ def test_report_shows_the_config_and_escaped_sample_completions_of_the_latest_st
     assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; done" in html and "<script" not in html
     assert "from step nine" not in html and "second sample of t1" not in html
     assert "return 1" in html and "test_tampering" in html
-    assert "&lt;b&gt;cfg&lt;/b&gt;" in html and "seed: 11" in html and "<b>cfg" not in html
+    assert "&lt;b&gt;out&lt;/b&gt;" in html and "seed: 11" in html and "<b>out" not in html
 
 
 def test_report_without_config_or_trajectories_says_so(tmp_path: Path) -> None:
