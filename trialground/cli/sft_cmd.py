@@ -25,9 +25,8 @@ def sft(
     min_reward: float | None = typer.Option(None, help="Trajectory rows: keep those with reward >= this"),
     seed: int = typer.Option(0, help="Shuffling seed"),
 ) -> None:
-    """Fine-tune the config's policy model on demonstrations: the policy's turns are trained, prompts and
-    what the environment said are masked. Writes the model, its tokenizer and `sft.json` (the loss per
-    step) to --out."""
+    """Fine-tune the config's policy model on demonstrations: policy turns trained, the rest masked."""
+    # Writes the model, its tokenizer and `sft.json` (the loss per step) to --out.
     from trialground.errors import TrialgroundError
     from trialground.orchestrator.run_config import load_config
     from trialground.policy.loading import check_vocabulary, load_model, load_tokenizer
