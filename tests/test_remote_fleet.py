@@ -118,9 +118,13 @@ def test_episodes_stick_to_their_server_and_a_dead_one_loses_no_step(
         if not earlier:
             continue
         later_turns += 1
-        _, previous = max(earlier)
-        if not after_kill or previous not in killed:
-            assert server == previous, (i, server, previous)  # no turn moved between live servers
+        # Samples of one task can leave the very same context on both servers (a peaked policy samples the
+        # same turn twice); the prefix cache of either holds it, so the turn may go to any of its holders.
+        longest = max(n for n, _ in earlier)
+        holders = {s for n, s in earlier if n == longest}
+        live = holders - set(killed) if after_kill else holders
+        if live:
+            assert server in live, (i, server, holders)  # no turn moved between live servers
         else:
-            assert server != previous  # the episode moved off the dead server
+            assert server not in holders  # the episode moved off the dead server
     assert later_turns > 0  # multi-turn episodes were checked
