@@ -226,20 +226,6 @@ def _codegen(r: SourceRequest) -> list[Task]:
     return list(generate_codegen_tasks(r.n, r.seed, r.split))
 
 
-def _data(r: SourceRequest) -> list[Task]:
-    from trialground.tasks.data_analysis import data_tasks
-
-    assert r.n is not None and r.split is not None
-    return data_tasks(n=r.n, seed=r.seed, split=r.split)
-
-
-def _ops(r: SourceRequest) -> list[Task]:
-    from trialground.tasks.ops_source import ops_tasks
-
-    assert r.n is not None and r.split is not None
-    return ops_tasks(n=r.n, seed=r.seed, split=r.split)
-
-
 def _agent(r: SourceRequest) -> list[Task]:
     from trialground.tasks.agentic import agent_tasks
 
@@ -309,8 +295,20 @@ def _math(r: SourceRequest) -> list[Task]:
 
 for _source in (
     TaskSource("codegen", _codegen, "generated code tasks", generator=True, default_n=200),
-    TaskSource("data", _data, "generated data-analysis tasks", generator=True, default_n=100),
-    TaskSource("ops", _ops, "generated operations-troubleshooting tasks", generator=True, default_n=60),
+    TaskSource(
+        "data",
+        "trialground.families.data.source:load",
+        "generated data-analysis tasks",
+        generator=True,
+        default_n=100,
+    ),
+    TaskSource(
+        "ops",
+        "trialground.families.ops.source:load",
+        "generated operations-troubleshooting tasks",
+        generator=True,
+        default_n=60,
+    ),
     TaskSource(
         "agent", _agent, "multi-turn tool tasks: repair, lookup, config", True, default_n=300, arg="optional"
     ),
