@@ -151,7 +151,7 @@ def test_the_arithmetic_example_template_prompts_the_question_and_an_answer_line
     """examples/math_gemma.yaml's few-shot template on the real tokenizer: the task's question (without the
     source's answer-line instruction) after the worked examples, ending in `Answer:`; a reply is appended
     to the prompt's ids as they are (the trajectory's prompt stays a prefix of the conversation)."""
-    from trialground.tasks.reasoning_gym_source import INSTRUCTION
+    from trialground.families.reasoning_gym.source import INSTRUCTION
 
     examples = Path(__file__).resolve().parents[2] / "examples"
     template = (examples / "templates" / "arith_base.jinja").read_text()
