@@ -1,5 +1,5 @@
 """Every open set takes a plugin from outside the package: a package written to a temporary directory adds a
-sandbox backend, a policy backend, an environment kind and an advantage estimator, each with its own
+sandbox backend, a policy backend, an environment kind, a tool and an advantage estimator, each with its own
 settings, and a run config that names them only as `package.module:NAME` (with `params`) runs real tool
 episodes through the environment pool and the grader, and gives the estimator's advantages, with no edit to
 `trialground/`."""
@@ -29,6 +29,7 @@ from trialground.envs.base import Observation
 from trialground.envs.kinds import EnvCaps, EnvKind
 from trialground.envs.single_turn import SingleTurnEnv
 from trialground.envs.tool_env import ToolEnv
+from trialground.envs.tools.base import Tool, ToolCaps, ToolOutcome, ToolParam
 from trialground.policy.backends import PolicyBackend, PolicyCaps
 from trialground.policy.backends.scripted.scripted import ScriptedPolicy, load_tokenizer
 from trialground.sandbox.backends import SandboxBackend, SandboxCaps
@@ -114,6 +115,46 @@ def sign_advantages(rewards, eps):
 
     r = np.asarray(rewards, dtype=np.float64)
     return np.sign(r - r.mean())
+
+
+class CallSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    call: str = Field(description="The tool call (JSON) the policy makes before it submits")
+    done: str = Field(description="Output of the call that means it ran: the policy then submits")
+
+
+def make_caller(config):
+    settings = CALLER.settings_of(config.params)
+    submit = '<tool_call>{"name": "submit", "arguments": {}}</tool_call>'
+    call = "<tool_call>" + settings.call + "</tool_call>"
+    tokenizer = load_tokenizer(config.tokenizer)
+    return ScriptedPolicy(lambda prompt, i: submit if settings.done in prompt else call, tokenizer=tokenizer)
+
+
+CALLER = PolicyBackend("caller", make_caller, PolicyCaps(loads_model=False), settings=CallSettings)
+
+
+class StampSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    prefix: str = Field(description="Put before the value the tool writes")
+
+
+async def stamp(call):
+    value = call.settings.prefix + call.args["value"]
+    await call.box.write("solution.py", f"X = {value!r}\\n")
+    return ToolOutcome(f"stamped {value}", True, True, "solution.py")
+
+
+STAMP = Tool(
+    "stamp",
+    stamp,
+    ToolCaps(),
+    settings=StampSettings,
+    params=(ToolParam("value", "what to stamp"),),
+    prompt="write X = prefix + value to solution.py",
+    description="Write X = prefix + value to solution.py.",
+    returns="What was stamped.",
+)
 
 
 ESTIMATOR = Estimator("sign", sign_advantages, EstimatorCaps(std_normalised=False, leave_one_out=False))
@@ -244,6 +285,80 @@ def test_a_bad_plugin_name_or_params_fails_when_the_config_loads(
         load_config(_config(plugin_path, **section))
     for text in expected:
         assert text in str(err.value)
+
+
+def _stamp_config(plugin_path: Path, **env: object) -> Path:
+    call = json.dumps({"name": "stamp", "arguments": {"value": "42"}})
+    return _config(
+        plugin_path,
+        sandbox={"backend": "process"},
+        policy={"backend": "tg_rooms_plugin:CALLER", "params": {"call": call, "done": "stamped room-42"}},
+        env={"kind": "tool", "max_turns": 4, **env},
+    )
+
+
+def test_a_tool_named_by_the_run_config_runs_in_real_episodes(plugin_path: Path) -> None:
+    from trialground.orchestrator.wiring import build
+
+    tools = [{"name": "tg_rooms_plugin:STAMP", "params": {"prefix": "room-"}}]
+    config = load_config(_stamp_config(plugin_path, tools=tools, tool_observation_chars={"stamp": 64}))
+    wiring = build(config, None, train=False)
+
+    async def episodes() -> list[list[Trajectory]]:
+        try:
+            return await wiring.collector.collect(wiring.tasks.tasks, 2, config.policy.sampling)
+        finally:
+            await wiring.close()
+
+    (group,) = asyncio.run(episodes())
+    assert [t.error for t in group] == [None, None]
+    # the tool's settings (prefix) and the model's argument (42) made the solution the grader passed
+    assert [t.reward.outcome for t in group if t.reward is not None] == [1.0, 1.0]
+    policy = wiring.policy
+    assert isinstance(policy, ScriptedPolicy)
+    prompt = policy.tokenizer.decode(policy.calls[0])
+    assert "- stamp(value): write X = prefix + value to solution.py\n- submit(answer?)" in prompt
+
+
+def test_a_plugin_tool_is_callable_only_where_the_config_names_it(plugin_path: Path) -> None:
+    from trialground.orchestrator.wiring import build
+
+    config = load_config(_stamp_config(plugin_path))
+    wiring = build(config, None, train=False)
+
+    async def episodes() -> list[list[Trajectory]]:
+        try:
+            return await wiring.collector.collect(wiring.tasks.tasks, 1, config.policy.sampling)
+        finally:
+            await wiring.close()
+
+    (group,) = asyncio.run(episodes())
+    assert [t.reward.outcome for t in group if t.reward is not None] == [0.0]
+    policy = wiring.policy
+    assert isinstance(policy, ScriptedPolicy)
+    assert "unknown tool 'stamp'" in policy.tokenizer.decode(policy.calls[1])
+    with pytest.raises(ConfigError, match=r"env.tools.params: prefix: Input should be a valid string"):
+        bad = [{"name": "tg_rooms_plugin:STAMP", "params": {"prefix": 1}}]
+        load_config(_stamp_config(plugin_path, tools=bad))
+    with pytest.raises(ConfigError, match=r"env.tool_observation_chars: unknown tool 'stamp'"):
+        load_config(_stamp_config(plugin_path, tool_observation_chars={"stamp": 64}))
+
+
+def test_a_plugin_tool_is_a_method_of_the_trl_environment(plugin_path: Path) -> None:
+    from transformers.utils import get_json_schema
+
+    from trialground.envs.config import EnvConfig
+    from trialground.integrations.trl import environment_factory
+
+    env = EnvConfig(kind="tool", tools=[{"name": "tg_rooms_plugin:STAMP", "params": {"prefix": "room-"}}])
+    with environment_factory([_task()], env=env) as factory:
+        instance = factory()
+        schema = get_json_schema(instance.stamp)["function"]
+        assert schema["parameters"]["required"] == ["value"]
+        assert schema["description"] == "Write X = prefix + value to solution.py."
+        instance.reset(task_id=_task().id)
+        assert instance.stamp("42") == "stamped room-42"
+        assert "graded: passed" in instance.submit()
 
 
 def test_an_estimator_named_by_the_run_config_gives_the_advantages(plugin_path: Path) -> None:

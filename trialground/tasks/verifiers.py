@@ -99,6 +99,10 @@ class VerifierKind:
     verify: VerifyFn | str
     doc: str = ""
     gameable: bool = False
+    test_runs: Any = None
+    """`(task) -> [run]` (each with a `label` and an `argv`) or its dotted path: the visible tests of a task
+    whose checks are a repository's suite (the `run_tests` tool runs them as grading does); None for a kind
+    whose tests are the task's visible check files."""
     _resolved: list[VerifyFn] = field(default_factory=list, repr=False, compare=False)
 
     def function(self) -> VerifyFn:
@@ -132,7 +136,11 @@ for _kind in (
     VerifierKind("numeric", NumericParams, f"{_G}:numeric", "number within rel_tol / abs_tol"),
     VerifierKind("judge", JudgeParams, f"{_G}:judge", "the configured judge's score >= threshold"),
     VerifierKind(
-        "swe_tests", SweTestsParams, f"{_G}:swe_tests", "FAIL_TO_PASS and PASS_TO_PASS on a pristine copy"
+        "swe_tests",
+        SweTestsParams,
+        f"{_G}:swe_tests",
+        "FAIL_TO_PASS and PASS_TO_PASS on a pristine copy",
+        test_runs="trialground.tasks.swe.harness:test_runs",
     ),
     VerifierKind(
         "failed_tests",
