@@ -35,6 +35,7 @@ from trialground.policy.backends.scripted.scripted import ScriptedPolicy, load_t
 from trialground.sandbox.backends import SandboxBackend, SandboxCaps
 from trialground.sandbox.backends.process import ProcessSandbox
 from trialground.train.estimators import Estimator, EstimatorCaps
+from trialground.train.losses import Loss, LossCaps, LossOutput
 
 
 class MarkerSettings(BaseModel):
@@ -155,6 +156,28 @@ STAMP = Tool(
     description="Write X = prefix + value to solution.py.",
     returns="What was stamped.",
 )
+
+
+class ReinforceSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    scale: float = Field(description="Multiplies the policy-gradient term")
+
+
+def make_reinforce(config, settings):
+    """REINFORCE: -scale * A * log pi per policy token (no ratio, no clip)."""
+
+    def loss(x):
+        adv = x.advantages.unsqueeze(1) if x.advantages.dim() == 1 else x.advantages
+        per_token = -settings.scale * adv * x.logprobs * x.mask
+        tokens = int(x.mask.sum().item())
+        norm = x.normalizer if x.normalizer is not None else float(tokens)
+        sums = {"pg_loss": float(per_token.sum().item()), "scale": settings.scale * tokens}
+        return LossOutput(per_token.sum() / norm, sums, tokens)
+
+    return loss
+
+
+LOSS = Loss("reinforce", make_reinforce, LossCaps(zero_advantage_idle=True), settings=ReinforceSettings)
 
 
 ESTIMATOR = Estimator("sign", sign_advantages, EstimatorCaps(std_normalised=False, leave_one_out=False))
@@ -368,6 +391,50 @@ def test_an_estimator_named_by_the_run_config_gives_the_advantages(plugin_path: 
     advantages = group_advantages([0.0, 0.5, 3.0, None], config.trainer.algorithm)
     assert advantages == [-1.0, -1.0, 1.0, None]  # grpo would give about -0.71, -0.43, 1.14
     assert group_advantages([0.0, 0.5, 3.0], "grpo")[2] != 1.0
+
+
+def test_a_loss_named_by_the_run_config_trains_a_step(plugin_path: Path) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from trialground.rollout.trajectory import Turn
+    from trialground.train.advantages import with_advantages
+    from trialground.train.trainer import Trainer
+
+    trainer = {"loss": "tg_rooms_plugin:LOSS", "loss_params": {"scale": 0.5}, "lr": 1e-2}
+    config = load_config(_config(plugin_path, trainer=trainer))
+    torch.manual_seed(0)
+    shape = LlamaConfig(
+        vocab_size=40,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=64,
+        pad_token_id=0,
+    )
+    model = LlamaForCausalLM(shape).eval()
+    prompt, completions, advantages = [1, 2, 3], [[4, 5, 6], [7, 8]], [1.0, -1.0]
+    runs, expected = [], 0.0
+    for i, (completion, adv) in enumerate(zip(completions, advantages, strict=True)):
+        ids = torch.tensor([prompt + completion])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+        lp = torch.log_softmax(logits, -1).gather(-1, ids[0, len(prompt) :, None]).squeeze(-1).tolist()
+        expected += -0.5 * adv * sum(lp)
+        turns = (
+            Turn(role="prompt", token_ids=tuple(prompt)),
+            Turn(role="policy", token_ids=tuple(completion), logprobs=tuple(lp)),
+        )
+        runs.append(Trajectory(task_id="t", group_id="g", sample_index=i, policy_version=0, turns=turns))
+    metrics = Trainer(model, config.trainer, 0).step(with_advantages(runs, advantages))
+    assert metrics["train/loss"] == pytest.approx(expected / 5, abs=1e-5)  # the plugin's loss, its scale
+    assert metrics["train/scale"] == pytest.approx(0.5)  # its own metric, averaged over policy tokens
+    with pytest.raises(ConfigError, match=r"trainer.loss_params: scale: Input should be a valid number"):
+        load_config(
+            _config(plugin_path, trainer={"loss": "tg_rooms_plugin:LOSS", "loss_params": {"scale": "x"}})
+        )
 
 
 def test_built_in_backends_take_no_params_they_do_not_know() -> None:
