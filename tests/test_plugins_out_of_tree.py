@@ -1,8 +1,8 @@
 """Every open set takes a plugin from outside the package: a package written to a temporary directory adds a
-sandbox backend, a policy backend, an environment kind, a tool and an advantage estimator, each with its own
-settings, and a run config that names them only as `package.module:NAME` (with `params`) runs real tool
-episodes through the environment pool and the grader, and gives the estimator's advantages, with no edit to
-`trialground/`."""
+sandbox backend, a policy backend, an environment kind, a tool, an advantage estimator and a loss, each with
+its own settings, and a run config that names them only as `package.module:NAME` (with `params`) runs real
+tool episodes through the environment pool and the grader, gives the estimator's advantages and trains a
+step with the loss, with no edit to `trialground/`."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from trialground.tasks.io import write_jsonl
 from trialground.tasks.model import Task, VerifierSpec
 
 PLUGIN = '''
-"""An out-of-tree plugin package: a sandbox backend, a policy backend and an environment kind."""
+"""An out-of-tree plugin package: sandbox and policy backends, environment kinds, a tool, an estimator, a loss."""
 
 from pydantic import BaseModel, ConfigDict, Field
 
