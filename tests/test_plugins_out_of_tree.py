@@ -1,13 +1,15 @@
 """Every open set takes a plugin from outside the package: a package written to a temporary directory adds a
-sandbox backend, a policy backend, an environment kind, a tool, an advantage estimator and a loss, each with
-its own settings, and a run config that names them only as `package.module:NAME` (with `params`) runs real
-tool episodes through the environment pool and the grader, gives the estimator's advantages and trains a
-step with the loss, with no edit to `trialground/`."""
+sandbox backend, a policy backend, an environment kind, a tool, an advantage estimator, a loss and a task
+family with its own verifier kind and that kind's own resource, each with its own settings, and a run config
+that names them only as `package.module:NAME` (with `params`) runs real tool episodes through the environment
+pool and the grader, gives the estimator's advantages, trains a step with the loss, and trains a real step on
+the family, with no edit to `trialground/`."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import textwrap
 from pathlib import Path
 
@@ -21,7 +23,8 @@ from trialground.tasks.io import write_jsonl
 from trialground.tasks.model import Task, VerifierSpec
 
 PLUGIN = '''
-"""An out-of-tree plugin package: sandbox and policy backends, environment kinds, a tool, an estimator, a loss."""
+"""An out-of-tree plugin package: a sandbox backend, a policy backend, environment kinds, a tool, an
+estimator, a loss and a task family with its own verifier kind (which owns its resource)."""
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -34,8 +37,12 @@ from trialground.policy.backends import PolicyBackend, PolicyCaps
 from trialground.policy.backends.scripted.scripted import ScriptedPolicy, load_tokenizer
 from trialground.sandbox.backends import SandboxBackend, SandboxCaps
 from trialground.sandbox.backends.process import ProcessSandbox
+from trialground.tasks.model import Task, VerifierSpec
+from trialground.tasks.sources import TaskSource
+from trialground.tasks.verifiers import VerifierKind
 from trialground.train.estimators import Estimator, EstimatorCaps
 from trialground.train.losses import Loss, LossCaps, LossOutput
+from trialground.verify.verdict import Verdict
 
 
 class MarkerSettings(BaseModel):
@@ -181,6 +188,50 @@ LOSS = Loss("reinforce", make_reinforce, LossCaps(zero_advantage_idle=True), set
 
 
 ESTIMATOR = Estimator("sign", sign_advantages, EstimatorCaps(std_normalised=False, leave_one_out=False))
+
+
+class DigitParams(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    digit: str = Field(min_length=1, max_length=1, description="The digit a passing answer contains")
+
+
+GRADED = []  # what each grader's counter had graded when the grader closed it
+
+
+class DigitCounter:
+    """The digit kind's own resource, made by the grader from its context and closed with it."""
+
+    def __init__(self, context):
+        self.backend = context.sandbox_config.backend
+        self.graded = 0
+
+    def close(self):
+        GRADED.append((self.backend, self.graded))
+
+
+async def verify_digit(counter, req):
+    counter.graded += 1
+    passed = req.params.digit in req.submission
+    return Verdict(passed=passed, score=float(passed), detail=f"digit {req.params.digit}: {passed}")
+
+
+DIGIT = VerifierKind("digit", DigitParams, verify_digit, "the answer holds the digit", resource=DigitCounter)
+
+
+def make_digit_tasks(request):
+    """A task family of its own: codegen-like prompts, each graded by the plugin's own verifier kind."""
+    return [
+        Task(
+            domain="digits",
+            prompt=f"Write f(x) for an integer x: add {c}, then multiply by {d}.",
+            verifier=VerifierSpec(kind="tg_rooms_plugin:DIGIT", params={"digit": str(d)}),
+            split=request.split,
+        )
+        for c, d in [(1 + (request.seed + i) % 9, 2 + i % 8) for i in range(request.n)]
+    ]
+
+
+FAMILY = TaskSource("digits", make_digit_tasks, "add, multiply; graded by DIGIT", generator=True, default_n=8)
 '''.replace("from pydantic", "import json\n\nfrom pydantic", 1)
 
 HIDDEN = "from solution import X\n\n\ndef test_marker():\n    assert X == 'room-42'\n"
@@ -441,3 +492,53 @@ def test_built_in_backends_take_no_params_they_do_not_know() -> None:
     with pytest.raises(ConfigError, match=r"sandbox.params: memory_mb: Extra inputs are not permitted"):
         load_config(None, ["sandbox.params={memory_mb: 3}"])
     assert isinstance(load_config(None, ["sandbox.backend=process"]), RunConfig)
+
+
+@pytest.mark.slow
+def test_a_family_with_its_own_verifier_kind_trains_a_step_named_only_by_the_run_config(
+    plugin_path: Path,
+) -> None:
+    """The family's source and kind, the sandbox backend and the estimator all come from the plugin; the
+    tiny model trains one real step on the family's tasks, rewarded by the plugin kind."""
+    import importlib
+
+    import pyarrow.parquet as pq
+
+    from trialground.orchestrator.loop import run
+
+    quickstart = Path(__file__).parent.parent / "examples" / "quickstart.yaml"
+    config = load_config(
+        quickstart,
+        [
+            "tasks.sources=[{source: 'tg_rooms_plugin:FAMILY'}]", "tasks.num_train=8", "tasks.num_eval=2",
+            "sandbox.backend=tg_rooms_plugin:SANDBOX", "sandbox.params={marker: unused}",
+            "trainer.algorithm=tg_rooms_plugin:ESTIMATOR",
+            "loop.steps=1", "loop.batch_tasks=2", "loop.samples_per_task=4", "loop.rollout_concurrency=8",
+            "loop.eval_interval=0", "loop.probe_interval=0", "reward.canaries=0",
+            f"output_dir={plugin_path}", "name=family", "monitor.console=false",
+        ],
+    )  # fmt: skip
+    asyncio.run(run(config))
+    plugin = importlib.import_module("tg_rooms_plugin")
+    rows = pq.read_table(plugin_path / "family" / "trajectories" / "step_1.parquet").to_pylist()
+    assert len(rows) == 8
+    tasks = {t.id: t for t in plugin.make_digit_tasks(_Request(n=8))}
+    for row in rows:  # every reward is the plugin kind's decision on the completion the step trained on
+        digit = tasks[row["task_id"]].verifier.params["digit"]
+        assert row["reward"] == float(digit in row["completion"]), row
+    # one resource for the run's grader, made from its context (the plugin sandbox backend), closed at the end
+    # after grading the step's 8 episodes and the final evaluation's
+    ((backend, graded),) = plugin.GRADED
+    assert backend == "tg_rooms_plugin:SANDBOX" and graded >= 8
+    lines = (plugin_path / "family" / "metrics.jsonl").read_text().splitlines()
+    (step,) = [m for m in map(json.loads, lines) if m.get("step") == 1 and "train/loss" in m]
+    assert (
+        step["verify/gradings"] == 8.0 and math.isfinite(step["train/loss"]) and step["train/grad_norm"] > 0
+    )
+
+
+class _Request:
+    """The request the run's source got for its train split (seed 0)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.seed, self.split, self.arg = n, 0, "train", ""
