@@ -27,6 +27,7 @@ EXPERTS: dict[str, str] = {
     "httpdiag": "trialground.families.httpdiag.expert:solve",
     "regex": "trialground.families.regex.expert:solve",
     "stats": "trialground.families.stats.expert:solve",
+    "depgraph": "trialground.families.depgraph.expert:solve",
 }
 
 

@@ -403,6 +403,13 @@ for _source in (
         default_n=200,
     ),
     TaskSource(
+        "depgraph",
+        "trialground.families.depgraph.source:load",
+        "a build's dependency graph: build order, cycles, rebuilds, critical path, by a Python program",
+        generator=True,
+        default_n=200,
+    ),
+    TaskSource(
         "hf", _hf, "a local Hugging Face dataset, hf:PATH[?column mapping]", arg="required", check=_check_hf
     ),
 ):
