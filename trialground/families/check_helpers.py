@@ -5,13 +5,14 @@ a check program imports these names from here only where it is imported on the h
 
 import contextlib
 import ctypes
+import json
 import os
 import shutil
 import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 PR_SET_DUMPABLE = 4
 
@@ -60,7 +61,27 @@ def run_there(argv: list[str], home: str, timeout: float) -> "subprocess.Complet
         return None
 
 
-def finish(problem: str | None) -> None:
-    """End the check: exit 0 printing `ok` when there is no problem, else exit 1 printing it."""
+class Failed(Exception):
+    """The submission fails the check; the message says why."""
+
+
+def submission(spec_json: str, limit: int) -> tuple[dict, str]:
+    """The check's spec and the text of the submission it names (`solution`, at most `limit` bytes), with
+    this process made undumpable first; Failed when the submission cannot be read."""
+    spec = json.loads(spec_json)
+    undumpable()
+    try:
+        return spec, read_regular(spec["solution"], limit)
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise Failed(f"cannot read {spec['solution']}: {e}") from None
+
+
+def finish(main: Callable[[], "str | None"]) -> None:
+    """Run the check's `main` (why the submission fails, or None) and end: exit 0 printing `ok` when it
+    passes, else exit 1 printing why."""
+    try:
+        problem = main()
+    except Failed as e:
+        problem = str(e)
     print(problem or "ok")
     sys.exit(1 if problem else 0)

@@ -9,12 +9,11 @@ undumpable first; the script's exit status and output are ignored. Standard libr
 
 import csv
 import io
-import json
 import os
 import sys
 
 if "." in __name__:  # imported on the host; shipped, check_helpers.py stands first in the same file
-    from trialground.families.check_helpers import finish, read_regular, run_there, scratch, undumpable
+    from trialground.families.check_helpers import finish, read_regular, run_there, scratch, submission
 
 SPEC_JSON = "{}"  # replaced by the task generator
 MAX_SCRIPT = 50_000
@@ -34,12 +33,7 @@ def run(script: str, raw: str, timeout: float) -> list[list[str]] | str:
 
 def main() -> str | None:
     """Why the submission fails, or None when it passes."""
-    spec = json.loads(SPEC_JSON)
-    undumpable()
-    try:
-        script = read_regular(spec["solution"], MAX_SCRIPT)
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        return f"cannot read the script: {e}"
+    spec, script = submission(SPEC_JSON, MAX_SCRIPT)
     for label, raw, want in (("workspace raw.csv", spec["raw"], spec["want"]),
                              ("hidden raw.csv", spec["hidden_raw"], spec["hidden_want"])):  # fmt: skip
         got = run(script, raw, spec["timeout_s"])
@@ -53,4 +47,4 @@ def main() -> str | None:
 
 
 if __name__ == "__main__":
-    finish(main())
+    finish(main)

@@ -9,7 +9,6 @@ during the inspection). This process is made undumpable first; the script's exit
 ignored. Standard library only.
 """
 
-import json
 import os
 import shutil
 import stat
@@ -17,7 +16,7 @@ import subprocess
 import tempfile
 
 if "." in __name__:  # imported on the host; shipped, check_helpers.py stands first in the same file
-    from trialground.families.check_helpers import finish, read_regular, undumpable
+    from trialground.families.check_helpers import finish, submission
 
 SPEC_JSON = "{}"  # replaced by the task generator
 MAX_SCRIPT = 20_000
@@ -174,15 +173,10 @@ def scenario(git: str, spec: dict, build: str, expected: dict, script: str) -> s
 
 def main() -> str | None:
     """Why the submission fails, or None when it passes."""
-    spec = json.loads(SPEC_JSON)
-    undumpable()
+    spec, script = submission(SPEC_JSON, MAX_SCRIPT)
     git = shutil.which("git", path="/usr/bin:/bin")
     if git is None:
         return "git is not installed in the sandbox"
-    try:
-        script = read_regular(spec["solution"], MAX_SCRIPT)
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        return f"cannot read the script: {e}"
     cases = (("workspace repository", spec["build"], spec["expected"]),
              ("hidden repository", spec["hidden_build"], spec["hidden_expected"]))  # fmt: skip
     for label, build, expected in cases:
@@ -193,4 +187,4 @@ def main() -> str | None:
 
 
 if __name__ == "__main__":
-    finish(main())
+    finish(main)

@@ -76,4 +76,4 @@ def main() -> str | None:
 
 
 if __name__ == "__main__":
-    finish(main())
+    finish(main)

@@ -7,10 +7,8 @@ line for line (trailing blanks ignored), what the generator computed for that lo
 undumpable first; the script's exit status and standard error are ignored. Standard library only.
 """
 
-import json
-
 if "." in __name__:  # imported on the host; shipped, check_helpers.py stands first in the same file
-    from trialground.families.check_helpers import finish, read_regular, run_there, scratch, undumpable
+    from trialground.families.check_helpers import finish, run_there, scratch, submission
 
 SPEC_JSON = "{}"  # replaced by the task generator
 MAX_SCRIPT = 20_000
@@ -29,12 +27,7 @@ def run(script: str, log: str, timeout: float) -> str | None:
 
 def main() -> str | None:
     """Why the submission fails, or None when it passes."""
-    spec = json.loads(SPEC_JSON)
-    undumpable()
-    try:
-        script = read_regular(spec["solution"], MAX_SCRIPT)
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        return f"cannot read the script: {e}"
+    spec, script = submission(SPEC_JSON, MAX_SCRIPT)
     for label, log, want in (("workspace log", spec["log"], spec["want"]),
                              ("hidden log", spec["hidden_log"], spec["hidden_want"])):  # fmt: skip
         got = run(script, log, spec["timeout_s"])
@@ -46,4 +39,4 @@ def main() -> str | None:
 
 
 if __name__ == "__main__":
-    finish(main())
+    finish(main)

@@ -8,12 +8,11 @@ of the value the generator computed for that file. This process is made undumpab
 exit status and standard error are ignored. Standard library only.
 """
 
-import json
 import math
 import sys
 
 if "." in __name__:  # imported on the host; shipped, check_helpers.py stands first in the same file
-    from trialground.families.check_helpers import finish, read_regular, run_there, scratch, undumpable
+    from trialground.families.check_helpers import finish, run_there, scratch, submission
 
 SPEC_JSON = "{}"  # replaced by the task generator
 MAX_SCRIPT = 50_000
@@ -38,12 +37,7 @@ def run(script: str, data: str, timeout: float) -> float | str:
 
 def main() -> str | None:
     """Why the submission fails, or None when it passes."""
-    spec = json.loads(SPEC_JSON)
-    undumpable()
-    try:
-        script = read_regular(spec["solution"], MAX_SCRIPT)
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        return f"cannot read the script: {e}"
+    spec, script = submission(SPEC_JSON, MAX_SCRIPT)
     cases = (("workspace data.csv", spec["data"], spec["want"]),
              ("hidden data.csv", spec["hidden_data"], spec["hidden_want"]))  # fmt: skip
     for label, data, want in cases:
@@ -56,4 +50,4 @@ def main() -> str | None:
 
 
 if __name__ == "__main__":
-    finish(main())
+    finish(main)
