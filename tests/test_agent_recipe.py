@@ -64,9 +64,9 @@ def test_a_few_agent_steps_learn_from_multi_turn_episodes(tmp_path: Path) -> Non
 
 def test_the_agent_policy_calls_tools_the_environment_understands() -> None:
     """Greedy first turns of the bundled agent policy on held-out prompts parse as valid tool calls."""
+    from trialground.families.agent.source import agent_tasks
     from trialground.orchestrator.wiring import build
     from trialground.rollout.chat import ChatRenderer
-    from trialground.tasks.agentic import agent_tasks
 
     cfg = load_config(AGENT, ["tasks.num_train=1", "tasks.num_eval=1"])
     c = build(cfg, None, train=False)

@@ -13,8 +13,8 @@ import pytest
 from isolation_suite import SPAWN
 from reward_helpers import grade_and_score
 
+from trialground.families.humaneval.source import humaneval_tasks
 from trialground.sandbox.base import SandboxConfig
-from trialground.tasks.humaneval import humaneval_tasks
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.verify.config import GradingConfig, RewardConfig
 from trialground.verify.grader import make_grader

@@ -105,6 +105,16 @@ class EnvConfig(BaseModel):
     harness_max_inflight: int = Field(
         4, ge=1, le=64, description="harness: model requests of one episode in flight at once (more: 429)"
     )
+    harness_max_connections: int = Field(
+        8,
+        ge=1,
+        le=256,
+        description="harness: connections one episode's program may hold open to the gateway at once (the "
+        "training process's descriptors for it: this many plus its listener); one more ends the episode",
+    )
+    harness_max_body_mb: int = Field(
+        4, ge=1, le=64, description="harness: the largest request body one episode may send (MiB; more: 413)"
+    )
     harness_preload: list[str] = Field(
         [],
         description="harness: Python modules imported once per sandbox, before any episode, by the sandbox's "

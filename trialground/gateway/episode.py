@@ -61,7 +61,12 @@ async def harness_episode(
     digest = first.start.workspace_digest if first.start is not None else None
     cfg = env.config
     budget = SessionBudget.for_episode(
-        cfg.max_turns, cfg.harness_max_n, params.max_new_tokens, cfg.harness_max_inflight
+        cfg.max_turns,
+        cfg.harness_max_n,
+        params.max_new_tokens,
+        cfg.harness_max_inflight,
+        connections=cfg.harness_max_connections,
+        body_mb=cfg.harness_max_body_mb,
     )
     session = Session(
         generator,
@@ -74,7 +79,9 @@ async def harness_episode(
     endpoint = gateway.open(session)
     t0 = time.perf_counter()
     try:
-        final = await env.play(endpoint.path, endpoint.key, stop=session.ended)
+        if endpoint.socket is None:
+            raise EnvError("the gateway gave this episode no unix socket: start it first", kind="config")
+        final = await env.play(endpoint.path, endpoint.key, stop=session.ended, socket=endpoint.socket)
     except Exception as exc:
         gateway.close(endpoint.sid)
         return Trajectory(

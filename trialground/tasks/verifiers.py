@@ -137,7 +137,7 @@ for _kind in (
     VerifierKind(
         "failed_tests",
         CodeTestsParams,
-        "trialground.verify.kinds.failed_tests:failed_tests",
+        "trialground.families.hackable.kinds:failed_tests",
         "GAMEABLE (the hackable test bed): hidden tests, paid unless one failed; errors and unrun tests pass",
         gameable=True,
     ),

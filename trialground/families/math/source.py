@@ -9,7 +9,7 @@ File format: JSONL, one object per line::
 metadata (e.g. level, subject, source); nothing is dropped. Errors name the file, line and field.
 
 Each task: domain `math`, verifier `math` with `params={"answer": gold}`, reference `\\boxed{gold}`
-(the form the prompt asks for). The bundled set lives in trialground/assets/math/basic.jsonl.
+(the form the prompt asks for). The bundled set is `assets/basic.jsonl` in this folder.
 """
 
 from __future__ import annotations
@@ -18,25 +18,15 @@ from pathlib import Path
 
 from trialground.errors import TaskError
 from trialground.tasks.io import jsonl_rows
-from trialground.tasks.model import Task, VerifierSpec
+from trialground.tasks.math_rows import math_task
+from trialground.tasks.model import Task
+from trialground.tasks.sources import SourceRequest
 
-INSTRUCTION = "\n\nPut your final answer in \\boxed{}."
 _SCALARS = (str, int, float, bool, type(None))
 
 
 def bundled_math_path() -> str:
-    return str(Path(__file__).resolve().parent.parent / "assets" / "math" / "basic.jsonl")
-
-
-def math_task(problem: str, answer: str, *, split: str = "train", metadata: dict | None = None) -> Task:
-    return Task(
-        domain="math",
-        prompt=problem + INSTRUCTION,
-        reference=f"\\boxed{{{answer}}}",
-        verifier=VerifierSpec(kind="math", params={"answer": answer}),
-        split=split,  # type: ignore[arg-type]  # validated by Task
-        metadata={"source": "math", **(metadata or {})},
-    )
+    return str(Path(__file__).resolve().parent / "assets" / "basic.jsonl")
 
 
 def math_tasks(path: str | Path) -> list[Task]:
@@ -66,3 +56,7 @@ def math_tasks(path: str | Path) -> list[Task]:
     if not tasks:
         raise TaskError(f"{path}: no problems", kind="empty")
     return tasks
+
+
+def load(request: SourceRequest) -> list[Task]:
+    return math_tasks(request.arg or bundled_math_path())

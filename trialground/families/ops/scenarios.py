@@ -1,7 +1,7 @@
 """The ops task families: each builder draws one broken setup (files, symptom, fix, check spec).
 
-The services, scripts and the check program are real files under trialground/assets/ops/; builders fill
-in names and values. See trialground/tasks/ops_source.py for the contract.
+The services, scripts and the check program are real files under `assets/` in this folder;
+builders fill in names and values. See `source.py` here for the contract.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets" / "ops"
+ASSETS = Path(__file__).resolve().parent / "assets"
 KEYS = ("name", "port", "workers", "log_level", "pid_file")
 LEVELS = ("debug", "info", "warning", "error")
 NAMES = ("billing", "catalog", "inventory", "notifier", "search", "ledger", "gateway", "metrics", "mailer")

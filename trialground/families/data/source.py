@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trialground.tasks.model import Split, Task, VerifierSpec, split_of
+from trialground.tasks.sources import SourceRequest
 
 
 @dataclass(frozen=True)
@@ -269,3 +270,8 @@ def data_tasks(*, n: int, seed: int, split: Split) -> list[Task]:
         seen.add(task.id)
         tasks.append(task.model_copy(update={"split": split}))
     return tasks
+
+
+def load(request: SourceRequest) -> list[Task]:
+    assert request.n is not None and request.split is not None
+    return data_tasks(n=request.n, seed=request.seed, split=request.split)

@@ -22,6 +22,7 @@ import hashlib
 
 from trialground.errors import TaskError
 from trialground.tasks.model import Split, Task, VerifierSpec, split_of
+from trialground.tasks.sources import SourceRequest
 
 _SCAN_FACTOR = 20  # entries scanned per task asked for, before giving up
 
@@ -128,3 +129,8 @@ def reasoning_gym_tasks(dataset: str, *, n: int, seed: int, split: Split) -> lis
         f"{where}: only {len(tasks)} distinct {split} questions in {size} entries (asked for {n})",
         kind="generator",
     )
+
+
+def load(request: SourceRequest) -> list[Task]:
+    assert request.n is not None and request.split is not None
+    return reasoning_gym_tasks(request.arg, n=request.n, seed=request.seed, split=request.split)

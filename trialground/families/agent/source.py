@@ -28,9 +28,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from trialground.tasks.codegen import INT_OPS, Op, _outputs, _words
+from trialground.families.programs import INT_OPS, Op, outputs, words
 from trialground.tasks.model import Split, Task, VerifierSpec
 from trialground.tasks.model import split_of as task_split
+from trialground.tasks.sources import SourceRequest
 
 Family = Literal["repair", "lookup", "config"]
 FAMILIES: tuple[Family, ...] = ("repair", "lookup", "config")
@@ -87,21 +88,21 @@ def _repair(rng: random.Random) -> Instance | None:
     case_rng = random.Random("cases:" + key)
     inputs: list[object] = list(case_rng.sample(range(-9, 31), 8))
     visible, hidden = inputs[:2], inputs[2:]
-    want, got = _outputs(lines, inputs), _outputs(bad_lines, inputs)
+    want, got = outputs(lines, inputs), outputs(bad_lines, inputs)
     if want[:2] == got[:2] or want[2:] == got[2:] or len(set(want[2:])) < 3:
         return None  # the visible tests must show the bug, the hidden ones must catch it
     if want[2:] == [repr(x) for x in hidden] or any(
-        _outputs(lines[:i] + lines[i + 1 :], hidden) == want[2:] for i in range(len(lines))
+        outputs(lines[:i] + lines[i + 1 :], hidden) == want[2:] for i in range(len(lines))
     ):
         return None  # every step must matter on the hidden inputs (and f(x) = x must fail)
-    words = _words(steps)
+    stated = words(steps)
     pairs = ", ".join(f"({x}, {y})" for x, y in zip(visible, want[:2], strict=True))
     visible_test = (
         "from solution import f\n\n\n"
         "def test_f():\n"
         f"    for x, want in ({pairs}):\n"
         "        got = f(x)\n"
-        f'        assert got == want, f"f({{x}}) is {{got}}, expected {{want}}: f must {words}"\n'
+        f'        assert got == want, f"f({{x}}) is {{got}}, expected {{want}}: f must {stated}"\n'
     )
     hidden_test = "from solution import f\n" + "".join(
         f"\n\ndef test_{t}():\n"
@@ -334,3 +335,8 @@ def agent_tasks(n: int, seed: int, split: Split, families: str = "") -> list[Tas
 
 def expert_actions(inst: Instance) -> list[tuple[str, dict[str, Any]]]:
     return [(name, dict(args)) for name, args in inst.expert]
+
+
+def load(request: SourceRequest) -> list[Task]:
+    assert request.n is not None and request.split is not None
+    return agent_tasks(request.n, request.seed, request.split, request.arg)

@@ -36,6 +36,7 @@ import random
 from dataclasses import dataclass
 
 from trialground.tasks.model import Split, Task, VerifierSpec, split_of
+from trialground.tasks.sources import SourceRequest
 
 FAMILIES = ("find", "log", "doc")
 FIND_FILES = 960
@@ -283,3 +284,8 @@ def longctx_instances(n: int, seed: int, split: Split, families: str = "") -> li
 def longctx_tasks(n: int, seed: int, split: Split, families: str = "") -> list[Task]:
     """The tasks of `longctx_instances`."""
     return [i.task for i in longctx_instances(n, seed, split, families)]
+
+
+def load(request: SourceRequest) -> list[Task]:
+    assert request.n is not None and request.split is not None
+    return longctx_tasks(request.n, request.seed, request.split, request.arg)

@@ -21,59 +21,18 @@ yields the same `Task` (same id) whatever the seed that drew it.
 from __future__ import annotations
 
 import ast
-import functools
 import random
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
+from trialground.families.programs import INT_OPS, LIST_OPS, LIST_REDUCERS, Op, outputs, words
 from trialground.tasks.model import Split, Task, VerifierSpec
 from trialground.tasks.model import split_of as task_split
+from trialground.tasks.sources import SourceRequest
 
 TESTS_PER_TASK = 3  # test functions in test_hidden.py; each checks INPUTS_PER_TEST inputs
 INPUTS_PER_TEST = 2
 SOLUTION_PATH = "solution.py"
-
-
-@dataclass(frozen=True)
-class Op:
-    """One step: its name, the words that state it (`{c}` = constant), the code line, its constants."""
-
-    name: str
-    phrases: tuple[str, ...]
-    code: str
-    consts: tuple[int, ...] = ()
-
-
-_DIGITS = tuple(range(1, 10))
-INT_OPS: tuple[Op, ...] = (
-    Op("add", ("add {c}", "increase it by {c}"), "x = x + {c}", _DIGITS),
-    Op("sub", ("subtract {c}", "decrease it by {c}"), "x = x - {c}", _DIGITS),
-    Op("mul", ("multiply by {c}", "multiply it by {c}"), "x = x * {c}", tuple(range(2, 10))),
-    Op("div", ("floor-divide by {c}", "divide it by {c} rounding down"), "x = x // {c}", tuple(range(2, 10))),
-    Op("mod", ("take it mod {c}", "take the remainder mod {c}"), "x = x % {c}", tuple(range(2, 10))),
-    Op("max", ("raise it to at least {c}", "take the max with {c}"), "x = max(x, {c})", _DIGITS),
-    Op("min", ("cap it at {c}", "take the min with {c}"), "x = min(x, {c})", _DIGITS),
-    Op("square", ("square it",), "x = x * x"),
-    Op("neg", ("negate it",), "x = -x"),
-    Op("abs", ("take the absolute value",), "x = abs(x)"),
-)
-LIST_OPS: tuple[Op, ...] = (
-    Op("add", ("add {c} to each element",), "xs = [v + {c} for v in xs]", _DIGITS),
-    Op("sub", ("subtract {c} from each element",), "xs = [v - {c} for v in xs]", _DIGITS),
-    Op("mul", ("multiply each element by {c}",), "xs = [v * {c} for v in xs]", tuple(range(2, 10))),
-    Op("mod", ("take each element mod {c}",), "xs = [v % {c} for v in xs]", tuple(range(2, 10))),
-    Op("gt", ("keep elements greater than {c}",), "xs = [v for v in xs if v > {c}]", _DIGITS),
-    Op("lt", ("keep elements less than {c}",), "xs = [v for v in xs if v < {c}]", _DIGITS),
-    Op("even", ("keep the even elements",), "xs = [v for v in xs if v % 2 == 0]"),
-    Op("odd", ("keep the odd elements",), "xs = [v for v in xs if v % 2 == 1]"),
-)
-LIST_REDUCERS: tuple[Op, ...] = (
-    Op("sum", ("return the sum",), "return sum(xs)"),
-    Op("len", ("return the count",), "return len(xs)"),
-    Op("max", ("return the maximum, or 0 if empty",), "return max(xs, default=0)"),
-    Op("list", ("return the list",), "return xs"),
-)
 
 
 @dataclass(frozen=True)
@@ -97,24 +56,6 @@ def split_of(key: str) -> Split:
     return task_split(key.split("|")[0])
 
 
-@functools.cache
-def _line_fn(line: str) -> Callable[[Any], Any]:
-    """A code line (`x = EXPR`, `xs = EXPR`, `return EXPR`) as a function of the variable, compiled once:
-    the same expression text as the reference solution, without exec'ing whole programs per instance."""
-    target, expr = line.split(" = ", 1) if not line.startswith("return ") else ("xs", line[len("return ") :])
-    return eval(f"lambda {target.strip()}: {expr}")  # our own op table, never a submission
-
-
-def _outputs(lines: list[str], inputs: list[object]) -> list[str]:
-    out = []
-    for x in inputs:
-        value = list(x) if isinstance(x, list) else x
-        for line in lines:
-            value = _line_fn(line)(value)
-        out.append(repr(value))
-    return out
-
-
 def _lines(steps: list[tuple[Op, int | None, int]], reducer: Op | None) -> list[str]:
     return [op.code.format(c=c) for op, c, _ in steps] + ([reducer.code] if reducer else [])
 
@@ -135,10 +76,6 @@ def _draw_steps(rng: random.Random, ops: tuple[Op, ...], k: int) -> list[tuple[O
     return steps
 
 
-def _words(steps: list[tuple[Op, int | None, int]]) -> str:
-    return ", then ".join(op.phrases[p].format(c=c) for op, c, p in steps)
-
-
 def _key(shape: str, steps: list[tuple[Op, int | None, int]]) -> str:
     # "semantic|wording": the part before "|" decides the split, the whole key identifies the instance
     semantic = ",".join(f"{op.name}{'' if c is None else c}" for op, c, _ in steps)
@@ -151,14 +88,14 @@ def draw_instance(rng: random.Random, split: Split | None = None) -> Instance | 
     if rng.random() < 0.6:
         steps = _draw_steps(rng, INT_OPS, rng.choice((1, 2, 2, 3, 3)))
         key = _key("int", steps)
-        prompt = f"Write f(x) for an integer x: {_words(steps)}."
+        prompt = f"Write f(x) for an integer x: {words(steps)}."
         reducer: Op | None = None
         shape: Literal["int", "list"] = "int"
     else:
         steps = _draw_steps(rng, LIST_OPS, rng.choice((1, 2, 2)))
         reducer = rng.choice(LIST_REDUCERS)
         key = _key("list", [*steps, (reducer, None, 0)])
-        prompt = f"Write f(xs) for a list of integers xs: {_words(steps)}, then {reducer.phrases[0]}."
+        prompt = f"Write f(xs) for a list of integers xs: {words(steps)}, then {reducer.phrases[0]}."
         shape = "list"
     solution = _source(shape, steps, reducer)
     if split is not None and split_of(key) != split:
@@ -170,13 +107,13 @@ def draw_instance(rng: random.Random, split: Split | None = None) -> Instance | 
         inputs: list[object] = case_rng.sample(range(-20, 41), n_inputs)
     else:
         inputs = [[case_rng.randint(-5, 15) for _ in range(case_rng.randint(3, 6))] for _ in range(n_inputs)]
-    outputs = _outputs(_lines(steps, reducer), inputs)
-    if len(set(outputs)) < 3:
+    want = outputs(_lines(steps, reducer), inputs)
+    if len(set(want)) < 3:
         return None  # near-constant on the hidden inputs: a wrong answer could pass
     for i in range(len(steps)):  # every step must matter on the hidden inputs
-        if _outputs(_lines(steps[:i] + steps[i + 1 :], reducer), inputs) == outputs:
+        if outputs(_lines(steps[:i] + steps[i + 1 :], reducer), inputs) == want:
             return None
-    cases = tuple((x, ast.literal_eval(y)) for x, y in zip(inputs, outputs, strict=True))
+    cases = tuple((x, ast.literal_eval(y)) for x, y in zip(inputs, want, strict=True))
     return Instance(key, shape, prompt, solution, cases)
 
 
@@ -224,3 +161,8 @@ def sample_instances(n: int, seed: int, split: Split) -> list[Instance]:
 def generate_codegen_tasks(n: int, seed: int, split: Split) -> list[Task]:
     """`n` distinct code tasks of `split` (verifier `code_tests`, hidden `test_hidden.py`, a reference)."""
     return [to_task(inst) for inst in sample_instances(n, seed, split)]
+
+
+def load(request: SourceRequest) -> list[Task]:
+    assert request.n is not None and request.split is not None
+    return list(generate_codegen_tasks(request.n, request.seed, request.split))

@@ -29,8 +29,9 @@ from __future__ import annotations
 import numpy as np
 
 from trialground.errors import TaskError
-from trialground.tasks import ops_families as fam
+from trialground.families.ops import scenarios as fam
 from trialground.tasks.model import Split, Task, VerifierSpec, split_of
+from trialground.tasks.sources import SourceRequest
 
 _MAX_DRAWS_PER_TASK = 50
 CHECK = "check_ops.py"
@@ -98,3 +99,8 @@ def ops_tasks(*, n: int, seed: int, split: Split) -> list[Task]:
     raise TaskError(
         f"ops: only {len(tasks)} distinct {split} tasks in {_MAX_DRAWS_PER_TASK * n} draws", kind="generator"
     )
+
+
+def load(request: SourceRequest) -> list[Task]:
+    assert request.n is not None and request.split is not None
+    return ops_tasks(n=request.n, seed=request.seed, split=request.split)

@@ -23,6 +23,7 @@ from typing import Any
 from trialground import pyast
 from trialground.errors import TaskError
 from trialground.tasks.model import Task, VerifierSpec
+from trialground.tasks.sources import SourceRequest
 
 SOLUTION = "solution.py"
 HIDDEN = "test_hidden.py"
@@ -146,3 +147,7 @@ def visible_check(problem: dict[str, Any]) -> dict[str, str]:
         "    assert result.failed == 0, ''.join(report)\n"
     )
     return {VISIBLE: body}
+
+
+def load(request: SourceRequest) -> list[Task]:
+    return humaneval_tasks()

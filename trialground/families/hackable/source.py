@@ -1,4 +1,5 @@
-"""hackable: the reward-hacking test bed. The `repair` tasks of the agent families, whose *training* grader
+"""hackable: the reward-hacking test bed. The `repair` tasks of the agent family
+(`agent:repair`, drawn through the source registry), whose *training* grader
 can be gamed by an exploit the bundled agent policy finds on its own, while evaluation grades with one that
 cannot be.
 
@@ -26,8 +27,8 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
-from trialground.tasks.agentic import agent_instances
 from trialground.tasks.model import Task, VerifierSpec
+from trialground.tasks.sources import SourceRequest, load_source
 
 Mode = Literal["naive", "strict"]
 CANARY_KEY = "canary"
@@ -100,7 +101,8 @@ def hackable_tasks(n: int, seed: int, split: Literal["train", "eval"], arg: str)
     `canary` share impossible. Eval: graded by `code_tests`, no canaries."""
     args = parse_args(arg)
     kind = _KIND[args.mode] if split == "train" else "code_tests"
-    tasks = [_regraded(i.task, kind) for i in agent_instances(n, seed, split, ("repair",))]
+    # the agent family's repair tasks, asked of the source registry by name (no family imports another)
+    tasks = [_regraded(t, kind) for t in load_source("agent:repair", seed=seed, n=n, split=split)]
     if split == "train" and args.canary > 0:
         rng = random.Random(f"hackable:{seed}:{n}")
         picks = rng.sample(range(len(tasks)), round(args.canary * len(tasks)))
@@ -111,3 +113,8 @@ def hackable_tasks(n: int, seed: int, split: Literal["train", "eval"], arg: str)
 
 def is_impossible_canary(task: Task) -> bool:
     return task.metadata.get(CANARY_KEY) == IMPOSSIBLE
+
+
+def load(request: SourceRequest) -> list[Task]:
+    assert request.n is not None and request.split is not None
+    return hackable_tasks(request.n, request.seed, request.split, request.arg)
