@@ -70,9 +70,9 @@ def _config(
     if purpose == "train":
         from trialground.orchestrator.memory_check import estimate_line
 
-        line = estimate_line(cfg)
-        if line is not None and os.environ.get("RANK", "0") == "0":
-            console.print(line, highlight=False, soft_wrap=True)
+        memory = estimate_line(cfg)
+        if memory is not None and os.environ.get("RANK", "0") == "0":
+            console.print(memory, highlight=False, soft_wrap=True)
     return cfg
 
 

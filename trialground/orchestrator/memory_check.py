@@ -5,7 +5,8 @@ The model's shape comes from its directory (`config.json`, safetensors headers),
 model with no readable shape here (a packaged or GGUF model not yet converted, a Hub name) gets no
 estimate. The device's memory is `trainer.device_memory_gib`, else the CUDA device's total when the run
 trains on CUDA and CUDA is present; without either (a CPU run) nothing is refused. An in-process engine
-that takes `policy.gpu_memory_utilization` of the device (vLLM) leaves the trainer the rest.
+that takes `policy.gpu_memory_utilization` of the device (vLLM) leaves the trainer the rest, unless it sleeps
+through the update (`policy.vllm_sleep` in a sync loop: weights offloaded, KV cache freed).
 """
 
 from __future__ import annotations
@@ -85,10 +86,14 @@ def device_budget(config: RunConfig) -> tuple[int, str] | None:
         if not torch.cuda.is_available():
             return None
         index = torch.device(policy.device).index or 0
-        total, source = torch.cuda.get_device_properties(index).total_memory, torch.cuda.get_device_name(index)
+        total, source = (
+            torch.cuda.get_device_properties(index).total_memory,
+            torch.cuda.get_device_name(index),
+        )
     else:
         return None
-    if POLICY_BACKENDS.lookup(policy.backend).capabilities.engine_memory:
+    sleeps = policy.vllm_sleep and config.loop.mode == "sync"  # the engine frees its share for the update
+    if POLICY_BACKENDS.lookup(policy.backend).capabilities.engine_memory and not sleeps:
         engine = policy.gpu_memory_utilization
         return int(total * (1.0 - engine)), f"{source}, less policy.gpu_memory_utilization={engine:g}"
     return total, source
@@ -110,8 +115,7 @@ def memory_problems(config: RunConfig) -> list[str]:
         f"trainer memory: {est.line()}, plus {RESERVE_BYTES / GIB:.0f} GiB kept free, does not fit the "
         f"{room / GIB:.1f} GiB of one device ({source}). Ways out (docs/memory.md): trainer.parallel: fsdp "
         "over more ranks, trainer.cpu_offload, trainer.lora_rank, trainer.gradient_checkpointing, a smaller "
-        "trainer.micro_batch_size or policy.max_context_tokens"
-        + "".join(f"; {note}" for note in est.notes)
+        "trainer.micro_batch_size or policy.max_context_tokens" + "".join(f"; {note}" for note in est.notes)
     ]
 
 

@@ -26,17 +26,18 @@ On top of the state, per rank (`estimate`):
 - Activations of one micro-batch (`micro_batch_size x max_context_tokens` tokens, every row padded to the
   longest): what a Llama/Qwen-style decoder layer keeps for its backward pass, per token
   `b(2H + 3Q + 2K + 4I) + 2(4 + b)H` bytes (H hidden, Q query width, K key/value width, I MLP width, b the
-  compute dtype's bytes; the two RMSNorms keep fp32 copies). Activation checkpointing keeps `bH` per
-  layer and token, plus one layer's activations while it is recomputed.
+  compute dtype's bytes; the two RMSNorms keep fp32 copies). LoRA over a 16-bit base adds `4(5H + Q + I)`:
+  peft casts the input of every adapted linear to the fp32 adapters' dtype. Activation checkpointing keeps
+  `bH` per layer and token, plus one layer's activations while it is recomputed.
 - Log-probabilities: 16 bytes per position and vocabulary entry (the fp32 logits kept for the backward
   pass, their gradient, the softmax, the compute-dtype output), for every position at once, or for
   `logit_chunk` positions at a time where the trainer computes them in chunks.
 - A sampler's own copy of the weights (in its dtype) on rank 0, when the embedded policy cannot share the
   trainer's module (FSDP, asynchronous sampling, another dtype).
 
-Not counted: the CUDA context and allocator fragmentation (a few GiB on a GPU; `RESERVE_BYTES`), a vLLM
-engine's share (`policy.gpu_memory_utilization`: the check subtracts it from the device), the reference
-model of `trainer.kl_coef` > 0 (counted as one more copy of the weights when asked).
+Not counted: AdamW's step counters (4 bytes a tensor), the CUDA context and allocator fragmentation (a few
+GiB on a GPU: `RESERVE_BYTES` is kept free for them), a vLLM engine's share (`policy.gpu_memory_utilization`:
+the check subtracts it from the device).
 """
 
 from __future__ import annotations
@@ -100,7 +101,8 @@ class ModelShape:
                 hidden=h,
                 intermediate=int(cfg["intermediate_size"]),
                 q_width=heads * int(cfg.get("head_dim") or h // heads),
-                kv_width=int(cfg.get("num_key_value_heads") or heads) * int(cfg.get("head_dim") or h // heads),
+                kv_width=int(cfg.get("num_key_value_heads") or heads)
+                * int(cfg.get("head_dim") or h // heads),
                 vocab=int(cfg["vocab_size"]),
                 tied=bool(cfg.get("tie_word_embeddings", True)),
             )
@@ -228,6 +230,8 @@ def activation_bytes(shape: ModelShape, setup: TrainSetup) -> int:
     b, h = setup.compute_bytes, shape.hidden
     per_layer = b * (2 * h + 3 * shape.q_width + 2 * shape.kv_width + 4 * shape.intermediate)
     per_layer += 2 * (4 + b) * h
+    if setup.lora_rank > 0 and b != 4:  # peft casts each adapted linear's input to its fp32 adapters
+        per_layer += 4 * (5 * h + shape.q_width + shape.intermediate)
     if setup.checkpointing:
         return tokens * (shape.layers * b * h + per_layer)
     return tokens * shape.layers * per_layer
