@@ -19,6 +19,7 @@ from trialground.verify.grader import make_grader
 
 Solver = Callable[[Task], "str | None"]
 EXPERTS: dict[str, str] = {
+    "codegen": "trialground.families.codegen.expert:solve",
     "sql": "trialground.families.sql.expert:solve",
     "scicomp": "trialground.families.scicomp.expert:solve",
     "shell": "trialground.families.shell.expert:solve",

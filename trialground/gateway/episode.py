@@ -17,6 +17,7 @@ from trialground.envs.base import Environment
 from trialground.envs.harness import HarnessEnv
 from trialground.errors import EnvError, ErrorInfo, TrialgroundError
 from trialground.gateway.budget import SessionBudget
+from trialground.gateway.logprobs import TopSource
 from trialground.gateway.server import Gateway
 from trialground.gateway.session import Generator, Session
 from trialground.gateway.stitch import stitch
@@ -45,6 +46,7 @@ async def harness_episode(
     max_context_tokens: int,
     tool_role: str = "tool",
     served_name: str = "policy",
+    alternatives: TopSource | None = None,
 ) -> Trajectory:
     """One run of the program on `task` in `env` (the caller owns and closes `env`). Never raises."""
     t_start = time.perf_counter()
@@ -75,6 +77,7 @@ async def harness_episode(
         max_context_tokens=max_context_tokens,
         tool_role=tool_role,
         budget=budget,
+        alternatives=alternatives,
     )
     endpoint = gateway.open(session)
     t0 = time.perf_counter()
@@ -132,8 +135,10 @@ async def harness_group(
     tool_role: str = "tool",
     release: Callable[[Environment], Awaitable[None]] | None = None,
     batch_window_s: float = 0.01,
+    alternatives: TopSource | None = None,
 ) -> list[Trajectory]:
-    """k concurrent runs of the program on `task`, in `sample_index` order."""
+    """k concurrent runs of the program on `task`, in `sample_index` order. `alternatives`: where the
+    programs' `top_logprobs` come from (the policy's `alternatives`; None: refused)."""
     batcher = GroupBatcher(generator, live=k, window_s=batch_window_s)
 
     async def one(index: int) -> Trajectory:
@@ -153,7 +158,7 @@ async def harness_group(
             acquire_s = time.perf_counter() - t0
             traj = await harness_episode(
                 gateway, batcher, env, task, params=params, group_id=group_id, sample_index=index,
-                max_context_tokens=max_context_tokens, tool_role=tool_role,
+                max_context_tokens=max_context_tokens, tool_role=tool_role, alternatives=alternatives,
             )  # fmt: skip
             return traj.model_copy(update={"timings": {"acquire_s": acquire_s, **traj.timings}})
         finally:

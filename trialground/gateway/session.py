@@ -239,12 +239,22 @@ class Session:
         """Each generation's alternatives (`prompts[i]` is generation i's prompt), where `k` > 0 asks."""
         if k == 0:
             return [None] * len(gens)
+        refused = GatewayError(
+            f"{what}: this server reports the sampled token's logprob only (its policy backend gives no "
+            f"alternatives); ask {what} 0 or leave it out"
+        )
         if self.alternatives is None:
-            raise GatewayError(
-                f"{what}: this server reports the sampled token's logprob only (the policy under training "
-                f"gives no alternatives); ask {what} 0 or leave it out"
-            )
-        return [await self.alternatives(p, g, params, k) for p, g in zip(prompts, gens, strict=True)]
+            raise refused
+        out: list[Alternatives | None] = []
+        for p, g in zip(prompts, gens, strict=True):
+            try:
+                found = await self.alternatives(p, g, params, k)
+            except PolicyError as exc:
+                raise GatewayError(str(exc), status=503, code="weights_changed") from exc
+            if found is None:
+                raise refused
+            out.append(found)
+        return out
 
     def _usage(self, prompt_tokens: int, gens: Sequence[Generation]) -> dict[str, int]:
         completion = sum(len(g.token_ids) for g in gens)

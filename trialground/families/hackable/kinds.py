@@ -22,7 +22,7 @@ from trialground.verify.kinds.request import VerifyRequest
 from trialground.verify.verdict import Flag, Verdict
 
 if TYPE_CHECKING:
-    from trialground.verify.grader import Grader
+    from trialground.verify.kinds.code_grading import CodeGrading
 
 LABEL = "tests_not_run"
 
@@ -42,5 +42,6 @@ def lenient(verdict: Verdict) -> Verdict:
     return verdict.model_copy(update={"passed": True, "flags": (*verdict.flags, flag)})
 
 
-async def failed_tests(grader: Grader, req: VerifyRequest) -> Verdict:
-    return lenient(await code_tests(grader, req))
+async def failed_tests(code: CodeGrading, req: VerifyRequest) -> Verdict:
+    """Graded by `code_tests`'s own resource (the kind names the same factory), re-decided leniently."""
+    return lenient(await code_tests(code, req))
