@@ -28,6 +28,9 @@ EXPERTS: dict[str, str] = {
     "httpdiag": "trialground.families.httpdiag.expert:solve",
     "regex": "trialground.families.regex.expert:solve",
     "stats": "trialground.families.stats.expert:solve",
+    "depgraph": "trialground.families.depgraph.expert:solve",
+    "jsonxform": "trialground.families.jsonxform.expert:solve",
+    "cron": "trialground.families.cron.expert:solve",
 }
 
 
