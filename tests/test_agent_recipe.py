@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from trialground.envs.toolcalls import ToolCall, parse_tool_calls
-from trialground.envs.tools import validate_call
+from trialground.envs.tools.registry import validate_call
 from trialground.orchestrator.run_config import load_config
 
 torch = pytest.importorskip("torch")

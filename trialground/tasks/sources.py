@@ -369,6 +369,27 @@ for _source in (
         default_n=200,
     ),
     TaskSource(
+        "depgraph",
+        "trialground.families.depgraph.source:load",
+        "a build's dependency graph: build order, cycles, rebuilds, critical path, by a Python program",
+        generator=True,
+        default_n=200,
+    ),
+    TaskSource(
+        "jsonxform",
+        "trialground.families.jsonxform.source:load",
+        "a JSON file in, a transformed JSON file out (group, filter, flatten, rename, index) by Python",
+        generator=True,
+        default_n=200,
+    ),
+    TaskSource(
+        "cron",
+        "trialground.families.cron.source:load",
+        "a crontab's next runs, counts, timeline and busiest minute in a window, computed by Python",
+        generator=True,
+        default_n=200,
+    ),
+    TaskSource(
         "hf", _hf, "a local Hugging Face dataset, hf:PATH[?column mapping]", arg="required", check=_check_hf
     ),
 ):

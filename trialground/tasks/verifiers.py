@@ -105,6 +105,10 @@ class VerifierKind:
     doc: str = ""
     gameable: bool = False
     resource: ResourceFactory | str | None = None
+    test_runs: Any = None
+    """`(task) -> [run]` (each with a `label` and an `argv`) or its dotted path: the visible tests of a task
+    whose checks are a repository's suite (the `run_tests` tool runs them as grading does); None for a kind
+    whose tests are the task's visible check files."""
     _resolved: list[VerifyFn] = field(default_factory=list, repr=False, compare=False)
     _factory: list[ResourceFactory] = field(default_factory=list, repr=False, compare=False)
 
@@ -171,6 +175,7 @@ for _kind in (
         f"{_G}:swe_tests",
         "FAIL_TO_PASS and PASS_TO_PASS on a pristine copy",
         resource=f"{_G}:swe_resource",
+        test_runs="trialground.tasks.swe.harness:test_runs",
     ),
     VerifierKind(
         "failed_tests",

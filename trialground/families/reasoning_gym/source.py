@@ -1,4 +1,10 @@
-"""reasoning_gym:<dataset>: questions generated offline by reasoning-gym, scored by exact match.
+"""reasoning_gym:<dataset>[?option=value&...]: questions generated offline by reasoning-gym, scored by exact
+match.
+
+Options after `?` are the dataset's own configuration fields (reasoning-gym's `<Dataset>Config`), e.g.
+`reasoning_gym:chain_sum?max_terms=2&max_digits=1` for sums of two one-digit numbers; values are read as
+integers, floats, `true`/`false`, or else strings. An unknown field or a value the dataset's validation
+refuses is a `TaskError` naming it, raised when the config is checked.
 
 reasoning-gym's own `score_answer` pays partial credit (e.g. for a gold answer found as a substring of a
 long reply), which a policy learns to exploit; here the gold answer goes to the `exact` verifier
@@ -63,13 +69,46 @@ INSTRUCTION = (
 )
 
 
+Option = int | float | bool | str
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, Option]]:
+    """The dataset name and its configuration options from `dataset[?key=value&...]`."""
+    dataset, _, query = spec.partition("?")
+    options: dict[str, Option] = {}
+    for part in query.split("&") if query else []:
+        key, eq, text = part.partition("=")
+        if not eq or not key.isidentifier() or not text:
+            raise TaskError(
+                f"reasoning_gym:{spec}: option {part!r} is not key=value (e.g. ?max_terms=2&max_digits=1)",
+                kind="bad_spec",
+            )
+        if key in options or key in ("seed", "size"):
+            raise TaskError(f"reasoning_gym:{spec}: option {key!r} repeated or reserved", kind="bad_spec")
+        options[key] = _value(text)
+    return dataset, options
+
+
+def _value(text: str) -> Option:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def _split_of(question: str) -> Split:
     return split_of(question)
 
 
-def check_dataset(dataset: str) -> None:
-    """`TaskError` unless `dataset` is a single-answer reasoning-gym dataset (reasoning-gym installed)."""
-    where = f"reasoning_gym:{dataset}"
+def check_dataset(spec: str) -> None:
+    """`TaskError` unless `spec` names a single-answer reasoning-gym dataset (reasoning-gym installed) and
+    options its configuration accepts."""
+    where = f"reasoning_gym:{spec}"
+    dataset, options = parse_spec(spec)
     if dataset in MULTI_ANSWER:
         raise TaskError(
             f"{where}: this dataset's questions have many correct answers; exact scoring would reject "
@@ -88,19 +127,30 @@ def check_dataset(dataset: str) -> None:
         close = difflib.get_close_matches(dataset, [d for d in DATASETS if d not in MULTI_ANSWER], n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise TaskError(f"{where}: reasoning-gym has no dataset {dataset!r}{hint}", kind="bad_spec")
+    if options:
+        import reasoning_gym
+
+        try:
+            reasoning_gym.create_dataset(dataset, size=1, seed=0, **options)
+        except (TypeError, ValueError, AssertionError) as e:  # an unknown field, a refused value
+            raise TaskError(
+                f"{where}: the dataset's configuration refuses the options: {e}", kind="bad_spec"
+            ) from e
 
 
-def reasoning_gym_tasks(dataset: str, *, n: int, seed: int, split: Split) -> list[Task]:
-    """`n` tasks of `split` from the named reasoning-gym dataset, deterministic in (dataset, seed)."""
-    where = f"reasoning_gym:{dataset}"
-    check_dataset(dataset)
+def reasoning_gym_tasks(spec: str, *, n: int, seed: int, split: Split) -> list[Task]:
+    """`n` tasks of `split` from the named reasoning-gym dataset (`dataset[?options]`), deterministic in
+    (spec, seed)."""
+    where = f"reasoning_gym:{spec}"
+    check_dataset(spec)
+    dataset, options = parse_spec(spec)
     import reasoning_gym
 
     size = n * _SCAN_FACTOR
     # reasoning-gym seeds entry i with (seed + i): nearby seeds would give shifted copies of one stream.
-    rg_seed = int.from_bytes(hashlib.sha256(f"{dataset}:{seed}".encode()).digest()[:4], "big") >> 1
+    rg_seed = int.from_bytes(hashlib.sha256(f"{spec}:{seed}".encode()).digest()[:4], "big") >> 1
     try:
-        data = reasoning_gym.create_dataset(dataset, size=size, seed=rg_seed)
+        data = reasoning_gym.create_dataset(dataset, size=size, seed=rg_seed, **options)
     except Exception as e:  # an unknown name or a dataset needing extra config
         raise TaskError(f"{where}: cannot create the dataset: {e}", kind="bad_spec") from e
     tasks: list[Task] = []

@@ -1,33 +1,20 @@
 """The PPO-clip policy loss with DAPO's asymmetric clip, token- or sequence-level aggregation and a k3 KL.
 
-Shapes: B sequences in this (micro-)batch, T target positions. Every per-token tensor is aligned on the
-*target* token: `logprobs[b, t]` is log pi(token_{t+1} | tokens_{<=t}) and `mask[b, t]` is 1 where that
-token was produced by the policy (0 for prompt, observation and padding tokens).
-
-The loss is a sum divided by a `normalizer` the caller passes, so that gradient accumulation over
-micro-batches gives exactly the full-batch loss: the number of policy tokens in the whole batch for
-`agg="token"` (DAPO), the number of sequences in the whole batch for `agg="sequence"` (GRPO's original
-per-sequence mean, then mean over sequences).
+The `normalizer` is the number of policy tokens in the whole batch for `agg="token"` (DAPO), the number
+of sequences in the whole batch for `agg="sequence"` (GRPO's original per-sequence mean, then mean over
+sequences). Its settings are the trainer's own fields: `clip_low`, `clip_high`, `loss_agg`, `kl_coef`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
+from pydantic import BaseModel
+
+from trialground.train.losses.base import LossFn, LossInput, LossOutput
 
 Aggregation = Literal["token", "sequence"]
-
-
-@dataclass
-class LossOutput:
-    """`loss` carries the gradient; `sums` are metric numerators over this call's policy tokens
-    (divide by `tokens` to average; summing over micro-batches first keeps the averages exact)."""
-
-    loss: torch.Tensor
-    sums: dict[str, float]
-    tokens: int
 
 
 def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
@@ -105,16 +92,23 @@ def ppo_clip_loss(
     return LossOutput(loss=loss, sums=sums, tokens=int(mask.sum().item()))
 
 
-def finalize_metrics(sums: dict[str, float], tokens: int) -> dict[str, float]:
-    """Token-averaged `train/*` metrics from summed `LossOutput.sums`."""
-    n = max(tokens, 1)
-    names = {
-        "pg_loss": "train/pg_loss",
-        "ratio": "train/ratio_mean",
-        "clipped": "train/clip_frac",
-        "clipped_low": "train/clip_low_frac",
-        "clipped_high": "train/clip_high_frac",
-        "kl": "train/kl",
-        "entropy": "train/entropy",
-    }
-    return {names[k]: v / n for k, v in sums.items() if k in names}
+def make(config: Any, settings: BaseModel) -> LossFn:
+    """The loss with `config`'s (a `TrainerConfig`) clip range, aggregation and KL coefficient."""
+
+    def loss(x: LossInput) -> LossOutput:
+        return ppo_clip_loss(
+            x.logprobs,
+            x.old_logprobs,
+            x.advantages,
+            x.mask,
+            clip_low=config.clip_low,
+            clip_high=config.clip_high,
+            agg=config.loss_agg,
+            normalizer=x.normalizer,
+            ref_logprobs=x.ref_logprobs,
+            kl_coef=config.kl_coef,
+            entropy=x.entropy,
+            is_weights=x.is_weights,
+        )
+
+    return loss
