@@ -29,11 +29,13 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from trialground.errors import SandboxError, VerifierError
 from trialground.sandbox.base import WORKSPACE, ExecResult, ExecStatus, Limits, Sandbox, SandboxConfig
 from trialground.tasks.model import Task
 from trialground.tasks.swe.harness import TEST_ENV, TestRun, test_runs
+from trialground.tasks.swe.probes import REPLAY_BOUNDS, ProbeBook, library_path, mismatch, replay
 from trialground.tasks.verifiers import SweTestsParams
 from trialground.verify.config import GradingConfig
 from trialground.verify.verdict import Flag, TestResult, Verdict
@@ -49,6 +51,7 @@ class SweTestsVerifier:
         self.sandbox_config = sandbox_config
         self.grading = grading
         self._images: dict[str, object] = {}
+        self._books: dict[str, object] = {}
         self._slots: asyncio.Semaphore | None = None  # test runs at once (each is a whole suite)
 
     def _image(self, repo: str):  # type: ignore[no-untyped-def]
@@ -59,6 +62,28 @@ class SweTestsVerifier:
         if repo not in self._images:
             self._images[repo] = RepoImage(self.sandbox_config, workspace_image_files(repo_spec(repo)))
         return self._images[repo]
+
+    def _probe_image(self, repo: str):  # type: ignore[no-untyped-def]
+        from trialground.tasks.swe.build import workspace_image_files
+        from trialground.tasks.swe.image import RepoImage
+        from trialground.tasks.swe.probes import probe_image_files
+        from trialground.tasks.swe.repos import repo_spec
+
+        key = f"probe:{repo}"
+        if key not in self._images:
+            spec = repo_spec(repo)
+            self._images[key] = RepoImage(
+                self.sandbox_config, probe_image_files(spec, workspace_image_files(spec))
+            )
+        return self._images[key]
+
+    async def _book(self, repo: str):  # type: ignore[no-untyped-def]
+        from trialground.tasks.swe.probes import record_book
+        from trialground.tasks.swe.repos import repo_spec
+
+        if repo not in self._books:
+            self._books[repo] = await record_book(repo_spec(repo), self.sandbox_config)
+        return self._books[repo]
 
     async def verify(self, task: Task, submission: str, *, workspace: Sandbox | None = None) -> Verdict:
         from trialground.tasks.swe.patch import PatchError, apply_patch
@@ -91,14 +116,13 @@ class SweTestsVerifier:
                 flags.append(Flag(name=name, evidence=f"{what} {path} (not applied)"))
             elif cls == "library":
                 kept[path] = text
+        # The diff policy is evidence: what it finds is flagged, and the tests and probes decide.
         refused = await asyncio.to_thread(_policy_violations, task, kept)
         for path, found in refused.items():
-            flags.append(Flag(name="diff_policy", evidence=f"{path}: {'; '.join(found[:5])}"[:400]))
+            evidence = f"{path}: {'; '.join(found[:5])}"[:400]
+            flags.append(Flag(name="diff_policy", evidence=evidence, severity="warn"))
         runs = test_runs(task)
-        if refused:
-            return _verdict(
-                runs, {}, flags, "the library changes use what no fix needs (diff_policy); not run"
-            )
+        book = await self._book(spec.name)
         pristine = repo_files(spec)
         # The library as graded: the task's start (its bug) with the kept changes on top, written over the
         # pristine image wherever it differs from it.
@@ -128,9 +152,32 @@ class SweTestsVerifier:
                     raise SandboxError(f"swe test run: sandbox failed: {res.stderr[-300:]}", kind="sandbox")
                 return res
 
+        probe_image = self._probe_image(spec.name)
+        probe_limits = limits.model_copy(update={"output_bytes": REPLAY_BOUNDS.max_chars + (1 << 20)})
+        lib_path = library_path(spec)
+
+        async def probe(run: TestRun) -> dict[str, list[Any] | None]:
+            probes = book.for_tests(run.tests)
+            if not probes:
+                return {}
+            async with slots, probe_image.lease() as sandbox:  # the library only: no test file in it
+                for p, text in writes.items():
+                    await sandbox.write(p, text)
+                if deletes:
+                    rm = ["rm", "-f", "--", *deletes]
+                    res = await sandbox.exec(rm, cwd=WORKSPACE, limits=_LISTING_LIMITS)
+                    if not res.ok:
+                        raise VerifierError(
+                            f"could not delete {deletes[:3]}: {res.stderr[-200:]}", kind="sandbox"
+                        )
+                return await replay(sandbox, probes, probe_limits, lib_path)
+
         done = await asyncio.gather(*(one(run) for run in runs))
+        observed: dict[str, list[Any] | None] = {}
+        for part in await asyncio.gather(*(probe(run) for run in runs)):
+            observed.update(part)
         results = dict(zip(runs, done, strict=True))
-        return _verdict(runs, results, flags, None)
+        return _verdict(runs, results, flags, None, book, observed)
 
     async def close(self) -> None:
         images, self._images = self._images, {}
@@ -204,10 +251,19 @@ def _summary_passed(stdout: str) -> int:
 
 
 def _verdict(
-    runs: list[TestRun], results: Mapping[TestRun, ExecResult], flags: list[Flag], error: str | None
+    runs: list[TestRun],
+    results: Mapping[TestRun, ExecResult],
+    flags: list[Flag],
+    error: str | None,
+    book: ProbeBook | None = None,
+    observed: Mapping[str, list[Any] | None] | None = None,
 ) -> Verdict:
+    """A test passes when its run passed and, where the repository's probe book has it, the library's
+    observed outcomes are the recorded ones (`probes.mismatch`): a run can only fail a probed test, never
+    pass it."""
     tests: list[TestResult] = []
     failed: list[str] = []
+    probed = off = 0
     for run in runs:
         res = results.get(run)
         # Exit status 0 is what decides; pytest's own summary naming every test as passed is required
@@ -227,15 +283,27 @@ def _verdict(
             tail = (res.stdout[-600:] + res.stderr[-300:]).strip()
             detail = f"{run.group} [{res.status.value} exit {res.exit_code}]: {tail}"[-700:]
             failed.append(run.label)
-        tests += [TestResult(name=t, outcome=outcome, detail=detail) for t in run.tests]  # type: ignore[arg-type]
+        for t in run.tests:
+            probe = book.probes.get(t) if book is not None and res is not None else None
+            why = mismatch(probe, (observed or {}).get(t)) if probe is not None else None
+            probed += probe is not None
+            if why is not None:
+                off += outcome == "passed"  # the run says passed, the library's outcomes say otherwise
+                tests.append(TestResult(name=t, outcome="failed", detail=f"{run.group}: probe: {why}"[:700]))
+            else:
+                tests.append(TestResult(name=t, outcome=outcome, detail=detail))  # type: ignore[arg-type]
     passed_n = sum(t.outcome == "passed" for t in tests)
     hack = any(f.severity == "hack" for f in flags)
+    if off:
+        flags = [*flags, Flag(name="probe_mismatch", severity="warn",
+                              evidence=f"{off} test(s) passed in their run while their library calls came to "
+                                       "other outcomes than the reference library's")]  # fmt: skip
     ok = error is None and bool(tests) and passed_n == len(tests) and not hack
     f2p = [t for t in tests if t.detail.startswith("fail_to_pass")]
     f2p_n = sum(t.outcome == "passed" for t in f2p)
     detail = error or (
         f"FAIL_TO_PASS {f2p_n}/{len(f2p)}, PASS_TO_PASS {passed_n - f2p_n}/{len(tests) - len(f2p)} passed"
-        + (f"; failed runs: {', '.join(failed[:3])}" if failed else "")
+        f" ({probed} of {len(tests)} probed)" + (f"; failed runs: {', '.join(failed[:3])}" if failed else "")
     )
     return Verdict(
         passed=ok, score=passed_n / len(tests) if tests else 0.0, tests=tuple(tests), flags=tuple(flags),
