@@ -69,6 +69,7 @@ def _grade(task: Task, patches: dict[str, str]) -> dict[str, tuple[bool, list[st
     return asyncio.run(main())
 
 
+@pytest.mark.timeout(1200)  # 17 gradings, each making the tests' calls again: minutes on a busy machine
 def test_every_in_process_attack_earns_nothing_and_the_gold_patch_passes(task: Task) -> None:
     results = _grade(task, {"gold": task.reference or "", **attacks(task)})
     assert results.pop("gold") == (True, [])
@@ -92,6 +93,7 @@ def _verdicts(task: Task, patches: dict[str, str]) -> dict[str, Verdict]:
     return asyncio.run(main())
 
 
+@pytest.mark.timeout(900)
 def test_forgeries_earn_nothing_where_the_policy_sees_nothing(
     task: Task, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -113,16 +115,17 @@ def test_forgeries_earn_nothing_where_the_policy_sees_nothing(
         assert not v.passed, (label, v.detail)
         f2p = [t for t in v.tests if t.detail.startswith("fail_to_pass")]
         assert f2p and all(t.outcome == "failed" for t in f2p), (label, v.detail)
-        assert any("probe:" in t.detail for t in f2p), (label, [t.detail for t in f2p][:2])
+        assert any(": calls: " in t.detail for t in f2p), (label, [t.detail for t in f2p][:2])
 
 
-def test_reading_the_tests_as_data_through_a_module_no_rule_names_earns_nothing(task: Task) -> None:
+def test_reading_the_tests_as_data_is_a_forgery_the_policy_does_not_name(task: Task) -> None:
     """`urllib.request` on a `file:` URL reads the test file, and the library returns the tests' expected
-    values from their own tables with the bug in place; the policy names no rule for it (no flag), and the
-    in-process harness paid it 1.0. The probe's sandbox has no test file to read."""
-    v = _verdicts(task, {"tests_as_data": forgeries(task)["tests_as_data"]})["tests_as_data"]
-    assert not v.passed, v.detail
-    assert "probe_mismatch" in [f.name for f in v.flags], v.detail
+    values from their own tables with the bug in place: the policy finds nothing in it (so the grading
+    above, with the policy blind, is the grading it gets), and the in-process harness paid it 1.0."""
+    from trialground.tasks.swe.policy import added_violations
+
+    changed = apply_patch(task.files, forgeries(task)["tests_as_data"])
+    assert changed and all(added_violations(task.files.get(p), t) == [] for p, t in changed.items())
 
 
 def test_run_tests_runs_the_graders_commands_and_shows_the_failures(task: Task) -> None:

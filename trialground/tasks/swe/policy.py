@@ -4,8 +4,8 @@ A submission's library code runs inside the process under test, so anything that
 can do: walk frames to the harness, patch pytest, pluggy or unittest, swap objects through `gc` or
 `sys.modules`, rewrite or read test files, exit early, or look at its environment to tell the grader from
 the agent's own runs. No fix of a library bug needs any of that. The policy is **evidence**: grading flags
-what it finds (`diff_policy`) and the verdict is decided by the tests and the library probe
-(`trialground.tasks.swe.probes`), which do not depend on it.
+what it finds (`diff_policy`) and the verdict is decided by the tests and their recorded calls into the
+library (`trialground.tasks.swe.calls`), which do not depend on it.
 
 `added_violations(before, after)` parses both versions of a file host-side (never in the sandbox) and
 reports every use that `after` has and `before` has not. What counts as a use is the registry of rules in

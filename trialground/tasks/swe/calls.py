@@ -1,17 +1,18 @@
-"""Library probes: what a repository's tests ask of its library, recorded once, asked again of a submission.
+"""Recorded calls: what a repository's tests ask of its library, recorded once, asked again of a submission.
 
 A repository task's tests import the library they test, so a process that runs both holds the tests'
-expected values beside the submission's code. The probe takes them apart (`sandboxed/probe.py`):
+expected values beside the submission's code. Recording the tests' calls takes them apart
+(`sandboxed/calls.py`):
 
-1. `record_book(spec, config)`: the pristine repository's suite runs once, in a sandbox of its image, with
+1. `record_calls(spec, config)`: the pristine repository's suite runs once, in a sandbox of its image, with
    every call from a test into the library recorded as a step: its target and arguments, and its outcome
    (the value as plain data, the type of an object, the type of an exception). Trusted code only.
-2. Each recorded test's steps are replayed twice against the pristine library in a *probe image*: a sandbox
-   holding the library's files and the probe program, nothing of the tests. A step whose outcome is not the
-   one recorded in both replays (hashing, addresses, state left by an earlier test) is replayed but not
-   compared; a test with no compared step has no probe. The result is the repository's `ProbeBook`, cached
-   on disk beside the task sets.
-3. Grading (`replay`): a submission's library is written into a probe image and each test's steps (never
+2. Each recorded test's steps are replayed twice against the pristine library in a *calls image*: a sandbox
+   holding the library's files and the replay program, nothing of the tests. A step whose outcome is not
+   the one recorded in both replays (hashing, addresses, state left by an earlier test) is replayed but
+   not compared; a test with no compared step has no recorded calls. The result is the repository's
+   `CallBook`, cached on disk beside the task sets.
+3. Grading (`replay`): a submission's library is written into a calls image and each test's steps (never
    their outcomes) are sent in; what comes back is parsed with `trialground.plainjson`'s bounds and
    compared host-side (`mismatch`) with the recorded outcomes, which never enter a sandbox.
 
@@ -31,25 +32,38 @@ from typing import Any
 from trialground import plainjson
 from trialground.errors import SandboxError
 from trialground.sandbox.base import WORKSPACE, ExecStatus, Limits, Sandbox, SandboxConfig
-from trialground.tasks.swe.harness import TEST_ENV
 from trialground.tasks.swe.paths import is_test_path
 from trialground.tasks.swe.repos import RepoSpec, cache_dir, is_library
 from trialground.tasks.swe.sandboxed import program_source
 
-PROBE = ".tg/probe.py"
-_RECORD_OUT = ".tg/probe-record.json"
-_PREFIX = "TGPROBE "
-_RECORD_LIMITS = Limits(wall_s=600.0, cpu_s=600.0, memory_mb=2048, output_bytes=4_000_000)
+PROGRAM = ".tg/calls.py"
+_RECORD_OUT = ".tg/calls-record.json"
+# Not isolated (`-I`) so that one hash seed holds for the recording and every replay: a value built from a
+# set of strings comes out in the same order each time. No user site, no site-packages, no bytecode; the
+# program takes its own directory off `sys.path`.
+_ARGV = ["python3", "-S", "-s", "-B", PROGRAM]
+CALLS_ENV = {"PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+_PREFIX = "TGCALLS "
+_RECORD_LIMITS = Limits(
+    wall_s=600.0,
+    cpu_s=600.0,
+    memory_mb=2048,
+    file_size_mb=300,
+    disk_mb=1024,
+    output_bytes=(256 << 20) + (1 << 20),
+)
 # What a replay may send back: the steps' outcomes, as plain data
-REPLAY_BOUNDS = plainjson.JSONBounds(max_chars=32 << 20, max_depth=40, max_number_chars=400)
-_RECORD_BOUNDS = plainjson.JSONBounds(max_chars=256 << 20, max_depth=40, max_number_chars=400)
+# (a value nested `MAX_DEPTH` deep in Python is at most three times as deep in its tagged JSON form)
+REPLAY_BOUNDS = plainjson.JSONBounds(max_chars=32 << 20, max_depth=128, max_number_chars=400)
+_RECORD_BOUNDS = plainjson.JSONBounds(max_chars=256 << 20, max_depth=128, max_number_chars=400)
 
 
 @dataclass(frozen=True)
-class Probe:
+class TestCalls:
     """One test's steps: what is sent to the sandbox (`steps`), what the host alone keeps (`expected`), and
     which steps are compared (`compared`: their outcome was the recorded one in every pristine replay)."""
 
+    __test__ = False  # not a pytest class
     test: str
     steps: tuple[Mapping[str, Any], ...]
     expected: tuple[Mapping[str, Any], ...]
@@ -57,21 +71,21 @@ class Probe:
 
 
 @dataclass(frozen=True)
-class ProbeBook:
-    """A repository's probes, by test node id (tests whose library calls could not be probed are absent)."""
+class CallBook:
+    """A repository's recorded calls, by test node id (a test with no call that can be compared is absent)."""
 
     repo: str
-    probes: Mapping[str, Probe]
+    tests: Mapping[str, TestCalls]
     recorded: int  # tests that passed in the recording run
 
-    def for_tests(self, tests: Sequence[str]) -> list[Probe]:
-        return [self.probes[t] for t in tests if t in self.probes]
+    def for_tests(self, tests: Sequence[str]) -> list[TestCalls]:
+        return [self.tests[t] for t in tests if t in self.tests]
 
 
-def probe_image_files(spec: RepoSpec, files: Mapping[str, str]) -> dict[str, str]:
-    """What a probe sandbox holds: the library's files of `files` (never a test file) and the probe."""
+def calls_image_files(spec: RepoSpec, files: Mapping[str, str]) -> dict[str, str]:
+    """What a calls sandbox holds: the library's files of `files` (never a test file) and the program."""
     kept = {p: t for p, t in files.items() if is_library(spec, p) and not is_test_path(p)}
-    return {**kept, PROBE: program_source("probe.py")}
+    return {**kept, PROGRAM: program_source("calls.py")}
 
 
 def library_path(spec: RepoSpec) -> list[str]:
@@ -84,51 +98,55 @@ def library_path(spec: RepoSpec) -> list[str]:
     return out
 
 
-def probe_digest() -> str:
-    """Part of a probe book's cache key: another probe program, another book."""
+def calls_digest() -> str:
+    """Part of a call book's cache key: another program, another book."""
     from trialground.tasks.swe.bundle import bundle_digest
 
-    text = program_source("probe.py") + bundle_digest()
+    text = program_source("calls.py") + bundle_digest()
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 async def replay(
-    sandbox: Sandbox, probes: Sequence[Probe], limits: Limits, path: Sequence[str]
+    sandbox: Sandbox,
+    recorded: Sequence[TestCalls],
+    limits: Limits,
+    path: Sequence[str],
+    bounds: plainjson.JSONBounds = REPLAY_BOUNDS,
 ) -> dict[str, list[Any] | None]:
-    """{test: the outcomes of its steps, or None} from running `probes` in `sandbox` (a probe image with a
-    library written in; `path`: the library's `sys.path`, `library_path`). Whatever the sandbox prints is
-    only data; anything malformed is None."""
-    header = {"path": list(path), "tests": {p.test: list(p.steps) for p in probes}}
+    """{test: the outcomes of its steps, or None} from making `recorded`'s calls in `sandbox` (a calls image
+    with a library written in; `path`: the library's `sys.path`, `library_path`). Whatever the sandbox
+    prints is only data; anything malformed is None."""
+    header = {"path": list(path), "tests": {p.test: list(p.steps) for p in recorded}}
     res = await sandbox.exec(
-        ["python3", "-I", "-S", PROBE, "replay"], stdin=json.dumps(header).encode(), env=TEST_ENV,
+        [*_ARGV, "replay"], stdin=json.dumps(header).encode(), env=CALLS_ENV,
         cwd=WORKSPACE, limits=limits,
     )  # fmt: skip
     if res.status is ExecStatus.SANDBOX_ERROR:
-        raise SandboxError(f"swe probe: sandbox failed: {res.stderr[-300:]}", kind="sandbox")
+        raise SandboxError(f"swe calls: sandbox failed: {res.stderr[-300:]}", kind="sandbox")
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith(_PREFIX)]
     found: Any = None
     if lines:
         try:
-            found = plainjson.loads(lines[-1][len(_PREFIX) :], REPLAY_BOUNDS)
+            found = plainjson.loads(lines[-1][len(_PREFIX) :], bounds)
         except plainjson.UnparsableJSON:
             found = None
     out: dict[str, list[Any] | None] = {}
-    for p in probes:
+    for p in recorded:
         got = found.get(p.test) if isinstance(found, dict) else None
         out[p.test] = got if isinstance(got, list) else None
     return out
 
 
-def mismatch(probe: Probe, observed: list[Any] | None) -> str | None:
-    """None when every compared step of `probe` came to its recorded outcome; else what differed (no value
+def mismatch(calls: TestCalls, observed: list[Any] | None) -> str | None:
+    """None when every compared step of `calls` came to its recorded outcome; else what differed (no value
     is shown: the outcomes are the tests' expected values)."""
     if observed is None:
-        return "the probe gave no outcomes (the library's process failed, exited early or printed none)"
-    if len(observed) != len(probe.steps):
-        return f"the probe gave {len(observed)} outcomes for {len(probe.steps)} calls"
-    for i, (want, got, compared) in enumerate(zip(probe.expected, observed, probe.compared, strict=True)):
+        return "no outcomes came back (the library's process failed, exited early or printed none)"
+    if len(observed) != len(calls.steps):
+        return f"{len(observed)} outcomes came back for {len(calls.steps)} calls"
+    for i, (want, got, compared) in enumerate(zip(calls.expected, observed, calls.compared, strict=True)):
         if compared and got != want:
-            return f"call {i + 1} of {len(probe.steps)} ({_target(probe.steps[i])}) came to another outcome"
+            return f"call {i + 1} of {len(calls.steps)} ({_target(calls.steps[i])}) came to another outcome"
     return None
 
 
@@ -158,16 +176,16 @@ def _plans(raw: Mapping[str, Any]) -> dict[str, tuple[list[dict[str, Any]], list
     return out
 
 
-async def record_book(spec: RepoSpec, config: SandboxConfig) -> ProbeBook:
-    """The probe book of `spec` (see the module docstring), from the disk cache when it is there."""
+async def record_calls(spec: RepoSpec, config: SandboxConfig) -> CallBook:
+    """The call book of `spec` (see the module docstring), from the disk cache when it is there."""
     from trialground.tasks.swe.build import workspace_image_files
     from trialground.tasks.swe.image import RepoImage
 
-    path = cache_dir() / "probes" / f"{spec.name}-{spec.version}-{probe_digest()}.json"
+    path = cache_dir() / "calls" / f"{spec.name}-{spec.version}-{calls_digest()}.json"
     if path.exists():
         return _book_from_json(spec.name, json.loads(path.read_text("utf-8")))
     files = workspace_image_files(spec)
-    image = RepoImage(config, {**files, PROBE: program_source("probe.py")}, keep=1)
+    image = RepoImage(config, {**files, PROGRAM: program_source("calls.py")}, keep=1)
     try:
         async with image.lease() as sandbox:
             header = {
@@ -176,35 +194,35 @@ async def record_book(spec: RepoSpec, config: SandboxConfig) -> ProbeBook:
                 "out": f"{WORKSPACE}/{_RECORD_OUT}",
             }  # fmt: skip
             res = await sandbox.exec(
-                ["python3", "-I", "-S", PROBE, "record"], stdin=json.dumps(header).encode(), env=TEST_ENV,
+                [*_ARGV, "record"], stdin=json.dumps(header).encode(), env=CALLS_ENV,
                 cwd=WORKSPACE, limits=_RECORD_LIMITS,
             )  # fmt: skip
             if res.status is ExecStatus.SANDBOX_ERROR:
                 raise SandboxError(
-                    f"swe probe recording: sandbox failed: {res.stderr[-300:]}", kind="sandbox"
+                    f"swe calls recording: sandbox failed: {res.stderr[-300:]}", kind="sandbox"
                 )
             try:
                 data = await sandbox.read(_RECORD_OUT, _RECORD_BOUNDS.max_chars)
             except (FileNotFoundError, SandboxError) as e:
                 tail = (res.stdout[-300:] + res.stderr[-600:]).strip()
-                raise SandboxError(f"swe probe recording wrote no record: {e}: {tail}", kind="sandbox") from e
+                raise SandboxError(f"swe calls recording wrote no record: {e}: {tail}", kind="sandbox") from e
     finally:
         await image.close()
     raw = plainjson.loads(data, _RECORD_BOUNDS)
     plans = _plans(raw)
     drafts = [
-        Probe(t, tuple(sent), tuple(outs), tuple(True for _ in outs)) for t, (sent, outs) in plans.items()
+        TestCalls(t, tuple(sent), tuple(outs), tuple(True for _ in outs)) for t, (sent, outs) in plans.items()
     ]
-    pristine = probe_image_files(spec, files)
+    pristine = calls_image_files(spec, files)
     runs = []
     for _ in range(2):
         pimage = RepoImage(config, pristine, keep=1)
         try:
             async with pimage.lease() as sandbox:
-                runs.append(await replay(sandbox, drafts, _RECORD_LIMITS, library_path(spec)))
+                runs.append(await replay(sandbox, drafts, _RECORD_LIMITS, library_path(spec), _RECORD_BOUNDS))
         finally:
             await pimage.close()
-    probes: dict[str, Probe] = {}
+    kept: dict[str, TestCalls] = {}
     for d in drafts:
         seen = [r.get(d.test) for r in runs]
         compared = tuple(
@@ -212,8 +230,8 @@ async def record_book(spec: RepoSpec, config: SandboxConfig) -> ProbeBook:
             for i, want in enumerate(d.expected)
         )
         if any(compared):
-            probes[d.test] = Probe(d.test, d.steps, d.expected, compared)
-    book = ProbeBook(spec.name, probes, recorded=len(raw.get("passed", [])))
+            kept[d.test] = TestCalls(d.test, d.steps, d.expected, compared)
+    book = CallBook(spec.name, kept, recorded=len(raw.get("passed", [])))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(_book_to_json(book)), "utf-8")
@@ -221,15 +239,15 @@ async def record_book(spec: RepoSpec, config: SandboxConfig) -> ProbeBook:
     return book
 
 
-def _book_to_json(book: ProbeBook) -> dict[str, Any]:
-    probes = {t: {"steps": list(p.steps), "expected": list(p.expected), "compared": list(p.compared)}
-              for t, p in book.probes.items()}  # fmt: skip
-    return {"recorded": book.recorded, "probes": probes}
+def _book_to_json(book: CallBook) -> dict[str, Any]:
+    tests = {t: {"steps": list(p.steps), "expected": list(p.expected), "compared": list(p.compared)}
+             for t, p in book.tests.items()}  # fmt: skip
+    return {"recorded": book.recorded, "tests": tests}
 
 
-def _book_from_json(repo: str, data: Mapping[str, Any]) -> ProbeBook:
-    probes = {
-        t: Probe(t, tuple(p["steps"]), tuple(p["expected"]), tuple(bool(c) for c in p["compared"]))
-        for t, p in data["probes"].items()
+def _book_from_json(repo: str, data: Mapping[str, Any]) -> CallBook:
+    tests = {
+        t: TestCalls(t, tuple(p["steps"]), tuple(p["expected"]), tuple(bool(c) for c in p["compared"]))
+        for t, p in data["tests"].items()
     }
-    return ProbeBook(repo, probes, recorded=int(data["recorded"]))
+    return CallBook(repo, tests, recorded=int(data["recorded"]))

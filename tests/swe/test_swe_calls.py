@@ -1,4 +1,4 @@
-"""The library probe (`tasks/swe/sandboxed/probe.py`, `tasks/swe/probes.py`) on a tiny repository, run as the
+"""Recorded calls (`tasks/swe/sandboxed/calls.py`, `tasks/swe/calls.py`) on a tiny repository, run as the
 shipped program with this interpreter (no sandbox: the sandboxed runs are `tests/hacks/test_swe_attacks.py`).
 Recording sees the tests' calls into the library; replaying them needs no test file and sends no outcome;
 the host's comparison tells the reference library from a buggy one and from objects that claim equality."""
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from trialground.tasks.swe import probes
-from trialground.tasks.swe.sandboxed import probe as prog
+from trialground.tasks.swe import calls
+from trialground.tasks.swe.sandboxed import calls as prog
 from trialground.tasks.swe.sandboxed import program_source
 
 LIB = """
@@ -66,8 +66,8 @@ def test_fill():
 def _program(tmp: Path, mode: str, header: dict[str, Any]) -> subprocess.CompletedProcess[str]:
     import pytest as host_pytest
 
-    prog_path = tmp / "probe.py"
-    prog_path.write_text(program_source("probe.py"))
+    prog_path = tmp / "calls.py"
+    prog_path.write_text(program_source("calls.py"))
     site = str(Path(host_pytest.__file__).parent.parent)
     header = {"site": site, **header}
     return subprocess.run(
@@ -95,8 +95,8 @@ def _replay(tmp: Path, lib: str, plans: dict[str, Any]) -> dict[str, Any]:
     (tmp / "tiny" / "__init__.py").write_text(lib)
     tests = {t: sent for t, (sent, _) in plans.items()}
     res = _program(tmp, "replay", {"path": [str(tmp)], "tests": tests})
-    line = [ln for ln in res.stdout.splitlines() if ln.startswith("TGPROBE ")][-1]
-    return json.loads(line[len("TGPROBE ") :])
+    line = [ln for ln in res.stdout.splitlines() if ln.startswith("TGCALLS ")][-1]
+    return json.loads(line[len("TGCALLS ") :])
 
 
 def test_recording_sees_each_tests_calls_and_nothing_a_test_compares_with(recorded: dict[str, Any]) -> None:
@@ -104,7 +104,7 @@ def test_recording_sees_each_tests_calls_and_nothing_a_test_compares_with(record
         ["test_tiny.py::test_double[1-2]", "test_tiny.py::test_double[3-6]", "test_tiny.py::test_split",
          "test_tiny.py::test_box", "test_tiny.py::test_fill"]
     )  # fmt: skip
-    plans = probes._plans(recorded)
+    plans = calls._plans(recorded)
     sent, outs = plans["test_tiny.py::test_double[3-6]"]
     assert sent[-1]["at"] == {"path": ["tiny", "double"]} and sent[-1]["args"] == [3]
     assert outs[-1] == {"v": 6}
@@ -126,15 +126,15 @@ def test_recording_sees_each_tests_calls_and_nothing_a_test_compares_with(record
 def test_replay_without_the_tests_tells_the_reference_from_a_bug(
     recorded: dict[str, Any], tmp_path: Path
 ) -> None:
-    plans = probes._plans(recorded)
-    book = {t: probes.Probe(t, tuple(s), tuple(o), tuple(True for _ in o)) for t, (s, o) in plans.items()}
+    plans = calls._plans(recorded)
+    book = {t: calls.TestCalls(t, tuple(s), tuple(o), tuple(True for _ in o)) for t, (s, o) in plans.items()}
     same = _replay(tmp_path / "ref", LIB, plans)
-    assert {t: probes.mismatch(p, same.get(t)) for t, p in book.items()} == dict.fromkeys(book)
+    assert {t: calls.mismatch(p, same.get(t)) for t, p in book.items()} == dict.fromkeys(book)
     bug = LIB.replace("return 2 * x", "return 2 * x if x < 3 else x")
     off = _replay(tmp_path / "bug", bug, plans)
-    assert probes.mismatch(book["test_tiny.py::test_double[3-6]"], off["test_tiny.py::test_double[3-6]"])
+    assert calls.mismatch(book["test_tiny.py::test_double[3-6]"], off["test_tiny.py::test_double[3-6]"])
     assert (
-        probes.mismatch(book["test_tiny.py::test_double[1-2]"], off["test_tiny.py::test_double[1-2]"]) is None
+        calls.mismatch(book["test_tiny.py::test_double[1-2]"], off["test_tiny.py::test_double[1-2]"]) is None
     )
     # an int that says it equals anything is not plain data: it is an object of its own type
     liar = LIB.replace(
@@ -143,25 +143,25 @@ def test_replay_without_the_tests_tells_the_reference_from_a_bug(
         "def double(x):\n    return S(2 * x)",
     )
     lied = _replay(tmp_path / "liar", liar, plans)
-    assert "another outcome" in str(probes.mismatch(book["test_tiny.py::test_double[1-2]"],
+    assert "another outcome" in str(calls.mismatch(book["test_tiny.py::test_double[1-2]"],
                                                     lied["test_tiny.py::test_double[1-2]"]))  # fmt: skip
 
 
 def test_replay_of_a_library_that_exits_or_floods_is_a_failure_not_an_error(
     recorded: dict[str, Any], tmp_path: Path
 ) -> None:
-    plans = probes._plans(recorded)
-    book = {t: probes.Probe(t, tuple(s), tuple(o), tuple(True for _ in o)) for t, (s, o) in plans.items()}
+    plans = calls._plans(recorded)
+    book = {t: calls.TestCalls(t, tuple(s), tuple(o), tuple(True for _ in o)) for t, (s, o) in plans.items()}
     (tmp_path / "tiny").mkdir()
     (tmp_path / "tiny" / "__init__.py").write_text(LIB + "\nimport os\nos._exit(0)\n")
-    prog_path = tmp_path / "probe.py"
-    prog_path.write_text(program_source("probe.py"))
+    prog_path = tmp_path / "calls.py"
+    prog_path.write_text(program_source("calls.py"))
     header = {"path": [str(tmp_path)], "tests": {t: s for t, (s, _) in plans.items()}}
     res = subprocess.run([sys.executable, "-I", "-S", str(prog_path), "replay"], input=json.dumps(header),
                          text=True, capture_output=True, timeout=60)  # fmt: skip
-    assert "TGPROBE" not in res.stdout
-    for probe in book.values():
-        assert "no outcomes" in str(probes.mismatch(probe, None))
+    assert "TGCALLS" not in res.stdout
+    for recorded in book.values():
+        assert "no outcomes" in str(calls.mismatch(recorded, None))
 
 
 def test_plain_data_is_exact_and_bounded() -> None:
@@ -181,4 +181,20 @@ def test_plain_data_is_exact_and_bounded() -> None:
         deep = [deep]
     with pytest.raises(prog.NotPlain):
         prog.Encoder().enc(deep)
-    assert os.path.basename(probes.PROBE) == "probe.py"
+    assert os.path.basename(calls.PROGRAM) == "calls.py"
+
+
+def test_the_calls_image_holds_the_library_and_the_program_and_nothing_of_the_tests() -> None:
+    from trialground.tasks.swe.repos import RepoSpec
+
+    spec = RepoSpec(name="x", version="1", url="u/x.tar.gz", sha256="0", library=("pkg/", "Lib/lib/"),
+                    tests=("tests",), pytest_args=("-o", "pythonpath=Lib"))  # fmt: skip
+    files = {
+        "pkg/__init__.py": "", "pkg/data.txt": "d", "pkg/tests/test_inner.py": "", "pkg/conftest.py": "",
+        "Lib/lib/core.py": "", "tests/test_x.py": "", "test_top.py": "", "conftest.py": "", "README.md": "",
+        ".tg/pytest.py": "", ".tg/site/pytest/__init__.py": "",
+    }  # fmt: skip
+    image = calls.calls_image_files(spec, files)
+    assert sorted(image) == [".tg/calls.py", "Lib/lib/core.py", "pkg/__init__.py", "pkg/data.txt"]
+    assert image[".tg/calls.py"] == program_source("calls.py")
+    assert calls.library_path(spec) == ["/workspace", "/workspace/Lib"]

@@ -1,6 +1,6 @@
-"""The library probe of repository grading: what the tests ask of the library, asked again without the tests.
+"""Recorded calls of repository grading: what the tests ask of the library, asked again without the tests.
 
-One program, two modes (`python3 -I -S .tg/probe.py record|replay`, a JSON header on stdin):
+One program, two modes (`python3 -I -S .tg/calls.py record|replay`, a JSON header on stdin):
 
 - `record` runs in a sandbox of the *pristine* repository (its library, its tests, the bundled pytest):
   trusted code only. As each library module is imported, its functions and its classes' methods are
@@ -13,7 +13,7 @@ One program, two modes (`python3 -I -S .tg/probe.py record|replay`, a JSON heade
   expects, and it must never reach the library's sandbox.
 - `replay` runs in a sandbox that holds the *submission's* library and nothing of the tests. The header
   gives, per test, its steps without their outcomes. Each test's steps run in a forked child of a process
-  that imported the library; the outcomes are printed as one line `TGPROBE <json>`. Nothing here decides
+  that imported the library; the outcomes are printed as one line `TGCALLS <json>`. Nothing here decides
   anything: the host compares these outcomes with the recorded ones, which never enter this sandbox.
 
 Plain data: None, bool, int, str and exact lists as JSON; tuples, floats, bytes, dicts, sets and complex
@@ -32,7 +32,7 @@ from collections.abc import Callable
 from importlib.machinery import PathFinder
 from typing import Any
 
-PREFIX = "TGPROBE "
+PREFIX = "TGCALLS "
 MAX_DEPTH = 24
 MAX_NODES = 20_000
 MAX_CHARS = 1 << 20
@@ -405,6 +405,8 @@ def replay(header: dict[str, Any]) -> None:
 
 
 def main() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
     header = json.loads(sys.stdin.buffer.read())
     {"record": record, "replay": replay}[mode](header)
