@@ -19,6 +19,7 @@ from trialground.verify.grader import make_grader
 
 Solver = Callable[[Task], "str | None"]
 EXPERTS: dict[str, str] = {
+    "codegen": "trialground.families.codegen.expert:solve",
     "sql": "trialground.families.sql.expert:solve",
     "scicomp": "trialground.families.scicomp.expert:solve",
     "shell": "trialground.families.shell.expert:solve",
@@ -27,6 +28,9 @@ EXPERTS: dict[str, str] = {
     "httpdiag": "trialground.families.httpdiag.expert:solve",
     "regex": "trialground.families.regex.expert:solve",
     "stats": "trialground.families.stats.expert:solve",
+    "depgraph": "trialground.families.depgraph.expert:solve",
+    "jsonxform": "trialground.families.jsonxform.expert:solve",
+    "cron": "trialground.families.cron.expert:solve",
 }
 
 
