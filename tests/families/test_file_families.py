@@ -17,7 +17,7 @@ from trialground.verify.audit import audit_tasks
 from trialground.verify.audit.library import BY_NAME
 from trialground.verify.grader import make_grader
 
-FAMILIES = ("depgraph", "jsonxform", "cron", "configfix")
+FAMILIES = ("depgraph", "jsonxform", "cron", "configfix", "csvjoin")
 
 
 def spec_of(task: Task) -> dict[str, object]:

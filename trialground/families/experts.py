@@ -32,6 +32,7 @@ EXPERTS: dict[str, str] = {
     "jsonxform": "trialground.families.jsonxform.expert:solve",
     "cron": "trialground.families.cron.expert:solve",
     "configfix": "trialground.families.configfix.expert:solve",
+    "csvjoin": "trialground.families.csvjoin.expert:solve",
 }
 
 

@@ -397,6 +397,13 @@ for _source in (
         default_n=200,
     ),
     TaskSource(
+        "csvjoin",
+        "trialground.families.csvjoin.source:load",
+        "two CSV files joined and aggregated into a report CSV by plain Python (no pandas)",
+        generator=True,
+        default_n=200,
+    ),
+    TaskSource(
         "hf", _hf, "a local Hugging Face dataset, hf:PATH[?column mapping]", arg="required", check=_check_hf
     ),
 ):
