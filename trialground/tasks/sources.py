@@ -298,7 +298,13 @@ for _source in (
         default_n=120,
         arg="optional",
     ),
-    TaskSource("swe", _swe, "bugs injected into a real library, swe:<repo>[:<candidates>]", arg="required"),
+    TaskSource(
+        "swe",
+        _swe,
+        "bugs injected into a real library, swe:<repo>[:<candidates>]",
+        arg="required",
+        requires=(("pytest", "swe"),),  # copied into each task's workspace (tasks/swe/bundle.py)
+    ),
     TaskSource(
         "humaneval",
         "trialground.families.humaneval.source:load",
