@@ -11,7 +11,8 @@ no task is made), so `trialground config validate` and a failing `train` answer 
   line, `MAX_FILE_PROBLEMS` a file and a count of the rest);
 - every metric sink's package, and what the config's plugins require (`plugin_requirements`: each policy,
   pool backend and env kind declares its modules, extras and why);
-- for `train`: the run directory is free (or, with `resume`, holds a run).
+- for `train`: the run directory is free (or, with `resume`, holds a run), and the trainer's per-rank
+  memory estimate fits the device (`memory_check`: trainer.device_memory_gib, or the CUDA device's).
 
 `cautions(config)` lists what can run but is likely to cost episodes (or fail for tasks that open a sandbox
 when the sandbox backend's program is missing) (`config validate` prints them, `train`
@@ -226,16 +227,22 @@ def problems(config: RunConfig, purpose: Purpose, *, resume: bool = False) -> li
     """Every problem found (see the module docstring); empty when the run can start."""
     out = _package_problems(config, purpose) + _policy_problems(config, purpose) + _task_problems(config)
     if purpose == "train":
-        out += run_dir_problems(config, resume=resume)
+        from trialground.orchestrator.memory_check import memory_problems
+
+        out += run_dir_problems(config, resume=resume) + memory_problems(config)
     return out
 
 
 def cautions(config: RunConfig) -> list[str]:
     """What can run but will likely lose work: a step that puts more episodes in flight than the environment
-    pool holds makes the rest wait for one, and each that waits past `pool.acquire_timeout_s` fails."""
+    pool holds makes the rest wait for one, and each that waits past `pool.acquire_timeout_s` fails; a
+    trainer that fits its device by the memory estimate but not by the margin measurements leave."""
     out: list[str] = []
     backend = config.sandbox.backend
     out += SANDBOX_BACKENDS.lookup(backend).missing(f"sandbox.backend={backend} (for tasks run in a sandbox)")
+    from trialground.orchestrator.memory_check import memory_cautions
+
+    out += memory_cautions(config)
     uses_pool = config.uses_env_pool
     loop, pool = config.loop, config.pool
     capacity = pool.max_active_bound if pool.autoscale else pool.max_active

@@ -131,6 +131,15 @@ class TrainerConfig(BaseModel):
         "and evaluations, so this bounds the longest of those",
     )
 
+    device_memory_gib: float | None = Field(
+        None,
+        gt=0.0,
+        le=1 << 20,
+        description="Memory of one training device in GiB, for the check before a run (docs/memory.md): a "
+        "run whose per-rank estimate does not fit is refused. Unset: the CUDA device's own total when "
+        "policy.device is cuda and CUDA is present, else no check",
+    )
+
     @field_validator("algorithm")
     @classmethod
     def _known_algorithm(cls, value: str) -> str:
