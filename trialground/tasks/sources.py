@@ -255,7 +255,7 @@ for _source in (
         "trialground.families.data.source:load",
         "generated data-analysis tasks",
         generator=True,
-        default_n=100,
+        default_n=200,
     ),
     TaskSource(
         "ops",
@@ -295,7 +295,7 @@ for _source in (
         "trialground.families.longctx.source:load",
         "long-context tool tasks: find, log, doc",
         generator=True,
-        default_n=120,
+        default_n=200,
         arg="optional",
     ),
     TaskSource(
@@ -406,6 +406,13 @@ for _source in (
         "csvjoin",
         "trialground.families.csvjoin.source:load",
         "two CSV files joined and aggregated into a report CSV by plain Python (no pandas)",
+        generator=True,
+        default_n=200,
+    ),
+    TaskSource(
+        "intervals",
+        "trialground.families.intervals.source:load",
+        "meeting-room bookings over a week: busy time, free slots, conflicts, peak, first fit, by Python",
         generator=True,
         default_n=200,
     ),
