@@ -262,7 +262,7 @@ for _source in (
         "trialground.families.ops.source:load",
         "generated operations-troubleshooting tasks",
         generator=True,
-        default_n=60,
+        default_n=200,
     ),
     TaskSource(
         "agent",
