@@ -70,8 +70,6 @@ ALLOWED = {
     ("tasks/hf_source.py", "math"): "the Hugging Face source builds tasks of the kind it maps rows to",
     ("tasks/hf_source.py", "numeric"): "the Hugging Face source builds tasks of the kind it maps rows to",
     ("tasks/hf_source.py", "regex"): "the Hugging Face source builds tasks of the kind it maps rows to",
-    ("cli/tasks_cmd.py", "swe_tests"): "`tasks swe-*` commands act on repository tasks only (the swe family)",
-    ("tasks/dedup.py", "swe_tests"): "repository tasks are compared by patch (the swe family's own rule)",
     **{
         ("verify/validate.py", kind): "static validation is a ladder over the built-in verifier kinds "
         "(a kind-owned `validate` replaces it when verifier kinds own their checks)"

@@ -14,7 +14,7 @@ from trialground.cli import app
 from trialground.orchestrator import memory_check
 from trialground.train.advantages import with_advantages
 from trialground.train.config import TrainerConfig
-from trialground.train.memory_model import ModelShape, TrainSetup, estimate
+from trialground.train.memory_model import GIB, ModelShape, TrainSetup, estimate
 from trialground.train.precision import trainer_dtype
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,8 +124,25 @@ def test_a_run_that_cannot_fit_is_refused_before_it_starts(tmp_path: Path) -> No
     assert memory_check.memory_problems(load_config(QUICKSTART, [])) == []  # on a CPU: no device to check
 
 
-def test_a_run_prints_its_estimate_in_one_line() -> None:
+def test_a_run_prints_its_estimate_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from trialground.cli.run_cmd import _config
+
+    _config(QUICKSTART, [f"output_dir={tmp_path}"], None)  # what `train` does before the run starts
+    err = capsys.readouterr().err
+    (line,) = [x for x in err.splitlines() if x.startswith("memory estimate per rank:")]
+    assert line.endswith("one process, 16 x 2048 tokens a micro-batch"), line
+
+
+def test_a_run_within_the_measured_margin_is_cautioned_not_refused() -> None:
     from trialground.orchestrator.run_config import load_config
 
-    line = memory_check.estimate_line(load_config(QUICKSTART, []))
-    assert line is not None and "\n" not in line and line.startswith("memory estimate per rank:")
+    est = memory_check.run_estimate(load_config(QUICKSTART, []))
+    assert est is not None
+    reserve = memory_check.RESERVE_BYTES
+    tight = (est.device * (1 + memory_check.MEASURED_OVER) / 2 + reserve) / GIB  # between the two bounds
+    config = load_config(QUICKSTART, [f"trainer.device_memory_gib={tight}"])
+    assert memory_check.memory_problems(config) == []
+    (caution,) = memory_check.memory_cautions(config)
+    assert "may still run out of memory" in caution
+    roomy = load_config(QUICKSTART, [f"trainer.device_memory_gib={2 * est.device / GIB + 4}"])
+    assert memory_check.memory_cautions(roomy) == []
