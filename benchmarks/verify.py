@@ -31,8 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from trialground.families.humaneval.source import humaneval_tasks
 from trialground.sandbox.base import SandboxConfig
-from trialground.tasks.humaneval import humaneval_tasks
 from trialground.verify.config import GradingConfig, RewardConfig
 from trialground.verify.grader import make_grader
 

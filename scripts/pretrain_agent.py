@@ -17,13 +17,13 @@
 
 on 2 CPU cores. `tiny-agent` is trained on the `agent` families alone, `tiny-nav` on those and the
 long-context families, then continued for 120 steps on new traces whose answers are right and half of
-whose long-context traces play the family's shortcut (`--shortcut`, `trialground.tasks.longctx`): the
+whose long-context traces play the family's shortcut (`--shortcut`, `families/longctx`): the
 policy follows references better and keeps a habit of skipping them, which the long-context recipe's
 reinforcement learning removes.
 
 Recipe:
-1. Traces. For train-split instances of the `agent` families (trialground.tasks.agentic) and of the
-   long-context families (trialground.tasks.longctx: search, paged reads, following a reference), a
+1. Traces. For train-split instances of the `agent` families (trialground.families.agent.source) and of the
+   long-context families (trialground.families.longctx.source: search, paged reads, following a reference), a
    scripted expert plays real episodes in a real `ToolEnv` with each recipe's environment and sandbox
    settings (examples/agent.yaml, examples/longctx_cpu.yaml), so every observation is exactly what the
    environment prints. The expert reacts to
@@ -63,11 +63,11 @@ from transformers import LlamaForCausalLM
 
 from trialground.envs.tool_env import ToolEnv
 from trialground.envs.toolcalls import format_tool_call
+from trialground.families.agent.source import agent_instances
+from trialground.families.longctx.source import longctx_instances
 from trialground.orchestrator.run_config import RunConfig, load_config
 from trialground.policy.tiny import AGENT_NAME, NAV_NAME, build_tokenizer, tiny_llama_config, tiny_model_dir
 from trialground.rollout.chat import ChatRenderer
-from trialground.tasks.agentic import agent_instances
-from trialground.tasks.longctx import longctx_instances
 from trialground.tasks.model import Task
 from trialground.verify.grader import make_grader
 
@@ -348,7 +348,7 @@ def main() -> None:
     ap.add_argument("--longctx-eval-n", type=int, default=48)
     ap.add_argument(
         "--shortcut", type=float, default=0.0, help="share of long-context traces that play the family's "
-        "shortcut (trialground.tasks.longctx: a plausible way to answer that skips following the reference, "
+        "shortcut (families/longctx: a plausible way to answer that skips following the reference, "
         "wrong unless by chance): a habit the long-context recipe's reinforcement learning corrects",
     )  # fmt: skip
     ap.add_argument("--longctx-target", type=float, default=0.25, help="and long-context solve rate >= this")

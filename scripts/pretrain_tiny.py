@@ -26,9 +26,9 @@ from pathlib import Path
 import torch
 from transformers import LlamaForCausalLM
 
+from trialground.families.codegen.source import Instance, sample_instances
 from trialground.policy.backends.hf.hf import sample_batch
 from trialground.policy.tiny import build_tokenizer, tiny_llama_config, tiny_model_dir
-from trialground.tasks.codegen import Instance, sample_instances
 
 # Runs each candidate on its cases in a child process; a bad candidate (loop, crash) fails alone.
 CHECKER = r"""
@@ -116,11 +116,11 @@ def evaluate(model_dir: str, n: int, samples: int, seed: int) -> None:
     """Pass rates of a saved model on the eval split, graded by the real sandboxed grader."""
     import asyncio
 
+    from trialground.families.codegen.source import generate_codegen_tasks
     from trialground.monitor.quality import measure_pass_rates
     from trialground.policy.backends.hf.hf import HFPolicy
     from trialground.policy.config import PolicyConfig
     from trialground.sandbox.base import SandboxConfig
-    from trialground.tasks.codegen import generate_codegen_tasks
     from trialground.verify.grader import make_grader
 
     policy = HFPolicy(PolicyConfig(model=model_dir))

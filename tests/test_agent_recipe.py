@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from trialground.envs.toolcalls import ToolCall, parse_tool_calls
-from trialground.envs.tools import validate_call
+from trialground.envs.tools.registry import validate_call
 from trialground.orchestrator.run_config import load_config
 
 torch = pytest.importorskip("torch")
@@ -64,9 +64,9 @@ def test_a_few_agent_steps_learn_from_multi_turn_episodes(tmp_path: Path) -> Non
 
 def test_the_agent_policy_calls_tools_the_environment_understands() -> None:
     """Greedy first turns of the bundled agent policy on held-out prompts parse as valid tool calls."""
+    from trialground.families.agent.source import agent_tasks
     from trialground.orchestrator.wiring import build
     from trialground.rollout.chat import ChatRenderer
-    from trialground.tasks.agentic import agent_tasks
 
     cfg = load_config(AGENT, ["tasks.num_train=1", "tasks.num_eval=1"])
     c = build(cfg, None, train=False)

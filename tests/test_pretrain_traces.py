@@ -15,8 +15,8 @@ import pytest
 from script_helpers import load_script
 
 from trialground.envs.tool_env import ToolEnv
+from trialground.families.longctx.source import longctx_instances
 from trialground.orchestrator.run_config import load_config
-from trialground.tasks.longctx import longctx_instances
 from trialground.verify.grader import make_grader
 
 pytest.importorskip("torch")

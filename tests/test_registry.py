@@ -22,6 +22,7 @@ from trialground.tasks.verifiers import KINDS, NumericParams, Params, VerifierKi
 from trialground.verify.grader import make_grader
 from trialground.verify.judges.config import (
     JUDGES,
+    JudgeCaps,
     JudgeConfig,
     JudgeKind,
     OpenAIJudgeParams,
@@ -69,7 +70,13 @@ class _FixedJudge(Judge):
         return self.params.score
 
 
-FIXED = JudgeKind("fixed_for_tests", _FixedParams, _FixedJudge, "a constant score")
+FIXED = JudgeKind(
+    "fixed_for_tests",
+    _FixedJudge,
+    JudgeCaps(local_model=False),
+    settings=_FixedParams,
+    doc="a constant score",
+)
 
 
 async def test_judges_are_built_by_kind_from_their_typed_params() -> None:

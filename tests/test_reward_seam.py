@@ -15,6 +15,7 @@ pytest.importorskip("torch", reason="needs the [train] extra")
 
 from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
+from trialground.families.codegen.source import generate_codegen_tasks
 from trialground.orchestrator.collect import Collector, RolloutSettings
 from trialground.policy.backends.scripted.scripted import ScriptedPolicy
 from trialground.policy.base import SamplingParams
@@ -23,7 +24,6 @@ from trialground.rollout.scoring import score
 from trialground.rollout.trajectory import CONTEXT_BUDGET, Trajectory
 from trialground.sandbox.backends.bwrap.sandbox import bwrap_available
 from trialground.sandbox.base import SandboxConfig
-from trialground.tasks.codegen import generate_codegen_tasks
 from trialground.tasks.io import write_jsonl
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.verify.config import PartSpec, RewardConfig

@@ -11,8 +11,9 @@ from envkit import call, code_task
 from trialground.envs import patching
 from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
-from trialground.envs.tool_schemas import tool_schemas
-from trialground.envs.tools import READ_FILE_MAX_BYTES, TOOL_DOCS, Toolbox, make_action, tool_docs
+from trialground.envs.tools.base import make_action
+from trialground.envs.tools.registry import TOOL_DOCS, tool_docs, tool_schemas
+from trialground.envs.tools.toolbox import READ_FILE_MAX_BYTES, Toolbox
 from trialground.sandbox.base import Sandbox, SandboxConfig
 from trialground.sandbox.factory import open_sandbox
 from trialground.tasks.model import Task, VerifierSpec

@@ -14,13 +14,13 @@ import pytest
 
 from trialground.envs.config import EnvConfig
 from trialground.envs.harness import HarnessEnv, harness_sandbox_config
+from trialground.families.agent.source import agent_tasks
 from trialground.gateway.episode import harness_group
 from trialground.gateway.server import Gateway
 from trialground.policy.backends.scripted.scripted import ScriptedPolicy, load_tokenizer
 from trialground.policy.base import SamplingParams
 from trialground.rollout.scoring import score
 from trialground.sandbox.base import SandboxConfig
-from trialground.tasks.agentic import agent_tasks
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.verify.config import RewardConfig
 from trialground.verify.grader import make_grader

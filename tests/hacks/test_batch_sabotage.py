@@ -13,8 +13,8 @@ import pytest
 from isolation_suite import SPAWN
 from reward_helpers import grade_and_score
 
+from trialground.families.humaneval.source import humaneval_tasks
 from trialground.sandbox.base import SandboxConfig
-from trialground.tasks.humaneval import humaneval_tasks
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.verify.config import GradingConfig, RewardConfig
 from trialground.verify.grader import make_grader
@@ -97,7 +97,7 @@ async def _batch(tasks: list[Task], source: str, grading: GradingConfig) -> list
         items = [(tasks[i], tasks[i].reference or "") for i in SIBLINGS[:2]]
         items.append((tasks[2], source))
         items += [(tasks[i], tasks[i].reference or "") for i in SIBLINGS[2:]]
-        out = await grader.code.verify_many(items)
+        out = await grader.resource("code_tests").verifier.verify_many(items)
     finally:
         await grader.close()
     assert all(isinstance(v, Verdict) for v in out), out

@@ -12,8 +12,8 @@ import pytest
 from hack_suite import HACKS, Hack
 from reward_helpers import grade_and_score, step_metrics
 
+from trialground.families.humaneval.source import humaneval_tasks
 from trialground.sandbox.base import SandboxConfig
-from trialground.tasks.humaneval import humaneval_tasks
 from trialground.verify.config import GradingConfig, RewardConfig
 from trialground.verify.grader import make_grader
 from trialground.verify.reward.model import Reward

@@ -82,7 +82,9 @@ def test_the_next_member_of_a_batch_sees_the_roots_as_made() -> None:
     async def go() -> list[bool]:
         grader = _grader(8)
         try:
-            verdicts = await grader.code.verify_many([(TASK, PLANT), (TASK, PROBE), (TASK, PROBE)])
+            verdicts = await grader.resource("code_tests").verifier.verify_many(
+                [(TASK, PLANT), (TASK, PROBE), (TASK, PROBE)]
+            )
             for v in verdicts[1:]:
                 if not v.passed:
                     print(v.tests[0].detail)

@@ -81,7 +81,8 @@ def test_every_in_process_attack_earns_nothing_and_the_gold_patch_passes(task: T
 
 
 def test_run_tests_runs_the_graders_commands_and_shows_the_failures(task: Task) -> None:
-    from trialground.envs.tools import _ENV, Toolbox
+    from trialground.envs.tools.toolbox import ENV as _ENV
+    from trialground.envs.tools.toolbox import Toolbox
     from trialground.sandbox.factory import open_sandbox
     from trialground.tasks.swe.harness import TEST_ENV, test_runs
 

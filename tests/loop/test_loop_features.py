@@ -87,6 +87,9 @@ def test_async_tool_run_autoscales_flags_and_holds_the_staleness_bound(tmp_path:
             stale.append(trainer_version - row["policy_version"])
     assert max(stale) == 1
     assert all(r["async/staleness_max"] <= 1 for r in rows)
+    # per sampled token too: the trained tokens' lag, within the bound, and some tokens really stale
+    assert all(r["async/token_staleness_max"] <= 1 for r in rows)
+    assert any(r["async/stale_token_frac"] > 0 for r in rows)
 
     # flagged trajectories and the regression queue, written by the real run
     flagged = jsonl(run_dir / "flagged.jsonl")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from loopkit import config, metrics, tool_call
 
+from trialground.families.hackable.source import hackable_tasks
 from trialground.monitor.detector_quality import detector_quality
-from trialground.tasks.hackable import hackable_tasks
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow

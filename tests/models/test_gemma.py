@@ -145,3 +145,29 @@ def test_the_gguf_tokenizer_is_transformers_converter_token_for_token(tmp_path: 
     for text in texts:
         for kw in ({}, {"add_special_tokens": False, "split_special_tokens": True}):
             assert ours.encode(text, **kw) == theirs.encode(text, **kw)
+
+
+def test_the_arithmetic_example_template_prompts_the_question_and_an_answer_line(policy: HFPolicy) -> None:
+    """examples/math_gemma.yaml's few-shot template on the real tokenizer: the task's question (without the
+    source's answer-line instruction) after the worked examples, ending in `Answer:`; a reply is appended
+    to the prompt's ids as they are (the trajectory's prompt stays a prefix of the conversation)."""
+    from trialground.families.reasoning_gym.source import INSTRUCTION
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    template = (examples / "templates" / "arith_base.jinja").read_text()
+    tok = policy.tokenizer
+    question = "State the final answer to the following arithmetic problem: 4 - 1 - 7 ="
+    user = {"role": "user", "content": question + INSTRUCTION}
+
+    def render(messages: list[dict[str, str]], prompt: bool) -> list[int]:
+        ids = tok.apply_chat_template(
+            messages, chat_template=template, add_generation_prompt=prompt, tokenize=True, return_dict=False
+        )
+        return [int(i) for i in ids]
+
+    ids = render([user], True)
+    text = tok.decode(ids)
+    assert text.startswith("<bos>State the final answer") and text.endswith("\n\n" + question + "\nAnswer:")
+    assert "Answer: <your final answer>" not in text and text.count("Answer:") == 5
+    whole = render([user, {"role": "assistant", "content": " -4"}], False)
+    assert whole[: len(ids)] == ids and tok.decode(whole[len(ids) :]) == " -4<eos>"

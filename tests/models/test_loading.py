@@ -13,10 +13,10 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
 from trialground.errors import PolicyError
+from trialground.families.codegen.source import generate_codegen_tasks
 from trialground.policy.backends.hf.hf import HFPolicy
 from trialground.policy.base import SamplingParams
 from trialground.policy.config import PolicyConfig
-from trialground.tasks.codegen import generate_codegen_tasks
 
 
 def test_qwen2_loads_as_qwen2_with_its_biases(arch_dirs: dict[str, Path]) -> None:

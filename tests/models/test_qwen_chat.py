@@ -19,7 +19,7 @@ from qwen_style import qwen_style_tokenizer
 
 from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
-from trialground.envs.tool_schemas import tool_schemas
+from trialground.envs.tools.registry import tool_schemas
 from trialground.policy.backends.scripted.scripted import ScriptedPolicy
 from trialground.policy.base import SamplingParams
 from trialground.rollout.agent import rollout

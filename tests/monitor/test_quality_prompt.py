@@ -11,7 +11,7 @@ from trialground.envs.single_turn import SingleTurnEnv
 from trialground.monitor.quality import prompt_ids
 from trialground.policy.backends.scripted.scripted import ScriptedPolicy, load_tokenizer
 from trialground.rollout.chat import ChatRenderer
-from trialground.tasks.math_source import math_task
+from trialground.tasks.math_rows import math_task
 
 
 async def test_the_monitor_prompts_with_the_rollouts_ids_and_the_eos_string_as_text() -> None:

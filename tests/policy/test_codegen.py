@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from reward_helpers import grade_and_score
 
-from trialground.tasks.codegen import (
+from trialground.families.codegen.source import (
     INT_OPS,
     LIST_OPS,
     LIST_REDUCERS,

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from trialground.errors import PolicyError
+from trialground.families.codegen.source import generate_codegen_tasks
 from trialground.policy.backends.hf.hf import HFPolicy
 from trialground.policy.base import SamplingParams
-from trialground.tasks.codegen import generate_codegen_tasks
 
 
 def _prompts(policy: HFPolicy, n: int) -> list[list[int]]:

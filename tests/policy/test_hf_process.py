@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from trialground.errors import PolicyError
+from trialground.families.codegen.source import generate_codegen_tasks
 from trialground.policy.backends.hf.hf import HFPolicy
 from trialground.policy.backends.hf.hf_process import HFProcessPolicy
 from trialground.policy.base import SamplingParams
 from trialground.policy.config import PolicyConfig
 from trialground.policy.factory import make_policy
-from trialground.tasks.codegen import generate_codegen_tasks
 
 CONFIG = PolicyConfig(model="tiny", separate_process=True)
 

@@ -6,11 +6,11 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from trialground.families.codegen.source import generate_codegen_tasks
 from trialground.policy.backends.hf.hf import HFPolicy, sample_batch
 from trialground.policy.backends.hf.llama_decode import LlamaDecoder, packing_reason, unsupported_reason
 from trialground.policy.base import SamplingParams
 from trialground.policy.config import PolicyConfig
-from trialground.tasks.codegen import generate_codegen_tasks
 
 
 def _sample_both(model: LlamaForCausalLM, prompts: list[list[int]], temperature: float, seed: int) -> tuple:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 
+from trialground.families.codegen.source import generate_codegen_tasks
 from trialground.policy.backends.hf.hf import HFPolicy
 from trialground.policy.base import Generation, SamplingParams
 from trialground.policy.config import PolicyConfig
 from trialground.rollout.generation_batcher import GroupBatcher
-from trialground.tasks.codegen import generate_codegen_tasks
 
 PARAMS = SamplingParams(temperature=1.0, max_new_tokens=48, seed=11)
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from trialground.families.codegen.source import generate_codegen_tasks
 from trialground.policy.backends.hf.hf import HFPolicy
 from trialground.policy.tiny import EOS, tiny_model_dir
-from trialground.tasks.codegen import generate_codegen_tasks
 
 
 def test_bundled_files_exist_and_are_small() -> None:

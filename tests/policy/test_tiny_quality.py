@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from trialground.families.codegen.source import generate_codegen_tasks
 from trialground.monitor.quality import measure_pass_rates
 from trialground.policy.backends.hf.hf import HFPolicy
 from trialground.sandbox.base import SandboxConfig
-from trialground.tasks.codegen import generate_codegen_tasks
 from trialground.verify.grader import make_grader
 
 

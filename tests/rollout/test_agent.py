@@ -11,6 +11,7 @@ from rollout_helpers import Recorder, ShellEnv, tiny_policy
 
 from trialground.envs.single_turn import SingleTurnEnv
 from trialground.errors import EnvError
+from trialground.families.codegen.source import generate_codegen_tasks
 from trialground.policy.backends.hf.hf import HFPolicy
 from trialground.policy.backends.scripted.scripted import ScriptedPolicy
 from trialground.policy.base import SamplingParams
@@ -18,7 +19,6 @@ from trialground.rollout.agent import rollout, rollout_group
 from trialground.rollout.chat import ChatRenderer
 from trialground.rollout.trajectory import Trajectory
 from trialground.sandbox.base import SandboxConfig
-from trialground.tasks.codegen import generate_codegen_tasks
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.verify.grader import make_grader
 

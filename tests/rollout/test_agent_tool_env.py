@@ -13,11 +13,11 @@ from rollout_helpers import Recorder, tiny_policy
 from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
 from trialground.envs.toolcalls import format_tool_call
+from trialground.families.codegen.source import generate_codegen_tasks
 from trialground.policy.backends.scripted.scripted import ScriptedPolicy
 from trialground.policy.base import SamplingParams
 from trialground.rollout.agent import rollout, rollout_group
 from trialground.sandbox.base import SandboxConfig
-from trialground.tasks.codegen import generate_codegen_tasks
 from trialground.verify.grader import make_grader
 
 

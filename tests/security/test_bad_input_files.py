@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from trialground.errors import TaskError
+from trialground.families.math.source import math_tasks
 from trialground.tasks.io import read_jsonl, write_jsonl
-from trialground.tasks.math_source import math_tasks
 from trialground.tasks.model import Task, VerifierSpec
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,7 +23,7 @@ import uvicorn
 from hostkit import INSIDE, SECRET, SWAP_LIMITS, SWAPPER, assert_host_dir_untouched, make_host_dir, swapping
 from seckit import CONFIG
 
-from trialground.envs.tools import Toolbox
+from trialground.envs.tools.toolbox import Toolbox
 from trialground.errors import SandboxError
 from trialground.sandbox import beneath
 from trialground.sandbox.backends.bwrap.sandbox import BwrapSandbox, bwrap_available

@@ -118,7 +118,7 @@ def count_reads(sandbox: Sandbox) -> list[int]:
 
 @pytest.mark.security
 async def test_read_file_never_reads_a_huge_file_onto_the_host(sandbox: Sandbox) -> None:
-    from trialground.envs.tools import READ_FILE_MAX_BYTES, Toolbox
+    from trialground.envs.tools.toolbox import READ_FILE_MAX_BYTES, Toolbox
 
     size = 60 << 20
     make = f"f = open('big.log', 'wb'); f.write(b'HEAD'); f.seek({size}); f.write(b'TAIL'); f.close()"

@@ -221,7 +221,7 @@ def test_a_submission_cannot_count_its_gradings_within_one_batch() -> None:
         grading = GradingConfig(reuse_sandboxes=1, max_parallel=1, max_batch=8, share_identical=False)
         grader = make_grader(SandboxConfig(), RewardConfig(grading=grading))
         try:
-            verdicts = await grader.code.verify_many(
+            verdicts = await grader.resource("code_tests").verifier.verify_many(
                 [(COUNTING_TASK, COUNTING.replace("SCRATCH", "/tmp"))] * 5
             )
             return [v.passed for v in verdicts]  # type: ignore[union-attr]

@@ -24,7 +24,7 @@ from seckit import CONFIG
 from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
 from trialground.envs.toolcalls import format_tool_call
-from trialground.envs.tools import READ_FILE_MAX_BYTES, Toolbox
+from trialground.envs.tools.toolbox import READ_FILE_MAX_BYTES, Toolbox
 from trialground.errors import SandboxError
 from trialground.sandbox import beneath
 from trialground.sandbox.backends.bwrap.sandbox import BwrapSandbox, bwrap_available

@@ -16,6 +16,7 @@ from trialground.tasks.swe.mutate import candidates, mutations
 from trialground.tasks.swe.patch import PatchError, apply_patch, make_patch
 from trialground.tasks.swe.paths import classify
 from trialground.tasks.swe.repos import REPOS, fetch, repo_spec, unpack
+from trialground.verify.kinds.swe_tests import _summary_passed
 
 SOURCE = '''\
 def clamp(x, lo, hi):
@@ -70,6 +71,20 @@ def test_patches_round_trip_including_created_deleted_and_no_final_newline() -> 
         apply_patch({**old, "a.py": "x = 1\ny = 3\nz = 3"}, patch)
     with pytest.raises(PatchError, match="unsafe"):
         apply_patch(old, "--- a/../etc/passwd\n+++ b/../etc/passwd\n@@ -1 +1 @@\n-a\n+b\n")
+
+
+@pytest.mark.parametrize("digits", [10, 5000])
+def test_a_patch_or_test_summary_with_huge_numbers_is_the_submissions_failure(digits: int) -> None:
+    """A hunk header's line number of 5,000 digits raised int()'s ValueError, not `PatchError`, so the
+    verifier raised (an infrastructure error) instead of failing the patch; a pytest summary line the
+    library prints with such a count did the same when grading."""
+    huge = "9" * digits
+    with pytest.raises(PatchError, match="malformed hunk header"):
+        apply_patch({"a.py": "x\n"}, f"--- a/a.py\n+++ b/a.py\n@@ -{huge} +1 @@\n-x\n+y\n")
+    with pytest.raises(PatchError, match="malformed hunk header"):
+        apply_patch({"a.py": "x\n"}, f"--- a/a.py\n+++ b/a.py\n@@ -1,{huge} +1 @@\n-x\n+y\n")
+    assert _summary_passed(f"{huge} passed in 0.1s") == -1
+    assert _summary_passed("== 3 passed in 0.1s ==") == 3
 
 
 def test_path_classes() -> None:

@@ -21,7 +21,7 @@ from trialground.envs.repair import (
 )
 from trialground.envs.tool_env import ToolEnv
 from trialground.envs.toolcalls import format_tool_call
-from trialground.envs.tools import tool_docs
+from trialground.envs.tools.registry import tool_docs
 from trialground.rollout.swe_fixer import play_fixes
 from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.model import Task

@@ -17,8 +17,8 @@ from reward_helpers import error_of, reward_of
 from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
 from trialground.envs.toolcalls import format_tool_call
+from trialground.families.agent.source import FAMILIES, Instance, agent_instances, agent_tasks, parse_families
 from trialground.sandbox.base import SandboxConfig
-from trialground.tasks.agentic import FAMILIES, Instance, agent_instances, agent_tasks, parse_families
 from trialground.tasks.dedup import exact_duplicates
 from trialground.tasks.sources import load_source
 from trialground.verify.config import RewardConfig

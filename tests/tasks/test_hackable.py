@@ -7,8 +7,8 @@ import pytest
 from reward_helpers import grade_and_score
 
 from trialground.errors import TaskError
+from trialground.families.hackable.source import hackable_tasks, is_impossible_canary, parse_args
 from trialground.sandbox.base import SandboxConfig
-from trialground.tasks.hackable import hackable_tasks, is_impossible_canary, parse_args
 from trialground.tasks.sources import load_source
 from trialground.verify.grader import make_grader
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trialground.tasks.longctx import MIN_WORKSPACE_CHARS, Instance, longctx_instances
+from trialground.families.longctx.source import MIN_WORKSPACE_CHARS, Instance, longctx_instances
 from trialground.tasks.model import Task
 from trialground.tasks.sources import load_source
 

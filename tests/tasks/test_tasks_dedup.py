@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from trialground.families.humaneval.source import humaneval_tasks
 from trialground.tasks.dedup import (
     MinHasher,
     eval_contamination,
@@ -15,7 +16,6 @@ from trialground.tasks.dedup import (
     near_duplicates,
     shingles,
 )
-from trialground.tasks.humaneval import humaneval_tasks
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.tasks.sources import load_source
 

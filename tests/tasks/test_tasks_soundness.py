@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from taskrunner import run_check_program, run_checks_many
 
-from trialground.tasks.humaneval import humaneval_tasks
-from trialground.tasks.ops_source import FAMILIES
+from trialground.families.humaneval.source import humaneval_tasks
+from trialground.families.ops.source import FAMILIES
 from trialground.tasks.sources import load_source
 
 

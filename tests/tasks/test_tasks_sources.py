@@ -11,7 +11,14 @@ from trialground.errors import TaskError
 from trialground.tasks.io import write_jsonl, write_task_dirs
 from trialground.tasks.sources import load_source
 
-GENERATED = ["data", "ops", "reasoning_gym:chain_sum", "reasoning_gym:gcd", "codegen"]
+GENERATED = [
+    "data",
+    "ops",
+    "reasoning_gym:chain_sum",
+    "reasoning_gym:gcd",
+    "reasoning_gym:chain_sum?max_terms=2&max_digits=2",
+    "codegen",
+]
 
 
 @pytest.mark.parametrize("spec", GENERATED)
@@ -112,6 +119,24 @@ def test_source_errors() -> None:
         load_source("data", n=0)
     with pytest.raises(TaskError):
         load_source("math:/does/not/exist.jsonl")
+
+
+def test_reasoning_gym_options_configure_the_dataset_and_bad_ones_are_named() -> None:
+    tasks = load_source("reasoning_gym:chain_sum?max_terms=2&max_digits=1&min_digits=1", n=30)
+    for t in tasks:
+        expr = t.prompt.split("problem: ")[1].split(" =")[0]
+        a, op, b = expr.split()
+        assert len(a) == len(b) == 1 and op in "+-", expr
+        assert int(t.reference) == int(a) + (int(b) if op == "+" else -int(b))
+    assert {t.id for t in tasks}.isdisjoint(t.id for t in load_source("reasoning_gym:chain_sum", n=30))
+    with pytest.raises(TaskError, match=r"refuses the options.*max_term"):
+        load_source("reasoning_gym:chain_sum?max_term=2")
+    with pytest.raises(TaskError, match="refuses the options"):
+        load_source("reasoning_gym:chain_sum?min_terms=3&max_terms=2")
+    with pytest.raises(TaskError, match="'max_terms' is not key=value"):
+        load_source("reasoning_gym:chain_sum?max_terms")
+    with pytest.raises(TaskError, match="repeated or reserved"):
+        load_source("reasoning_gym:chain_sum?seed=4")
 
 
 def test_verifier_params_match_the_verify_contract() -> None:

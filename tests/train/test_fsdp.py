@@ -17,6 +17,7 @@ from train_helpers import tiny_llama
 from trialground.policy.backends.hf.hf import load_model
 from trialground.policy.config import PolicyConfig
 from trialground.train.config import TrainerConfig
+from trialground.train.memory_model import ModelShape, TrainSetup, estimate
 from trialground.train.trainer import Trainer
 from trialground.train.weights import named_weights, weight_buckets
 
@@ -105,10 +106,15 @@ def test_two_fsdp_ranks_step_like_one_process_holding_half_the_state(model_dir: 
         assert torch.equal(resume["resumed"][k], v), k
     assert any(not torch.equal(resume["straight"][k], got[k]) for k in got)  # the second step moved them
     single = sum(one.state_bytes.values())
+    shape = ModelShape.from_model_dir(model_dir)  # the memory model predicts both (docs/memory.md)
+    # (up to AdamW's step counters, 4 bytes a tensor, which it leaves out)
+    assert estimate(shape, TrainSetup()).state == pytest.approx(single, rel=1e-3)
     for r in (0, 1):
         held = json.loads((out / f"bytes{r}.json").read_text())
         assert held["grads"] > 0 and held["optimizer"] > 0
         assert sum(held.values()) <= 0.55 * single, (held, single)
+        predicted = estimate(shape, TrainSetup(parallel="fsdp", world=2)).state
+        assert sum(held.values()) == pytest.approx(predicted, rel=1e-3)
 
 
 @pytest.mark.slow

@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from trialground.train.losses import finalize_metrics, k3_kl, ppo_clip_loss
+from trialground.train.losses import finalize_metrics
+from trialground.train.losses.ppo_clip import k3_kl, ppo_clip_loss
 
 
 def _t(rows: list[list[float]]) -> torch.Tensor:

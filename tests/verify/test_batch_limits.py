@@ -39,7 +39,7 @@ TIGHT = task("double it in 96 MiB", Limits(memory_mb=96))
 @pytest.fixture
 async def grader():  # type: ignore[no-untyped-def]
     g = make_grader(SandboxConfig(), RewardConfig())
-    assert g.code.batching
+    assert g.resource("code_tests").verifier.batching
     yield g
     await g.close()
 
@@ -50,20 +50,24 @@ def verdicts(out: list) -> list[Verdict]:  # type: ignore[type-arg]
 
 
 async def test_a_member_over_its_own_memory_limit_fails_behind_a_looser_sibling(grader: Grader) -> None:
-    out = verdicts(await grader.code.verify_many([(LOOSE, OK), (TIGHT, HOG), (TIGHT, OK), (LOOSE, HOG)]))
+    out = verdicts(
+        await grader.resource("code_tests").verifier.verify_many(
+            [(LOOSE, OK), (TIGHT, HOG), (TIGHT, OK), (LOOSE, HOG)]
+        )
+    )
     assert out[0].passed and out[2].passed and out[3].passed  # 300 MiB fits the run's 512
     assert not out[1].passed, out[1]  # not within its task's 96 MiB, whatever batch it is in
 
 
 async def test_the_grader_batches_only_gradings_of_equal_limits(grader: Grader) -> None:
     calls: list[set[Limits]] = []
-    inner = grader.code.verify_many
+    inner = grader.resource("code_tests").verifier.verify_many
 
     async def recording(items):  # type: ignore[no-untyped-def]
         calls.append({t.limits or grader.sandbox_config.limits for t, _ in items})
         return await inner(items)
 
-    grader._batcher._run_batch = recording
+    grader.resource("code_tests").batcher._run_batch = recording
     jobs = [(LOOSE, f"{OK}# {i}\n") for i in range(3)] + [(TIGHT, HOG), (TIGHT, OK)]
     results = await asyncio.gather(*(grade_and_score(grader, t, s) for t, s in jobs))
     assert [v.passed for v, _ in results] == [True, True, True, False, True], [v for v, _ in results]
@@ -74,8 +78,10 @@ async def test_the_grader_batches_only_gradings_of_equal_limits(grader: Grader) 
 
 async def test_a_member_gets_its_own_task_cpu_time_in_a_batch(grader: Grader) -> None:
     short = task("double it in 1 CPU second", Limits(cpu_s=1.0), test_timeout_s=60.0)
-    alone = await grader.code.verify(short, BURN)
+    alone = await grader.resource("code_tests").verifier.verify(short, BURN)
     assert not alone.passed, alone
-    out = verdicts(await grader.code.verify_many([(short, OK), (short, BURN), (short, OK)]))
+    out = verdicts(
+        await grader.resource("code_tests").verifier.verify_many([(short, OK), (short, BURN), (short, OK)])
+    )
     assert out[0].passed and out[2].passed
     assert not out[1].passed, out[1]  # the batch's exec has the CPU time of all three; its worker has 1 s

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from reward_helpers import grade_and_score
 
+from trialground.families.hackable.source import hackable_tasks, is_impossible_canary
 from trialground.sandbox.base import SandboxConfig
-from trialground.tasks.hackable import hackable_tasks, is_impossible_canary
 from trialground.verify.config import GradingConfig, RewardConfig
 from trialground.verify.detectors.exit_early import compile_flags, import_flags
 from trialground.verify.grader import make_grader

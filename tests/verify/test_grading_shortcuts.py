@@ -55,7 +55,7 @@ async def test_a_solution_that_does_not_compile_gets_the_runners_verdict_from_th
     try:
         first = await host.grade(t, BROKEN[0])  # the sandbox's Python is not known yet: it runs there
         assert first.verdict.shortcut == "" and not first.verdict.passed
-        assert host.code.sandbox_python is not None
+        assert host.resource("code_tests").verifier.sandbox_python is not None
         assert (await host.grade(t, GOOD)).verdict.passed
         for text in BROKEN:
             want = (await sandboxed.grade(t, text)).verdict
@@ -75,12 +75,14 @@ async def test_the_host_decides_only_for_its_own_python_build() -> None:
     g = grader_with()
     try:
         await g.grade(task(), GOOD)
-        g.code.sandbox_python = "3.11.0 (another build)"
+        g.resource("code_tests").verifier.sandbox_python = "3.11.0 (another build)"
         verdict = (await g.grade(task(), BROKEN[0])).verdict
     finally:
         await g.close()
     assert verdict.shortcut == "" and not verdict.passed
-    assert g.code.sandbox_python != "3.11.0 (another build)"  # learnt again from the report
+    assert (
+        g.resource("code_tests").verifier.sandbox_python != "3.11.0 (another build)"
+    )  # learnt again from the report
 
 
 def test_an_import_that_could_find_another_module_is_left_to_the_sandbox() -> None:
@@ -143,13 +145,13 @@ async def test_identical_submissions_in_flight_share_one_grading() -> None:
     g = grader_with()
     t, other = task(), task(test_timeout_s=4.0)  # same text, another task: never shared
     calls: list[int] = []
-    inner = g.code.verify_many
+    inner = g.resource("code_tests").verifier.verify_many
 
     async def counting(items):  # type: ignore[no-untyped-def]
         calls.append(len(items))
         return await inner(items)
 
-    g._batcher._run_batch = counting
+    g.resource("code_tests").batcher._run_batch = counting
     try:
         first = await asyncio.gather(*(g.grade(t, GOOD) for _ in range(8)), g.grade(other, GOOD))
         again = await g.grade(t, GOOD)  # nothing in flight any more: it runs
@@ -169,11 +171,11 @@ async def test_identical_submissions_in_flight_share_one_grading() -> None:
 
 async def test_without_batches_identical_submissions_still_share() -> None:
     g = grader_with(max_batch=1)  # each grading in a sandbox exec of its own
+    assert not g.resource("code_tests").verifier.batching
     try:
         graded = await asyncio.gather(*(g.grade(task(), GOOD) for _ in range(4)))
     finally:
         await g.close()
-    assert not g.code.batching
     assert sorted(x.verdict.shortcut for x in graded) == ["", "shared", "shared", "shared"]
     assert all(x.verdict.passed for x in graded)
 

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 from reward_helpers import grade_and_score
 
+from trialground.families.humaneval.source import humaneval_tasks
 from trialground.sandbox.base import SandboxConfig
-from trialground.tasks.humaneval import humaneval_tasks
 from trialground.verify.grader import make_grader
 from trialground.verify.reward.model import Reward
 from trialground.verify.verdict import Verdict

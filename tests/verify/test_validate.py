@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from trialground.tasks.humaneval import humaneval_tasks
+from trialground.families.humaneval.source import humaneval_tasks
 from trialground.tasks.model import Task, VerifierSpec
 from trialground.verify.validate import hack_submissions, run_validation, validate_tasks
 

@@ -47,7 +47,7 @@ async def grader():  # type: ignore[no-untyped-def]
 
 async def test_nothing_leaks_between_submissions_of_a_batch(grader: Grader) -> None:
     task = listing_task()
-    out = await grader.code.verify_many(
+    out = await grader.resource("code_tests").verifier.verify_many(
         [(task, LITTER), (task, SNOOP), (task, "import os\nos._exit(0)\n"), (task, SNOOP)]
     )
     assert not out[0].passed  # type: ignore[union-attr]  # it saw its own litter
@@ -60,14 +60,14 @@ async def test_nothing_leaks_between_submissions_of_a_batch(grader: Grader) -> N
 async def test_concurrent_gradings_share_batches(grader: Grader) -> None:
     task = listing_task()
     calls = 0
-    inner = grader.code.verify_many
+    inner = grader.resource("code_tests").verifier.verify_many
 
     async def counting(items):  # type: ignore[no-untyped-def]
         nonlocal calls
         calls += 1
         return await inner(items)
 
-    grader._batcher._run_batch = counting
+    grader.resource("code_tests").batcher._run_batch = counting
     # distinct texts: identical ones in flight would share one grading (`share_identical`), not batch
     results = await asyncio.gather(*(grade_and_score(grader, task, f"{SNOOP}# {i}\n") for i in range(10)))
     assert all(v.passed and r.total == 1.0 for v, r in results)

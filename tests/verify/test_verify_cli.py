@@ -7,7 +7,7 @@ import json
 from typer.testing import CliRunner
 
 from trialground.cli import app
-from trialground.tasks.humaneval import humaneval_tasks
+from trialground.families.humaneval.source import humaneval_tasks
 
 
 def test_verify_json_lines_in_order(tmp_path) -> None:  # type: ignore[no-untyped-def]

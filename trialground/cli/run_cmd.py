@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -66,6 +67,12 @@ def _config(
         fail(str(exc))
     for line in cautions(cfg) if purpose == "train" else ():  # about a training step's shape
         console.print(f"[yellow]caution:[/yellow] {line}", highlight=False)
+    if purpose == "train":
+        from trialground.orchestrator.memory_check import estimate_line
+
+        memory = estimate_line(cfg)
+        if memory is not None and os.environ.get("RANK", "0") == "0":
+            console.print(memory, highlight=False, soft_wrap=True)
     return cfg
 
 

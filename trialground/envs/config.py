@@ -5,9 +5,25 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from trialground.plugin import FrozenParams, Params, section_validators
+
+
+class ToolSection(BaseModel):
+    """One tool a run lists in the prompt beyond the default ones, with its own settings."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(
+        description="A tool of trialground.envs.tools (search, read_lines, apply_patch, fixes, apply_fix, "
+        "...) or a plugin's 'package.module:NAME'"
+    )
+    params: Params = Field(
+        default_factory=FrozenParams, description="The tool's own settings, validated against its model"
+    )
+
+    _known, _params = section_validators("name", "trialground.envs.tools.registry:TOOLS", "env.tools.")
 
 
 class EnvConfig(BaseModel):
@@ -37,6 +53,12 @@ class EnvConfig(BaseModel):
     )
     tool_timeout_s: float = Field(
         30.0, gt=0, le=3600, description="Wall seconds of one bash/python/run_tests call (capped by episode)"
+    )
+    tools: tuple[ToolSection, ...] = Field(
+        (),
+        description="Tools listed in the prompt after the default ones (bash, python, read_file, write_file, "
+        "edit_file, run_tests), in order: a name or {name, params}; a plugin tool is callable only where "
+        "named here",
     )
     navigation_tools: bool = Field(
         False,
@@ -105,6 +127,16 @@ class EnvConfig(BaseModel):
     harness_max_inflight: int = Field(
         4, ge=1, le=64, description="harness: model requests of one episode in flight at once (more: 429)"
     )
+    harness_max_connections: int = Field(
+        8,
+        ge=1,
+        le=256,
+        description="harness: connections one episode's program may hold open to the gateway at once (the "
+        "training process's descriptors for it: this many plus its listener); one more ends the episode",
+    )
+    harness_max_body_mb: int = Field(
+        4, ge=1, le=64, description="harness: the largest request body one episode may send (MiB; more: 413)"
+    )
     harness_preload: list[str] = Field(
         [],
         description="harness: Python modules imported once per sandbox, before any episode, by the sandbox's "
@@ -113,14 +145,22 @@ class EnvConfig(BaseModel):
         "e.g. [openai, openai.resources.chat]: docs/harness.md",
     )
 
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _tool_names(cls, value: object) -> object:
+        if isinstance(value, list | tuple):
+            return tuple({"name": v} if isinstance(v, str) else v for v in value)
+        return value
+
     @model_validator(mode="after")
     def _tool_budgets(self) -> EnvConfig:
-        from trialground.envs.tools import TOOL_PARAMS
+        from trialground.envs.tools.registry import ToolSet
 
+        known = ToolSet.of(self).callable
         for name, chars in self.tool_observation_chars.items():
-            if name not in TOOL_PARAMS:
+            if name not in known:
                 raise ValueError(
-                    f"env.tool_observation_chars: unknown tool {name!r}; tools: {', '.join(TOOL_PARAMS)}"
+                    f"env.tool_observation_chars: unknown tool {name!r}; tools: {', '.join(known)}"
                 )
             if chars < 16:
                 raise ValueError(f"env.tool_observation_chars.{name}: {chars} is under 16 characters")

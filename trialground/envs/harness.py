@@ -4,7 +4,7 @@
 visible checks; a pooled sandbox handed over at its snapshot). ``play(path, key)`` runs
 `EnvConfig.harness_command` in it, once, for the whole episode: through the launcher
 (`harness_launcher.py`), with the workspace as its working directory, the task's prompt on standard input
-and in ``TRIALGROUND_PROMPT``, ``OPENAI_BASE_URL`` (the sandbox's own loopback, relayed to the gateway's
+and in ``TRIALGROUND_PROMPT``, ``OPENAI_BASE_URL`` (the sandbox's own loopback, relayed to the episode's own
 unix socket) and ``OPENAI_API_KEY`` (this episode's key), ``TRIALGROUND_ANSWER_FILE``, and the program
 from `harness_dir` (shown read-only at ``/run/trialground-harness``, on ``PATH`` and ``PYTHONPATH``)
 and `harness_venv` (shown read-only at its own path, its ``bin/`` first on ``PATH``). The sandbox has no
@@ -40,8 +40,7 @@ from trialground.sandbox.backends.bwrap import PRELOAD_KEEP, python_prefix, spli
 from trialground.sandbox.base import WORKSPACE, ExecStatus, Limits, SandboxConfig, View
 from trialground.tasks.model import Task
 
-GATEWAY_MOUNT = "/run/trialground-gateway"  # the gateway socket's directory, as harness sandboxes see it
-GATEWAY_SOCKET = "gateway.sock"
+GATEWAY_MOUNT = "/run/trialground-gateway"  # the gateway sockets' directory, as harness sandboxes see it
 HARNESS_MOUNT = "/run/trialground-harness"  # where harness sandboxes see `harness_dir`
 VENV_MOUNT = "/run/trialground-venv"  # where they see `harness_venv` when its own path cannot be shown
 ANSWER_FILE = ".trialground_answer"  # relative to the workspace
@@ -239,10 +238,13 @@ class HarnessEnv(ToolEnv):
             env[PRELOAD_KEEP] = "keep"  # this command, unlike the grader's, runs with the preloaded modules
         return env
 
-    async def play(self, path: str, key: str, stop: asyncio.Event | None = None) -> Observation:
-        """Run the program against the gateway session at base path `path` with `key`, then grade. When
-        `stop` is set first (the session's budget is spent) the program is stopped and the workspace graded
-        as at any limit (`finish_reason` ``budget_exhausted``)."""
+    async def play(
+        self, path: str, key: str, stop: asyncio.Event | None = None, *, socket: str
+    ) -> Observation:
+        """Run the program against the gateway session at base path `path` with `key`, reached through its
+        own unix socket `socket` (a name in the gateway's socket directory), then grade. When `stop` is set
+        first (the session's budget is spent) the program is stopped and the workspace graded as at any
+        limit (`finish_reason` ``budget_exhausted``)."""
         if self.task is None or self.sandbox is None:
             return self._final(
                 "not_started", error=EnvError("play() before reset()", kind="not_reset").info()
@@ -264,7 +266,7 @@ class HarnessEnv(ToolEnv):
             cpus=base.cpus,
         )
         launch: dict[str, object] = {
-            "socket": f"{GATEWAY_MOUNT}/{GATEWAY_SOCKET}",
+            "socket": f"{GATEWAY_MOUNT}/{socket}",
             "path": path,
             "command": self.config.harness_command,
             "cwd": WORKSPACE,

@@ -20,6 +20,8 @@ reading at the hit: the two tools are the whole of "follow a reference".
 
 from __future__ import annotations
 
+from trialground.sandbox.base import Limits
+
 SEARCH_MAX_HITS = 20
 SEARCH_SCAN_BYTES = 64 * 1024 * 1024
 SEARCH_FILE_BYTES = 8 * 1024 * 1024
@@ -122,6 +124,11 @@ end = start + len(page) - 1
 print(f"{os.path.normpath(path)}: lines {start}-{end} of {of}")
 print("\n".join(page))
 """
+
+
+def nav_limits(limits: Limits) -> Limits:
+    """`limits` with the output capped at NAV_OUTPUT_BYTES: a page, never the workspace."""
+    return limits.model_copy(update={"output_bytes": min(limits.output_bytes, NAV_OUTPUT_BYTES)})
 
 
 def page_bounds(start: str | None, count: str | None) -> tuple[int, int] | str:

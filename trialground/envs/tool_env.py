@@ -36,6 +36,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from trialground.envs.base import (
     CheckHashes,
@@ -48,11 +49,11 @@ from trialground.envs.base import (
 )
 from trialground.envs.config import EnvConfig
 from trialground.envs.observations import shown
-from trialground.envs.repair import RepairMemo
 from trialground.envs.text import truncate_middle
-from trialground.envs.tool_schemas import tool_schemas
 from trialground.envs.toolcalls import InvalidCall, ToolFormat, format_tool_call, parse_tool_calls
-from trialground.envs.tools import Toolbox, make_action, tool_docs, validate_call
+from trialground.envs.tools.base import make_action
+from trialground.envs.tools.registry import ToolSet
+from trialground.envs.tools.toolbox import Toolbox
 from trialground.errors import EnvError, ErrorInfo, SandboxError, TrialgroundError, VerifierError
 from trialground.sandbox.base import Sandbox, SandboxConfig
 from trialground.tasks.model import Task
@@ -62,7 +63,6 @@ from trialground.verify.verdict import Action, Graded
 
 SandboxOpener = Callable[[SandboxConfig, Mapping[str, str | bytes]], Awaitable[Sandbox]]
 _HANG_GRACE_S = 10.0  # beyond a tool's own wall limit before the sandbox is declared hung
-_EXEC_TOOLS = frozenset({"bash", "python", "run_tests"})  # tools whose failure is a failed program run
 
 
 def _now() -> float:
@@ -99,7 +99,7 @@ class EpisodeState:
     finish_reason: str = ""
     checks_start: dict[str, str] | None = None  # visible check path -> sha256 at reset
     checks: CheckHashes | None = None  # start and end hashes, once the episode ended
-    repair: RepairMemo = field(default_factory=RepairMemo)  # fixes() listed, apply_fix() applied
+    memos: dict[type, Any] = field(default_factory=dict)  # the tools' own state, one memo per type
 
 
 @dataclass(frozen=True)
@@ -129,6 +129,7 @@ class ToolEnv(Environment, Forkable):
     ) -> None:
         self.grader = grader
         self.config = config or EnvConfig(kind="tool")
+        self.tools = ToolSet.of(self.config)
         self.sandbox_config = sandbox_config or SandboxConfig()
         self.sandbox = sandbox
         self.task = task  # the task `sandbox` was prepared for, if given
@@ -199,11 +200,11 @@ class ToolEnv(Environment, Forkable):
             if hashes is not None and all(h is not None for h in hashes.values()):
                 self.state.checks_start = {p: h for p, h in hashes.items() if h is not None}
         fmt: ToolFormat = "xml" if self.config.tool_format == "xml" else "json_tags"
-        example = format_tool_call("bash", {"command": "ls"}, fmt)
-        listed = tool_docs(self.config.navigation_tools, self.config.patch_tool, self.config.repair_tools)
-        text = f"{task.prompt}\n\n{listed}\nCall a tool like this:\n{example}"
+        name, args = self.tools.example()
+        example = format_tool_call(name, dict(args), fmt)
+        text = f"{task.prompt}\n\n{self.tools.docs()}\nCall a tool like this:\n{example}"
         # the tools as JSON schemas too: a chat template that takes `tools=` renders them its own way
-        start = EpisodeStart(tools=tuple(tool_schemas()), workspace_digest=digest)
+        start = EpisodeStart(tools=tuple(self.tools.schemas()), workspace_digest=digest)
         return Observation(text=text, start=start)
 
     async def step(self, action: str) -> Observation:
@@ -239,7 +240,7 @@ class ToolEnv(Environment, Forkable):
                 st.actions.append(make_action(call.name or "invalid", {"raw": call.raw}, None))
                 outputs.append(f"error: {call.reason}")
                 continue
-            problem = validate_call(call.name, call.arguments)
+            problem = self.tools.validate(call.name, call.arguments)
             if problem is not None:
                 st.counters["invalid_calls"] += 1
                 st.actions.append(make_action(call.name, call.arguments, None))
@@ -250,7 +251,7 @@ class ToolEnv(Environment, Forkable):
             try:
                 wall = min(self.config.tool_timeout_s, max(remaining, 0.1))
                 outcome = await asyncio.wait_for(
-                    self._toolbox.run(call.name, call.arguments, wall, st.repair),
+                    self.tools.run(self._toolbox, call.name, call.arguments, wall, st.memos),
                     timeout=wall + _HANG_GRACE_S,
                 )
             except TrialgroundError as e:
@@ -268,7 +269,7 @@ class ToolEnv(Environment, Forkable):
             st.counters[f"tool/{call.name}"] = st.counters.get(f"tool/{call.name}", 0) + 1
             if not outcome.ok:
                 st.counters["tool_errors"] += 1
-                exec_failed = exec_failed or call.name in _EXEC_TOOLS
+                exec_failed = exec_failed or self.tools.callable[call.name].capabilities.runs_program
             st.actions.append(make_action(call.name, call.arguments, outcome))
             seen = shown(self.config.observations, self.task.id, outcome.text, turn=st.turn, call=i)
             budget = self.config.tool_observation_chars.get(call.name, self.config.observation_budget_chars)

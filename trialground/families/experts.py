@@ -2,8 +2,8 @@
 
 An expert is `solve(task) -> str | None`: the submission it writes from what the agent sees (prompt and
 workspace files), never the reference or the hidden checks. `EXPERTS` maps a task's `metadata["family"]`
-to the dotted path of its expert, so `trialground tasks expert SOURCE` finds it without the core naming a
-family.
+(or, for a family that names itself in `metadata["source"]`, that) to the dotted path of its expert, so
+`trialground tasks expert SOURCE` finds it without the core naming a family.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from trialground.verify.grader import make_grader
 
 Solver = Callable[[Task], "str | None"]
 EXPERTS: dict[str, str] = {
+    "codegen": "trialground.families.codegen.expert:solve",
+    "data": "trialground.families.data.expert:solve",
     "sql": "trialground.families.sql.expert:solve",
     "scicomp": "trialground.families.scicomp.expert:solve",
     "shell": "trialground.families.shell.expert:solve",
@@ -27,11 +29,15 @@ EXPERTS: dict[str, str] = {
     "httpdiag": "trialground.families.httpdiag.expert:solve",
     "regex": "trialground.families.regex.expert:solve",
     "stats": "trialground.families.stats.expert:solve",
+    "depgraph": "trialground.families.depgraph.expert:solve",
+    "jsonxform": "trialground.families.jsonxform.expert:solve",
+    "cron": "trialground.families.cron.expert:solve",
 }
 
 
 def expert_for(task: Task) -> Solver | None:
-    path = EXPERTS.get(str(task.metadata.get("family", "")))
+    family = str(task.metadata.get("family", ""))
+    path = EXPERTS.get(family) or EXPERTS.get(str(task.metadata.get("source", "")))
     if path is None:
         return None
     module, _, attr = path.partition(":")

@@ -3,7 +3,10 @@
 `/v1/...` (the session found by its key alone).
 
 Every route but `/health` needs `Authorization: Bearer KEY`, compared in constant time with the key of the
-session it names; a wrong or missing key is 401 before the body is read. Bodies over 64 MiB are 413. A
+session it names; a wrong or missing key is 401 before the body is read. A request that arrives on a
+session's own listener (`listeners.py`) opens that session only. A session with a budget admits its
+requests before their bodies are read (`Session.request`: 429 when spent or too many in flight) and
+bounds their size (`SessionBudget.body_bytes`). Bodies over 64 MiB (or the session's bound) are 413. A
 body that is not JSON, or does not fit the route, is a 400 naming each field; errors have OpenAI's shape
 (`{"error": {"message", "type", "code"}}`, plus vLLM's top-level `message`), so the `openai` SDK raises
 its own exception classes for them. The body is parsed by `plainjson.loads`: nested more than 64 levels
@@ -30,6 +33,7 @@ from trialground.gateway.session import GatewayError, Session, describe
 from trialground.gateway.streaming import chat_chunks, completion_chunks
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
+LISTENER_SESSION = "trialground_session"  # the ASGI state key naming the session a listener serves
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -49,7 +53,13 @@ class Sessions:
         entry = self.by_id.pop(sid, None)
         return entry[1] if entry else None
 
-    def find(self, sid: str | None, key: str) -> Session:
+    def find(self, sid: str | None, key: str, *, bound: str | None = None) -> Session:
+        """The session `key` opens: the one `sid` names, or (no `sid`) the one whose key it is. On a
+        session's own listener (`bound`), only that session."""
+        if bound is not None:
+            if sid is not None and sid != bound:
+                raise GatewayError("this address serves another session", status=401, code="invalid_api_key")
+            sid = bound
         if sid is not None:
             entry = self.by_id.get(sid)
             if entry is not None and hmac.compare_digest(entry[0].encode(), key.encode()):
@@ -83,15 +93,16 @@ def bearer(request: Request) -> str:
     return value.strip()
 
 
-async def read_json(request: Request) -> Any:
+async def read_json(request: Request, limit: int | None = None) -> Any:
+    most = min(limit or MAX_BODY_BYTES, MAX_BODY_BYTES)
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise GatewayError(f"body: over {MAX_BODY_BYTES} bytes", status=413, code="body_too_large")
+    if declared is not None and declared.isdigit() and int(declared) > most:
+        raise GatewayError(f"body: over {most} bytes", status=413, code="body_too_large")
     raw = bytearray()
     async for chunk in request.stream():
         raw += chunk
-        if len(raw) > MAX_BODY_BYTES:
-            raise GatewayError(f"body: over {MAX_BODY_BYTES} bytes", status=413, code="body_too_large")
+        if len(raw) > most:
+            raise GatewayError(f"body: over {most} bytes", status=413, code="body_too_large")
     try:
         # in a worker thread: a large body's scan and parse never hold the event loop other sessions share
         return await asyncio.to_thread(plainjson.loads, bytes(raw), plainjson.REQUEST_BODY) if raw else {}
@@ -133,32 +144,36 @@ def make_app(
         if default is not None:
             return default
         key = bearer(request)
-        return sessions.find(request.path_params.get("sid"), key)
+        bound = request.scope.get("state", {}).get(LISTENER_SESSION)
+        return sessions.find(request.path_params.get("sid"), key, bound=bound)
 
     async def chat(request: Request) -> Any:
         session = session_of(request)
-        req = parse(ChatRequest, await read_json(request))
-        reply = await session.chat(req)
+        async with session.request():
+            req = parse(ChatRequest, await read_json(request, session.body_limit))
+            reply = await session.chat(req)
         tok = session.generator.tokenizer
         return sse.data_stream(chat_chunks(reply, tok, req)) if req.stream else reply
 
     async def complete(request: Request) -> Any:
         session = session_of(request)
-        req = parse(CompletionRequest, await read_json(request))
-        reply = await session.complete(req)
+        async with session.request():
+            req = parse(CompletionRequest, await read_json(request, session.body_limit))
+            reply = await session.complete(req)
         tok = session.generator.tokenizer
         return sse.data_stream(completion_chunks(reply, tok, req)) if req.stream else reply
 
     async def respond(request: Request) -> Any:
         session = session_of(request)
-        req = parse(responses.ResponsesRequest, await read_json(request))
-        try:
-            chat_req = responses.to_chat(req)
-        except responses.Refused as exc:
-            raise GatewayError(str(exc)) from exc
-        except ValidationError as exc:
-            raise GatewayError(describe(exc)) from exc
-        answer = responses.from_chat(await session.chat(chat_req), req)
+        async with session.request():
+            req = parse(responses.ResponsesRequest, await read_json(request, session.body_limit))
+            try:
+                chat_req = responses.to_chat(req)
+            except responses.Refused as exc:
+                raise GatewayError(str(exc)) from exc
+            except ValidationError as exc:
+                raise GatewayError(describe(exc)) from exc
+            answer = responses.from_chat(await session.chat(chat_req), req)
         tok = session.generator.tokenizer
         return sse.event_stream(responses.events(answer, tok)) if req.stream else answer
 

@@ -17,6 +17,7 @@ from trialground.envs.base import Environment
 from trialground.envs.harness import HarnessEnv
 from trialground.errors import EnvError, ErrorInfo, TrialgroundError
 from trialground.gateway.budget import SessionBudget
+from trialground.gateway.logprobs import TopSource
 from trialground.gateway.server import Gateway
 from trialground.gateway.session import Generator, Session
 from trialground.gateway.stitch import stitch
@@ -45,6 +46,7 @@ async def harness_episode(
     max_context_tokens: int,
     tool_role: str = "tool",
     served_name: str = "policy",
+    alternatives: TopSource | None = None,
 ) -> Trajectory:
     """One run of the program on `task` in `env` (the caller owns and closes `env`). Never raises."""
     t_start = time.perf_counter()
@@ -61,7 +63,12 @@ async def harness_episode(
     digest = first.start.workspace_digest if first.start is not None else None
     cfg = env.config
     budget = SessionBudget.for_episode(
-        cfg.max_turns, cfg.harness_max_n, params.max_new_tokens, cfg.harness_max_inflight
+        cfg.max_turns,
+        cfg.harness_max_n,
+        params.max_new_tokens,
+        cfg.harness_max_inflight,
+        connections=cfg.harness_max_connections,
+        body_mb=cfg.harness_max_body_mb,
     )
     session = Session(
         generator,
@@ -70,11 +77,14 @@ async def harness_episode(
         max_context_tokens=max_context_tokens,
         tool_role=tool_role,
         budget=budget,
+        alternatives=alternatives,
     )
     endpoint = gateway.open(session)
     t0 = time.perf_counter()
     try:
-        final = await env.play(endpoint.path, endpoint.key, stop=session.ended)
+        if endpoint.socket is None:
+            raise EnvError("the gateway gave this episode no unix socket: start it first", kind="config")
+        final = await env.play(endpoint.path, endpoint.key, stop=session.ended, socket=endpoint.socket)
     except Exception as exc:
         gateway.close(endpoint.sid)
         return Trajectory(
@@ -125,8 +135,10 @@ async def harness_group(
     tool_role: str = "tool",
     release: Callable[[Environment], Awaitable[None]] | None = None,
     batch_window_s: float = 0.01,
+    alternatives: TopSource | None = None,
 ) -> list[Trajectory]:
-    """k concurrent runs of the program on `task`, in `sample_index` order."""
+    """k concurrent runs of the program on `task`, in `sample_index` order. `alternatives`: where the
+    programs' `top_logprobs` come from (the policy's `alternatives`; None: refused)."""
     batcher = GroupBatcher(generator, live=k, window_s=batch_window_s)
 
     async def one(index: int) -> Trajectory:
@@ -146,7 +158,7 @@ async def harness_group(
             acquire_s = time.perf_counter() - t0
             traj = await harness_episode(
                 gateway, batcher, env, task, params=params, group_id=group_id, sample_index=index,
-                max_context_tokens=max_context_tokens, tool_role=tool_role,
+                max_context_tokens=max_context_tokens, tool_role=tool_role, alternatives=alternatives,
             )  # fmt: skip
             return traj.model_copy(update={"timings": {"acquire_s": acquire_s, **traj.timings}})
         finally:

@@ -2,8 +2,9 @@
 
 `logprob` is always the sampling logprob of the sampled token (`Generation.logprobs`). The alternatives
 (`top_logprobs` of chat, `logprobs: k` of completions) come from a `TopSource` where the server has one
-(the reference server: `policy/top_logprobs.py`), most likely first; a gateway over the policy under
-training has none and refuses to invent them.
+(the reference server: `policy/top_logprobs.py`; the training gateway: `Policy.alternatives`, which the
+HF policy answers and other backends answer None), most likely first; where there is none they are
+refused, never invented.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from trialground.policy.base import Generation, SamplingParams
 
 # per sampled position: (token id, logprob) of the k most likely tokens, most likely first
 Alternatives = list[list[tuple[int, float]]]
-# (prompt ids, the generation, the sampling it was drawn with, k) -> its alternatives
-TopSource = Callable[[Sequence[int], Generation, SamplingParams, int], Awaitable[Alternatives]]
+# (prompt ids, the generation, the sampling it was drawn with, k) -> its alternatives (None: none to give)
+TopSource = Callable[[Sequence[int], Generation, SamplingParams, int], Awaitable[Alternatives | None]]
 
 
 def _piece(tok: Any, token: int) -> str:

@@ -1,12 +1,14 @@
-"""The gateway running inside the training process's event loop (uvicorn), on a unix socket and/or a
-TCP address.
+"""The gateway running inside the training process's event loop (uvicorn): every session on its own
+listener (`listeners.py`), a unix socket and/or a TCP port the kernel picks, and optionally one shared TCP
+address (`host`) for trusted local clients.
 
-Episodes in sandboxes reach it through the unix socket only: its directory is shown read-only in every
-harness sandbox (`envs.harness.GATEWAY_MOUNT`), and a forwarder inside the sandbox
-(`envs/harness_launcher.py`) listens on the sandbox's own loopback and relays each connection to the
-socket. The sandbox has no other network: its network namespace holds only loopback, so the gateway is
-all it can reach. Sessions are told apart by their base URL (`/s/{id}/v1`) and key; a key opens only
-its own session.
+Episodes in sandboxes reach their own session's unix socket only: the socket directory is shown read-only
+in every harness sandbox (`envs.harness.GATEWAY_MOUNT`) with permission to traverse it but not to list it,
+and each socket's name holds 128 random bits that only its episode's launcher is given. A forwarder inside
+the sandbox (`envs/harness_launcher.py`) listens on the sandbox's own loopback and relays each connection
+to that socket. The sandbox has no other network: its network namespace holds only loopback. Sessions are
+told apart by their base URL (`/s/{id}/v1`) and key; a key opens only its own session, and a session's
+listener opens only that session.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -22,19 +25,23 @@ from typing import Any
 
 import uvicorn
 
-from trialground.envs.harness import GATEWAY_SOCKET as SOCKET_NAME
 from trialground.gateway.app import Sessions, make_app
-from trialground.gateway.connections import capped_protocol
+from trialground.gateway.connections import DEFAULT_MAX_CONNECTIONS, capped_protocol
+from trialground.gateway.listeners import SessionListener
 from trialground.gateway.session import Session
 
 
 @dataclass(frozen=True)
 class Endpoint:
-    """One session's address: `path` is its base path (`/s/{id}/v1`), `key` its API key."""
+    """One session's address: `path` is its base path (`/s/{id}/v1`), `key` its API key; `socket` the name
+    of its own unix socket in the socket directory, `url` its own TCP listener (None where the gateway
+    has none, or was not started when the session opened)."""
 
     sid: str
     key: str
     path: str
+    socket: str | None = None
+    url: str | None = None
 
 
 class Gateway:
@@ -47,15 +54,18 @@ class Gateway:
         self.socket_dir: Path | None = None
         if unix:
             self.socket_dir = Path(tempfile.mkdtemp(prefix="trialground-gateway-"))
-            os.chmod(self.socket_dir, 0o755)  # the sandbox uid traverses it (read-only in the sandbox)
+            # the sandbox uid traverses it to a socket whose name it was given, and cannot list it
+            os.chmod(self.socket_dir, 0o711)
         self._servers: list[uvicorn.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
+        self._config: uvicorn.Config | None = None
+        self._listeners: dict[str, SessionListener] = {}
 
-    @property
-    def socket_path(self) -> Path:
-        if self.socket_dir is None:
-            raise RuntimeError("the gateway has no unix socket (not started, or unix=False)")
-        return self.socket_dir / SOCKET_NAME
+    def socket_of(self, endpoint: Endpoint) -> Path:
+        """The host path of `endpoint`'s own unix socket."""
+        if self.socket_dir is None or endpoint.socket is None:
+            raise RuntimeError("this session has no unix socket (unix=False, or opened before start)")
+        return self.socket_dir / endpoint.socket
 
     @property
     def url(self) -> str:
@@ -65,12 +75,12 @@ class Gateway:
 
     async def start(self) -> None:
         """Listen (idempotent: a started gateway is left as it is)."""
-        if self._servers:
+        if self._config is not None:
             return
         app = make_app(self.sessions)
+        self._config = _config(app)
+        self._config.load()
         configs = []
-        if self.unix:
-            configs.append(_config(app, uds=str(self.socket_path)))
         if self.host is not None:
             configs.append(_config(app, host=self.host, port=self.port))
         for config in configs:
@@ -83,19 +93,41 @@ class Gateway:
                 await asyncio.sleep(0.01)
             self._servers.append(server)
             self._tasks.append(task)
-            if config.uds is None and server.servers:
+            if server.servers:
                 self.port = server.servers[0].sockets[0].getsockname()[1]
-        if self.unix:
-            os.chmod(self.socket_path, 0o777)  # connecting needs write permission on the socket
 
     def open(self, session: Session) -> Endpoint:
+        """Open `session`: its key, and (once started) its own listener bounded by its budget."""
         sid, key = self.sessions.open(session)
-        return Endpoint(sid, key, f"/s/{sid}/v1")
+        if self._config is None:
+            return Endpoint(sid, key, f"/s/{sid}/v1")
+        name = f"{secrets.token_hex(16)}.sock" if self.socket_dir is not None else None
+        budget = session.budget
+        try:
+            listener = SessionListener(
+                self._config,
+                sid,
+                max_connections=budget.connections if budget is not None else DEFAULT_MAX_CONNECTIONS,
+                on_refused=session.connections_exceeded,
+                socket_path=str(self.socket_dir / name) if self.socket_dir is not None and name else None,
+                host=self.host,
+            )
+        except BaseException:
+            self.sessions.close(sid)
+            raise
+        self._listeners[sid] = listener
+        return Endpoint(sid, key, f"/s/{sid}/v1", socket=name, url=listener.url)
 
     def close(self, sid: str) -> Session | None:
+        listener = self._listeners.pop(sid, None)
+        if listener is not None:
+            listener.close()
         return self.sessions.close(sid)
 
     async def stop(self) -> None:
+        for sid in list(self._listeners):
+            self.close(sid)
+        self._config = None
         for server in self._servers:
             server.should_exit = True
         for task in self._tasks:
@@ -108,6 +140,7 @@ class Gateway:
 
 
 def _config(app: Any, **where: Any) -> uvicorn.Config:
+    """uvicorn's settings for `app` (`where`: the shared listener's address; none for session listeners)."""
     return uvicorn.Config(
         app,
         log_level="warning",

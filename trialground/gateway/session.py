@@ -5,17 +5,18 @@ across episodes), under sampling defaults the request may override (temperature,
 the penalties, max_tokens, stop, seed, n); `max_tokens` is capped by the room left in the context
 budget, and a prompt that leaves no room is a 400 (`context_length_exceeded`), as OpenAI answers it.
 Every call is recorded (`records`, `stitch.CallRecord`) when `record` is set. A session with a `budget`
-(a harness episode's) admits calls within it and ends the episode past it (`budget.py`); rendering and
-tokenising run in a worker thread, never on the event loop.
+(a harness episode's) admits requests and calls within it and ends the episode past it (`budget.py`);
+rendering and tokenising run in a worker thread, never on the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -24,7 +25,15 @@ from pydantic import ValidationError
 from trialground.errors import PolicyError
 from trialground.gateway import toolstyle
 from trialground.gateway.api import ChatRequest, CompletionRequest, Message, Sampling
-from trialground.gateway.budget import SessionBudget, Spent, max_token_chars, refusal
+from trialground.gateway.budget import (
+    SessionBudget,
+    Spent,
+    connections_message,
+    entry_refusal,
+    max_token_chars,
+    refusal,
+    reserve_tokens,
+)
 from trialground.gateway.conversation import Renderer, Sampled, Turn, canonical
 from trialground.gateway.logprobs import Alternatives, TopSource, chat_logprobs, completion_logprobs
 from trialground.gateway.stitch import CallRecord
@@ -77,23 +86,73 @@ class Session:
     def style(self) -> str:
         return self.tool_style or toolstyle.detect(self.renderer.template_text)
 
-    # ---------------------------------------------------------------- shared
+    # ---------------------------------------------------------------- budget
+
+    @property
+    def body_limit(self) -> int | None:
+        """The most bytes one request body of this session may hold (None: the gateway's own cap)."""
+        return self.budget.body_bytes if self.budget is not None else None
+
+    def end(self, why: str) -> None:
+        """End the episode: its budget is spent (`why` is kept as the record of which)."""
+        self.spent.exhausted = self.spent.exhausted or why
+        self.ended.set()
+
+    def connections_exceeded(self) -> None:
+        """The session's listener refused a connection past the budget: the episode ends."""
+        if self.budget is not None:
+            self.end(connections_message(self.budget))
+
+    def _refuse(self, refused: tuple[int, str, bool] | None) -> None:
+        if refused is None:
+            return
+        status, message, ends = refused
+        if ends:
+            self.end(message)
+        raise GatewayError(
+            message, status=status, code="budget_exhausted" if status == 429 else "invalid_request"
+        )
+
+    @contextlib.asynccontextmanager
+    async def request(self) -> AsyncIterator[None]:
+        """One request of this session, from before its body is read until it is answered: refused (429)
+        when the session is spent or has its most requests in flight."""
+        if self.budget is None:
+            yield
+            return
+        self._refuse(entry_refusal(self.budget, self.spent))
+        self.spent.inflight += 1
+        try:
+            yield
+        finally:
+            self.spent.inflight -= 1
 
     def _admit(self, rows: int, n: int) -> None:
         """Count a call against the budget, or refuse it (ending the episode when the budget is spent)."""
         if self.budget is None:
             return
-        refused = refusal(self.budget, self.spent, rows, n)
-        if refused is not None:
-            status, message, ends = refused
-            if ends:
-                self.spent.exhausted = self.spent.exhausted or message
-                self.ended.set()
-            raise GatewayError(
-                message, status=status, code="budget_exhausted" if status == 429 else "invalid_request"
-            )
+        self._refuse(refusal(self.budget, self.spent, rows, n))
         self.spent.calls += 1
         self.spent.generations += rows * n
+
+    def _reserve(self, params: SamplingParams, rows: int) -> tuple[SamplingParams, int]:
+        """`params` with `max_new_tokens` cut to what the token budget has left for `rows` generations, and
+        the tokens reserved (given back by `_settle`); the episode ends when not one token per row is left."""
+        if self.budget is None:
+            return params, 0
+        per_row = reserve_tokens(self.budget, self.spent, rows, params.max_new_tokens)
+        if per_row == 0:
+            self._refuse((429, f"{self.budget.tokens} tokens generated, the episode's limit", True))
+        if per_row < params.max_new_tokens:
+            params = params.model_copy(update={"max_new_tokens": per_row})
+        return params, per_row * rows
+
+    def _settle(self, reserved: int, gens: Sequence[Generation]) -> None:
+        """Replace a call's reservation by the tokens its generations hold."""
+        if self.budget is not None:
+            self.spent.tokens += sum(len(g.token_ids) for g in gens) - reserved
+
+    # ---------------------------------------------------------------- shared
 
     async def _off_loop(self, fn: Callable[[], T]) -> T:
         """`fn()` (rendering, tokenising) in a worker thread, so the event loop other sessions share goes on
@@ -180,12 +239,22 @@ class Session:
         """Each generation's alternatives (`prompts[i]` is generation i's prompt), where `k` > 0 asks."""
         if k == 0:
             return [None] * len(gens)
+        refused = GatewayError(
+            f"{what}: this server reports the sampled token's logprob only (its policy backend gives no "
+            f"alternatives); ask {what} 0 or leave it out"
+        )
         if self.alternatives is None:
-            raise GatewayError(
-                f"{what}: this server reports the sampled token's logprob only (the policy under training "
-                f"gives no alternatives); ask {what} 0 or leave it out"
-            )
-        return [await self.alternatives(p, g, params, k) for p, g in zip(prompts, gens, strict=True)]
+            raise refused
+        out: list[Alternatives | None] = []
+        for p, g in zip(prompts, gens, strict=True):
+            try:
+                found = await self.alternatives(p, g, params, k)
+            except PolicyError as exc:
+                raise GatewayError(str(exc), status=503, code="weights_changed") from exc
+            if found is None:
+                raise refused
+            out.append(found)
+        return out
 
     def _usage(self, prompt_tokens: int, gens: Sequence[Generation]) -> dict[str, int]:
         completion = sum(len(g.token_ids) for g in gens)
@@ -199,11 +268,7 @@ class Session:
 
     async def chat(self, req: ChatRequest) -> dict[str, Any]:
         self._admit(1, req.n)
-        self.spent.inflight += 1
-        try:
-            return await self._chat(req)
-        finally:
-            self.spent.inflight -= 1
+        return await self._chat(req)
 
     async def _chat(self, req: ChatRequest) -> dict[str, Any]:
         if req.tool_choice not in (None, "auto", "none", "required") and not isinstance(
@@ -230,10 +295,14 @@ class Session:
         if req.top_logprobs and not req.logprobs:
             raise GatewayError("top_logprobs: needs logprobs: true")
         params = self._params(req, len(prompt), req.max_completion_tokens or req.max_tokens)
+        params, reserved = self._reserve(params, req.n)
         t0 = time.perf_counter()
-        gens = await self._sample([prompt], req.n, params)
+        gens: list[Generation] = []
+        try:
+            gens = await self._sample([prompt], req.n, params)
+        finally:
+            self._settle(reserved, gens)
         seconds = time.perf_counter() - t0
-        self.spent.tokens += sum(len(g.token_ids) for g in gens)
         tok = self.generator.tokenizer
         k = (req.top_logprobs or 0) if req.logprobs else 0
         tops = await self._tops("top_logprobs", k, [prompt] * len(gens), gens, params)
@@ -301,11 +370,7 @@ class Session:
         if not raw:
             raise GatewayError("prompt: empty")
         self._admit(len(raw), req.n)
-        self.spent.inflight += 1
-        try:
-            return await self._complete(req, raw)
-        finally:
-            self.spent.inflight -= 1
+        return await self._complete(req, raw)
 
     async def _complete(self, req: CompletionRequest, raw: list[Any]) -> dict[str, Any]:
         tok = self.generator.tokenizer
@@ -332,10 +397,14 @@ class Session:
                 )
             prompts.append(ids)
         params = self._params(req, max(len(p) for p in prompts), req.max_tokens)
+        params, reserved = self._reserve(params, len(prompts) * req.n)
         t0 = time.perf_counter()
-        gens = await self._sample(prompts, req.n, params)
+        gens: list[Generation] = []
+        try:
+            gens = await self._sample(prompts, req.n, params)
+        finally:
+            self._settle(reserved, gens)
         seconds = time.perf_counter() - t0
-        self.spent.tokens += sum(len(g.token_ids) for g in gens)
         own = [prompts[i // req.n] for i in range(len(gens))]
         tops = await self._tops("logprobs", req.logprobs or 0, own, gens, params)
         choices = []

@@ -20,12 +20,12 @@ of that reward instead of learning from a made-up 0). With TRL's `log_metric`, i
 `environment_factory` (TRL's `environment_factory` contract, TRL 1.16): a zero-argument callable; each
 instance is one `ToolEnv` episode. `reset(**row)` opens a fresh sandbox for the row's `task_id` and returns
 the first observation (the task prompt and the tool list), which TRL appends to the row's (empty) user
-message. Its public methods are the `ToolEnv` tools (`bash`, `python`, `read_file`, `write_file`,
-`edit_file`, `apply_patch`, `run_tests`, `search`, `read_lines`, `submit`), with type hints and
-docstrings TRL turns into tool schemas; each call is one `ToolEnv.step`, so the environment's turn limit,
-counters and tamper checks apply. `get_reward()` grades the episode: the reward of `submit`, or, when the
-model stopped without submitting, of the workspace as it is (`EnvConfig.grade_on_limit`); None after an
-infrastructure failure. Instances are reused between batches (TRL's pool); `close()` on the factory closes
+message. Its public methods are the `ToolEnv` tools (the built-ins of `trialground.envs.tools`, plus any
+plugin tool `env.tools` names), generated from the tool registry with the type hints and docstrings TRL
+turns into tool schemas; each call is one `ToolEnv.step`, so the environment's turn limit, counters and
+tamper checks apply. `get_reward()` grades the episode: the reward of `submit`, or, when the model stopped
+without submitting, of the workspace as it is (`EnvConfig.grade_on_limit`); None after an infrastructure
+failure. Instances are reused between batches (TRL's pool); `close()` on the factory closes
 every sandbox they hold.
 
 `bundled_tokenizer(name)` loads a bundled model's tokenizer with a tool-calling chat template (its own
@@ -36,6 +36,7 @@ turns, as the bundled agent was trained) and the matching response template TRL 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -44,7 +45,8 @@ from trialground.envs.base import EpisodeEnd, Observation
 from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
 from trialground.envs.toolcalls import ToolFormat, format_tool_call
-from trialground.envs.tools import TOOL_PARAMS
+from trialground.envs.tools.base import Tool
+from trialground.envs.tools.registry import BUILTIN, TOOLS, ToolSet
 from trialground.errors import EnvError, ErrorInfo, TrialgroundError
 from trialground.integrations.grading import (
     GradedCompletion,
@@ -202,146 +204,7 @@ class TrialgroundToolEnv:
         reward = score_end(rubric, final.end)
         return None if reward is None or reward.dropped else reward.total
 
-    # --- the ToolEnv tools, one method each (names and parameters: trialground.envs.tools) ---------------
-
-    def bash(self, command: str) -> str:
-        """Run a bash script in /workspace, the task's sandbox.
-
-        Args:
-            command: The bash script to run.
-
-        Returns:
-            The exit status, stdout and stderr.
-        """
-        return self._call("bash", {"command": command})
-
-    def python(self, code: str) -> str:
-        """Run Python code in /workspace, the task's sandbox.
-
-        Args:
-            code: The Python program to run.
-
-        Returns:
-            The exit status, stdout and stderr.
-        """
-        return self._call("python", {"code": code})
-
-    def read_file(self, path: str) -> str:
-        """Show a file of the workspace.
-
-        Args:
-            path: The file's path, relative to /workspace.
-
-        Returns:
-            The file's text.
-        """
-        return self._call("read_file", {"path": path})
-
-    def write_file(self, path: str, content: str) -> str:
-        """Create or overwrite a file of the workspace.
-
-        Args:
-            path: The file's path, relative to /workspace.
-            content: The file's new text.
-
-        Returns:
-            What was written.
-        """
-        return self._call("write_file", {"path": path, "content": content})
-
-    def edit_file(self, path: str, old: str, new: str) -> str:
-        """Replace the one exact occurrence of `old` with `new` in a file.
-
-        Args:
-            path: The file's path, relative to /workspace.
-            old: The text to replace; it must occur exactly once.
-            new: The replacement text.
-
-        Returns:
-            What changed, or why nothing did.
-        """
-        return self._call("edit_file", {"path": path, "old": old, "new": new})
-
-    def apply_patch(self, patch: str) -> str:
-        """Apply a unified diff to the workspace, all or nothing.
-
-        Args:
-            patch: The unified diff (as `git diff` writes it): paths relative to /workspace, with or
-                without a/ b/ prefixes; several files, new and deleted files.
-
-        Returns:
-            The files changed, or why the patch does not apply (then nothing changed).
-        """
-        return self._call("apply_patch", {"patch": patch})
-
-    def run_tests(self) -> str:
-        """Run the task's visible tests.
-
-        Returns:
-            One line per test and a summary.
-        """
-        return self._call("run_tests", {})
-
-    def search(self, pattern: str, path: str | None = None) -> str:
-        """Find the lines of the workspace that contain a fixed string.
-
-        Args:
-            pattern: The exact text to find.
-            path: A file or folder to search, relative to /workspace (default: everything).
-
-        Returns:
-            Matching lines as file:line:text, at most 20, then a line with the totals.
-        """
-        return self._call("search", {"pattern": pattern} | ({"path": path} if path is not None else {}))
-
-    def read_lines(self, path: str, start: int | None = None, count: int | None = None) -> str:
-        """Show a page of a file: numbered lines from line `start`.
-
-        Args:
-            path: The file's path, relative to /workspace.
-            start: The first line, 1-based (default 1).
-            count: How many lines to show (default 20, at most 200).
-
-        Returns:
-            The numbered lines, under a header giving the range and the file's length.
-        """
-        arguments: dict[str, Any] = {"path": path}
-        if start is not None:
-            arguments["start"] = start
-        if count is not None:
-            arguments["count"] = count
-        return self._call("read_lines", arguments)
-
-    def fixes(self) -> str:
-        """List candidate one-line fixes of a repository task, ranked by how strongly its failing tests
-        point at each line.
-
-        Returns:
-            Numbered candidates as `n. path:line: old -> new`.
-        """
-        return self._call("fixes", {})
-
-    def apply_fix(self, n: int) -> str:
-        """Apply candidate `n` of the last fixes() listing, undoing the one applied before it.
-
-        Args:
-            n: The candidate's number in the listing.
-
-        Returns:
-            The edit applied, or why none was.
-        """
-        return self._call("apply_fix", {"n": n})
-
-    def submit(self, answer: str | None = None) -> str:
-        """Finish the episode: the workspace (or `answer`, when the task asks for one) is graded.
-
-        Args:
-            answer: The answer, for tasks that ask for one; leave it out to submit the workspace.
-
-        Returns:
-            The grading's summary.
-        """
-        return self._call("submit", {} if answer is None else {"answer": answer})
+    # --- the ToolEnv tools: one method each, generated from the registry (`tool_method`) -----------------
 
     # --- plumbing ----------------------------------------------------------------------------------------
 
@@ -390,6 +253,13 @@ class ToolEnvFactory:
     ) -> None:
         self.env_config = env or EnvConfig(kind="tool")
         self.describe_tools = describe_tools
+        # a plugin tool the env config names is a method of a subclass of this factory's own
+        extra = {
+            n: tool_method(t) for n, t in ToolSet.of(self.env_config).callable.items() if n not in BUILTIN
+        }
+        self.env_class: type[TrialgroundToolEnv] = (
+            type(TrialgroundToolEnv.__name__, (TrialgroundToolEnv,), extra) if extra else TrialgroundToolEnv
+        )
         self.grading = TaskGrading(tasks, sandbox=sandbox, reward=reward, judge=judge)
         self.instances: list[TrialgroundToolEnv] = []
         self.finished: list[Observation] = []  # final observations graded by get_reward, in order
@@ -400,7 +270,7 @@ class ToolEnvFactory:
         return self.grading.tasks
 
     def __call__(self) -> TrialgroundToolEnv:
-        instance = TrialgroundToolEnv(self)
+        instance = self.env_class(self)
         with self._lock:
             self.instances.append(instance)
         return instance
@@ -456,7 +326,46 @@ def environment_factory(
     )
 
 
-TOOL_NAMES = tuple(TOOL_PARAMS)  # the methods TrialgroundToolEnv exposes (a test keeps them in step)
+def _sentence(text: str) -> str:
+    return f"{text[:1].upper()}{text[1:]}."
+
+
+def tool_method(tool: Tool) -> Callable[..., str]:
+    """`tool` as a TRL environment method: its parameters typed (an optional one defaults to None) and a
+    Google-style docstring, from which TRL (transformers' `get_json_schema`) builds its schema."""
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params = [inspect.Parameter("self", kind)]
+    annotations: dict[str, Any] = {}
+    for p in tool.params:
+        annotations[p.name] = p.type if p.required else p.type | None
+        default = inspect.Parameter.empty if p.required else None
+        params.append(inspect.Parameter(p.name, kind, default=default, annotation=annotations[p.name]))
+    signature = inspect.Signature(params, return_annotation=str)
+
+    def method(self: TrialgroundToolEnv, *args: Any, **kwargs: Any) -> str:
+        bound = signature.bind(self, *args, **kwargs)
+        given = {k: v for k, v in bound.arguments.items() if k != "self" and v is not None}
+        return self._call(tool.name, given)
+
+    doc = [tool.description]
+    if tool.params:
+        doc += [
+            "",
+            "Args:",
+            *(f"    {p.name}: {_sentence(p.description)}" for p in tool.params),
+        ]
+    doc += ["", "Returns:", f"    {tool.returns}"]
+    method.__name__ = method.__qualname__ = tool.name
+    method.__doc__ = "\n".join(doc)
+    method.__signature__ = signature  # type: ignore[attr-defined]
+    method.__annotations__ = {**annotations, "return": str}
+    return method
+
+
+for _name in BUILTIN:
+    setattr(TrialgroundToolEnv, _name, tool_method(TOOLS.lookup(_name)))
+
+TOOL_NAMES = BUILTIN  # the methods TrialgroundToolEnv exposes
 
 
 # --- the bundled models' tool-calling chat template ----------------------------------------------------

@@ -18,6 +18,7 @@ from typing import Literal, Protocol
 
 from trialground.envs.base import Environment, Grading
 from trialground.gateway.episode import harness_group
+from trialground.gateway.logprobs import TopSource
 from trialground.gateway.server import Gateway
 from trialground.policy.base import SamplingParams
 from trialground.rollout.agent import EnvFactory, Generator, rollout_group
@@ -60,6 +61,8 @@ class Collector:
     envs: EnvSource | None = None
     gateway: Gateway | None = None  # env.kind=harness: the programs' endpoint; episodes run through it
     make_env: Callable[[], Environment] | None = None
+    # env.kind=harness: where the programs' top_logprobs come from (the policy's; None: refused)
+    alternatives: TopSource | None = None
 
     def _factory(self, task: Task) -> EnvFactory:
         if self.envs is not None:
@@ -121,6 +124,7 @@ class Collector:
                     return await harness_group(
                         gateway, batcher, self._factory(task), task, k, params=params,
                         group_id=_group_id(task), max_context_tokens=budget, release=release, tool_role=role,
+                        alternatives=self.alternatives,
                     )  # fmt: skip
                 if branch == "off":
                     return await rollout_group(

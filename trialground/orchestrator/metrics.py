@@ -81,12 +81,33 @@ def rollout_metrics(
     stale = [trainer_version - t.policy_version for t in trajs]
     out["async/staleness_mean"] = float(np.mean(stale))
     out["async/staleness_max"] = float(max(stale))
+    out |= token_staleness(ok, trainer_version)
     zero_var = 0
     for g in groups:
         vals = [t.reward.total for t in g if t.ok and t.reward is not None]
         zero_var += int(len(vals) >= 2 and max(vals) - min(vals) < 1e-9)
     out["train/zero_var_group_frac"] = zero_var / max(1, len(groups))
     return out
+
+
+def token_staleness(trained: Sequence[Trajectory], trainer_version: int) -> dict[str, float]:
+    """Policy-version lag per sampled token of the trained trajectories (`Turn.version`, else the
+    trajectory's version): a harness episode's calls, or an async turn sampled before a weight push, may
+    come from different versions within one trajectory, which the per-trajectory lag hides."""
+    lags: dict[int, int] = defaultdict(int)  # lag -> tokens
+    for t in trained:
+        for turn in t.turns:
+            if turn.role == "policy" and turn.token_ids:
+                version = turn.version if turn.version is not None else t.policy_version
+                lags[trainer_version - version] += len(turn.token_ids)
+    tokens = sum(lags.values())
+    if not tokens:
+        return {}
+    return {
+        "async/token_staleness_mean": sum(lag * n for lag, n in lags.items()) / tokens,
+        "async/token_staleness_max": float(max(lags)),
+        "async/stale_token_frac": sum(n for lag, n in lags.items() if lag > 0) / tokens,
+    }
 
 
 def _component(t: Trajectory, name: str) -> float | None:

@@ -11,7 +11,8 @@ no task is made), so `trialground config validate` and a failing `train` answer 
   line, `MAX_FILE_PROBLEMS` a file and a count of the rest);
 - every metric sink's package, and what the config's plugins require (`plugin_requirements`: each policy,
   pool backend and env kind declares its modules, extras and why);
-- for `train`: the run directory is free (or, with `resume`, holds a run).
+- for `train`: the run directory is free (or, with `resume`, holds a run), and the trainer's per-rank
+  memory estimate fits the device (`memory_check`: trainer.device_memory_gib, or the CUDA device's).
 
 `cautions(config)` lists what can run but is likely to cost episodes (or fail for tasks that open a sandbox
 when the sandbox backend's program is missing) (`config validate` prints them, `train`
@@ -226,7 +227,9 @@ def problems(config: RunConfig, purpose: Purpose, *, resume: bool = False) -> li
     """Every problem found (see the module docstring); empty when the run can start."""
     out = _package_problems(config, purpose) + _policy_problems(config, purpose) + _task_problems(config)
     if purpose == "train":
-        out += run_dir_problems(config, resume=resume)
+        from trialground.orchestrator.memory_check import memory_problems
+
+        out += run_dir_problems(config, resume=resume) + memory_problems(config)
     return out
 
 

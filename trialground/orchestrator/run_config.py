@@ -31,6 +31,7 @@ from trialground.sandbox.base import SandboxConfig
 from trialground.tasks.config import TaskPoolConfig
 from trialground.train.config import TrainerConfig
 from trialground.verify.config import RewardConfig
+from trialground.verify.judges.config import JUDGES
 
 # One directory name under output_dir: no '/', no '\\', no leading '.' (so never '.' or '..'), nothing
 # absolute; checked when the config is built, before any directory is made.
@@ -220,15 +221,11 @@ def plugin_requirements(config: RunConfig) -> list[str]:
     pool = config.pool_config
     who = "cluster=ray" if config.cluster == "ray" else f"pool.backend={pool.backend}"
     out += POOL_BACKENDS.lookup(pool.backend).missing(who)
-    wants = [
-        (config.trainer.lora_rank > 0, "peft", "train", "trainer.lora_rank > 0"),
-        (
-            config.reward.judge is not None and config.reward.judge.kind == "hf_classifier",
-            "transformers",
-            "train",
-            "reward.judge.kind=hf_classifier",
-        ),
-    ]
+    if config.reward.judge is not None:
+        out += JUDGES.lookup(config.reward.judge.kind).missing(
+            f"reward.judge.kind={config.reward.judge.kind}"
+        )
+    wants = [(config.trainer.lora_rank > 0, "peft", "train", "trainer.lora_rank > 0")]
     for wanted, module, extra, why in wants:
         if wanted and not Requirement(module=module).met():
             advice = f"pip install 'trialground[{extra}]'"

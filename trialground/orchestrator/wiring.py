@@ -206,7 +206,10 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Wirin
             make, grader, env_config, sandbox, sandbox=None, task=None, owns_sandbox=True,
             initial_snapshot=None, on_exec=None,
         )  # fmt: skip
-    collector = Collector(policy, rubric, settings, grader, envs=env_pool, gateway=gateway, make_env=make_env)
+    collector = Collector(
+        policy, rubric, settings, grader, envs=env_pool, gateway=gateway, make_env=make_env,
+        alternatives=policy.alternatives,
+    )  # fmt: skip
     return Wiring(
         config,
         run,

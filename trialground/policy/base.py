@@ -117,3 +117,11 @@ class Policy(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - a no-op is the right default
         """Release processes, servers or devices the policy holds; idempotent."""
+
+    async def alternatives(
+        self, prompt: Sequence[int], generation: Generation, params: SamplingParams, k: int
+    ) -> list[list[tuple[int, float]]] | None:
+        """The k most likely (token id, logprob) at each of `generation`'s positions, most likely first,
+        under the weights and sampling that drew it (OpenAI's `top_logprobs`); None: this policy cannot
+        give them. Raises PolicyError when the weights changed since `generation` was drawn."""
+        return None

@@ -49,7 +49,7 @@ from urllib.parse import parse_qsl
 from trialground.errors import TaskError
 from trialground.tasks import code_rows
 from trialground.tasks.io import task_from_dict
-from trialground.tasks.math_source import math_task
+from trialground.tasks.math_rows import math_task
 from trialground.tasks.model import Task, VerifierSpec
 
 JSON_COLUMNS = ("verifier", "files", "visible_checks", "hidden_checks", "limits", "metadata")

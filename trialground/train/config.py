@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from trialground.plugin import check_name
+from trialground.plugin import FrozenParams, Params, check_name, check_section
 
 ISCorrection = Literal["none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
 
@@ -28,6 +28,14 @@ class TrainerConfig(BaseModel):
         description="trajectory: one advantage per trajectory from `algorithm`; tree: one per policy turn, "
         "from the values of the prefixes siblings share (train.tree_advantages; most useful with "
         "loop.branch)",
+    )
+    loss: str = Field(
+        "ppo_clip",
+        description="Policy loss (trialground.train.losses): ppo_clip (its settings are clip_low, clip_high, "
+        "loss_agg and kl_coef below), or a plugin's 'package.module:NAME'",
+    )
+    loss_params: Params = Field(
+        default_factory=FrozenParams, description="The loss's own settings, validated against its model"
     )
     adv_eps: float = Field(1e-6, gt=0.0, le=1.0, description="GRPO: added to the group std before dividing")
     lr: float = Field(1e-4, gt=0.0, le=1.0, description="Learning rate")
@@ -137,12 +145,35 @@ class TrainerConfig(BaseModel):
         "and evaluations, so this bounds the longest of those",
     )
 
+    device_memory_gib: float | None = Field(
+        None,
+        gt=0.0,
+        le=1 << 20,
+        description="Memory of one training device in GiB, for the check before a run (docs/memory.md): a "
+        "run whose per-rank estimate does not fit is refused. Unset: the CUDA device's own total when "
+        "policy.device is cuda and CUDA is present, else no check",
+    )
+
     @field_validator("algorithm")
     @classmethod
     def _known_algorithm(cls, value: str) -> str:
         from trialground.train.estimators import ESTIMATORS
 
         return check_name(ESTIMATORS, value)
+
+    @field_validator("loss")
+    @classmethod
+    def _known_loss(cls, value: str) -> str:
+        from trialground.train.losses import LOSSES
+
+        return check_name(LOSSES, value)
+
+    @model_validator(mode="after")
+    def _loss_settings(self) -> TrainerConfig:
+        from trialground.train.losses import LOSSES
+
+        check_section(LOSSES, self.loss, self.loss_params, "trainer.loss_", self)
+        return self
 
     @field_validator("adam_betas")
     @classmethod

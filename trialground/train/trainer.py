@@ -39,7 +39,7 @@ from trialground.train.advantages import Scored
 from trialground.train.chunked_logprobs import check_head, token_logprobs
 from trialground.train.config import TrainerConfig
 from trialground.train.fsdp import state_bytes
-from trialground.train.losses import finalize_metrics, ppo_clip_loss
+from trialground.train.losses import LOSSES, LossInput, finalize_metrics
 from trialground.train.memory import autocast, enable_checkpointing, fp32_attention
 from trialground.train.packing import Packed, check_packing
 from trialground.train.precision import MasterWeights
@@ -158,6 +158,8 @@ class Trainer:
         # 16-bit weights are stepped through fp32 masters (trialground.train.precision)
         self.masters = MasterWeights(params) if MasterWeights.needed(params) else None
         self.optimizer = _adamw(self.masters.params if self.masters is not None else params, config)
+        plugin = LOSSES.lookup(config.loss)
+        self.loss, self.loss_caps = plugin.build(config), plugin.capabilities
 
     def _wrap_lora(self, model: nn.Module) -> nn.Module:
         from peft import LoraConfig, get_peft_model
@@ -292,7 +294,7 @@ class Trainer:
         if self.parallel is not None:  # data parallel: rank 0 splits the batch, each rank gets its share
             batch = self.parallel.shard(batch)
         samples = build_samples(batch)
-        if cfg.skip_zero_advantage and cfg.kl_coef == 0.0:
+        if cfg.skip_zero_advantage and cfg.kl_coef == 0.0 and self.loss_caps.zero_advantage_idle:
             # Their gradient is exactly zero; they still count in `normalizer`, so the loss is unchanged.
             active = [s for s in samples if not s.inert]
         else:
@@ -332,19 +334,17 @@ class Trainer:
                 names = ("old_logprobs", "mask", "sampler_logprobs")
                 old, mask, sampled = (self._targets(chunk, logp.shape[1], f) for f in names)
                 weights = is_correction.weigh(cfg, logp, old, sampled, mask, meter if _epoch == 0 else None)
-                out = ppo_clip_loss(
-                    logp,
-                    old,
-                    self._advantages(chunk, logp.shape[1]),
-                    mask,
-                    clip_low=cfg.clip_low,
-                    clip_high=cfg.clip_high,
-                    agg=cfg.loss_agg,
-                    normalizer=normalizer,
-                    ref_logprobs=refs[j] if refs else None,
-                    kl_coef=cfg.kl_coef,
-                    entropy=ent,
-                    is_weights=weights,
+                out = self.loss(
+                    LossInput(
+                        logp,
+                        old,
+                        self._advantages(chunk, logp.shape[1]),
+                        mask,
+                        normalizer=normalizer,
+                        ref_logprobs=refs[j] if refs else None,
+                        entropy=ent,
+                        is_weights=weights,
+                    )
                 )
                 out.loss.backward()
                 loss_total += float(out.loss.item())

@@ -20,28 +20,29 @@ become a silent 0: `Verdict.error` is set, and the rubric drops such a reward.
 
 Each kind declares its params model once (`trialground.tasks.verifiers`); a task's params are validated into
 it when the task is made (`VerifierSpec.typed_params`), and the kind's function receives that typed object
-(`VerifyRequest.params`).
+(`VerifyRequest.params`). Each kind also owns what it keeps between gradings (`VerifierKind.resource`: the
+code kinds' grading sandboxes and batcher, the math worker, ...): the grader makes it from its
+`GradingContext` on the kind's first grading, hands it to the kind's function, and closes it with itself
+(`kinds/context.py`). The grader builds no kind's resource by name, so a plugin kind with its own resource
+needs no edit here.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from trialground.errors import TrialgroundError, VerifierError
-from trialground.microbatch import Batcher
 from trialground.sandbox.base import Sandbox, SandboxConfig
 from trialground.tasks.model import Task
 from trialground.tasks.verifiers import lookup
 from trialground.verify.config import RewardConfig
 from trialground.verify.judges.config import make_judge
 from trialground.verify.judges.judge import CrossCheck, Judge
-from trialground.verify.kinds.check_program import CheckProgramVerifier
-from trialground.verify.kinds.code_tests import CodeTestsVerifier, Opener, solution_path
-from trialground.verify.kinds.math import MathWorker
+from trialground.verify.kinds.code_tests import Opener
+from trialground.verify.kinds.context import GradingContext, KindResources
 from trialground.verify.kinds.request import VerifyRequest
-from trialground.verify.kinds.swe_tests import SweTestsVerifier
 from trialground.verify.verdict import Action, Graded, Verdict
 
 
@@ -60,37 +61,15 @@ class Grader:
     ) -> None:
         self.sandbox_config = sandbox_config
         self.reward_config = reward_config or RewardConfig()
-        grading = self.reward_config.grading
         self.judge = judge
         self.cross_check = CrossCheck(self.reward_config.judge_sample_rate)
-        self.code = CodeTestsVerifier(sandbox_config, grading, opener)
-        # Keyed on the task's limits: one exec runs under one set. A run's tasks mostly share one (a task
-        # family sets its limits once, or none), so this rarely cuts a batch; gradings of tasks with their
-        # own limits still batch among themselves instead of each paying an exec of its own.
-        self._batcher: Batcher[tuple[Task, str], Verdict] = Batcher(
-            self.code.verify_many,
-            max_batch=grading.max_batch,
-            window_s=grading.batch_window_s,
-            key=lambda item: self.code.limits(item[0]),
-            even=True,
-        )
-        self.checks = CheckProgramVerifier(sandbox_config, grading, opener)
-        self._math: MathWorker | None = None
-        self._swe: SweTestsVerifier | None = None
-        # single-turn code gradings in flight, by (task id, submission): identical ones share the first
-        self._inflight: dict[tuple[str, str], tuple[Task, asyncio.Future[Verdict]]] = {}
+        self.context = GradingContext(sandbox_config, self.reward_config, opener=opener, judge=judge)
+        self._resources = KindResources(self.context)
 
-    @property
-    def math(self) -> MathWorker:
-        if self._math is None:
-            self._math = MathWorker(self.reward_config.grading.math_timeout_s)
-        return self._math
-
-    @property
-    def swe(self) -> SweTestsVerifier:
-        if self._swe is None:
-            self._swe = SweTestsVerifier(self.sandbox_config, self.reward_config.grading)
-        return self._swe
+    def resource(self, kind: str) -> Any:
+        """The resource the kind called `kind` owns in this grader (made now if it was not yet), or the
+        grading context for a kind that names none."""
+        return self._resources.for_kind(lookup(kind))
 
     async def verdict(
         self, task: Task, submission: str, *, workspace: Sandbox | None = None, actions: Sequence[Action] = ()
@@ -103,40 +82,7 @@ class Grader:
         if not isinstance(params, kind.params):  # the kind was registered again since
             params = kind.validate(task.verifier.params, where=f"task {task.id}: ")
         request = VerifyRequest(task, submission, params, workspace=workspace, actions=tuple(actions))
-        return await kind.function()(self, request)
-
-    async def code_text(self, task: Task, submission: str) -> Verdict:
-        """A single-turn code grading: through the shared batcher (many gradings, one sandbox exec) where
-        sandboxes are reused, else in a sandbox of its own. A solution that does not compile is decided on
-        the host (`CodeTestsVerifier.host_verdict`). With `grading.share_identical`, a grading of the same
-        text for the same task that is still in flight is awaited instead of run again; its verdict comes
-        back marked `shortcut="shared"`."""
-        host = self.code.host_verdict(task, {**task.files, solution_path(task): submission})
-        if host is not None:  # it does not compile (`grading.precheck_syntax`): no sandbox run at all
-            return host
-        if not self.reward_config.grading.share_identical:
-            return await self._run_code(task, submission)
-        key = (task.id, submission)
-        running = self._inflight.get(key)
-        if running is not None and (running[0] is task or running[0] == task):
-            verdict = await asyncio.shield(running[1])  # one caller's cancellation is not the others'
-            return verdict if verdict.error is not None else verdict.model_copy(update={"shortcut": "shared"})
-        future = asyncio.ensure_future(self._run_code(task, submission))
-        self._inflight[key] = (task, future)
-
-        def done(f: asyncio.Future[Verdict]) -> None:
-            if self._inflight.get(key, (None, None))[1] is f:
-                del self._inflight[key]
-            if not f.cancelled():
-                f.exception()  # retrieved: every caller may have gone away
-
-        future.add_done_callback(done)
-        return await asyncio.shield(future)
-
-    async def _run_code(self, task: Task, submission: str) -> Verdict:
-        if self.code.batching:
-            return await self._batcher.submit((task, submission))
-        return await self.code.verify(task, submission)
+        return await kind.function()(self._resources.for_kind(kind), request)
 
     async def grade(
         self, task: Task, submission: str, *, workspace: Sandbox | None = None, actions: Sequence[Action] = ()
@@ -168,13 +114,7 @@ class Grader:
             return None, True
 
     async def close(self) -> None:
-        await self._batcher.close()
-        await self.code.close()
-        if self._swe is not None:
-            await self._swe.close()
-        if self._math is not None:
-            self._math.close()
-            self._math = None
+        await self._resources.close()
         if self.judge is not None:
             await self.judge.close()
 

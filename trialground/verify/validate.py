@@ -204,7 +204,7 @@ class Validator:
             except ValueError as e:
                 return [f"regex does not compile (RE2 syntax): {e}"]
         if kind == "math" and isinstance(params, MathParams):  # the gold must verify against itself
-            ok, detail = self.grader.math.call(str(params.answer), f"${params.answer}$")
+            ok, detail = self.grader.resource("math").call(str(params.answer), f"${params.answer}$")
             if not ok:
                 return [f"gold answer does not verify against itself: {detail}"]
         if kind in ("code_tests", "check_program", "swe_tests") and not task.hidden_checks:

@@ -24,6 +24,12 @@ class PolicyCaps:
     pushes them to servers); otherwise only `policy.tokenizer` is read locally."""
     model_by_name: bool = False
     """Outside training, `policy.model` may be a name the engine fetches itself (no local weights needed)."""
+    engine_memory: bool = False
+    """The engine runs on the trainer's device and takes `policy.gpu_memory_utilization` of its memory (the
+    memory check before a run leaves the trainer the rest)."""
+    shares_module: bool = False
+    """The policy samples in the training process with a torch module the trainer can update in place (a
+    separate sampler copy exists only where it cannot: FSDP, asynchronous sampling, another dtype)."""
 
 
 @dataclass(frozen=True)
@@ -46,14 +52,14 @@ for _b in (
     PolicyBackend(
         "hf",
         "trialground.policy.backends.hf:make_policy",
-        PolicyCaps(loads_model=True),
+        PolicyCaps(loads_model=True, shares_module=True),
         requires=TORCH,
         doc="transformers, in this process or a child",
     ),
     PolicyBackend(
         "vllm",
         "trialground.policy.backends.vllm.vllm:VLLMPolicy",
-        PolicyCaps(loads_model=True, model_by_name=True),
+        PolicyCaps(loads_model=True, model_by_name=True, engine_memory=True),
         requires=(*TORCH, Requirement(module="vllm", extra="vllm", why="the in-process engine")),
         doc="vLLM in this process",
     ),

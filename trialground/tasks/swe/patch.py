@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from trialground.tasks.swe.paths import valid_path
 
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+_HUNK = re.compile(r"^@@ -(\d{1,9})(?:,(\d{1,9}))? \+(\d{1,9})(?:,(\d{1,9}))? @@")  # 9 digits: no int limit
 _NO_NL = "\\ No newline at end of file"
 
 

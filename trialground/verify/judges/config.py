@@ -25,14 +25,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from trialground.errors import ConfigError
-from trialground.registry import Registry, import_path
+from trialground.plugin import Plugin, Requirement
+from trialground.registry import Registry
 from trialground.verify.judges.judge import Judge
 
 
@@ -79,24 +80,22 @@ JudgeBuild = Callable[[Any], Judge]
 
 
 @dataclass(frozen=True)
-class JudgeKind:
-    """A registered judge: `name` (what `reward.judge.kind` says), `params` (its typed settings), and
-    `build`, `(params) -> Judge` or its dotted path (resolved on first use)."""
+class JudgeCaps:
+    """What the run may ask of a judge kind."""
 
-    name: str
-    params: type[BaseModel]
-    build: JudgeBuild | str
-    doc: str = ""
-    _resolved: list[JudgeBuild] = field(default_factory=list, repr=False, compare=False)
+    local_model: bool
+    """It loads a model into this process (the trainer's device and memory are shared with it)."""
+
+
+@dataclass(frozen=True)
+class JudgeKind(Plugin[JudgeCaps]):
+    """A judge kind: `name` (what `reward.judge.kind` says), `settings` (its typed params: every field of
+    `reward.judge` but `kind` and `threshold`), `requires`, and `factory`, `(settings) -> Judge` or its
+    dotted path (resolved on first use)."""
 
     def function(self) -> JudgeBuild:
-        if not isinstance(self.build, str):
-            return self.build
-        if not self._resolved:
-            self._resolved.append(
-                import_path(self.build, what=f"judge kind {self.name!r}", error=ConfigError, kind="config")
-            )
-        return self._resolved[0]
+        build: JudgeBuild = self.load("judge kind", ConfigError)
+        return build
 
 
 JUDGES: Registry[JudgeKind] = Registry("judge kind", JudgeKind, ConfigError, error_kind="config")
@@ -122,7 +121,7 @@ class JudgeConfig(BaseModel):
         try:
             kind = JUDGES.lookup(self.kind)
             self._params = JUDGES.params(
-                kind.params, self.model_extra or {}, where=f"judge kind {kind.name!r} "
+                kind.settings, self.model_extra or {}, where=f"judge kind {kind.name!r} "
             )
         except ConfigError as e:
             raise ValueError(str(e)) from None
@@ -175,7 +174,20 @@ def _openai(params: OpenAIJudgeParams) -> Judge:
 
 
 for _kind in (
-    JudgeKind("hf_classifier", HFClassifierParams, _hf_classifier, "a local sequence-classification model"),
-    JudgeKind("openai", OpenAIJudgeParams, _openai, "an OpenAI-compatible chat endpoint"),
+    JudgeKind(
+        "hf_classifier",
+        _hf_classifier,
+        JudgeCaps(local_model=True),
+        settings=HFClassifierParams,
+        requires=(Requirement(module="transformers", extra="train", why="it loads the judge model"),),
+        doc="a local sequence-classification model",
+    ),
+    JudgeKind(
+        "openai",
+        _openai,
+        JudgeCaps(local_model=False),
+        settings=OpenAIJudgeParams,
+        doc="an OpenAI-compatible chat endpoint",
+    ),
 ):
     JUDGES.register(_kind)

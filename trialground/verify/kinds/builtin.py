@@ -1,7 +1,8 @@
-"""The built-in verifier kinds' grading functions (registered in `kinds.py`): each maps a `VerifyRequest`
-to a `Verdict` with the grader's shared verifiers (batched code tests, check programs, the math worker,
-the judge) and attaches the evidence flags (static hack detectors, exit-early evidence, workspace
-tampering)."""
+"""The built-in verifier kinds' grading functions (registered in `trialground.tasks.verifiers`): each maps
+its own resource (`VerifierKind.resource`: the batched code grading, the check-program runner, the math
+worker, the repository-test verifier) or, for a kind without one, the grader's `GradingContext` (the
+judge), and a `VerifyRequest` to a `Verdict`, and attaches the evidence flags (static hack detectors,
+exit-early evidence, workspace tampering)."""
 
 from __future__ import annotations
 
@@ -26,18 +27,22 @@ from trialground.verify.kinds.submitted import UnreadableSubmission, read_submit
 from trialground.verify.verdict import Flag, Verdict
 
 if TYPE_CHECKING:
-    from trialground.verify.grader import Grader
+    from trialground.verify.kinds.check_program import CheckProgramVerifier
+    from trialground.verify.kinds.code_grading import CodeGrading
+    from trialground.verify.kinds.context import GradingContext
+    from trialground.verify.kinds.math import MathWorker
+    from trialground.verify.kinds.swe_tests import SweTestsVerifier
 
 
-async def code_tests(grader: Grader, req: VerifyRequest) -> Verdict:
+async def code_tests(code: CodeGrading, req: VerifyRequest) -> Verdict:
     task, workspace = req.task, req.workspace
     if workspace is None:
-        verdict = await grader.code_text(task, req.submission)
+        verdict = await code.text(task, req.submission)
     else:
-        verdict = await grader.code.verify(task, req.submission, workspace=workspace)
+        verdict = await code.verifier.verify(task, req.submission, workspace=workspace)
     path = solution_path(task)
     extra = import_flags(verdict.tests, path.removesuffix(".py"), visible_prefix=VISIBLE_PREFIX)
-    grading = grader.reward_config.grading
+    grading = code.grading
     if grading.static_checks:
         text = req.submission
         if workspace is not None:
@@ -61,38 +66,38 @@ async def code_tests(grader: Grader, req: VerifyRequest) -> Verdict:
     return merge_flags(verdict, extra)
 
 
-async def check_program(grader: Grader, req: VerifyRequest) -> Verdict:
-    verdict = await grader.checks.verify(req.task, req.submission, workspace=req.workspace)
+async def check_program(checks: CheckProgramVerifier, req: VerifyRequest) -> Verdict:
+    verdict = await checks.verify(req.task, req.submission, workspace=req.workspace)
     if req.workspace is not None:
         verdict = merge_flags(verdict, await workspace_flags(req.task, req.workspace, req.actions))
     return verdict
 
 
-async def math(grader: Grader, req: VerifyRequest) -> Verdict:
+async def math(worker: MathWorker, req: VerifyRequest) -> Verdict:
     assert isinstance(req.params, MathParams)
-    return await verify_math(req.task, req.submission, grader.math, req.params)
+    return await verify_math(req.task, req.submission, worker, req.params)
 
 
-async def exact(grader: Grader, req: VerifyRequest) -> Verdict:
+async def exact(context: GradingContext, req: VerifyRequest) -> Verdict:
     assert isinstance(req.params, AnswerParams)
     return verify_exact(req.task, req.submission, req.params)
 
 
-async def regex(grader: Grader, req: VerifyRequest) -> Verdict:
+async def regex(context: GradingContext, req: VerifyRequest) -> Verdict:
     assert isinstance(req.params, RegexParams)
     return verify_regex(req.task, req.submission, req.params)
 
 
-async def numeric(grader: Grader, req: VerifyRequest) -> Verdict:
+async def numeric(context: GradingContext, req: VerifyRequest) -> Verdict:
     assert isinstance(req.params, NumericParams)
     return verify_numeric(req.task, req.submission, req.params)
 
 
-async def judge(grader: Grader, req: VerifyRequest) -> Verdict:
-    if grader.judge is None:
+async def judge(context: GradingContext, req: VerifyRequest) -> Verdict:
+    if context.judge is None:
         raise VerifierError(f"task {req.task.id}: kind judge but no judge configured", kind="no_judge")
     try:
-        score = await grader.judge.score(req.task, req.submission)
+        score = await context.judge.score(req.task, req.submission)
     except VerifierError as e:
         if e.kind == "judge_input_too_long":
             # Too long for the judge (over `max_submission_chars`, or the endpoint said so): the submission
@@ -108,8 +113,15 @@ async def judge(grader: Grader, req: VerifyRequest) -> Verdict:
     return Verdict(passed=score >= req.params.threshold, score=score, detail=f"judge score {score:.3f}")
 
 
-async def swe_tests(grader: Grader, req: VerifyRequest) -> Verdict:
-    return await grader.swe.verify(req.task, req.submission, workspace=req.workspace)
+def swe_resource(context: GradingContext) -> SweTestsVerifier:
+    """The `swe_tests` kind's resource: its pristine repository copies and test runs."""
+    from trialground.verify.kinds.swe_tests import SweTestsVerifier
+
+    return SweTestsVerifier(context.sandbox_config, context.grading)
+
+
+async def swe_tests(swe: SweTestsVerifier, req: VerifyRequest) -> Verdict:
+    return await swe.verify(req.task, req.submission, workspace=req.workspace)
 
 
 def merge_flags(verdict: Verdict, extra: list[Flag]) -> Verdict:

@@ -11,6 +11,8 @@ passes when it exits 0; the task passes when every check passes. Params: `CheckP
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trialground.errors import VerifierError
 from trialground.sandbox.base import WORKSPACE, Sandbox, SandboxConfig
 from trialground.tasks.model import Task
@@ -19,9 +21,17 @@ from trialground.verify.config import GradingConfig
 from trialground.verify.kinds.code_tests import Opener, default_opener
 from trialground.verify.verdict import TestResult, Verdict
 
+if TYPE_CHECKING:
+    from trialground.verify.kinds.context import GradingContext
+
 _PY_STDIN = (
     "import sys; _src = sys.stdin.read(); exec(compile(_src, '<check>', 'exec'), {'__name__': '__main__'})"
 )
+
+
+def resource(context: GradingContext) -> CheckProgramVerifier:
+    """The `check_program` kind's resource: the sandbox settings its check runs open with."""
+    return CheckProgramVerifier(context.sandbox_config, context.grading, context.opener)
 
 
 class CheckProgramVerifier:

@@ -13,13 +13,16 @@ import asyncio
 import multiprocessing as mp
 import threading
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trialground.errors import VerifierError
 from trialground.tasks.model import Task
 from trialground.tasks.verifiers import MathParams
 from trialground.verify.kinds.answers import last_boxed
 from trialground.verify.verdict import Verdict
+
+if TYPE_CHECKING:
+    from trialground.verify.kinds.context import GradingContext
 
 
 def _kind(obj: Any) -> str:
@@ -108,6 +111,11 @@ class MathWorker:
     def close(self) -> None:
         with self._lock:
             self._kill()
+
+
+def resource(context: GradingContext) -> MathWorker:
+    """The `math` kind's resource: one math-verify worker process per grader (started on first use)."""
+    return MathWorker(context.grading.math_timeout_s)
 
 
 def answer_text(completion: str) -> str:

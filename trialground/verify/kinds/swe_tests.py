@@ -192,7 +192,7 @@ def _policy_violations(task: Task, kept: Mapping[str, str | None]) -> dict[str, 
     return {p: v for p, v in found.items() if v}
 
 
-_SUMMARY = re.compile(r"^(?:=+ )?(\d+) passed\b")
+_SUMMARY = re.compile(r"^(?:=+ )?(\d{1,9}) passed\b")  # 9 digits: int() cannot fail on it
 
 
 def _summary_passed(stdout: str) -> int:

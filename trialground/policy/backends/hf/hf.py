@@ -38,7 +38,10 @@ from trialground.policy.decoding import completion_text, control_ids
 from trialground.policy.loading import check_vocabulary, load_model, load_tokenizer
 from trialground.tensors import cache_keyword, distinct_rows, final_hidden, head_logits, left_pad
 
-__all__ = ["HFPolicy", "load_model", "load_tokenizer", "sample_batch"]
+__all__ = ["HFPolicy", "load_model", "load_tokenizer", "sample_batch", "top_logprobs"]
+
+MAX_TOP_LOGPROBS = 20  # OpenAI's bound, and vLLM's default `--max-logprobs`
+FLOOR = -9999.0  # a token the sampling removed (logprob -inf; JSON has no infinity, vLLM writes the same)
 
 
 @dataclass
@@ -352,6 +355,20 @@ class HFPolicy(Policy):
     async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
         return await asyncio.to_thread(self.generate_sync, prompts, params)
 
+    async def alternatives(
+        self, prompt: Sequence[int], generation: Generation, params: SamplingParams, k: int
+    ) -> list[list[tuple[int, float]]] | None:
+        def run() -> list[list[tuple[int, float]]]:
+            with self._lock:  # no generation or weight load meanwhile
+                if generation.version != self.version:
+                    raise PolicyError(
+                        f"the weights changed since this answer was sampled (version {generation.version}, "
+                        f"now {self.version}); send the request again"
+                    )
+                return top_logprobs(self, prompt, generation.token_ids, params, k)
+
+        return await asyncio.to_thread(run)
+
     @property
     def streams(self) -> bool:
         """Whether batched callers should use `generate_streaming` (`policy.stream`)."""
@@ -534,3 +551,25 @@ class HFPolicy(Policy):
             for name, tensor in staged.items():
                 own[name].copy_(tensor)
         self.version = version
+
+
+@torch.no_grad()
+def top_logprobs(
+    policy: HFPolicy, prompt: Sequence[int], completion: Sequence[int], params: SamplingParams, k: int
+) -> list[list[tuple[int, float]]]:
+    """The k most likely tokens at each position of `completion`: one forward pass over prompt +
+    completion (its output layer `SCORE_CHUNK` positions at a time), processed as sampling processed it,
+    so the sampled token's entry is its sampling logprob."""
+    if not 1 <= k <= MAX_TOP_LOGPROBS:
+        raise ValueError(f"k: {k} is outside 1..{MAX_TOP_LOGPROBS}")
+    if not completion:
+        return []
+    out: list[list[tuple[int, float]]] = []
+    for _start, logits in completion_logits(policy.model, prompt, completion, policy.device):
+        logp = _process_logits(logits, params.temperature, params.top_p, params.top_k, params.min_p)
+        values, index = logp.topk(min(k, logp.shape[-1]), dim=-1)  # [n, k]
+        out += [
+            [(int(t), max(float(v), FLOOR)) for v, t in zip(vs, ts, strict=True)]
+            for vs, ts in zip(values.tolist(), index.tolist(), strict=True)
+        ]
+    return out

@@ -184,6 +184,8 @@ class VLLMPolicy(Policy):
                 bucket = self.config.weight_bucket_mb * 2**20
                 dtype = getattr(torch, self.config.dtype)
                 if self._asleep:  # the weights' memory first, the KV cache once they are loaded
+                    if torch.cuda.is_available():  # what the trainer's update cached goes back to the device
+                        torch.cuda.empty_cache()
                     self.llm.wake_up(tags=["weights"])
                 push_weights(self.llm, state_dict, self._scratch, bucket_bytes=bucket, dtype=dtype)
                 if self._asleep:

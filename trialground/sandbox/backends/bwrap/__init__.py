@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from trialground.sandbox.backends.bwrap.boot import python_prefix
-from trialground.sandbox.backends.bwrap.supervisor import PRELOAD_KEEP, split_python
+from trialground.sandbox.backends.bwrap.supervisor import PRELOAD_KEEP
+from trialground.sandbox.backends.bwrap.supervisor_python import split_python
 
 RESET_SOURCE = Path(__file__).with_name("reset.py").read_text()
 """The program that empties a sandbox's scratch (/workspace, /tmp, /dev/shm) and IPC objects from inside

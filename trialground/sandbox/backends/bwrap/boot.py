@@ -10,7 +10,10 @@ from pathlib import Path
 
 from trialground.sandbox.base import SandboxConfig
 
-SUPERVISOR_SOURCE = (Path(__file__).with_name("supervisor.py")).read_text()
+# The supervisor's modules, in the order its shipped source concatenates them: one program in the sandbox
+# (each part's imports of the others are made only where it is imported on the host as a package module).
+SUPERVISOR_PARTS = ("supervisor_wire", "supervisor_python", "supervisor")
+SUPERVISOR_SOURCE = "\n".join(Path(__file__).with_name(f"{part}.py").read_text() for part in SUPERVISOR_PARTS)
 # The supervisor's code reaches it on its stdin, marshalled when the sandbox runs this very Python version
 # (skips compiling it at every start), as source otherwise. The bootstrap reads exactly that many bytes
 # (with `posix`: importing `os` would cost ~2 ms).

@@ -5,7 +5,12 @@ from __future__ import annotations
 import asyncio
 import marshal
 
-from trialground.sandbox.backends.bwrap.supervisor import HEADER_SIZE, MAX_FRAME, decode_header, encode_frame
+from trialground.sandbox.backends.bwrap.supervisor_wire import (
+    HEADER_SIZE,
+    MAX_FRAME,
+    decode_header,
+    encode_frame,
+)
 from trialground.sandbox.results import Collected
 
 

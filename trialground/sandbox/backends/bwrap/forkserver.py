@@ -38,10 +38,12 @@ from pathlib import Path
 
 from trialground.errors import SandboxError
 from trialground.sandbox.backends.bwrap import seccomp, spawn, views
+from trialground.sandbox.backends.bwrap.boot import SUPERVISOR_SOURCE
 from trialground.sandbox.backends.bwrap.cgroup import Cgroup
 from trialground.sandbox.workspace import BASE_DIR
 
-SOURCES = tuple((Path(__file__).with_name(f"{name}.py")).read_text() for name in ("supervisor", "template"))
+# the supervisor's shipped source (its parts concatenated) and the template's, each one module there
+SOURCES = (SUPERVISOR_SOURCE, (Path(__file__).with_name("template.py")).read_text())
 # System call numbers the template calls through libc's syscall() (no wrappers in Python 3.11's os).
 _NEW_MOUNT_API = {"open_tree": 428, "move_mount": 429, "mount_setattr": 442}  # the same on both
 SYSCALLS = {

@@ -30,193 +30,28 @@ import select
 import sys
 import time
 
-HEADER_SIZE = 5  # payload size (4 bytes, big-endian), then the frame kind (1 byte)
-# host -> supervisor: R request (marshal), I stdin bytes (may repeat, then an empty one).
-# supervisor -> host: H hello (marshal), O stdout bytes, E stderr bytes, X exit report (marshal).
-MAX_FRAME = 1 << 20
-PYTHON_FLAGS = set("ISEsBuq")
+if "." in __name__:  # imported on the host as a package module; shipped, the parts are one source
+    from trialground.sandbox.backends.bwrap.supervisor_python import (
+        PRE_SITE_PATH,
+        READY,
+        SITE,
+        make_streams,
+        parse_python,
+        run_python,
+    )
+    from trialground.sandbox.backends.bwrap.supervisor_wire import (
+        encode_frame,
+        read_frame,
+        read_to_end,
+        write_all,
+    )
+
 CHILD_KEYS = ("argv", "env", "cwd", "rlimits", "python_fast")  # what the command's process is told
 WAKE = (-1, -1)  # SIGCHLD wakes the select loop through this pipe
-PRE_SITE_PATH = list(sys.path)  # sys.path of a -S interpreter
-SITE: dict = {}  # "wanted": a command ran Python with site; "loaded": we ran site.main()
 RESET: dict = {}  # the reset module's "source" and its "reset" function, once the host sent them
-READY: dict = {}  # in the next child, what it did ahead: "env" (the environment it set up), "streams"
 OWN_STATE: dict = {}  # what PID 1 passes on to every command, as it was before the first one (`_own_state`)
 PRELOADED: dict = {}  # "modules": names the preload added to sys.modules; "ran": a command has run
 PRELOAD_KEEP = "TRIALGROUND_PRELOADED"  # a request whose environment sets this to "keep" sees them
-
-
-def encode_frame(kind: bytes, payload: bytes) -> bytes:
-    return len(payload).to_bytes(4, "big") + kind + payload
-
-
-def decode_header(header: bytes) -> "tuple[int, str]":
-    """(payload size, kind) of a frame's first HEADER_SIZE bytes."""
-    return int.from_bytes(header[:4], "big"), chr(header[4])
-
-
-def _read_exact(fd: int, n: int) -> bytes:
-    chunks = []
-    while n:
-        chunk = posix.read(fd, n)
-        if not chunk:
-            raise EOFError
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)
-
-
-def _read_frame(fd: int) -> "tuple[str, bytes]":
-    size, kind = decode_header(_read_exact(fd, HEADER_SIZE))
-    return kind, _read_exact(fd, size)
-
-
-def _read_to_end(fd: int) -> bytes:
-    chunks = []
-    while chunk := posix.read(fd, 1 << 16):
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[posix.write(fd, view) :]
-
-
-def _same_file(a: str, b: str) -> bool:
-    try:
-        sa, sb = posix.stat(a), posix.stat(b)
-    except OSError:
-        return False
-    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
-
-
-def _is_this_interpreter(program: str, path_var: str) -> bool:
-    candidates = [program] if "/" in program else [f"{d}/{program}" for d in path_var.split(":") if d]
-    for path in candidates:
-        if posix.access(path, posix.X_OK):
-            return _same_file(path, sys.executable)
-    return False
-
-
-def _parse_python(argv: list, path_var: str) -> "tuple[set[str], str, str, list[str]] | None":
-    """(flags, mode, target, argv) when `argv` is a plain Python invocation the fast path can run."""
-    names = ("python3", "python", f"python3.{sys.version_info[1]}")
-    if not argv or argv[0].rpartition("/")[2] not in names or not _is_this_interpreter(argv[0], path_var):
-        return None  # not Python, or another Python (e.g. the system's): run the real thing
-    return split_python(argv)
-
-
-def split_python(argv: list) -> "tuple[set[str], str, str, list[str]] | None":
-    """`python [-I -S -E -s -B -u -q] (-c CODE | -m MOD | FILE) ARGS` as (flags, mode "c"/"m"/"f", target,
-    the program's sys.argv); None for anything else (other options, no program, `-` for stdin)."""
-    flags: set = set()
-    i = 1
-    while i < len(argv) and argv[i].startswith("-") and argv[i] != "-":
-        arg = argv[i]
-        if arg in ("-c", "-m"):
-            if i + 1 >= len(argv):
-                return None
-            return flags, arg[1], argv[i + 1], [arg if arg == "-c" else argv[i + 1], *argv[i + 2 :]]
-        if not set(arg[1:]) <= PYTHON_FLAGS:
-            return None
-        flags |= set(arg[1:])
-        i += 1
-    if i >= len(argv) or argv[i] == "-":
-        return None
-    return flags, "f", argv[i], argv[i:]
-
-
-def _make_streams(unbuffered: bool) -> None:
-    """sys.stdin/stdout/stderr over fds 0-2, as the interpreter makes them."""
-    import io
-
-    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
-        raw = io.FileIO(fd, "rb" if fd == 0 else "wb", closefd=False)
-        if fd == 0:
-            stream: io.TextIOWrapper = io.TextIOWrapper(io.BufferedReader(raw), encoding="utf-8")
-        else:
-            buffered = io.BufferedWriter(raw)
-            errors = "backslashreplace" if fd == 2 else "strict"
-            stream = io.TextIOWrapper(
-                buffered,
-                encoding="utf-8",
-                errors=errors,
-                line_buffering=fd == 2 or unbuffered,
-                write_through=unbuffered,
-            )
-        setattr(sys, name, stream)
-        setattr(sys, f"__{name}__", stream)
-
-
-def _run_python(parsed: "tuple[set[str], str, str, list[str]]") -> int:
-    """Run a Python program in this (forked) interpreter; returns the exit status."""
-    flags, mode, target, argv = parsed
-    unbuffered = "u" in flags or (bool(posix.environ.get(b"PYTHONUNBUFFERED")) and not {"I", "E"} & flags)
-    if unbuffered or not READY.get("streams"):
-        _make_streams(unbuffered)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    sys.argv = argv
-    if "I" not in flags:
-        if mode == "c":
-            sys.path.insert(0, "")
-        else:
-            import os  # runpy imports it anyway
-
-            sys.path.insert(0, os.getcwd() if mode == "m" else os.path.dirname(os.path.abspath(target)))
-    pythonpath = posix.environ.get(b"PYTHONPATH")
-    if not {"I", "E"} & flags and pythonpath:
-        sys.path[1:1] = pythonpath.decode("utf-8", "surrogateescape").split(":")
-    if "B" in flags:
-        sys.dont_write_bytecode = True
-    code = 0
-    try:
-        if "S" in flags:
-            sys.path[:] = PRE_SITE_PATH  # the supervisor may have run site for earlier commands
-        elif not SITE.get("loaded"):
-            import site
-
-            site.main()
-        if mode == "c":
-            main = type(sys)("__main__")
-            main.__dict__["__builtins__"] = __builtins__
-            sys.modules["__main__"] = main
-            exec(compile(target, "<string>", "exec"), main.__dict__)
-        else:
-            import runpy
-
-            if mode == "m":
-                runpy.run_module(target, run_name="__main__", alter_sys=True)
-            else:
-                runpy.run_path(target, run_name="__main__")
-    except SystemExit as exc:
-        code = _exit_code(exc.code)
-    except BaseException:  # the program's own error is reported like the interpreter does
-        import traceback
-
-        traceback.print_exc()
-        code = 1
-    try:
-        if "threading" in sys.modules:
-            sys.modules["threading"]._shutdown()
-        import atexit
-
-        atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BaseException:  # a broken stdout at exit is the program's business
-        code = code or 120
-    return code
-
-
-def _exit_code(code: object) -> int:
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    print(code, file=sys.stderr)
-    return 1
 
 
 def _set_environ(env: dict) -> None:
@@ -257,7 +92,7 @@ def _get_ready(request_fd: int, env: "dict | None") -> None:
         _set_environ(env)  # the previous command's: usually the next one's too
         READY["env"] = env
     if _idle(request_fd):
-        _make_streams(unbuffered=False)
+        make_streams(unbuffered=False)
         READY["streams"] = True
     if _idle(request_fd):
         compile("pass", "<warm-up>", "exec")
@@ -281,7 +116,7 @@ def _child(request_fd: int, fds: "tuple[int, int, int]", to_close: "list[int]", 
         except OSError:
             pass
         _get_ready(request_fd, env)
-        raw = _read_to_end(request_fd)
+        raw = read_to_end(request_fd)
         if not raw:
             posix._exit(0)  # the supervisor is going away
         posix.close(request_fd)
@@ -300,11 +135,11 @@ def _child(request_fd: int, fds: "tuple[int, int, int]", to_close: "list[int]", 
             for name in PRELOADED["modules"]:
                 sys.modules.pop(name, None)
         fast = req.get("python_fast", True)
-        parsed = _parse_python(req["argv"], req["env"].get("PATH", "")) if fast else None
+        parsed = parse_python(req["argv"], req["env"].get("PATH", "")) if fast else None
         if parsed is not None:
             if req["env"] != READY.get("env"):
                 _set_environ(req["env"])
-            posix._exit(_run_python(parsed))
+            posix._exit(run_python(parsed))
         for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores these; programs expect defaults
             signal.signal(sig, signal.SIG_DFL)
         _execvpe(req["argv"], req["env"])
@@ -361,7 +196,7 @@ def _run(req: dict, child: NextChild, ctl_out: int) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     pid = child.pid
     try:  # noqa: SIM105 - contextlib would cost start-up time in here
-        _write_all(child.request_w, marshal.dumps({k: req[k] for k in CHILD_KEYS if k in req}))
+        write_all(child.request_w, marshal.dumps({k: req[k] for k in CHILD_KEYS if k in req}))
     except BrokenPipeError:
         pass  # it died waiting (killed from outside): its exit status below says so
     posix.close(child.request_w)
@@ -380,7 +215,7 @@ def _run(req: dict, child: NextChild, ctl_out: int) -> dict:
 
     def forward(fd: int, chunk: bytes) -> None:  # to the host, up to the cap; everything is counted
         if cap > sent[fd]:
-            _write_all(ctl_out, encode_frame(kinds[fd], chunk[: cap - sent[fd]]))
+            write_all(ctl_out, encode_frame(kinds[fd], chunk[: cap - sent[fd]]))
         sent[fd] += len(chunk)
 
     open_fds = [out_r, err_r]
@@ -541,7 +376,7 @@ def main() -> None:
     posix.close(null)
     # Work every Python command does, done here once: children inherit the pages (the compiler alone:
     # 1.5 ms here and 0.2 ms in each child, vs 2.1 ms in each child faulting them itself).
-    _make_streams(unbuffered=False)
+    make_streams(unbuffered=False)
     READY["streams"] = True
     compile("pass", "<warm-up>", "exec")
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -552,7 +387,7 @@ def main() -> None:
         posix.set_blocking(fd, False)
     signal.set_wakeup_fd(WAKE[1])
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    _write_all(ctl_out, encode_frame(b"H", marshal.dumps({"pid": posix.getpid()})))
+    write_all(ctl_out, encode_frame(b"H", marshal.dumps({"pid": posix.getpid()})))
     child = None
     env = None  # the last command's environment
     if not _idle(ctl_in):
@@ -565,14 +400,14 @@ def main() -> None:
         if child is None:
             child = NextChild(keep=(ctl_in, ctl_out), env=env)
         try:
-            kind, payload = _read_frame(ctl_in)
+            kind, payload = read_frame(ctl_in)
         except EOFError:
             return
         if kind != "R":
             continue
         req = marshal.loads(payload)
         if "reset" in req:
-            _write_all(ctl_out, encode_frame(b"X", marshal.dumps(_reset(req["reset"], child.pid))))
+            write_all(ctl_out, encode_frame(b"X", marshal.dumps(_reset(req["reset"], child.pid))))
             continue
         if "preload" in req or "site" in req:
             answer = _preload(req["preload"]) if "preload" in req else _load_site()
@@ -580,20 +415,20 @@ def main() -> None:
                 child.close()
                 posix.waitpid(child.pid, 0)
                 child = None
-            _write_all(ctl_out, encode_frame(b"X", marshal.dumps(answer)))
+            write_all(ctl_out, encode_frame(b"X", marshal.dumps(answer)))
             continue
         PRELOADED["ran"] = True
         stdin_parts = []
-        while (frame := _read_frame(ctl_in))[0] == "I" and frame[1]:
+        while (frame := read_frame(ctl_in))[0] == "I" and frame[1]:
             stdin_parts.append(frame[1])
         req["stdin_bytes"] = b"".join(stdin_parts)
         fast = req.get("python_fast", True)
-        parsed = _parse_python(req["argv"], req["env"].get("PATH", "")) if fast else None
+        parsed = parse_python(req["argv"], req["env"].get("PATH", "")) if fast else None
         if parsed is not None and "S" not in parsed[0]:
             SITE["wanted"] = True
         report = _run(req, child, ctl_out)
         child, env = None, req["env"]
-        _write_all(ctl_out, encode_frame(b"X", marshal.dumps(report)))
+        write_all(ctl_out, encode_frame(b"X", marshal.dumps(report)))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,143 @@
+"""Hidden check of a files-in, files-out task: runs after the episode, cwd = the workspace; exit 0 = solved.
+
+Shared by the families whose answer is a program that turns input files into output (see
+`trialground.families.filetask`). The agent's solution file (a regular file, read once and bounded) is
+copied into a fresh directory of its own for each case, with that case's input files (the workspace's,
+and hidden ones of the same kind the agent never saw), and run there as `python3 -I SOLUTION ARGS...`
+under the C locale with a timeout; its output (a file it writes, or its standard output) is parsed here
+and compared with what the generator computed. Where the spec runs nothing, the solution file itself is
+the output (a repaired configuration file). This process is made undumpable first, the program's exit
+status is ignored, and the expected values never exist outside this process. Standard library only.
+"""
+
+import configparser
+import contextlib
+import csv
+import ctypes
+import io
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import tomllib
+from collections.abc import Callable
+
+SPEC_JSON = "{}"  # replaced by the task generator
+PR_SET_DUMPABLE = 4
+MAX_SOLUTION = 100_000
+MAX_OUTPUT = 1 << 20
+
+
+def undumpable() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+def read_regular(path: str, limit: int) -> str:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            raise ValueError(f"{os.path.basename(path)} is not a regular file of at most {limit} bytes")
+        return os.read(fd, limit + 1).decode("utf-8")
+    finally:
+        os.close(fd)
+
+
+def rounded(value: object) -> object:
+    """Plain data with floats rounded to 6 decimals (bool and int kept apart from float)."""
+    if isinstance(value, float):
+        return round(value, 6)
+    if isinstance(value, list):
+        return [rounded(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): rounded(v) for k, v in value.items()}
+    return value
+
+
+def ini(text: str) -> object:
+    parser = configparser.ConfigParser(interpolation=None, strict=True)
+    parser.read_string(text)
+    return {name: dict(parser.items(name, raw=True)) for name in parser.sections()}
+
+
+def lines(text: str) -> object:
+    return [line.rstrip() for line in text.rstrip("\n").split("\n")] if text.strip() else []
+
+
+def rows(text: str) -> object:
+    return [row for row in csv.reader(io.StringIO(text)) if row]
+
+
+PARSE: dict[str, Callable[[str], object]] = {
+    "json": json.loads,
+    "toml": tomllib.loads,
+    "ini": ini,
+    "text": lines,
+    "csv": rows,
+}
+
+
+def produce(spec: dict, script: str, case: dict) -> str:
+    """The program's output for one case (its stdout, or the file it writes); a message starting with
+    `!` when it produced none."""
+    home = tempfile.mkdtemp(prefix="tg-files-")
+    try:
+        name = os.path.basename(spec["solution"])
+        for path, text in [(name, script), *case["files"].items()]:
+            with open(os.path.join(home, path), "w", encoding="utf-8") as f:
+                f.write(text)
+        env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "HOME": home}
+        try:
+            run = subprocess.run(
+                [sys.executable, "-I", name, *case["args"]],
+                cwd=home,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=spec["timeout_s"],
+            )
+        except subprocess.TimeoutExpired:
+            return f"!{name} ran past {spec['timeout_s']} s"
+        if case["output"] == "-":
+            if len(run.stdout) > MAX_OUTPUT:
+                return f"!more than {MAX_OUTPUT} bytes on stdout"
+            return run.stdout.decode("utf-8", "replace")
+        try:
+            return read_regular(os.path.join(home, case["output"]), MAX_OUTPUT)
+        except (OSError, ValueError, UnicodeDecodeError) as e:
+            return f"!no {case['output']}: {e}"
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def main() -> int:
+    spec = json.loads(SPEC_JSON)
+    undumpable()
+    try:
+        script = read_regular(spec["solution"], MAX_SOLUTION)
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        print(f"cannot read {spec['solution']}: {e}")
+        return 1
+    for case in spec["cases"]:
+        text = produce(spec, script, case) if spec["run"] else script
+        if text.startswith("!"):
+            print(f"{case['label']}: {text[1:]}")
+            return 1
+        try:
+            got = rounded(PARSE[case["compare"]](text))
+        except (ValueError, TypeError, RecursionError, configparser.Error, csv.Error) as e:
+            print(f"{case['label']}: not valid {case['compare']}: {type(e).__name__}: {e}"[:400])
+            return 1
+        if got != rounded(case["want"]):
+            print(f"{case['label']}: wrong output (first 120 characters: {text[:120]!r})")
+            return 1
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

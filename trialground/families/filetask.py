@@ -1,0 +1,78 @@
+"""A files-in, files-out task, built the same way for every family that grades a program by its output.
+
+A family describes an instance as the solution file the agent writes, the workspace files it starts from,
+and `Case`s: the inputs a case's program run gets, the arguments it is called with, where its output is
+read (a file or `-` for stdout), how that output is parsed (`json`, `toml`, `ini`, `text` lines, `csv`:
+the parsers of `check_files.PARSE`, the one shipped check program) and what it must equal. The first case
+is normally the workspace's own input; the others are hidden inputs of the same kind, so a program that
+writes the visible answer down fails. A family whose answer is a file (a repaired configuration) runs
+nothing: its single case compares the solution file itself.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trialground.families.check_files import PARSE
+from trialground.tasks.model import Split, Task, VerifierSpec
+
+_CHECK = (Path(__file__).parent / "check_files.py").read_text(encoding="utf-8")
+CHECK_NAME = "check_files.py"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One graded run: `files` written beside the program, `args` after its name, the output read at
+    `output` (`-`: stdout) and parsed by `compare`, which must give what `expected` (the same kind of
+    text, written by the generator) gives."""
+
+    label: str
+    expected: str
+    compare: str
+    files: Mapping[str, str] = field(default_factory=dict)
+    args: tuple[str, ...] = ()
+    output: str = "-"
+
+    def spec(self) -> dict[str, object]:
+        if self.compare not in PARSE:
+            raise ValueError(f"case {self.label!r}: unknown comparison {self.compare!r} ({list(PARSE)})")
+        want = PARSE[self.compare](self.expected)
+        return {"label": self.label, "files": dict(self.files), "args": list(self.args),
+                "output": self.output, "compare": self.compare, "want": want}  # fmt: skip
+
+
+def files_task(
+    *,
+    domain: str,
+    prompt: str,
+    solution: str,
+    files: Mapping[str, str],
+    cases: tuple[Case, ...],
+    reference: str,
+    split: Split,
+    metadata: Mapping[str, str | int],
+    run: bool = True,
+    timeout_s: float = 20,
+) -> Task:
+    """The task: `files` (which must hold the starting `solution`) in the workspace, one hidden check
+    (`check_files.py` with the cases embedded) graded with `check_program`."""
+    if solution not in files:
+        raise ValueError(f"{domain}: the workspace must hold the starting {solution}")
+    spec = {"solution": solution, "run": run, "timeout_s": timeout_s, "cases": [c.spec() for c in cases]}
+    check = _CHECK.replace('SPEC_JSON = "{}"', f"SPEC_JSON = {json.dumps(json.dumps(spec))}", 1)
+    return Task(
+        domain=domain,
+        prompt=prompt,
+        files=dict(files),
+        hidden_checks={CHECK_NAME: check},
+        reference=reference,
+        verifier=VerifierSpec(
+            kind="check_program",
+            params={"solution_path": solution, "check_timeout_s": 30 + timeout_s * len(cases)},
+        ),
+        split=split,
+        metadata={"family": domain, **metadata},
+    )
