@@ -6,8 +6,9 @@ of a run (its `trajectories/step_N.parquet`, e.g. from `trialground train exampl
 Each step's trajectories are rebuilt as the trainer receives them (their sampled ids, roles and logprobs;
 advantages from the stored column, or +-1 by reward where it is 0 everywhere), and one trainer step runs
 on them per mode: `padded` (share_prompt off, each micro-batch padded to its longest sequence),
-`shared_prompt` (the default), `packed` (`trainer.packing`). Each mode trains a fresh copy of the model on
-the same batches; the best of `--repeats` timings of each batch counts. Prints one JSON line per mode:
+`shared_prompt` (the default), `packed` (`trainer.packing`). Each mode trains its own copy of the model on
+the same batches, the modes taking turns on each batch; the best of `--repeats` timings of each batch
+counts. Prints one JSON line per mode:
 trained tokens (policy tokens in the loss), token positions run (`train/forward_tokens`), seconds, and
 trained tokens per second.
 """
@@ -61,24 +62,30 @@ MODES = {
 
 
 def measure(
-    model: torch.nn.Module, steps: list[list[Any]], options: dict[str, Any], repeats: int
-) -> dict[str, float]:
+    model: torch.nn.Module, steps: list[list[Any]], modes: list[str], repeats: int
+) -> dict[str, dict[str, float]]:
+    """Per mode: trained tokens, positions run, seconds (best of `repeats` per batch) and tokens/s. The
+    modes take turns on each batch, so a change in the machine's load reaches all of them alike."""
     from trialground.train.config import TrainerConfig
     from trialground.train.trainer import Trainer
 
-    trainer = Trainer(copy.deepcopy(model), TrainerConfig(lr=1e-6, **options), pad_id=0)
-    trained = positions = seconds = 0.0
+    trainers = {m: Trainer(copy.deepcopy(model), TrainerConfig(lr=1e-6, **MODES[m]), pad_id=0) for m in modes}
+    out = {m: {"trained_tokens": 0.0, "positions": 0.0, "seconds": 0.0} for m in modes}
     for batch in steps:
-        best = float("inf")
+        best = dict.fromkeys(modes, float("inf"))
+        metrics: dict[str, dict[str, float]] = {}
         for _ in range(repeats):
-            t0 = time.perf_counter()
-            metrics = trainer.step(batch)
-            best = min(best, time.perf_counter() - t0)
-        trained += metrics["train/tokens"]
-        positions += metrics["train/forward_tokens"]
-        seconds += best
-    return {"trained_tokens": trained, "positions": positions, "seconds": seconds,
-            "tokens_per_s": trained / seconds}  # fmt: skip
+            for mode in modes:
+                t0 = time.perf_counter()
+                metrics[mode] = trainers[mode].step(batch)
+                best[mode] = min(best[mode], time.perf_counter() - t0)
+        for mode in modes:
+            out[mode]["trained_tokens"] += metrics[mode]["train/tokens"]
+            out[mode]["positions"] += metrics[mode]["train/forward_tokens"]
+            out[mode]["seconds"] += best[mode]
+    for row in out.values():
+        row["tokens_per_s"] = row["trained_tokens"] / row["seconds"]
+    return out
 
 
 def main() -> None:
@@ -93,9 +100,8 @@ def main() -> None:
 
     model = load_model(PolicyConfig(model=args.model)).eval()
     steps = batches(args.run)
-    for mode in args.modes.split(","):
-        out = measure(model, steps, MODES[mode], args.repeats)
-        print(json.dumps({"mode": mode, "steps": len(steps), **out}), flush=True)
+    for mode, row in measure(model, steps, args.modes.split(","), args.repeats).items():
+        print(json.dumps({"mode": mode, "steps": len(steps), **row}), flush=True)
 
 
 if __name__ == "__main__":
