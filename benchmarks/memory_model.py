@@ -29,6 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from trialground.orchestrator.memory_check import MEASURED_OVER  # noqa: E402
 from trialground.train.memory_model import (  # noqa: E402
     GIB,
     RESERVE_BYTES,
@@ -85,8 +86,9 @@ def table() -> str:
                 setup = TrainSetup(world=world, seq_tokens=TABLE_SEQ, checkpointing=True, **fields)
                 est = estimate(shape, setup)
                 fits = est.device + RESERVE_BYTES <= DEVICE
+                tight = est.device * MEASURED_OVER + RESERVE_BYTES > DEVICE  # cautioned by the check
                 host = f" (+{size_text(est.host)} host)" if est.host else ""
-                cells += [size_text(est.device) + host, "yes" if fits else "**no**"]
+                cells += [size_text(est.device) + host, ("tight" if tight else "yes") if fits else "**no**"]
             lines.append(f"| {name} ({shape.params / 1e9:.2f}B) | {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

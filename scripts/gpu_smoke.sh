@@ -15,11 +15,15 @@
 #      models/Qwen2.5-0.5B-Instruct is missing, on random weights in Qwen2.5-0.5B's shape made on the spot
 #      (speed and memory are real, rewards are not); graded in bubblewrap sandboxes where one starts, else
 #      with the `process` backend (no isolation: said loudly);
+#   2b. trains in Qwen2.5-0.5B's shape with the trainer alone: FSDP2 on 2 x 4,096 tokens, then one
+#      16,384-token sequence (benchmarks/train_step.py: tokens/s per GPU, peak memory against
+#      docs/memory.md's estimate, MFU);
 # and prints generation and training tokens/s and peak GPU memory. Everything stops by 7m50s. Where $OUT is
 # set (the device tool's output folder), the summary and the generation results are copied there.
 #
 # Environment: MODEL (local model directory), STEPS (default 3), EVAL_TASKS (HumanEval problems evaluated
-# before and after, default 32), RUNS (run output directory, default runs/), GEN (0: skip step 2), PYTHON
+# before and after, default 32), RUNS (run output directory, default runs/), GEN (0: skip step 2),
+# TRAIN_STEP (0: skip step 2b), PYTHON
 # (default .venv/bin/python when present, else python3). REHEARSE=1 runs the same steps on the CPU with
 # tiny shapes and no GPU (.whl/ not installed): the script's whole path, checked where there is no GPU
 # (tests/test_gpu_example.py). SMOKE_WORK: where the made models and results go (default /tmp/tg-smoke).
@@ -108,6 +112,27 @@ if [[ "$GEN" != 0 ]]; then
   fi
 fi
 
+# 2b. The trainer on its own (benchmarks/train_step.py), each with tokens/s per GPU, peak memory against
+#     docs/memory.md's estimate, and MFU: FSDP2 (fully_shard over this one GPU: every layer gathered in bf16
+#     and freed, gradients reduced in fp32) on 2 x 4,096 tokens, and one 16,384-token sequence with
+#     activation checkpointing; Qwen2.5-0.5B's whole shape (its 151,936-token vocabulary included), on MODEL
+#     where given. TRAIN_STEP=0 skips them.
+if [[ "${TRAIN_STEP:-1}" != 0 ]]; then
+  if [[ "$REHEARSE" == 1 ]]; then
+    TS_ARGS=(--device cpu --shape tiny) FSDP_ROWS=(--seq 64 --rows 2) LONG_ROWS=(--seq 256 --rows 1)
+  else
+    TS_ARGS=(--device cuda --shape qwen2.5-0.5b) FSDP_ROWS=(--seq 4096 --rows 2) LONG_ROWS=(--seq 16384 --rows 1)
+  fi
+  [[ -n "$MODEL_GIVEN" ]] && TS_ARGS+=(--model "$MODEL")
+  for step in fsdp long_context; do
+    (( $(left) > 300 )) || { say "train step $step: skipped (time)"; continue; }
+    if [[ "$step" == fsdp ]]; then STEP_ARGS=(--fsdp "${FSDP_ROWS[@]}"); else STEP_ARGS=(--checkpointing "${LONG_ROWS[@]}"); fi
+    timeout 150 "$PYTHON" benchmarks/train_step.py "${TS_ARGS[@]}" "${STEP_ARGS[@]}" --label "train step $step" \
+      --json "$WORK/train_step.jsonl" 2>>"$WORK/errors.log" | sed "s/^/gpu_smoke: /" | tee -a "$WORK/summary.txt" \
+      || { say "train step $step: failed or timed out; the end of errors.log:"; tail -5 "$WORK/errors.log"; }
+  done
+fi
+
 # 3. A few GRPO steps.
 if [[ ! -f "$MODEL/config.json" ]]; then
   shape=$([[ "$REHEARSE" == 1 ]] && echo tiny || echo qwen2.5-0.5b)
@@ -181,7 +206,7 @@ elif [[ "$FLEET" == 1 ]]; then
   say "fleet smoke: skipped (time); run scripts/gpu_fleet_smoke.sh on its own"
 fi
 if [[ -n "${OUT:-}" && -d "${OUT:-}" ]]; then
-  cp "$WORK/summary.txt" "$WORK/errors.log" "$WORK"/generation-*.json "$OUT"/ 2>/dev/null || true
+  cp "$WORK/summary.txt" "$WORK/errors.log" "$WORK"/generation-*.json "$WORK"/train_step.jsonl "$OUT"/ 2>/dev/null || true
   [[ -f "$RUN_DIR/metrics.jsonl" ]] && cp "$RUN_DIR/metrics.jsonl" "$OUT/" || true
 fi
 exit "$STATUS"

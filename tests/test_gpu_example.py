@@ -3,6 +3,7 @@ scripts/gpu_smoke.sh applies, and the smoke script refuses a machine it cannot r
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -78,3 +79,35 @@ def test_the_smoke_script_runs_through_in_rehearsal(tmp_path: Path) -> None:
         assert (tmp_path / "out" / f"generation-{arch}.json").exists()
     assert "steps finished:          1" in summary and "training tokens/s:" in summary, summary
     assert (tmp_path / "out" / "metrics.jsonl").exists()
+
+
+def test_smoke_script_is_valid_bash_with_its_training_steps() -> None:
+    assert subprocess.run(["bash", "-n", str(SMOKE)], capture_output=True).returncode == 0
+    text = SMOKE.read_text()
+    assert "benchmarks/train_step.py" in text and "--fsdp" in text and "--seq 16384" in text
+
+
+@pytest.mark.slow
+def test_the_smoke_scripts_training_steps_run_on_the_cpu(tmp_path: Path) -> None:
+    """benchmarks/train_step.py as the smoke script runs it (step 2b), with the rehearsal's tiny shapes: an
+    FSDP2 step over a one-process gloo group, and a long sequence with activation checkpointing."""
+    out = tmp_path / "steps.jsonl"
+    code = (
+        "import sys; sys.argv[0] = 'train_step'\n"
+        "from benchmarks.train_step import parser, run\n"
+        "import json\n"
+        "for extra in (['--fsdp', '--seq', '64', '--rows', '2'], ['--checkpointing', '--seq', '256']):\n"
+        "    args = parser().parse_args(['--device', 'cpu', '--shape', 'tiny', '--steps', '1', *extra])\n"
+        f"    open({str(out)!r}, 'a').write(json.dumps(run(args)) + '\\n')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    fsdp, long = [json.loads(line) for line in out.read_text().splitlines()]
+    assert fsdp["fsdp"] and fsdp["rows"] == 2 and long["seq"] == 256 and not long["fsdp"]
+    for step in (fsdp, long):
+        assert step["tokens_per_s_per_gpu"] > 0 and step["peak_bytes"] > 0 and step["estimate_bytes"] > 0
+        assert step["model_tflops"] > 0 and step["mfu"] is None  # no peak known for a CPU
+    assert "tokens/s/GPU" in result.stdout and "MFU" in result.stdout

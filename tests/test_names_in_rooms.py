@@ -49,6 +49,10 @@ ALLOWED = {
     "see LITERALS), not a pool backend's name; it picks the `ray` pool backend and Ray ranks",
     ("orchestrator/wiring.py", "ray"): "the same `cluster` switch: grading sandboxes go on Ray with the pool",
     ("orchestrator/ranks.py", "ray"): "the same `cluster` switch: data-parallel ranks start through Ray",
+    (
+        "orchestrator/memory_check.py",
+        "ray",
+    ): "the same `cluster` switch: Ray starts trainer.data_parallel ranks",
     ("cli/tasks_cmd.py", "hf"): "`hf` here is the `tasks` command's Hugging Face dataset source, a homonym",
     ("policy/sampling_parity.py", "vllm"): "the server's reported engine (its /server_info), not our backend",
     ("envs/text.py", "python"): "a Markdown fence's language tag, a homonym of the tool",
@@ -66,8 +70,6 @@ ALLOWED = {
     ("tasks/hf_source.py", "math"): "the Hugging Face source builds tasks of the kind it maps rows to",
     ("tasks/hf_source.py", "numeric"): "the Hugging Face source builds tasks of the kind it maps rows to",
     ("tasks/hf_source.py", "regex"): "the Hugging Face source builds tasks of the kind it maps rows to",
-    ("cli/tasks_cmd.py", "swe_tests"): "`tasks swe-*` commands act on repository tasks only (the swe family)",
-    ("tasks/dedup.py", "swe_tests"): "repository tasks are compared by patch (the swe family's own rule)",
     **{
         ("verify/validate.py", kind): "static validation is a ladder over the built-in verifier kinds "
         "(a kind-owned `validate` replaces it when verifier kinds own their checks)"

@@ -17,7 +17,7 @@ from trialground.verify.audit import audit_tasks
 from trialground.verify.audit.library import BY_NAME
 from trialground.verify.grader import make_grader
 
-FAMILIES = ("depgraph", "jsonxform", "cron")
+FAMILIES = ("depgraph", "jsonxform", "cron", "configfix", "csvjoin")
 
 
 def spec_of(task: Task) -> dict[str, object]:
@@ -27,12 +27,13 @@ def spec_of(task: Task) -> dict[str, object]:
 
 
 def written_down(task: Task) -> str:
-    """A program (or file) that reproduces the first case's expected output without computing it."""
+    """A program that reproduces the first case's expected output without computing it; where the answer
+    is a file (nothing runs), the untouched file."""
     spec = spec_of(task)
     case = spec["cases"][0]  # type: ignore[index]
     want = case["want"]
     if not spec["run"]:
-        return json.dumps(want)
+        return task.files[str(spec["solution"])]
     text = "\n".join(want) + "\n" if case["compare"] == "text" else json.dumps(want)
     if case["output"] == "-":
         return f"import sys\nsys.stdout.write({text!r})\n"

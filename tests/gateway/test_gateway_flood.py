@@ -173,3 +173,22 @@ async def test_the_token_budget_is_never_overshot(gateway: Gateway) -> None:
     assert policy.generated <= budget.tokens, (policy.generated, codes)
     assert session.spent.tokens == policy.generated
     assert session.ended.is_set() and "tokens" in (session.spent.exhausted or "")
+
+
+async def test_a_sessions_body_bound_and_inflight_count_come_before_the_body_is_read(
+    gateway: Gateway,
+) -> None:
+    budget = SessionBudget.for_episode(3, 2, 8, 1, body_mb=1)
+    session = Session(_policy(), SamplingParams(max_new_tokens=8), "policy", budget=budget)
+    ep = gateway.open(session)
+    assert ep.url is not None
+    headers = {"Authorization": f"Bearer {ep.key}"}
+    async with httpx.AsyncClient(base_url=ep.url + ep.path, headers=headers, timeout=60) as client:
+        big = {"messages": [{"role": "user", "content": "x" * (2 << 20)}]}
+        r = await client.post("/chat/completions", json=big)
+        assert r.status_code == 413 and f"over {1 << 20} bytes" in r.text
+        session.spent.inflight = 1  # one request of the episode in flight: the next waits its turn
+        r = await client.post("/chat/completions", json=big)
+        assert r.status_code == 429 and "in flight" in r.text and not session.ended.is_set()
+        session.spent.inflight = 0
+        assert (await client.post("/chat/completions", json=HI)).status_code == 200

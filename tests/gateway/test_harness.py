@@ -46,6 +46,11 @@ try:
     out.append("socketdir=writable")
 except OSError:
     out.append("socketdir=readonly")
+try:  # the sockets' names are capabilities: another episode's must not be listed
+    os.listdir("/run/trialground-gateway")
+    out.append("socketdir=listed")
+except OSError:
+    out.append("socketdir=unlisted")
 client = OpenAI(max_retries=0)
 reply = client.chat.completions.create(model="policy", messages=[{"role": "user", "content": prompt}])
 out.append("reply=" + (reply.choices[0].message.content or ""))
@@ -82,7 +87,7 @@ async def test_the_program_reaches_the_gateway_only_and_is_graded(gateway: Gatew
     await gateway.start()
     want = (
         "stdin=True cwd=/workspace 127.0.0.1=refused 10.0.2.2=refused 1.1.1.1=refused "
-        "socketdir=readonly reply=pong"
+        "socketdir=readonly socketdir=unlisted reply=pong"
     )
     task = Task(
         prompt="ping", domain="probe",

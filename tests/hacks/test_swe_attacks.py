@@ -11,7 +11,7 @@ import shutil
 from collections.abc import Iterator
 
 import pytest
-from swe_attack_patches import attacks
+from swe_attack_patches import attacks, forgeries
 
 from trialground.errors import TaskError
 from trialground.sandbox.backends.bwrap.sandbox import bwrap_available
@@ -20,6 +20,7 @@ from trialground.tasks.model import Task
 from trialground.tasks.swe.patch import apply_patch
 from trialground.verify.config import GradingConfig
 from trialground.verify.kinds.swe_tests import SweTestsVerifier
+from trialground.verify.verdict import Verdict
 
 pytestmark = pytest.mark.slow
 
@@ -68,6 +69,7 @@ def _grade(task: Task, patches: dict[str, str]) -> dict[str, tuple[bool, list[st
     return asyncio.run(main())
 
 
+@pytest.mark.timeout(1200)  # 17 gradings, each making the tests' calls again: minutes on a busy machine
 def test_every_in_process_attack_earns_nothing_and_the_gold_patch_passes(task: Task) -> None:
     results = _grade(task, {"gold": task.reference or "", **attacks(task)})
     assert results.pop("gold") == (True, [])
@@ -78,6 +80,52 @@ def test_every_in_process_attack_earns_nothing_and_the_gold_patch_passes(task: T
     for label, (passed, flags) in results.items():
         assert not passed, label
         assert "diff_policy" in flags, label
+
+
+def _verdicts(task: Task, patches: dict[str, str]) -> dict[str, Verdict]:
+    async def main() -> dict[str, Verdict]:
+        verifier = SweTestsVerifier(SandboxConfig(), GradingConfig())
+        try:
+            return {label: await verifier.verify(task, patch) for label, patch in patches.items()}
+        finally:
+            await verifier.close()
+
+    return asyncio.run(main())
+
+
+@pytest.mark.timeout(900)
+def test_forgeries_earn_nothing_where_the_policy_sees_nothing(
+    task: Task, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The verdict does not rest on the diff policy: with the policy blind (it finds nothing, as it finds
+    nothing in a forgery of a kind it does not name), each forgery that leaves the bug in place (an encoding
+    declaration, a star import writing the record pipe, the pipe written directly with an early exit and a
+    passing summary, the test file read as data) earns nothing, and its FAIL_TO_PASS tests fail on what
+    the library was observed to return in a sandbox that holds no test. The in-process harness paid each
+    of them 1.0 once the policy missed it."""
+    from trialground.tasks.swe import policy
+
+    monkeypatch.setattr(policy, "added_violations", lambda before, after: [])
+    results = _verdicts(task, {"gold": task.reference or "", **forgeries(task)})
+    gold = results.pop("gold")
+    assert gold.passed and gold.flags == (), gold.detail
+    assert set(results) == {"star_import_pipe", "encoding_hidden", "pipe_direct", "tests_as_data"}
+    for label, v in results.items():
+        assert v.error is None, (label, v.detail)
+        assert not v.passed, (label, v.detail)
+        f2p = [t for t in v.tests if t.detail.startswith("fail_to_pass")]
+        assert f2p and all(t.outcome == "failed" for t in f2p), (label, v.detail)
+        assert any(": calls: " in t.detail for t in f2p), (label, [t.detail for t in f2p][:2])
+
+
+def test_reading_the_tests_as_data_is_a_forgery_the_policy_does_not_name(task: Task) -> None:
+    """`urllib.request` on a `file:` URL reads the test file, and the library returns the tests' expected
+    values from their own tables with the bug in place: the policy finds nothing in it (so the grading
+    above, with the policy blind, is the grading it gets), and the in-process harness paid it 1.0."""
+    from trialground.tasks.swe.policy import added_violations
+
+    changed = apply_patch(task.files, forgeries(task)["tests_as_data"])
+    assert changed and all(added_violations(task.files.get(p), t) == [] for p, t in changed.items())
 
 
 def test_run_tests_runs_the_graders_commands_and_shows_the_failures(task: Task) -> None:

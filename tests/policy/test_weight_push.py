@@ -162,6 +162,9 @@ def test_engine_is_built_with_the_worker_extension() -> None:
     )
     assert Path(kwargs["model"]).name == "tiny_model" and kwargs["max_model_len"] == 512
     assert hasattr(WeightReload, RELOAD_METHOD)
+    assert "enable_lora" not in kwargs
+    lora = engine_kwargs(PolicyConfig(backend="vllm", model="tiny", vllm_max_lora_rank=8))
+    assert lora["enable_lora"] is True and lora["max_lora_rank"] == 8 and lora["max_loras"] == 2
 
 
 def test_a_sleeping_engine_wakes_its_weights_for_the_push_and_its_cache_after(tmp_path: Path) -> None:

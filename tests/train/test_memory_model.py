@@ -14,7 +14,7 @@ from trialground.cli import app
 from trialground.orchestrator import memory_check
 from trialground.train.advantages import with_advantages
 from trialground.train.config import TrainerConfig
-from trialground.train.memory_model import ModelShape, TrainSetup, estimate
+from trialground.train.memory_model import GIB, ModelShape, TrainSetup, estimate
 from trialground.train.precision import trainer_dtype
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,3 +129,18 @@ def test_a_run_prints_its_estimate_in_one_line() -> None:
 
     line = memory_check.estimate_line(load_config(QUICKSTART, []))
     assert line is not None and "\n" not in line and line.startswith("memory estimate per rank:")
+
+
+def test_a_run_within_the_measured_margin_is_cautioned_not_refused() -> None:
+    from trialground.orchestrator.run_config import load_config
+
+    est = memory_check.run_estimate(load_config(QUICKSTART, []))
+    assert est is not None
+    reserve = memory_check.RESERVE_BYTES
+    tight = (est.device * (1 + memory_check.MEASURED_OVER) / 2 + reserve) / GIB  # between the two bounds
+    config = load_config(QUICKSTART, [f"trainer.device_memory_gib={tight}"])
+    assert memory_check.memory_problems(config) == []
+    (caution,) = memory_check.memory_cautions(config)
+    assert "may still run out of memory" in caution
+    roomy = load_config(QUICKSTART, [f"trainer.device_memory_gib={2 * est.device / GIB + 4}"])
+    assert memory_check.memory_cautions(roomy) == []

@@ -57,6 +57,9 @@ for _kind in (
     VerifierKind("tallied_for_tests", _Gold, _tallied, "gold text, counted", resource=Tally),
     VerifierKind("tallied_too_for_tests", _Gold, _tallied, "the same resource", resource=Tally),
     VerifierKind("plain_for_tests", _Gold, _plain, "no resource: the context"),
+    VerifierKind(
+        "unbuilt_for_tests", _Gold, _plain, "a resource path that does not import", resource="nope:X"
+    ),
 ):
     KINDS.register(_kind, replace=True)
 
@@ -110,3 +113,21 @@ def test_the_code_kinds_share_one_code_grading_and_the_grader_holds_none_by_name
             assert not hasattr(grader, attr), attr
     finally:
         asyncio.run(grader.close())
+
+
+def test_a_resource_that_cannot_be_made_is_an_infrastructure_error_naming_the_kind() -> None:
+    grader = make_grader(SandboxConfig(backend="process"))
+
+    async def grade() -> Verdict:
+        try:
+            return (await grader.grade(_task("unbuilt_for_tests"), "yes")).verdict
+        finally:
+            await grader.close()
+
+    verdict = asyncio.run(grade())
+    assert not verdict.passed and verdict.error is not None  # never a silent 0 the loss would learn from
+    assert (
+        verdict.error.kind == "bad_task"
+        and "unbuilt_for_tests" in verdict.detail
+        and "nope:X" in verdict.detail
+    )

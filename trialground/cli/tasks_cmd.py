@@ -29,6 +29,7 @@ from trialground.cli.audit_cmd import audit
 from trialground.cli.common import EXIT_USAGE, STDIN, err_console, fail, load_tasks
 from trialground.errors import TaskError
 from trialground.tasks.model import Task
+from trialground.tasks.verifiers import repository_task
 
 app = typer.Typer(help="Task sources: list, show, export, validate and audit tasks.", no_args_is_help=True)
 app.command("audit")(audit)
@@ -288,9 +289,9 @@ def expert(
     from trialground.rollout.swe_expert import Expert, ExpertResult, run_expert
 
     tasks = _load(source, seed, n, split)
-    if tasks and all(t.verifier.kind != "swe_tests" for t in tasks):
+    if tasks and not any(repository_task(t.verifier.kind) for t in tasks):
         _family_expert(source, tasks, json_report, as_json)
-    if not tasks or any(t.verifier.kind != "swe_tests" for t in tasks):
+    if not tasks or not all(repository_task(t.verifier.kind) for t in tasks):
         fail(f"{source}: the expert solves repository tasks (swe:<repo>) only", EXIT_USAGE)
     out = err_console if as_json else Console()
 

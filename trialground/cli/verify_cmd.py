@@ -29,7 +29,7 @@ from trialground.tasks.io import STDIN_NAME, jsonl_rows
 from trialground.tasks.model import Task
 from trialground.verify.config import RewardConfig
 from trialground.verify.grader import make_grader
-from trialground.verify.kinds.code_tests import VISIBLE_PREFIX
+from trialground.verify.kinds.code_jobs import VISIBLE_PREFIX
 from trialground.verify.reward.model import Reward
 from trialground.verify.reward.rubric import Facts, Rubric
 from trialground.verify.verdict import Verdict

@@ -11,40 +11,20 @@ status is ignored, and the expected values never exist outside this process. Sta
 """
 
 import configparser
-import contextlib
 import csv
-import ctypes
 import io
 import json
 import os
-import shutil
-import stat
-import subprocess
 import sys
-import tempfile
 import tomllib
 from collections.abc import Callable
 
+if "." in __name__:  # imported on the host; shipped, check_helpers.py stands first in the same file
+    from trialground.families.check_helpers import finish, read_regular, run_there, scratch, submission
+
 SPEC_JSON = "{}"  # replaced by the task generator
-PR_SET_DUMPABLE = 4
 MAX_SOLUTION = 100_000
 MAX_OUTPUT = 1 << 20
-
-
-def undumpable() -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-
-
-def read_regular(path: str, limit: int) -> str:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-            raise ValueError(f"{os.path.basename(path)} is not a regular file of at most {limit} bytes")
-        return os.read(fd, limit + 1).decode("utf-8")
-    finally:
-        os.close(fd)
 
 
 def rounded(value: object) -> object:
@@ -84,23 +64,10 @@ PARSE: dict[str, Callable[[str], object]] = {
 def produce(spec: dict, script: str, case: dict) -> str:
     """The program's output for one case (its stdout, or the file it writes); a message starting with
     `!` when it produced none."""
-    home = tempfile.mkdtemp(prefix="tg-files-")
-    try:
-        name = os.path.basename(spec["solution"])
-        for path, text in [(name, script), *case["files"].items()]:
-            with open(os.path.join(home, path), "w", encoding="utf-8") as f:
-                f.write(text)
-        env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "HOME": home}
-        try:
-            run = subprocess.run(
-                [sys.executable, "-I", name, *case["args"]],
-                cwd=home,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=spec["timeout_s"],
-            )
-        except subprocess.TimeoutExpired:
+    name = os.path.basename(spec["solution"])
+    with scratch("tg-files-", {name: script, **case["files"]}) as home:
+        run = run_there([sys.executable, "-I", name, *case["args"]], home, spec["timeout_s"])
+        if run is None:
             return f"!{name} ran past {spec['timeout_s']} s"
         if case["output"] == "-":
             if len(run.stdout) > MAX_OUTPUT:
@@ -110,34 +77,23 @@ def produce(spec: dict, script: str, case: dict) -> str:
             return read_regular(os.path.join(home, case["output"]), MAX_OUTPUT)
         except (OSError, ValueError, UnicodeDecodeError) as e:
             return f"!no {case['output']}: {e}"
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
 
 
-def main() -> int:
-    spec = json.loads(SPEC_JSON)
-    undumpable()
-    try:
-        script = read_regular(spec["solution"], MAX_SOLUTION)
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        print(f"cannot read {spec['solution']}: {e}")
-        return 1
+def main() -> str | None:
+    """Why the submission fails, or None when it passes."""
+    spec, script = submission(SPEC_JSON, MAX_SOLUTION)
     for case in spec["cases"]:
         text = produce(spec, script, case) if spec["run"] else script
         if text.startswith("!"):
-            print(f"{case['label']}: {text[1:]}")
-            return 1
+            return f"{case['label']}: {text[1:]}"
         try:
             got = rounded(PARSE[case["compare"]](text))
         except (ValueError, TypeError, RecursionError, configparser.Error, csv.Error) as e:
-            print(f"{case['label']}: not valid {case['compare']}: {type(e).__name__}: {e}"[:400])
-            return 1
+            return f"{case['label']}: not valid {case['compare']}: {type(e).__name__}: {e}"[:400]
         if got != rounded(case["want"]):
-            print(f"{case['label']}: wrong output (first 120 characters: {text[:120]!r})")
-            return 1
-    print("ok")
-    return 0
+            return f"{case['label']}: wrong output (first 120 characters: {text[:120]!r})"
+    return None
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    finish(main)

@@ -32,6 +32,8 @@ EXPERTS: dict[str, str] = {
     "depgraph": "trialground.families.depgraph.expert:solve",
     "jsonxform": "trialground.families.jsonxform.expert:solve",
     "cron": "trialground.families.cron.expert:solve",
+    "configfix": "trialground.families.configfix.expert:solve",
+    "csvjoin": "trialground.families.csvjoin.expert:solve",
 }
 
 

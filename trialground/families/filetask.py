@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trialground.families.check_files import PARSE
+from trialground.families.checks import check_source
 from trialground.tasks.model import Split, Task, VerifierSpec
 
-_CHECK = (Path(__file__).parent / "check_files.py").read_text(encoding="utf-8")
+_CHECK = check_source(Path(__file__).parent, "check_files.py")
 CHECK_NAME = "check_files.py"
 
 

@@ -181,7 +181,10 @@ def make_app(
         session = session_of(request)
         return {
             "object": "list",
-            "data": [{"id": session.served_name, "object": "model", "owned_by": "trialground"}],
+            "data": [
+                {"id": name, "object": "model", "owned_by": "trialground"}
+                for name in (session.served_name, *sorted(session.aliases))
+            ],
         }
 
     async def health(_request: Request) -> Any:

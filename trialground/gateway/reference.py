@@ -25,7 +25,13 @@ Routes:
   kept); `POST /pause?mode=wait` (vLLM's drain: no new generation starts, the running one finishes),
   `POST /resume`, `GET /is_paused`; `POST /weight_checker` `{"action": "checksum"}`: SHA-256 of every
   weight under its Hugging Face name; `GET /trialground/info` (model, request, load and pause counts,
-  the weights' dtype, and `sampling_defaults`: the defaults that differ from the neutral ones).
+  the weights' dtype, and `sampling_defaults`: the defaults that differ from the neutral ones);
+- `POST /v1/load_lora_adapter` `{"lora_name", "lora_path"}` (vLLM's runtime LoRA route): the PEFT
+  adapter in `lora_path` is merged into the weights, replacing the last adapter (the server keeps a copy
+  of each adapted weight as it was, so adapters never accumulate), and `lora_name` becomes another name
+  of the model in requests and `/v1/models`; `POST /v1/unload_lora_adapter` `{"lora_name"}` restores the
+  weights. Unlike vLLM, which serves the base model and every loaded adapter side by side, this server
+  holds one set of weights: after a load every name samples the adapted model.
 
 Authentication: with `api_key`, every route but `/health` needs `Authorization: Bearer KEY` (401 before the
 body is read). Without one, inference is open to whoever reaches the address (127.0.0.1 by default) and the
@@ -52,13 +58,22 @@ from trialground.errors import PolicyError
 from trialground.gateway.app import Sessions, bearer, error_response, guarded, make_app, read_json
 from trialground.gateway.logprobs import Alternatives
 from trialground.gateway.session import GatewayError, Session
+from trialground.policy.adapters import read_adapter
 from trialground.policy.base import Generation, SamplingParams
 from trialground.policy.top_logprobs import top_logprobs
 from trialground.policy.weight_files import RELOAD_METHOD, iter_weights, tensor_digest, weight_headers
 from trialground.ports import POLICY_SERVE_PORT, listen
 
 DEFAULT_PORT = POLICY_SERVE_PORT  # every server's default: trialground/ports.py
-WEIGHT_ROUTES = ("/collective_rpc", "/weight_checker", "/reset_prefix_cache", "/pause", "/resume")
+WEIGHT_ROUTES = (
+    "/collective_rpc",
+    "/weight_checker",
+    "/reset_prefix_cache",
+    "/pause",
+    "/resume",
+    "/v1/load_lora_adapter",
+    "/v1/unload_lora_adapter",
+)
 
 
 class _Locked:
@@ -136,6 +151,8 @@ class ReferenceServer:
         self.sock = sock if sock is not None else listen(host, port, backlog=128)
         self.sock.setblocking(False)
         self._generator: _Locked | None = None
+        self._lora_base: dict[str, Any] = {}  # adapted weights as they were before any adapter
+        self._session: Session | None = None
         self._server: uvicorn.Server | None = None
         self._stopped = False
 
@@ -216,7 +233,74 @@ class ReferenceServer:
         app.add_api_route("/resume", guarded(resume), methods=["POST"])
         app.add_api_route("/is_paused", guarded(is_paused), methods=["GET"])
         app.add_api_route("/weight_checker", guarded(self._weight_checker), methods=["POST"])
+        app.add_api_route("/v1/load_lora_adapter", guarded(self._load_lora), methods=["POST"])
+        app.add_api_route("/v1/unload_lora_adapter", guarded(self._unload_lora), methods=["POST"])
+        self._session = session
         return app
+
+    @property
+    def session(self) -> Session:
+        """The one session every request is answered by (made by `app()`)."""
+        assert self._session is not None, "app() first"
+        return self._session
+
+    async def _lora_body(self, request: Request, *fields: str) -> list[str]:
+        body = await read_json(request)
+        if not isinstance(body, dict):
+            raise GatewayError("body: expected a JSON object")
+        values = [body.get(f) for f in fields]
+        for name, value in zip(fields, values, strict=True):
+            if not isinstance(value, str) or not value:
+                raise GatewayError(f"{name}: expected a non-empty string")
+        return [str(v) for v in values]
+
+    async def _load_lora(self, request: Request) -> Any:
+        """vLLM's runtime LoRA route: the adapter in `lora_path` (PEFT's format) is merged into the weights
+        (replacing the last one) and `lora_name` is served as another name of the model."""
+        name, path = await self._lora_body(request, "lora_name", "lora_path")
+        try:
+            adapter = await asyncio.to_thread(read_adapter, path)
+            deltas = dict(await asyncio.to_thread(lambda: list(adapter.deltas())))
+        except PolicyError as exc:
+            raise GatewayError(f"lora_path: {exc}") from exc
+        own = self.policy.model.state_dict()
+        unknown = sorted(set(deltas) - set(own))
+        if unknown:
+            raise GatewayError(
+                f"lora_path: the adapter changes weights this model does not have: {unknown[:5]}"
+            )
+        wrong = [k for k, d in deltas.items() if tuple(d.shape) != tuple(own[k].shape)]
+        if wrong:
+            raise GatewayError(f"lora_path: the adapter's deltas do not fit these weights: {wrong[:5]}")
+        await self._merge(deltas)
+        self.session.aliases = frozenset({name})
+        return {"status": "loaded", "lora_name": name, "weights_changed": len(deltas)}
+
+    async def _unload_lora(self, request: Request) -> Any:
+        (name,) = await self._lora_body(request, "lora_name")
+        if name not in self.session.aliases:
+            raise GatewayError(f"lora_name: no adapter {name!r} is loaded", status=404, code="not_found")
+        await self._merge({})
+        self.session.aliases = frozenset()
+        return {"status": "unloaded", "lora_name": name}
+
+    async def _merge(self, deltas: dict[str, Any]) -> None:
+        """The starting weights of what the last adapter changed, and base + delta for what this one
+        changes (`_lora_base` keeps a copy of each adapted weight as it was before any adapter)."""
+        own = self.policy.model.state_dict()
+        for name in deltas:
+            if name not in self._lora_base:
+                self._lora_base[name] = own[name].detach().clone()
+
+        def merged() -> Any:
+            for name, base in self._lora_base.items():
+                delta = deltas.get(name)
+                yield name, base if delta is None else (base.float() + delta).to(base.dtype)
+
+        assert self._generator is not None
+        async with self._generator.lock:
+            self.weight_loads += 1
+            await asyncio.to_thread(self.policy.load_weight_stream, merged(), self.weight_loads)
 
     async def _collective_rpc(self, request: Request) -> Any:
         body = await read_json(request)
@@ -246,6 +330,8 @@ class ReferenceServer:
                 count = await asyncio.to_thread(self.policy.load_weight_stream, stream, self.weight_loads)
             except PolicyError as exc:
                 raise GatewayError(f"args[0]: {exc}") from exc
+            self._lora_base = {}  # full weights replace the base any adapter was merged into
+            self.session.aliases = frozenset()
         return {"results": [count]}
 
     async def _weight_checker(self, request: Request) -> Any:

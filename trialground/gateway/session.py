@@ -74,6 +74,8 @@ class Session:
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     # the k most likely tokens per sampled position, for top_logprobs (None: the sampled token only)
     alternatives: TopSource | None = None
+    # other names requests may give as `model` (a LoRA adapter loaded under its own name)
+    aliases: frozenset[str] = frozenset()
     _renderer: Renderer | None = None
 
     @property
@@ -174,7 +176,7 @@ class Session:
             )
 
     def _params(self, req: Sampling, prompt_len: int, max_tokens: int | None) -> SamplingParams:
-        if req.model is not None and req.model != self.served_name:
+        if req.model is not None and req.model != self.served_name and req.model not in self.aliases:
             raise GatewayError(
                 f"model: the model `{req.model}` does not exist (this gateway serves `{self.served_name}`)",
                 status=404,

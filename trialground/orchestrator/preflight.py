@@ -235,10 +235,14 @@ def problems(config: RunConfig, purpose: Purpose, *, resume: bool = False) -> li
 
 def cautions(config: RunConfig) -> list[str]:
     """What can run but will likely lose work: a step that puts more episodes in flight than the environment
-    pool holds makes the rest wait for one, and each that waits past `pool.acquire_timeout_s` fails."""
+    pool holds makes the rest wait for one, and each that waits past `pool.acquire_timeout_s` fails; a
+    trainer that fits its device by the memory estimate but not by the margin measurements leave."""
     out: list[str] = []
     backend = config.sandbox.backend
     out += SANDBOX_BACKENDS.lookup(backend).missing(f"sandbox.backend={backend} (for tasks run in a sandbox)")
+    from trialground.orchestrator.memory_check import memory_cautions
+
+    out += memory_cautions(config)
     uses_pool = config.uses_env_pool
     loop, pool = config.loop, config.pool
     capacity = pool.max_active_bound if pool.autoscale else pool.max_active

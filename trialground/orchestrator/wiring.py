@@ -114,14 +114,29 @@ def cast_parameters(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Modu
 def sync_weights(trainer: Trainer, policy: Policy) -> None:
     """After a trainer step: the policy samples with the new weights, stamped with the new version."""
     sampler = policy.shared_module()
+    adapter = trainer.adapter() if policy.takes_adapters else None
     if trainer.base_model is sampler:  # shared module (LoRA too: adapters inside)
         policy.version = trainer.version
+    elif adapter is not None:  # LoRA to servers that load adapters: the adapter alone
+        policy.load_adapter(adapter, trainer.version)
     elif sampler is not None:  # an embedded sampler with its own copy: bucket by bucket, in its dtype
         dtype = next(sampler.parameters()).dtype
         for bucket in trainer.weight_buckets(dtype):  # FSDP: gathered shard by shard
             policy.load_weights(dict(bucket), trainer.version)
     else:
         policy.load_weights(trainer.state_dict(), trainer.version)
+
+
+def push_start(trainer: Trainer, policy: Policy) -> None:
+    """The trainer's weights to a policy that samples elsewhere, before the first generation: under LoRA
+    to one that takes adapters, the base weights and then the adapter (later pushes send the adapter
+    alone, on top of that base); otherwise the merged weights."""
+    adapter = trainer.adapter() if policy.takes_adapters else None
+    if adapter is None:
+        policy.load_weights(trainer.state_dict(), trainer.version)
+        return
+    policy.load_weights(trainer.base_state_dict(), trainer.version)
+    policy.load_adapter(adapter, trainer.version)
 
 
 def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Wiring:
@@ -151,7 +166,7 @@ def build(config: RunConfig, run: RunDir | None, *, train: bool = True) -> Wirin
         )
         join_data_parallel(trainer)  # under torchrun / Ray: the other ranks train shares of each step
         if policy.push_at_start:  # servers may hold another run's weights
-            policy.load_weights(trainer.state_dict(), trainer.version)
+            push_start(trainer, policy)
     backend = None
     pool_config = config.pool_config
     if config.cluster == "ray":  # episodes' sandboxes and grading sandboxes both on Ray actors

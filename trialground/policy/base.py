@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from trialground.errors import PolicyError
+
+if TYPE_CHECKING:
+    from trialground.policy.adapters import Adapter
 
 # The fields that shape the sampling distribution: every generation request states each of them.
 DISTRIBUTION_FIELDS = (
@@ -77,6 +82,8 @@ class Policy(abc.ABC):
     # True: a training run pushes the trainer's starting weights before its first generation (the
     # policy samples with weights held elsewhere, e.g. servers that may still hold another run's).
     push_at_start: bool = False
+    # True: under LoRA a training run sends only the adapter (`load_adapter`), not merged weights.
+    takes_adapters: bool = False
 
     @property
     @abc.abstractmethod
@@ -117,6 +124,11 @@ class Policy(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - a no-op is the right default
         """Release processes, servers or devices the policy holds; idempotent."""
+
+    def load_adapter(self, adapter: Adapter, version: int) -> None:
+        """Sample with the starting weights plus `adapter` (replacing the last one); later generations are
+        stamped with `version`. Only where `takes_adapters`."""
+        raise PolicyError(f"{type(self).__name__} takes full weights, not adapters", kind="weights")
 
     async def alternatives(
         self, prompt: Sequence[int], generation: Generation, params: SamplingParams, k: int

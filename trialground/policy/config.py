@@ -146,6 +146,19 @@ class PolicyConfig(BaseModel):
     served_model: str | None = Field(
         None, description="remote backend: the servers' model name (None: the first one /v1/models lists)"
     )
+    vllm_max_lora_rank: int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="vllm backend: serve LoRA adapters up to this rank (vLLM's enable_lora, max_lora_rank), "
+        "so a LoRA run (trainer.lora_rank at most this) pushes only its adapter; 0: merged full weights",
+    )
+    push_lora_adapter: bool = Field(
+        True,
+        description="remote backend, LoRA runs (trainer.lora_rank > 0): push only the adapter, loaded by the "
+        "servers' runtime LoRA route (vLLM: --enable-lora, VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; SGLang: "
+        "--enable-lora; policy serve), and sample with it by name; false: merged full weights every step",
+    )
     weight_dir: str | None = Field(
         None,
         description="remote backend: directory, visible to the trainer and every server at this same path, "

@@ -30,6 +30,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from trialground.tasks.model import Task
+from trialground.tasks.verifiers import repository_task
 
 MIN_DOCS_FOR_DF = 10
 _MAX_PROBES = 16
@@ -68,7 +69,7 @@ def content_texts(tasks: Sequence[Task]) -> list[str]:
             seen[item] += 1
     out = []
     for t in tasks:
-        if t.verifier.kind == "swe_tests":  # one repository, bugs a line apart: the patch is what differs
+        if repository_task(t.verifier.kind):  # one repository, bugs a line apart: the patch is what differs
             out.append(f"{t.prompt}\n{t.reference or ''}")
             continue
         own = "\n".join(text for path, text in sorted(t.files.items()) if seen[(path, text)] == 1)

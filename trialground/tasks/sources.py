@@ -396,6 +396,20 @@ for _source in (
         default_n=200,
     ),
     TaskSource(
+        "configfix",
+        "trialground.families.configfix.source:load",
+        "a TOML, INI or JSON configuration its parser refuses: repaired, changed, checked by the parser",
+        generator=True,
+        default_n=200,
+    ),
+    TaskSource(
+        "csvjoin",
+        "trialground.families.csvjoin.source:load",
+        "two CSV files joined and aggregated into a report CSV by plain Python (no pandas)",
+        generator=True,
+        default_n=200,
+    ),
+    TaskSource(
         "hf", _hf, "a local Hugging Face dataset, hf:PATH[?column mapping]", arg="required", check=_check_hf
     ),
 ):

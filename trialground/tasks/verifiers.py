@@ -136,6 +136,12 @@ class VerifierKind:
 KINDS: Registry[VerifierKind] = Registry("verifier kind", VerifierKind, TaskError, error_kind="bad_task")
 
 
+def repository_task(kind: str) -> bool:
+    """Whether tasks of verifier kind `kind` are repository tasks: their visible tests are a repository's
+    suite, run as grading runs it (`VerifierKind.test_runs`)."""
+    return lookup(kind).test_runs is not None
+
+
 def lookup(name: str) -> VerifierKind:
     """The kind called `name`, or the `VerifierKind` at the dotted path `package.module:NAME`."""
     return KINDS.lookup(name)

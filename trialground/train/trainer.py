@@ -33,6 +33,7 @@ import torch
 from torch import nn
 from torch.autograd.graph import increment_version
 
+from trialground.policy.adapters import Adapter
 from trialground.tensors import final_hidden
 from trialground.train import is_correction
 from trialground.train.advantages import Scored
@@ -51,7 +52,7 @@ from trialground.train.samples import (  # noqa: F401 (re-exported: the trainer'
     micro_batch_order,
 )
 from trialground.train.shared_prompt import shared_prompt_hidden
-from trialground.train.weights import DEFAULT_BUCKET_BYTES, weight_buckets
+from trialground.train.weights import DEFAULT_BUCKET_BYTES, named_weights, weight_buckets
 
 
 class Parallel(Protocol):
@@ -422,6 +423,22 @@ class Trainer:
 
     def _trainable(self) -> list[nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
+
+    def base_state_dict(self) -> dict[str, torch.Tensor]:
+        """Under LoRA, the frozen base weights without the adapter, plain names (full fine-tuning: the
+        weights)."""
+        return dict(named_weights(self.model, lora=self.config.lora_rank > 0, merge=False))
+
+    def adapter(self) -> Adapter | None:
+        """Under LoRA, the adapter alone (PEFT's saved names and config), for a policy that takes adapters
+        (`Policy.takes_adapters`); None for full fine-tuning. Not under FSDP (its LoRA path is untested)."""
+        if self.config.lora_rank == 0:
+            return None
+        from peft import get_peft_model_state_dict
+
+        config = self.model.peft_config["default"].to_dict()  # type: ignore[index,operator,union-attr]
+        tensors = {k: v.detach() for k, v in get_peft_model_state_dict(self.model).items()}
+        return Adapter(tensors, config)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Full-model weights for `Policy.load_weights`: LoRA deltas merged, plain HF parameter names. Under

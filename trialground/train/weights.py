@@ -46,11 +46,12 @@ def _delta(layer: Any, dtype: torch.dtype) -> torch.Tensor:
 
 @torch.no_grad()
 def named_weights(
-    model: nn.Module, *, lora: bool, dtype: torch.dtype | None = None
+    model: nn.Module, *, lora: bool, dtype: torch.dtype | None = None, merge: bool = True
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """Full-model weights one at a time (see the module docstring). `lora`: `model` is a peft model."""
+    """Full-model weights one at a time (see the module docstring). `lora`: `model` is a peft model;
+    `merge` False: its base weights without the adapter (what a server that loads adapters starts from)."""
     base: Any = model.get_base_model() if lora else model  # type: ignore[operator]
-    deltas = _lora_deltas(base) if lora else {}
+    deltas = _lora_deltas(base) if lora and merge else {}
     for key, value in base.state_dict().items():
         if "lora_" in key:
             continue

@@ -43,7 +43,7 @@ from trialground.verify.audit.strategy import CodeMove, functions_of
 from trialground.verify.config import RewardConfig
 from trialground.verify.grader import Grader, make_grader
 from trialground.verify.kinds.answers import compile_pattern, parse_number
-from trialground.verify.kinds.code_tests import test_names
+from trialground.verify.kinds.code_jobs import test_names
 from trialground.verify.verdict import Verdict
 
 Status = Literal["valid", "invalid", "quarantined"]

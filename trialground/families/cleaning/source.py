@@ -21,6 +21,7 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
+from trialground.families.checks import check_source
 from trialground.families.cleaning.cleaner import HEADER, clean
 from trialground.families.draw import draw_tasks
 from trialground.tasks.model import Split, Task, VerifierSpec
@@ -28,7 +29,7 @@ from trialground.tasks.sources import SourceRequest
 
 SOLUTION = "clean.py"
 _HERE = Path(__file__).parent
-_CHECK = (_HERE / "check_cleaning.py").read_text(encoding="utf-8")
+_CHECK = check_source(Path(__file__).parent, "check_cleaning.py")
 _CLEANER = (_HERE / "cleaner.py").read_text(encoding="utf-8")
 FIRST = ("ana", "bo", "cy", "dana", "eve", "finn", "gia", "hal", "ines", "jo", "kim", "lou", "mo", "nell")
 LAST = ("smith", "ito", "garcia", "novak", "okafor", "berg", "costa", "haas", "lind", "moreau")

@@ -9,40 +9,22 @@ during the inspection). This process is made undumpable first; the script's exit
 ignored. Standard library only.
 """
 
-import contextlib
-import ctypes
-import json
 import os
 import shutil
 import stat
 import subprocess
-import sys
 import tempfile
 
+if "." in __name__:  # imported on the host; shipped, check_helpers.py stands first in the same file
+    from trialground.families.check_helpers import finish, submission
+
 SPEC_JSON = "{}"  # replaced by the task generator
-PR_SET_DUMPABLE = 4
 MAX_SCRIPT = 20_000
 SAFE = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "core.pager=cat")
 
 
 class Broken(Exception):
     """The repository is not in the state the task asks for."""
-
-
-def undumpable() -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-
-
-def read_script(path: str) -> str:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_SCRIPT:
-            raise ValueError(f"{path} is not a regular file of at most {MAX_SCRIPT} bytes")
-        return os.read(fd, MAX_SCRIPT + 1).decode("utf-8")
-    finally:
-        os.close(fd)
 
 
 def environment(home: str) -> dict[str, str]:
@@ -189,28 +171,20 @@ def scenario(git: str, spec: dict, build: str, expected: dict, script: str) -> s
         shutil.rmtree(home, ignore_errors=True)
 
 
-def main() -> int:
-    spec = json.loads(SPEC_JSON)
-    undumpable()
+def main() -> str | None:
+    """Why the submission fails, or None when it passes."""
+    spec, script = submission(SPEC_JSON, MAX_SCRIPT)
     git = shutil.which("git", path="/usr/bin:/bin")
     if git is None:
-        print("git is not installed in the sandbox")
-        return 2
-    try:
-        script = read_script(spec["solution"])
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        print(f"cannot read the script: {e}")
-        return 1
+        return "git is not installed in the sandbox"
     cases = (("workspace repository", spec["build"], spec["expected"]),
              ("hidden repository", spec["hidden_build"], spec["hidden_expected"]))  # fmt: skip
     for label, build, expected in cases:
         problem = scenario(git, spec, build, expected, script)
         if problem is not None:
-            print(f"{label}: {problem}")
-            return 1
-    print("ok")
-    return 0
+            return f"{label}: {problem}"
+    return None
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    finish(main)

@@ -21,12 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from trialground.families.checks import check_source
 from trialground.families.draw import draw_tasks
 from trialground.tasks.model import Split, Task, VerifierSpec
 from trialground.tasks.sources import SourceRequest
 
 SOLUTION = "fix.sh"
-_CHECK = (Path(__file__).parent / "check_git.py").read_text(encoding="utf-8")
+_CHECK = check_source(Path(__file__).parent, "check_git.py")
 WORDS = ("alpha", "beta", "gamma", "delta", "omega", "cache", "queue", "proxy", "shard", "token", "retry",
          "limit", "pool", "batch", "stream", "index", "route", "vault", "probe", "ledger")  # fmt: skip
 FILES = ("app.py", "util.py", "README.md", "notes.md", "deploy.yaml", "Makefile", "server.go", "lib.rs")

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from trialground.families.checks import check_source
 from trialground.families.draw import draw_tasks
 from trialground.tasks.model import Split, Task, VerifierSpec
 from trialground.tasks.sources import SourceRequest
@@ -26,7 +27,7 @@ from trialground.tasks.sources import SourceRequest
 SOLUTION = "config.json"
 _HERE = Path(__file__).parent
 _APP = (_HERE / "app.py").read_text(encoding="utf-8")
-_CHECK = (_HERE / "check_http.py").read_text(encoding="utf-8")
+_CHECK = check_source(Path(__file__).parent, "check_http.py")
 HEADERS = ("X-Api-Key", "X-Auth-Token", "X-Client-Key", "Api-Token", "X-Service-Key")
 AGENTS = ("billing-job/2.1", "mobile/5.3", "reports-cron/1.0", "web/7.4")
 KINDS = ("prefix", "auth", "body", "timeout")

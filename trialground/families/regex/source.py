@@ -21,12 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from trialground.families.checks import check_source
 from trialground.families.draw import draw_tasks
 from trialground.tasks.model import Split, Task, VerifierSpec
 from trialground.tasks.sources import SourceRequest
 
 SOLUTION = "pattern.txt"
-_CHECK = (Path(__file__).parent / "check_regex.py").read_text(encoding="utf-8")
+_CHECK = check_source(Path(__file__).parent, "check_regex.py")
 WORDS = ("server", "request", "user", "sent", "from", "at", "on", "the", "backup", "node", "report", "was",
          "seen", "with", "and", "logged", "note", "ticket", "host", "owner", "changed", "color",
          "release")  # fmt: skip

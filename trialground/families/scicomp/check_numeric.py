@@ -8,15 +8,15 @@ plain floats, against values or invariants computed by the generator (never by t
 Standard library only.
 """
 
-import contextlib
-import ctypes
 import json
 import math
 import subprocess
 import sys
 
+if "." in __name__:  # imported on the host; shipped, check_helpers.py stands first in the same file
+    from trialground.families.check_helpers import finish, undumpable
+
 SPEC_JSON = "{}"  # replaced by the task generator
-PR_SET_DUMPABLE = 4
 MAX_OUTPUT = 1 << 20
 
 RUNNER = r"""
@@ -38,16 +38,12 @@ os.write(real, ("\n" + json.dumps(out) + "\n").encode())
 """
 
 
-def undumpable() -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-
-
 def close(got: float, want: float, rel: float, abs_tol: float) -> bool:
     return abs(got - want) <= abs_tol + rel * abs(want)
 
 
-def main() -> int:
+def main() -> str | None:
+    """Why the submission fails, or None when it passes."""
     spec = json.loads(SPEC_JSON)
     undumpable()
     cases = [c["args"] for c in spec["cases"]]
@@ -59,30 +55,25 @@ def main() -> int:
             timeout=spec["timeout_s"],
         )
     except subprocess.TimeoutExpired:
-        print(f"the solution did not answer within {spec['timeout_s']} s")
-        return 1
+        return f"the solution did not answer within {spec['timeout_s']} s"
     lines = run.stdout[-MAX_OUTPUT:].decode("utf-8", "replace").strip().splitlines()
     try:
         answers = json.loads(lines[-1]) if lines else None
     except ValueError:
         answers = None
     if not isinstance(answers, list) or len(answers) != len(cases):
-        print(f"no answers from the solution: {run.stderr[-300:].decode('utf-8', 'replace')}")
-        return 1
+        return f"no answers from the solution: {run.stderr[-300:].decode('utf-8', 'replace')}"
     for case, got in zip(spec["cases"], answers, strict=True):
         if type(got) is not float or not math.isfinite(got):
-            print(f"f{tuple(case['args'])} returned {got!r}, not a finite float")
-            return 1
+            return f"f{tuple(case['args'])} returned {got!r}, not a finite float"
         if spec["invariant"]:
             ok = eval(spec["invariant"], {"abs": abs, "max": max}, {"got": got, "args": case["args"]})
         else:
             ok = close(got, case["want"], spec["rel_tol"], spec["abs_tol"])
         if ok is not True:
-            print(f"f{tuple(case['args'])} = {got!r} is wrong")
-            return 1
-    print("ok")
-    return 0
+            return f"f{tuple(case['args'])} = {got!r} is wrong"
+    return None
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    finish(main)

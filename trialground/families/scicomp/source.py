@@ -24,12 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from trialground.families.checks import check_source
 from trialground.families.draw import draw_tasks
 from trialground.tasks.model import Split, Task, VerifierSpec
 from trialground.tasks.sources import SourceRequest
 
 SOLUTION = "solution.py"
-_CHECK = (Path(__file__).parent / "check_numeric.py").read_text(encoding="utf-8")
+_CHECK = check_source(Path(__file__).parent, "check_numeric.py")
 G = 9.80665
 MASS = {"g": 1e-3, "kg": 1.0, "lb": 0.45359237}
 LENGTH = {"m": 1.0, "cm": 0.01, "ft": 0.3048}

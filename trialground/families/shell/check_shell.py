@@ -7,36 +7,12 @@ line for line (trailing blanks ignored), what the generator computed for that lo
 undumpable first; the script's exit status and standard error are ignored. Standard library only.
 """
 
-import contextlib
-import ctypes
-import json
-import os
-import shutil
-import stat
-import subprocess
-import sys
-import tempfile
+if "." in __name__:  # imported on the host; shipped, check_helpers.py stands first in the same file
+    from trialground.families.check_helpers import finish, run_there, scratch, submission
 
 SPEC_JSON = "{}"  # replaced by the task generator
-PR_SET_DUMPABLE = 4
 MAX_SCRIPT = 20_000
 MAX_OUTPUT = 1 << 20
-
-
-def undumpable() -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-
-
-def read_script(path: str) -> str:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_SCRIPT:
-            raise ValueError(f"{path} is not a regular file of at most {MAX_SCRIPT} bytes")
-        return os.read(fd, MAX_SCRIPT + 1).decode("utf-8")
-    finally:
-        os.close(fd)
 
 
 def lines(text: str) -> list[str]:
@@ -44,43 +20,23 @@ def lines(text: str) -> list[str]:
 
 
 def run(script: str, log: str, timeout: float) -> str | None:
-    home = tempfile.mkdtemp(prefix="tg-shell-")
-    try:
-        with open(os.path.join(home, "solve.sh"), "w", encoding="utf-8") as f:
-            f.write(script)
-        with open(os.path.join(home, "access.log"), "w", encoding="utf-8") as f:
-            f.write(log)
-        env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "HOME": home}
-        try:
-            done = subprocess.run(["bash", "solve.sh", "access.log"], cwd=home, env=env,
-                                  stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)  # fmt: skip
-        except subprocess.TimeoutExpired:
-            return None
-        return done.stdout[:MAX_OUTPUT].decode("utf-8", "replace")
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
+    with scratch("tg-shell-", {"solve.sh": script, "access.log": log}) as home:
+        done = run_there(["bash", "solve.sh", "access.log"], home, timeout)
+        return None if done is None else done.stdout[:MAX_OUTPUT].decode("utf-8", "replace")
 
 
-def main() -> int:
-    spec = json.loads(SPEC_JSON)
-    undumpable()
-    try:
-        script = read_script(spec["solution"])
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        print(f"cannot read the script: {e}")
-        return 1
+def main() -> str | None:
+    """Why the submission fails, or None when it passes."""
+    spec, script = submission(SPEC_JSON, MAX_SCRIPT)
     for label, log, want in (("workspace log", spec["log"], spec["want"]),
                              ("hidden log", spec["hidden_log"], spec["hidden_want"])):  # fmt: skip
         got = run(script, log, spec["timeout_s"])
         if got is None:
-            print(f"{label}: solve.sh ran past {spec['timeout_s']} s")
-            return 1
+            return f"{label}: solve.sh ran past {spec['timeout_s']} s"
         if lines(got) != lines(want):
-            print(f"{label}: output {lines(got)[:3]!r}... differs from the expected {lines(want)[:3]!r}...")
-            return 1
-    print("ok")
-    return 0
+            return f"{label}: output {lines(got)[:3]!r}... differs from the expected {lines(want)[:3]!r}..."
+    return None
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    finish(main)

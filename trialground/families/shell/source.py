@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from trialground.families.checks import check_source
 from trialground.families.draw import draw_tasks
 from trialground.tasks.model import Split, Task, VerifierSpec
 from trialground.tasks.sources import SourceRequest
@@ -28,7 +29,7 @@ METHODS = ("GET", "POST", "PUT", "DELETE")
 PATHS = ("/", "/login", "/logout", "/api/users", "/api/orders", "/api/items", "/static/app.js", "/health",
          "/search", "/cart", "/checkout", "/admin")  # fmt: skip
 STATUSES = (200, 200, 200, 201, 301, 304, 404, 404, 500, 503)
-_CHECK = (Path(__file__).parent / "check_shell.py").read_text(encoding="utf-8")
+_CHECK = check_source(Path(__file__).parent, "check_shell.py")
 
 Row = tuple[str, str, str, int, int]
 

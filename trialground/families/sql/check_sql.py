@@ -9,10 +9,10 @@ Standard library only.
 """
 
 import json
-import os
 import sqlite3
-import stat
-import sys
+
+if "." in __name__:  # imported on the host; shipped, check_helpers.py stands first in the same file
+    from trialground.families.check_helpers import finish, read_regular
 
 SPEC_JSON = "{}"  # replaced by the task generator
 MAX_QUERY_BYTES = 20_000
@@ -23,14 +23,7 @@ _ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
 
 
 def read_query(path: str) -> str:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_QUERY_BYTES:
-            raise ValueError(f"{path} is not a regular file of at most {MAX_QUERY_BYTES} bytes")
-        return os.read(fd, MAX_QUERY_BYTES + 1).decode("utf-8")
-    finally:
-        os.close(fd)
+    return read_regular(path, MAX_QUERY_BYTES)
 
 
 def database(schema: str, data: str) -> sqlite3.Connection:
@@ -59,31 +52,27 @@ def run(conn: sqlite3.Connection, query: str) -> list[tuple[object, ...]]:
     return normal(rows)
 
 
-def main() -> int:
+def main() -> str | None:
+    """Why the submission fails, or None when it passes."""
     spec = json.loads(SPEC_JSON)
     try:
         query = read_query(spec["solution"]).strip().rstrip(";").strip()
     except (OSError, ValueError, UnicodeDecodeError) as e:
-        print(f"cannot read the query: {e}")
-        return 1
+        return f"cannot read the query: {e}"
     if not query:
-        print("query.sql is empty")
-        return 1
+        return "query.sql is empty"
     for label, data in (("workspace data", spec["data"]), ("hidden data", spec["hidden_data"])):
         conn = database(spec["schema"], data)
         want = run(conn, spec["reference"])
         try:
             got = run(conn, query)
         except (sqlite3.Error, ValueError, OverflowError) as e:
-            print(f"{label}: the query failed: {type(e).__name__}: {e}")
-            return 1
+            return f"{label}: the query failed: {type(e).__name__}: {e}"
         same = got == want if spec["ordered"] else sorted(map(repr, got)) == sorted(map(repr, want))
         if not same:
-            print(f"{label}: {len(got)} rows, expected {len(want)}; first: {got[:2]!r} vs {want[:2]!r}")
-            return 1
-    print("ok")
-    return 0
+            return f"{label}: {len(got)} rows, expected {len(want)}; first: {got[:2]!r} vs {want[:2]!r}"
+    return None
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    finish(main)

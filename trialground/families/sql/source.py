@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from trialground.families.checks import check_source
 from trialground.families.draw import draw_tasks
 from trialground.tasks.model import Split, Task, VerifierSpec
 from trialground.tasks.sources import SourceRequest
@@ -38,7 +39,7 @@ README = (
     "Try queries with: sqlite3 :memory: '.read schema.sql' '.read data.sql' 'SELECT ...'\n"
     "or with Python's sqlite3 module. Write ONE SELECT statement (no other statement) to query.sql.\n"
 )
-_CHECK = (Path(__file__).parent / "check_sql.py").read_text(encoding="utf-8")
+_CHECK = check_source(Path(__file__).parent, "check_sql.py")
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from trialground.families.checks import check_source
 from trialground.families.draw import draw_tasks
 from trialground.tasks.model import Split, Task, VerifierSpec
 from trialground.tasks.sources import SourceRequest
 
 SOLUTION = "analysis.py"
-_CHECK = (Path(__file__).parent / "check_stats.py").read_text(encoding="utf-8")
+_CHECK = check_source(Path(__file__).parent, "check_stats.py")
 GROUPS = (("control", "treatment"), ("placebo", "drug"), ("old", "new"), ("before", "after"), ("a", "b"))
 REGIONS = ("north", "south", "east", "west", "central")
 OUTCOMES = ("yes", "no", "maybe")

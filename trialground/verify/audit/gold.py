@@ -14,7 +14,7 @@ from trialground.tasks.model import Task
 from trialground.tasks.verifiers import AnswerParams, MathParams, NumericParams
 from trialground.verify.audit.strategy import surface, wrong_baseline
 from trialground.verify.kinds.answers import parse_number
-from trialground.verify.kinds.code_tests import test_names
+from trialground.verify.kinds.code_jobs import test_names
 from trialground.verify.verdict import Verdict
 
 Grade = Callable[[Task, str], Awaitable[Verdict]]

@@ -20,7 +20,7 @@ from trialground.verify.detectors.exit_early import compile_flags, import_flags,
 from trialground.verify.detectors.hacks import static_flags
 from trialground.verify.detectors.tamper import workspace_flags
 from trialground.verify.kinds.answers import verify_exact, verify_numeric, verify_regex
-from trialground.verify.kinds.code_tests import VISIBLE_PREFIX, solution_path
+from trialground.verify.kinds.code_jobs import VISIBLE_PREFIX, solution_path
 from trialground.verify.kinds.math import verify_math
 from trialground.verify.kinds.request import VerifyRequest
 from trialground.verify.kinds.submitted import UnreadableSubmission, read_submitted

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from trialground.microbatch import Batcher
 from trialground.tasks.model import Task
 from trialground.verify.config import GradingConfig
-from trialground.verify.kinds.code_tests import CodeTestsVerifier, solution_path
+from trialground.verify.kinds.code_jobs import solution_path
+from trialground.verify.kinds.code_tests import CodeTestsVerifier
 from trialground.verify.verdict import Verdict
 
 if TYPE_CHECKING:

@@ -17,6 +17,8 @@ class PushFailed(Exception):
 class WeightTransport(Protocol):
     # True: `prepared` is the bucket directory the trainer wrote; False: the trainer's weights mapping
     uses_files: bool
+    # (load, unload) routes of the server's LoRA adapters, taking {"lora_name", "lora_path"}
+    adapter_routes: tuple[str, str]
 
     def push(self, client: httpx.Client, server: str, prepared: Any, version: int) -> None: ...
 

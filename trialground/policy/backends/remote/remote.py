@@ -55,14 +55,15 @@ import random
 import shutil
 import tempfile
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from trialground.errors import PolicyError
+from trialground.policy.backends.remote.adapter_push import push_adapter
 from trialground.policy.backends.remote.routing import PrefixAffinity
 from trialground.policy.backends.remote.weight_push import PUSH_TIMEOUT_S, PushFailed, make_transport
 from trialground.policy.base import Generation, Policy, SamplingParams
@@ -71,6 +72,9 @@ from trialground.policy.decoding import completion_text
 from trialground.policy.sampling_parity import check_defaults, engine_dtype, server_defaults, wire_fields
 from trialground.policy.weight_files import prune, write_weights
 from trialground.retry import RetriesExhausted, retryable, send_with_retries
+
+if TYPE_CHECKING:
+    from trialground.policy.adapters import Adapter
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +125,9 @@ class RemotePolicy(Policy):
             None if config.weight_dir is None else Path(config.weight_dir).expanduser().resolve()
         )
         self._remove_weight_root: weakref.finalize[Any, Any] | None = None
+        self.takes_adapters = config.push_lora_adapter
+        self.pushed_bytes = 0  # bytes the last push wrote for the servers to read
+        self._adapters: list[str] = []  # names of the adapters loaded on the servers, oldest first
 
     @property
     def tokenizer(self) -> Any:
@@ -183,7 +190,7 @@ class RemotePolicy(Policy):
         self, client: httpx.AsyncClient, prompt: list[int], n: int, seed: int, params: SamplingParams
     ) -> tuple[str, list[dict[str, Any]]]:
         body: dict[str, Any] = {
-            "model": self.model_name,
+            "model": self._adapters[-1] if self._adapters else self.model_name,
             "prompt": prompt,
             "n": n,
             "max_tokens": params.max_new_tokens,
@@ -273,9 +280,43 @@ class RemotePolicy(Policy):
                 bucket_bytes=self.config.weight_bucket_mb * 2**20,
                 dtype=self._push_dtype,
             )
+        self._push_all(
+            lambda client, server: self._transport.push(client, server, prepared, version), version
+        )
+        self._adapters = []  # full weights replace whatever adapter was loaded
+        if self._transport.uses_files:
+            self.pushed_bytes = sum(f.stat().st_size for f in Path(prepared).iterdir() if f.is_file())
+            prune(self.weight_root, keep=2)
+        self.version = version
+
+    def load_adapter(self, adapter: Adapter, version: int) -> None:
+        """Write the LoRA adapter alone under `weight_dir` and have every live server load it under a new
+        name, which later requests name (`adapter_push.py`)."""
+        from trialground.policy.adapters import write_adapter
+
+        path = self.weight_root / f"lora-v{version:08d}"
+        if path.exists():
+            shutil.rmtree(path)
+        self.pushed_bytes = write_adapter(adapter, path)
+        name = f"{self.model_name}-lora-v{version}"
+        retire = self._adapters[-2] if len(self._adapters) >= 2 else None
+        transport = self._transport
+        self._push_all(
+            lambda client, server: push_adapter(client, server, transport, name, str(path), retire), version
+        )
+        self._adapters = [*self._adapters[-1:], name]
+        kept = {f"lora-v{int(n.rsplit('-v', 1)[1]):08d}" for n in self._adapters}
+        for old in self.weight_root.glob("lora-v*"):
+            if old.name not in kept:
+                shutil.rmtree(old, ignore_errors=True)
+        self.version = version
+
+    def _push_all(self, push: Callable[[httpx.Client, str], None], version: int) -> None:
+        """`push` to every live server at once; a server that could not be reached is dropped; raises
+        `PolicyError` naming each that answered with an error, or when none could be reached."""
         live = [i for i in range(len(self.servers)) if i not in self.dropped]
         with ThreadPoolExecutor(max_workers=len(live)) as pool:
-            pushed = pool.map(lambda i: self._push(self.servers[i], prepared, version), live)
+            pushed = pool.map(lambda i: self._push(self.servers[i], push), live)
             results = dict(zip(live, pushed, strict=True))
         failed = {i: why for i, (why, _) in results.items() if why}
         gone = {i for i, (why, unreachable) in results.items() if why and unreachable}
@@ -289,15 +330,12 @@ class RemotePolicy(Policy):
                 version,
                 failed[i],
             )
-        if self._transport.uses_files:
-            prune(self.weight_root, keep=2)
-        self.version = version
 
-    def _push(self, server: str, prepared: Any, version: int) -> tuple[str | None, bool]:
+    def _push(self, server: str, push: Callable[[httpx.Client, str], None]) -> tuple[str | None, bool]:
         """(what went wrong or None, whether the server could not be reached at all)."""
         try:
             with httpx.Client(timeout=PUSH_TIMEOUT_S, headers=self._headers()) as client:
-                self._transport.push(client, server, prepared, version)
+                push(client, server)
         except PushFailed as exc:
             return str(exc), exc.unreachable
         return None, False

@@ -56,6 +56,9 @@ def _cast(weights: Mapping[str, Any], dtype: Any, bucket_bytes: int) -> Iterator
 
 class VLLMNccl:
     uses_files = False
+    # vLLM's runtime LoRA routes (the server started with --enable-lora and
+    # VLLM_ALLOW_RUNTIME_LORA_UPDATING=True); `policy serve` answers them too
+    adapter_routes = ("/v1/load_lora_adapter", "/v1/unload_lora_adapter")
 
     def __init__(self, *, bucket_bytes: int, dtype: Any) -> None:
         self.bucket_bytes, self.dtype = bucket_bytes, dtype

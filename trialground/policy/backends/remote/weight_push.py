@@ -43,6 +43,9 @@ class CollectiveRpc:
     """vLLM (worker extension) and `policy serve`: drain, load the directory, reset the cache, resume."""
 
     uses_files = True
+    # vLLM's runtime LoRA routes (the server started with --enable-lora and
+    # VLLM_ALLOW_RUNTIME_LORA_UPDATING=True); `policy serve` answers them too
+    adapter_routes = ("/v1/load_lora_adapter", "/v1/unload_lora_adapter")
 
     def __init__(self) -> None:
         self._no_pause: set[str] = set()
@@ -74,6 +77,7 @@ class SGLangDisk:
     """SGLang: `/update_weights_from_disk` (it drains and flushes its cache itself)."""
 
     uses_files = True
+    adapter_routes = ("/load_lora_adapter", "/unload_lora_adapter")  # SGLang, started with --enable-lora
 
     def push(self, client: httpx.Client, server: str, prepared: Any, version: int) -> None:
         body = {"model_path": str(prepared), "flush_cache": True, "weight_version": str(version)}

@@ -19,18 +19,25 @@ on /dev/shm when the machine has it) and asks every engine worker to load it wit
 name and a path cross into the engine processes, so this works with vLLM's default serialization; the earlier
 `apply_model(closure)` needed `VLLM_ALLOW_INSECURE_SERIALIZATION=1` on current (V1) engines. It needs a
 vLLM with `worker_extension_cls` and `LLM.collective_rpc`. Not yet run on a GPU by this project.
+
+LoRA (`policy.vllm_max_lora_rank` > 0 and `policy.push_lora_adapter`): the engine is built with
+`enable_lora`, and a LoRA run's sync hands `load_adapter` the adapter alone; it is written in PEFT's format
+(`policy/adapters.py`) to the scratch directory, and every later generation passes it as
+`lora_request=LoRARequest(name, id, path)` (a new id per version, so the engine loads it fresh; the one
+two versions back is removed with `llm_engine.remove_lora`). Not yet run on a GPU by this project.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trialground.errors import PolicyError
 from trialground.policy.base import Generation, Policy, SamplingParams
@@ -38,6 +45,9 @@ from trialground.policy.config import PolicyConfig
 from trialground.policy.decoding import completion_text
 from trialground.policy.tiny import BUNDLED, resolve_model_dir
 from trialground.policy.weight_files import DEFAULT_BUCKET_BYTES, RELOAD_METHOD, write_weights
+
+if TYPE_CHECKING:
+    from trialground.policy.adapters import Adapter
 
 WORKER_EXTENSION = "trialground.policy.backends.vllm.vllm_worker.WeightReload"
 
@@ -53,7 +63,16 @@ def engine_kwargs(config: PolicyConfig) -> dict[str, Any]:
         "enable_prefix_caching": True,
         "enable_sleep_mode": config.vllm_sleep,
         "worker_extension_cls": WORKER_EXTENSION,
+        **lora_kwargs(config),
     }
+
+
+def lora_kwargs(config: PolicyConfig) -> dict[str, Any]:
+    """`vllm.LLM`'s LoRA arguments: two adapters resident (the current one and the one running requests
+    may still use), up to `vllm_max_lora_rank`."""
+    if config.vllm_max_lora_rank == 0:
+        return {}
+    return {"enable_lora": True, "max_lora_rank": config.vllm_max_lora_rank, "max_loras": 2}
 
 
 def weight_scratch_dir() -> Path:
@@ -111,6 +130,9 @@ class VLLMPolicy(Policy):
         self.version = 0
         self._lock = threading.Lock()
         self._asleep = False
+        self.takes_adapters = config.vllm_max_lora_rank > 0 and config.push_lora_adapter
+        self._lora: Any = None  # the LoRARequest every generation passes (None: no adapter)
+        self._lora_ids: list[int] = []
 
     @property
     def tokenizer(self) -> Any:
@@ -137,7 +159,7 @@ class VLLMPolicy(Policy):
         inputs = [{"prompt_token_ids": list(p)} for p in prompts]
         with self._lock:
             try:
-                outputs = self.llm.generate(inputs, sp, use_tqdm=False)
+                outputs = self.llm.generate(inputs, sp, use_tqdm=False, lora_request=self._lora)
             except Exception as exc:  # the engine raises many types; all are a failed generation
                 raise PolicyError(f"vLLM generation failed: {exc}") from exc
             version = self.version
@@ -191,10 +213,37 @@ class VLLMPolicy(Policy):
                 if self._asleep:
                     self.llm.wake_up(tags=["kv_cache"])
                     self._asleep = False
+                self._lora = None  # full weights: no adapter on top
             except PolicyError:
                 raise
             except Exception as exc:  # the engine raises many types; all are a failed update
                 raise PolicyError(f"vLLM weight update failed: {exc}") from exc
+            self.version = version
+
+    def load_adapter(self, adapter: Adapter, version: int) -> None:
+        """Sample with `adapter` from now on (the module doc); the base weights stay as loaded."""
+        from vllm.lora.request import LoRARequest
+
+        from trialground.policy.adapters import write_adapter
+
+        rank, most = int(adapter.config.get("r", 0)), self.config.vllm_max_lora_rank
+        if rank > most:
+            raise PolicyError(
+                f"the adapter's rank {rank} is over policy.vllm_max_lora_rank {most}", kind="config"
+            )
+        lora_id = version + 1  # vLLM's ids are > 0
+        path = self._scratch / f"lora-v{version:08d}"
+        if path.exists():
+            shutil.rmtree(path)
+        write_adapter(adapter, path)
+        with self._lock:
+            self._lora = LoRARequest(f"trialground-lora-v{version}", lora_id, str(path))
+            self._lora_ids.append(lora_id)
+            while len(self._lora_ids) > 2:
+                old = self._lora_ids.pop(0)
+                with contextlib.suppress(Exception):  # never loaded (no generation used it): nothing to free
+                    self.llm.llm_engine.remove_lora(old)
+                shutil.rmtree(self._scratch / f"lora-v{old - 1:08d}", ignore_errors=True)
             self.version = version
 
     def close(self) -> None:
