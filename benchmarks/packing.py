@@ -1,7 +1,7 @@
 """Tokens trained per second with padding-free packing against padded micro-batches, on the real batches
 of a run (its `trajectories/step_N.parquet`, e.g. from `trialground train examples/agent.yaml`).
 
-    python benchmarks/packing.py RUN_DIR [--model tiny-agent] [--repeats 3]
+    python benchmarks/packing.py RUN_DIR [--model tiny-agent] [--repeats 3] [--micro-batch 16]
 
 Each step's trajectories are rebuilt as the trainer receives them (their sampled ids, roles and logprobs;
 advantages from the stored column, or +-1 by reward where it is 0 everywhere), and one trainer step runs
@@ -62,14 +62,17 @@ MODES = {
 
 
 def measure(
-    model: torch.nn.Module, steps: list[list[Any]], modes: list[str], repeats: int
+    model: torch.nn.Module, steps: list[list[Any]], modes: list[str], repeats: int, micro_batch: int = 16
 ) -> dict[str, dict[str, float]]:
     """Per mode: trained tokens, positions run, seconds (best of `repeats` per batch) and tokens/s. The
     modes take turns on each batch, so a change in the machine's load reaches all of them alike."""
     from trialground.train.config import TrainerConfig
     from trialground.train.trainer import Trainer
 
-    trainers = {m: Trainer(copy.deepcopy(model), TrainerConfig(lr=1e-6, **MODES[m]), pad_id=0) for m in modes}
+    trainers = {
+        m: Trainer(copy.deepcopy(model), TrainerConfig(lr=1e-6, micro_batch_size=micro_batch, **MODES[m]), 0)
+        for m in modes
+    }
     out = {m: {"trained_tokens": 0.0, "positions": 0.0, "seconds": 0.0} for m in modes}
     for batch in steps:
         best = dict.fromkeys(modes, float("inf"))
@@ -94,14 +97,16 @@ def main() -> None:
     parser.add_argument("--model", default="tiny-agent", help="a policy.model value")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--micro-batch", type=int, default=16, help="trainer.micro_batch_size")
     args = parser.parse_args()
     from trialground.policy.config import PolicyConfig
     from trialground.policy.loading import load_model
 
     model = load_model(PolicyConfig(model=args.model)).eval()
     steps = batches(args.run)
-    for mode, row in measure(model, steps, args.modes.split(","), args.repeats).items():
-        print(json.dumps({"mode": mode, "steps": len(steps), **row}), flush=True)
+    for mode, row in measure(model, steps, args.modes.split(","), args.repeats, args.micro_batch).items():
+        head = {"mode": mode, "micro_batch": args.micro_batch, "steps": len(steps)}
+        print(json.dumps({**head, **row}), flush=True)
 
 
 if __name__ == "__main__":
