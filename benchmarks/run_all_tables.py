@@ -153,6 +153,15 @@ def render_generation(d: dict[str, Any]) -> str:
     )
 
 
+def render_update(d: dict[str, Any]) -> str:
+    shape = d["shape"]
+    seqs = f"{shape['tasks']} prompts x {shape['k']}, {shape['prompt']} + {shape['completion']} tokens"
+    return table(
+        ["model", "batch", "way", "seconds per step (median)"],
+        [[d["model"], seqs, way, f"{sec:.2f} s"] for way, sec in d["median_s"].items()],
+    )
+
+
 def render_trl(d: dict[str, Any]) -> str:
     res = {r["system"]: r for r in d["results"]}
     trl = res.get("trl")

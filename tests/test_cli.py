@@ -300,3 +300,24 @@ def test_help_shows_kinds_and_defaults_as_the_ecosystems_clis_do() -> None:
         assert "KEY=VALUE" in text
     text = CliRunner().invoke(app, ["eval", "--help"], env={"COLUMNS": "120"}).output
     assert "INTEGER RANGE" in text and "[default: 1]" in text, text
+
+
+@pytest.mark.parametrize(("given", "seen"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_the_command_lets_openmp_threads_sleep_unless_told_otherwise(given: str | None, seen: str) -> None:
+    """OpenMP's spinning waits make torch's threads crawl on shared cores: the command sets PASSIVE before
+    anything imports torch, and keeps a value the user set."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if given is not None:
+        env["OMP_WAIT_POLICY"] = given
+    script = (
+        "import os, sys\n"
+        "sys.argv = ['trialground', '--version']\n"
+        "from trialground.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('torch' in sys.modules, os.environ.get('OMP_WAIT_POLICY'))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == f"False {seen}"

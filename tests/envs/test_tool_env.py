@@ -206,7 +206,7 @@ async def test_a_host_side_tool_bug_is_the_environments_failure_not_the_sandboxe
 ) -> None:
     """An exception in a tool's own code on the host ends the episode as `env/tool_crashed`; one the
     sandbox backend raises as `sandbox/crashed`. Either way the episode ends with the error as data."""
-    import trialground.envs.tools.bash as tools
+    import trialground.envs.tools.base as tools
 
     def broken_render(*_a: object, **_k: object) -> str:
         raise ValueError("host-side rendering bug")

@@ -124,11 +124,13 @@ def test_a_run_that_cannot_fit_is_refused_before_it_starts(tmp_path: Path) -> No
     assert memory_check.memory_problems(load_config(QUICKSTART, [])) == []  # on a CPU: no device to check
 
 
-def test_a_run_prints_its_estimate_in_one_line() -> None:
-    from trialground.orchestrator.run_config import load_config
+def test_a_run_prints_its_estimate_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from trialground.cli.run_cmd import _config
 
-    line = memory_check.estimate_line(load_config(QUICKSTART, []))
-    assert line is not None and "\n" not in line and line.startswith("memory estimate per rank:")
+    _config(QUICKSTART, [f"output_dir={tmp_path}"], None)  # what `train` does before the run starts
+    err = capsys.readouterr().err
+    (line,) = [x for x in err.splitlines() if x.startswith("memory estimate per rank:")]
+    assert line.endswith("one process, 16 x 2048 tokens a micro-batch"), line
 
 
 def test_a_run_within_the_measured_margin_is_cautioned_not_refused() -> None:

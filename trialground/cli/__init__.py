@@ -67,6 +67,11 @@ def _options(
 def main() -> None:
     from trialground.cli.common import json_errors
 
+    # OpenMP's waiting threads spin by default; where other processes share the cores, torch's 2 threads
+    # then wait on each other's lost time slices (the same GRPO step of the tiny model at load 14-44:
+    # 8.4-11.4 s spinning, 0.02 s with PASSIVE; docs/benchmarks.md). The runtime reads this when torch
+    # loads, so before anything imports it; a value already set is kept.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     as_json = "--json" in sys.argv[1:]
     json_errors(as_json)  # an error of a --json command is a JSON object too
     if len(sys.argv) > 1 and sys.argv[1] in ("train", "eval"):

@@ -72,7 +72,7 @@ def _config(
 
         memory = estimate_line(cfg)
         if memory is not None and os.environ.get("RANK", "0") == "0":
-            console.print(memory, highlight=False, soft_wrap=True)
+            console.print(memory, highlight=False, soft_wrap=True, markup=False)
     return cfg
 
 

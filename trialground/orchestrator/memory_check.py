@@ -147,4 +147,4 @@ def estimate_line(config: RunConfig) -> str | None:
         return None
     setup = train_setup(config)
     mode = f"{setup.parallel} x{setup.world}" if setup.world > 1 else "one process"
-    return f"{est.line()} [{mode}, {setup.micro_batch_size} x {setup.seq_tokens} tokens a micro-batch]"
+    return f"{est.line()}; {mode}, {setup.micro_batch_size} x {setup.seq_tokens} tokens a micro-batch"

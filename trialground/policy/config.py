@@ -33,7 +33,8 @@ class PolicyConfig(BaseModel):
         ge=1,
         le=1024,
         description="hf backend on CPU: torch intra-op threads, set process-wide (None: torch's default). "
-        "1 is fastest for the tiny model when other work shares the cores (2 threads measured 24x slower)",
+        "1 is fastest for the tiny model when other work shares the cores (2 threads measured 24x slower "
+        "while OpenMP's threads spun; the trialground command lets them sleep: OMP_WAIT_POLICY=PASSIVE)",
     )
     decode: Literal["auto", "transformers"] = Field(
         "auto",

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
+from trialground.envs.navigate import nav_limits
 from trialground.errors import EnvError
 from trialground.plugin import Plugin
 from trialground.sandbox.base import ExecResult, Limits
@@ -120,6 +121,21 @@ class Tool(Plugin[ToolCaps]):
             "type": "function",
             "function": {"name": self.name, "description": self.description, "parameters": parameters},
         }
+
+
+async def program_outcome(call: ToolCall, cmd: list[str] | str, stdin: str | None = None) -> ToolOutcome:
+    """Run a program in the workspace: its rendered exit status and output; ok when it exited 0."""
+    res = await call.box.exec(cmd, call.limits, stdin=stdin)
+    return ToolOutcome(render_exec(res), res.ok)
+
+
+async def page_outcome(call: ToolCall, argv: list[str], path: str) -> ToolOutcome:
+    """Run one of `trialground.envs.navigate`'s bounded programs: its page (ok on exit 0; 1 is "nothing
+    found", 2 a bad path), or the rendered failure when it was killed or ran out of time."""
+    res = await call.box.exec(argv, nav_limits(call.limits))
+    if res.status != "ok" and res.exit_code not in (0, 1, 2):  # timed out or killed: say so
+        return ToolOutcome(render_exec(res), False, False, path)
+    return ToolOutcome(res.stdout.rstrip("\n"), res.exit_code == 0, False, path)
 
 
 def argument_digest(name: str, arguments: Mapping[str, Any]) -> str:

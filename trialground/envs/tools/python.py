@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from trialground.envs.tools.base import Tool, ToolCall, ToolCaps, ToolOutcome, ToolParam, render_exec
+from trialground.envs.tools.base import Tool, ToolCall, ToolCaps, ToolOutcome, ToolParam, program_outcome
 
 
 async def run(call: ToolCall) -> ToolOutcome:
-    res = await call.box.exec([call.box.python, "-B", "-"], call.limits, stdin=call.args["code"])
-    return ToolOutcome(render_exec(res), res.ok)
+    return await program_outcome(call, [call.box.python, "-B", "-"], stdin=call.args["code"])
 
 
 TOOL = Tool(

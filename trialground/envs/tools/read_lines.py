@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from trialground.envs import navigate
-from trialground.envs.tools.base import Tool, ToolCall, ToolCaps, ToolOutcome, ToolParam, render_exec
+from trialground.envs.tools.base import Tool, ToolCall, ToolCaps, ToolOutcome, ToolParam, page_outcome
 from trialground.envs.tools.read_file import PATH
 
 
@@ -12,11 +12,7 @@ async def run(call: ToolCall) -> ToolOutcome:
     bounds = navigate.page_bounds(call.args.get("start"), call.args.get("count"))
     if isinstance(bounds, str):
         return ToolOutcome(f"error: {bounds}", False, False, path)
-    argv = navigate.read_argv(call.box.python, path, *bounds)
-    res = await call.box.exec(argv, navigate.nav_limits(call.limits))
-    if res.status != "ok" and res.exit_code not in (0, 1, 2):
-        return ToolOutcome(render_exec(res), False, False, path)
-    return ToolOutcome(res.stdout.rstrip("\n"), res.exit_code == 0, False, path)
+    return await page_outcome(call, navigate.read_argv(call.box.python, path, *bounds), path)
 
 
 TOOL = Tool(

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 from trialground.envs import navigate
-from trialground.envs.tools.base import Tool, ToolCall, ToolCaps, ToolOutcome, ToolParam, render_exec
+from trialground.envs.tools.base import Tool, ToolCall, ToolCaps, ToolOutcome, ToolParam, page_outcome
 
 
 async def run(call: ToolCall) -> ToolOutcome:
     pattern, path = call.args["pattern"], call.args.get("path") or "."
     if not pattern:
         return ToolOutcome("error: search needs a non-empty pattern", False, False, path)
-    argv = navigate.search_argv(call.box.python, pattern, path)
-    res = await call.box.exec(argv, navigate.nav_limits(call.limits))
-    if res.status != "ok" and res.exit_code not in (0, 1, 2):  # timed out or killed: say so
-        return ToolOutcome(render_exec(res), False, False, path)
-    return ToolOutcome(res.stdout.rstrip("\n"), res.exit_code == 0, False, path)
+    return await page_outcome(call, navigate.search_argv(call.box.python, pattern, path), path)
 
 
 TOOL = Tool(
