@@ -34,6 +34,7 @@ EXPERTS: dict[str, str] = {
     "cron": "trialground.families.cron.expert:solve",
     "configfix": "trialground.families.configfix.expert:solve",
     "csvjoin": "trialground.families.csvjoin.expert:solve",
+    "intervals": "trialground.families.intervals.expert:solve",
 }
 
 

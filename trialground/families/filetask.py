@@ -12,7 +12,7 @@ nothing: its single case compares the solution file itself.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,3 +77,47 @@ def files_task(
         split=split,
         metadata={"family": domain, **metadata},
     )
+
+
+def program_task(
+    *,
+    domain: str,
+    prompt: str,
+    solution: str,
+    starter: str,
+    inputs: Sequence[Mapping[str, str]],
+    expected: Callable[[Mapping[str, str]], str],
+    labels: tuple[str, str],
+    compare: str,
+    args: tuple[str, ...],
+    output: str = "-",
+    reference: str,
+    split: Split,
+    metadata: Mapping[str, str | int],
+) -> Task:
+    """A task whose program runs on each of `inputs` (the workspace's first, then the hidden ones) and must
+    produce what `expected` computes from them; `labels` names the workspace case and, numbered, the
+    hidden ones in the check's messages; the workspace starts with the first input and `starter`."""
+    cases = tuple(
+        Case(label=labels[0] if i == 0 else f"{labels[1]} {i}", expected=expected(files), compare=compare,
+             files=files, args=args, output=output)
+        for i, files in enumerate(inputs)
+    )  # fmt: skip
+    return files_task(
+        domain=domain,
+        prompt=prompt,
+        solution=solution,
+        files={**inputs[0], solution: starter},
+        cases=cases,
+        reference=reference,
+        split=split,
+        metadata=metadata,
+    )
+
+
+def filled(module: str, name: str, value: object) -> str:
+    """A reference module's text with its `NAME = ...  # filled in` line set to `value` (a Python literal)."""
+    head, found, tail = module.partition(f"\n{name} = ")
+    if not found:
+        raise ValueError(f"the reference module has no line `{name} = ...`")
+    return f"{head}\n{name} = {value!r}  # filled in\n{tail.partition(chr(10))[2]}"

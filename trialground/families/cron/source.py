@@ -19,7 +19,7 @@ from pathlib import Path
 
 from trialground.families.cron.schedule import FMT, answer
 from trialground.families.draw import draw_tasks
-from trialground.families.filetask import Case, files_task
+from trialground.families.filetask import filled, program_task
 from trialground.tasks.model import Split, Task
 from trialground.tasks.sources import SourceRequest
 
@@ -85,24 +85,22 @@ def question(rng: random.Random) -> tuple[dict[str, object], str]:
 
 
 def make_task(q: dict[str, object], words: str, inputs: list[str], split: Split) -> Task:
-    cases = tuple(
-        Case(label="workspace schedule.txt" if i == 0 else f"hidden schedule {i}",
-             expected=answer(q, text), compare="text", files={"schedule.txt": text}, args=("schedule.txt",))
-        for i, text in enumerate(inputs)
-    )  # fmt: skip
     prompt = (
         f"{RULES}\n\nWrite {SOLUTION} so that `python3 {SOLUTION} schedule.txt` answers this about the jobs "
         f"in the file: {words}\n\nIt is also run on other schedules of the same kind, so compute the answer, "
         "do not write it down. Use the standard library only."
     )
-    head, _, tail = _REFERENCE.partition("\nQUESTION = ")
-    return files_task(
+    return program_task(
         domain="cron",
         prompt=prompt,
         solution=SOLUTION,
-        files={"schedule.txt": inputs[0], SOLUTION: "import sys\n\n# python3 cron.py schedule.txt\n"},
-        cases=cases,
-        reference=f"{head}\nQUESTION = {q!r}  # filled in\n{tail.partition(chr(10))[2]}",
+        starter="import sys\n\n# python3 cron.py schedule.txt\n",
+        inputs=[{"schedule.txt": text} for text in inputs],
+        expected=lambda files: answer(q, files["schedule.txt"]),
+        labels=("workspace schedule.txt", "hidden schedule"),
+        compare="text",
+        args=("schedule.txt",),
+        reference=filled(_REFERENCE, "QUESTION", q),
         split=split,
         metadata={"question": str(q["kind"]), "key": json.dumps(q, sort_keys=True)},
     )
