@@ -44,12 +44,15 @@ def test_packed_logprobs_equal_padded_ones() -> None:
     torch.testing.assert_close(packed_ent * mask, padded_ent * mask, rtol=0, atol=1e-5)  # type: ignore[operator]
 
 
-def test_a_packed_step_gives_the_padded_gradients_on_fewer_positions() -> None:
+@pytest.mark.parametrize("one_row", [False, True])
+def test_a_packed_step_gives_the_padded_gradients_on_fewer_positions(one_row: bool) -> None:
+    """Rows as long as the longest sequence; or, as under flash attention, the micro-batch in one row."""
     grads, metrics = [], []
     for packing in (False, True):
         model = tiny_llama()
         config = TrainerConfig(share_prompt=False, packing=packing, micro_batch_size=4)
         trainer = Trainer(model, config, PAD)
+        trainer.one_row = one_row and packing
         trainer.optimizer.step = lambda *a, **k: None  # type: ignore[method-assign]
         trainer.optimizer.zero_grad = lambda *a, **k: None  # type: ignore[method-assign]
         metrics.append(trainer.step(with_advantages(_batch(model), [s[2] for s in SPECS])))
@@ -58,9 +61,9 @@ def test_a_packed_step_gives_the_padded_gradients_on_fewer_positions() -> None:
     torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-6)
     for key in ("train/loss", "train/entropy", "train/ratio_mean"):
         assert metrics[1][key] == pytest.approx(metrics[0][key], rel=1e-5, abs=1e-7)
-    # targets [9, 6, 4, 4]: padded 4 rows of 9; packed in rows of 9: [9], [6], [4, 4]
+    # targets [9, 6, 4, 4]: padded 4 rows of 9; packed in rows of 9: [9], [6], [4, 4]; or one row of 23
     assert metrics[0]["train/forward_tokens"] == 4 * 9
-    assert metrics[1]["train/forward_tokens"] == 3 * 9
+    assert metrics[1]["train/forward_tokens"] == (23 if one_row else 3 * 9)
 
 
 def test_rows_are_filled_first_fit_longest_first_and_unpack_in_sample_order() -> None:
@@ -72,6 +75,9 @@ def test_rows_are_filled_first_fit_longest_first_and_unpack_in_sample_order() ->
     assert packed.positions.tolist() == [[0, 1, 2, 3, 4, 5], [0, 1, 2, 0, 1, 0]]
     back = packed.unpack(packed.targets)
     assert back.tolist() == [[2, 3, 4, 0, 0, 0], [6, 7, 8, 9, 10, 11], [13, 14, 0, 0, 0, 0]]
+    single = Packed(chunk, torch.device("cpu"), single=True)
+    assert single.positions.tolist() == [[0, 1, 2, 3, 4, 5, 0, 1, 2, 0, 1]]
+    assert single.unpack(single.targets).tolist() == back.tolist()
 
 
 def test_a_model_whose_attention_crosses_packed_sequences_is_refused() -> None:

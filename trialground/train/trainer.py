@@ -42,7 +42,7 @@ from trialground.train.config import TrainerConfig
 from trialground.train.fsdp import state_bytes
 from trialground.train.losses import LOSSES, LossInput, finalize_metrics
 from trialground.train.memory import autocast, enable_checkpointing, fp32_attention
-from trialground.train.packing import Packed, check_packing
+from trialground.train.packing import Packed, check_packing, one_row
 from trialground.train.precision import MasterWeights
 from trialground.train.samples import (  # noqa: F401 (re-exported: the trainer's samples)
     Sample,
@@ -131,6 +131,7 @@ class Trainer:
         if ref_model is not None:
             self._ref = ref_model.eval().requires_grad_(False)
         check_head(model)  # the chunked output layer reproduces the model's logits
+        self.one_row = one_row(model)  # packing: the micro-batch in one row (flash attention)
         if config.packing:
             check_packing(model)
         if config.mixed_precision == "bf16" and self.device.type == "cpu":
@@ -225,7 +226,7 @@ class Trainer:
             if self.share_prompt:
                 hidden, targets = shared_prompt_hidden(model, chunk, self.pad_id, self.device)
             elif self.config.packing:  # rows without padding (train.packing); back to [b, T] below
-                packed = Packed(chunk, self.device)
+                packed = Packed(chunk, self.device, self.one_row)
                 hidden, targets = packed.hidden(model), packed.targets
             else:
                 ids, attn = self._pad(chunk)
@@ -306,7 +307,9 @@ class Trainer:
         if not n_samples:
             return {"train/skipped": 1.0, "train/tokens": 0.0, "train/sequences": 0.0}
         normalizer = float(total_tokens) if cfg.loss_agg == "token" else float(n_samples)
-        active, positions = micro_batch_order(active, cfg.micro_batch_size, self.share_prompt, cfg.packing)
+        active, positions = micro_batch_order(
+            active, cfg.micro_batch_size, self.share_prompt, cfg.packing, self.one_row
+        )
         recompute = is_correction.keep_sampler_logprobs(active, cfg)  # and the samples to recompute
         sampler = {id(s): s.old_logprobs for s in recompute if s.old_logprobs is not None}
         self._fill_frozen(recompute, old=True, ref=False)
