@@ -116,8 +116,10 @@ fi
 #     docs/memory.md's estimate, and MFU: FSDP2 (fully_shard over this one GPU: every layer gathered in bf16
 #     and freed, gradients reduced in fp32) on 2 x 4,096 tokens, and one 16,384-token sequence with
 #     activation checkpointing; Qwen2.5-0.5B's whole shape (its 151,936-token vocabulary included), on MODEL
-#     where given. TRAIN_STEP=0 skips them.
-if [[ "${TRAIN_STEP:-1}" != 0 ]]; then
+#     where given. TRAIN_STEP=0 skips them; a rehearsal runs them only with TRAIN_STEP=1 (their CPU
+#     rehearsal is a test of its own, tests/test_gpu_example.py).
+TRAIN_STEP=${TRAIN_STEP:-$([[ "$REHEARSE" == 1 ]] && echo 0 || echo 1)}
+if [[ "$TRAIN_STEP" != 0 ]]; then
   if [[ "$REHEARSE" == 1 ]]; then
     TS_ARGS=(--device cpu --shape tiny) FSDP_ROWS=(--seq 64 --rows 2) LONG_ROWS=(--seq 256 --rows 1)
   else

@@ -12,7 +12,7 @@ from trialground.envs import patching
 from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
 from trialground.envs.tools.base import make_action
-from trialground.envs.tools.registry import TOOL_DOCS, tool_docs, tool_schemas
+from trialground.envs.tools.registry import TOOL_DOCS, run_named, tool_docs, tool_schemas
 from trialground.envs.tools.toolbox import READ_FILE_MAX_BYTES, Toolbox
 from trialground.sandbox.base import Sandbox, SandboxConfig
 from trialground.sandbox.factory import open_sandbox
@@ -64,12 +64,12 @@ async def _text(sandbox: Sandbox, path: str) -> str | None:
 
 
 async def _sh(box: Toolbox, command: str) -> str:
-    out = await box.run("bash", {"command": command}, 10)
+    out = await run_named(box, "bash", {"command": command}, 10)
     return out.text
 
 
 async def test_a_two_file_patch_applies_and_names_the_files(box: Toolbox) -> None:
-    out = await box.run("apply_patch", {"patch": TWO_FILES}, 10)
+    out = await run_named(box, "apply_patch", {"patch": TWO_FILES}, 10)
     assert out.text == "applied patch: 2 files changed (x.py, y.py)"
     assert out.ok and out.changed_workspace is True and out.target == "x.py"
     assert await _text(box.sandbox, "x.py") == "a\nB\nc\n"
@@ -82,17 +82,21 @@ async def test_bare_paths_new_and_deleted_files_and_miscounted_hunks(box: Toolbo
         "--- /dev/null\n+++ pkg/sub/new.py\n@@ -0,0 +1,2 @@\n+def f():\n+    return 1\n"
         "--- old.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-bye\n"
     )
-    out = await box.run("apply_patch", {"patch": bare}, 10)
+    out = await run_named(box, "apply_patch", {"patch": bare}, 10)
     assert out.text == "applied patch: 3 files changed (pkg/mod.py, pkg/sub/new.py, old.txt)", out.text
     assert out.ok and out.changed_workspace is True
     assert await _text(box.sandbox, "pkg/mod.py") == "K = 2\n"
     assert await _text(box.sandbox, "pkg/sub/new.py") == "def f():\n    return 1\n"
     assert await _text(box.sandbox, "old.txt") is None
     # hunk line counts a model got wrong: recounted
-    out = await box.run("apply_patch", {"patch": "--- a/y.py\n+++ b/y.py\n@@ -1,7 +1,9 @@\n-one\n+uno\n"}, 10)
+    out = await run_named(
+        box, "apply_patch", {"patch": "--- a/y.py\n+++ b/y.py\n@@ -1,7 +1,9 @@\n-one\n+uno\n"}, 10
+    )
     assert out.ok and await _text(box.sandbox, "y.py") == "uno\n", out.text
     # a patch that applies and changes nothing is an edit that changed nothing (redundant in shaping)
-    out = await box.run("apply_patch", {"patch": "--- a/y.py\n+++ b/y.py\n@@ -1 +1 @@\n-uno\n+uno\n"}, 10)
+    out = await run_named(
+        box, "apply_patch", {"patch": "--- a/y.py\n+++ b/y.py\n@@ -1 +1 @@\n-uno\n+uno\n"}, 10
+    )
     assert out.ok and out.changed_workspace is False
     assert out.text == "applied patch: 1 file, contents unchanged (y.py)"
 
@@ -107,7 +111,7 @@ async def test_a_diff_as_repository_tasks_write_them_applies_as_their_patch_read
         "pkg/added.py": "ADDED = True\n",
     }
     diff = make_patch(TASK.files, new)
-    out = await box.run("apply_patch", {"patch": diff}, 10)
+    out = await run_named(box, "apply_patch", {"patch": diff}, 10)
     assert out.ok and out.changed_workspace is True, out.text
     expected = swe_apply_patch(TASK.files, diff)
     assert set(expected) == set(new)
@@ -116,35 +120,37 @@ async def test_a_diff_as_repository_tasks_write_them_applies_as_their_patch_read
 
 
 async def test_a_lone_surrogate_from_a_json_call_is_text_not_a_crash(box: Toolbox) -> None:
-    out = await box.run("apply_patch", {"patch": "--- a/y.py\n+++ b/y.py\n@@ -1 +1 @@\n-one\n+\ud800\n"}, 10)
+    out = await run_named(
+        box, "apply_patch", {"patch": "--- a/y.py\n+++ b/y.py\n@@ -1 +1 @@\n-one\n+\ud800\n"}, 10
+    )
     assert out.ok and await _text(box.sandbox, "y.py") == "?\n", out.text
 
 
 async def test_lone_surrogates_in_python_code_and_written_files_are_data_not_a_crash(box: Toolbox) -> None:
     # JSON tool arguments can decode to lone surrogates; stdin and files get them as bytes, never an
     # encoding error that would end the episode as a broken sandbox
-    out = await box.run("python", {"code": "print(len('\ud800'))\n# \udcff"}, 10)
+    out = await run_named(box, "python", {"code": "print(len('\ud800'))\n# \udcff"}, 10)
     assert not out.ok and "SyntaxError: Non-UTF-8 code" in out.text, out.text  # Python's answer, not ours
-    out = await box.run("bash", {"command": "cat > r.bin; wc -c < r.bin # \udc80"}, 10)
+    out = await run_named(box, "bash", {"command": "cat > r.bin; wc -c < r.bin # \udc80"}, 10)
     assert out.ok and out.text.endswith("\n0"), out.text
-    out = await box.run("write_file", {"path": "s.txt", "content": "a\udcffb\ud800"}, 10)
+    out = await run_named(box, "write_file", {"path": "s.txt", "content": "a\udcffb\ud800"}, 10)
     assert out.ok, out.text
     assert await box.sandbox.read("s.txt") == b"a\xed\xb3\xbfb\xed\xa0\x80"  # their 3-byte forms
-    out = await box.run("write_file", {"path": "e.txt", "content": "a\udcffb"}, 10)
+    out = await run_named(box, "write_file", {"path": "e.txt", "content": "a\udcffb"}, 10)
     assert out.ok and await box.sandbox.read("e.txt") == b"a\xffb"  # U+DCFF alone: the byte it escapes
 
 
 async def test_a_failing_hunk_is_named_and_nothing_changes(box: Toolbox) -> None:
     bad = TWO_FILES.replace(" one\n+two", " zero\n+two")  # x.py's hunk applies, y.py's does not
     before = await box.workspace_digest()
-    out = await box.run("apply_patch", {"patch": bad}, 10)
+    out = await run_named(box, "apply_patch", {"patch": bad}, 10)
     assert not out.ok and out.changed_workspace is False
     assert out.text.startswith("error: the patch does not apply; nothing changed\n")
     assert "error: patch failed: y.py:1" in out.text and "while searching for:\nzero" in out.text
     assert "patch failed: x.py" not in out.text
     assert await box.workspace_digest() == before
     assert await _text(box.sandbox, "x.py") == "a\nb\nc\n"  # all or nothing
-    out = await box.run("apply_patch", {"patch": "this is not a diff\n"}, 10)
+    out = await run_named(box, "apply_patch", {"patch": "this is not a diff\n"}, 10)
     assert not out.ok and "No valid patches" in out.text and await box.workspace_digest() == before
 
 
@@ -160,7 +166,7 @@ async def test_a_failing_hunk_is_named_and_nothing_changes(box: Toolbox) -> None
 )
 async def test_paths_outside_the_workspace_are_refused(box: Toolbox, patch: str) -> None:
     before = await box.workspace_digest()
-    out = await box.run("apply_patch", {"patch": patch}, 10)
+    out = await run_named(box, "apply_patch", {"patch": patch}, 10)
     assert not out.ok and out.changed_workspace is False
     assert "outside the workspace" in out.text or "invalid path" in out.text, out.text
     assert await box.workspace_digest() == before
@@ -173,7 +179,7 @@ async def test_a_symlink_planted_in_the_workspace_is_not_written_through(box: To
     )
     before = await box.workspace_digest()
     through_dir = "--- /dev/null\n+++ b/out/pwn.txt\n@@ -0,0 +1 @@\n+pwned\n"
-    out = await box.run("apply_patch", {"patch": through_dir}, 10)
+    out = await run_named(box, "apply_patch", {"patch": through_dir}, 10)
     assert not out.ok and "beyond a symbolic link" in out.text, out.text
     # a link made by the patch itself, then a file through it
     made_here = (
@@ -182,10 +188,12 @@ async def test_a_symlink_planted_in_the_workspace_is_not_written_through(box: To
         "diff --git a/l/pwn.txt b/l/pwn.txt\nnew file mode 100644\n--- /dev/null\n+++ b/l/pwn.txt\n"
         "@@ -0,0 +1 @@\n+pwned\n"
     )
-    out = await box.run("apply_patch", {"patch": made_here}, 10)
+    out = await run_named(box, "apply_patch", {"patch": made_here}, 10)
     assert not out.ok and "beyond a symbolic link" in out.text, out.text
     # a link to a file: git patches the link itself (its target text), never the file it points to
-    out = await box.run("apply_patch", {"patch": "--- a/t.py\n+++ b/t.py\n@@ -1 +1 @@\n-keep\n+pwned\n"}, 10)
+    out = await run_named(
+        box, "apply_patch", {"patch": "--- a/t.py\n+++ b/t.py\n@@ -1 +1 @@\n-keep\n+pwned\n"}, 10
+    )
     assert not out.ok, out.text
     assert await box.workspace_digest() == before
     assert await _sh(box, "ls -A /tmp/out; cat /tmp/out/t.py") == "[exit 0]\nt.py\nkeep"
@@ -194,11 +202,11 @@ async def test_a_symlink_planted_in_the_workspace_is_not_written_through(box: To
 async def test_too_large_and_empty_patches_are_refused(box: Toolbox) -> None:
     assert patching.PATCH_MAX_BYTES == READ_FILE_MAX_BYTES
     big = "--- /dev/null\n+++ b/big.txt\n@@ -0,0 +1 @@\n+" + "x" * READ_FILE_MAX_BYTES + "\n"
-    out = await box.run("apply_patch", {"patch": big}, 10)
+    out = await run_named(box, "apply_patch", {"patch": big}, 10)
     assert not out.ok and out.changed_workspace is False
     assert out.text.startswith("error: the patch is ") and f"takes {READ_FILE_MAX_BYTES} at most" in out.text
     assert await _text(box.sandbox, "big.txt") is None
-    out = await box.run("apply_patch", {"patch": " \n"}, 10)
+    out = await run_named(box, "apply_patch", {"patch": " \n"}, 10)
     assert not out.ok and "non-empty" in out.text
 
 
@@ -208,8 +216,8 @@ async def test_a_git_repository_planted_in_the_workspace_configures_nothing(box:
         box, "printf 'a  b\\nc\\n' > w.txt && git init -q . && git config apply.ignoreWhitespace change"
     )
     assert await _sh(box, "git config apply.ignoreWhitespace") == "[exit 0]\nchange"
-    out = await box.run(
-        "apply_patch", {"patch": "--- a/w.txt\n+++ b/w.txt\n@@ -1,2 +1,2 @@\n a b\n-c\n+d\n"}, 10
+    out = await run_named(
+        box, "apply_patch", {"patch": "--- a/w.txt\n+++ b/w.txt\n@@ -1,2 +1,2 @@\n a b\n-c\n+d\n"}, 10
     )
     assert not out.ok and "patch failed: w.txt:1" in out.text, out.text
 

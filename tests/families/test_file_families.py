@@ -17,7 +17,7 @@ from trialground.verify.audit import audit_tasks
 from trialground.verify.audit.library import BY_NAME
 from trialground.verify.grader import make_grader
 
-FAMILIES = ("depgraph", "jsonxform", "cron", "configfix", "csvjoin")
+FAMILIES = ("depgraph", "jsonxform", "cron", "configfix", "csvjoin", "intervals")
 
 
 def spec_of(task: Task) -> dict[str, object]:

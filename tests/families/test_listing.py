@@ -14,4 +14,6 @@ def test_the_sources_are_listed_with_the_families() -> None:
     assert res.exit_code == 0, res.output
     rows = {row["name"]: row for row in map(json.loads, res.stdout.splitlines())}
     assert {"sql", "scicomp", "shell", "cleaning", "httpdiag", "codegen", "ops"} <= set(rows)
+    assert {"depgraph", "jsonxform", "cron", "configfix", "csvjoin", "intervals"} <= set(rows)
+    assert len(rows) >= 20  # the shipped pool: at least 20 sources
     assert rows["sql"]["generator"] is True and rows["sql"]["default_n"] == 200

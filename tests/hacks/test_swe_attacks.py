@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 from swe_attack_patches import attacks, forgeries
 
+from trialground.envs.tools.registry import run_named
 from trialground.errors import TaskError
 from trialground.sandbox.backends.bwrap.sandbox import bwrap_available
 from trialground.sandbox.base import SandboxConfig
@@ -141,12 +142,12 @@ def test_run_tests_runs_the_graders_commands_and_shows_the_failures(task: Task) 
         sandbox = await open_sandbox(SandboxConfig(), task.files)
         try:
             box = Toolbox(sandbox, task, task.limits or SandboxConfig().limits)
-            before = await box.run("run_tests", {}, 120.0)
+            before = await run_named(box, "run_tests", {}, 120.0)
             fixed = apply_patch(task.files, task.reference or "")
             for path, text in fixed.items():
                 assert text is not None
                 await sandbox.write(path, text)
-            after = await box.run("run_tests", {}, 120.0)
+            after = await run_named(box, "run_tests", {}, 120.0)
             return before.text, before.ok, after.text, after.ok
         finally:
             await sandbox.close()

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from trialground.errors import ConfigError
 from trialground.monitor import Monitor, MonitorConfig
 from trialground.monitor.config import MlflowConfig, SinkName
 from trialground.monitor.sinks import flatten_config
@@ -110,6 +111,25 @@ def test_wandb_honours_the_users_mode_and_project_logs_the_config_and_resumes(
     files = sorted((run / "wandb").glob("offline-run-*/*.wandb"))
     assert len(files) == 2 and all(f.name == f"run-{run_id}.wandb" for f in files)
     assert {_wandb_config(f)[0] for f in files} == {run_id}
+
+
+def test_a_later_run_in_the_same_process_honours_the_users_wandb_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """W&B reads WANDB_MODE once per process: a second run (a sweep, a notebook) set to offline must not
+    fall back to logging in, and a mode W&B does not know is refused by name."""
+    pytest.importorskip("wandb", reason="wandb not installed (monitor extra)")
+    for var in ("WANDB_MODE", "WANDB_PROJECT", "WANDB_ENTITY"):
+        monkeypatch.delenv(var, raising=False)
+    _feed(tmp_path / "first", "wandb", range(1))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_PROJECT", "later")
+    _feed(tmp_path / "second", "wandb", range(1))
+    (file,) = list((tmp_path / "second" / "wandb").glob("offline-run-*/*.wandb"))
+    assert _wandb_config(file)[1] == "later"
+    monkeypatch.setenv("WANDB_MODE", "ofline")
+    with pytest.raises(ConfigError, match="WANDB_MODE='ofline' is not a W&B mode"):
+        _feed(tmp_path / "third", "wandb", range(1))
 
 
 @pytest.mark.slow

@@ -45,6 +45,23 @@ async def test_sampled_logprobs_match_a_forward_pass(tiny: HFPolicy, temperature
         assert again == pytest.approx(list(g.logprobs), abs=2e-4)
 
 
+def test_scoring_runs_the_output_layer_in_chunks(tiny: HFPolicy, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`score` makes the logits a few positions at a time and gives what the full logits give."""
+    from trialground.policy.backends.hf import hf
+
+    prompt, completion = _prompts(tiny, 1)[0], list(range(5, 16))
+    ids = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        logits = tiny.model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float() / 0.7
+    full = torch.log_softmax(logits, -1).gather(-1, ids[0, len(prompt) :, None]).squeeze(-1).tolist()
+    seen: list[int] = []
+    head = hf.head_logits
+    monkeypatch.setattr(hf, "head_logits", lambda m, h: seen.append(len(h)) or head(m, h))
+    monkeypatch.setattr(hf, "SCORE_CHUNK", 4)
+    assert tiny.score(prompt, completion, temperature=0.7) == pytest.approx(full, abs=1e-5)
+    assert seen == [4, 4, 3]
+
+
 async def test_greedy_logprobs_are_raw_logprobs_of_the_argmax(tiny: HFPolicy) -> None:
     prompts = _prompts(tiny, 4)
     gens = await tiny.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=40))

@@ -118,6 +118,7 @@ def count_reads(sandbox: Sandbox) -> list[int]:
 
 @pytest.mark.security
 async def test_read_file_never_reads_a_huge_file_onto_the_host(sandbox: Sandbox) -> None:
+    from trialground.envs.tools.registry import run_named
     from trialground.envs.tools.toolbox import READ_FILE_MAX_BYTES, Toolbox
 
     size = 60 << 20
@@ -126,22 +127,22 @@ async def test_read_file_never_reads_a_huge_file_onto_the_host(sandbox: Sandbox)
     assert res.ok, res.stderr
     box = Toolbox(sandbox, _task("exact", answer="x"), Limits())
     reads = count_reads(sandbox)
-    out = await box.run("read_file", {"path": "big.log"}, wall_s=10.0)
+    out = await run_named(box, "read_file", {"path": "big.log"}, wall_s=10.0)
     assert out.ok, out.text
     assert len(out.text) <= READ_FILE_MAX_BYTES + 200
     assert out.text.startswith("HEAD") and out.text.endswith("TAIL") and "bytes not shown" in out.text
-    edit = await box.run("edit_file", {"path": "big.log", "old": "HEAD", "new": "BODY"}, wall_s=10.0)
+    edit = await run_named(box, "edit_file", {"path": "big.log", "old": "HEAD", "new": "BODY"}, wall_s=10.0)
     assert not edit.ok and "edits files up to" in edit.text
-    over = await box.run("write_file", {"path": "big.log", "content": "short\n"}, wall_s=10.0)
+    over = await run_named(box, "write_file", {"path": "big.log", "content": "short\n"}, wall_s=10.0)
     assert over.ok and over.changed_workspace
-    small = await box.run("write_file", {"path": "small.txt", "content": "hello\n"}, wall_s=10.0)
+    small = await run_named(box, "write_file", {"path": "small.txt", "content": "hello\n"}, wall_s=10.0)
     assert small.ok
-    assert (await box.run("read_file", {"path": "small.txt"}, wall_s=10.0)).text == "hello\n"
+    assert (await run_named(box, "read_file", {"path": "small.txt"}, wall_s=10.0)).text == "hello\n"
     assert max(reads) <= READ_FILE_MAX_BYTES, reads  # read_file, edit_file and write_file alike
     # Outside the workspace and through a symlink: still refused, as for a small file.
     assert (await sandbox.exec(["ln", "-s", "big.log", "link.log"], cwd="/workspace")).ok
     for path in ("link.log", "/etc/passwd", "../../etc/passwd"):
-        assert not (await box.run("read_file", {"path": path}, wall_s=10.0)).ok, path
+        assert not (await run_named(box, "read_file", {"path": path}, wall_s=10.0)).ok, path
 
 
 @pytest.mark.security

@@ -35,9 +35,11 @@ def swe_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             fetch(spec)
         except TaskError as e:
             pytest.skip(f"the inflection sdist is neither cached nor downloadable: {e}")
-        if not user.exists():
+        if not user.exists():  # kept for later sessions; renamed into place, as another worker may read it
             user.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(cache / "sdists" / spec.filename, user)
+            part = user.with_name(f".{user.name}.{os.getpid()}")
+            shutil.copy(cache / "sdists" / spec.filename, part)
+            os.replace(part, user)
         yield cache
     finally:
         if old is None:

@@ -166,7 +166,7 @@ def test_replay_of_a_library_that_exits_or_floods_is_a_failure_not_an_error(
 
 def test_plain_data_is_exact_and_bounded() -> None:
     enc = prog.Encoder()
-    value = {"a": (1, 2.5, b"x", {3}), 4: [None, True, 2**70]}
+    value = {"a": (1, 2.5, b"x", {3}), 4: [None, True, 2**70, range(1, 9, 2)]}
     data = enc.enc(value)
     assert prog.decode(json.loads(json.dumps(data)), {}) == value
 

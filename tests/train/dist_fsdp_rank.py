@@ -1,6 +1,7 @@
 """One rank of the FSDP test: `torchrun --nproc_per_node 2 dist_fsdp_rank.py MODEL_DIR OUT [--bf16]`
 (bf16: one epoch).
-Rank 0 trains the first test batch for one step with `trainer.parallel: fsdp`, then gathers the full
+Rank 0 trains the first test batch for one step with `trainer.parallel: fsdp` (fp32: logits 8 positions at
+a time, against the one process's single chunk), then gathers the full
 weights shard by shard (every rank takes part) and writes them; each rank writes the bytes it held."""
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ def main() -> None:
     config = run_config(model_dir, dtype="bfloat16" if bf16 else "float32", parallel="fsdp")
     if bf16:  # one epoch: the second one's gradient nearly cancels, and bf16 rounding then decides it
         trainer = config.trainer.model_copy(update={"epochs": 1})
+        config = config.model_copy(update={"trainer": trainer})
+    else:  # the output layer in chunks of 8 positions, each recomputed in the backward, under FSDP
+        trainer = config.trainer.model_copy(update={"logit_chunk_tokens": 8})
         config = config.model_copy(update={"trainer": trainer})
     with ranks(config) as (config, rank):
         assert rank is not None, "not launched as two ranks"

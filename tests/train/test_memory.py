@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from pydantic import ValidationError
 from train_helpers import PAD, sequence_logprobs, tiny_llama, traj
 
 from trialground.train.advantages import with_advantages
@@ -58,9 +57,18 @@ def test_gradient_checkpointing_recomputes_each_layer_and_gives_the_same_step() 
     assert ckpt_metrics["train/grad_norm"] == pytest.approx(plain_metrics["train/grad_norm"], rel=1e-5)
 
 
-def test_gradient_checkpointing_refuses_the_shared_prompt_cache() -> None:
-    with pytest.raises(ValidationError, match="share_prompt: false"):
-        TrainerConfig(gradient_checkpointing=True)
+def test_gradient_checkpointing_composes_with_the_shared_prompt_pass() -> None:
+    """The prompt pass and the completion pass each recompute their layers in the backward pass; their KV
+    caches replay the writes (train.shared_prompt), so gradients equal the unchecked shared-prompt run."""
+    plain, plain_metrics, _, plain_calls = _step(share_prompt=True)
+    ckpt, ckpt_metrics, _, ckpt_calls = _step(share_prompt=True, gradient_checkpointing=True)
+    assert plain_calls == 2  # the prompts' pass and the completions' pass
+    assert ckpt_calls == 4  # ... and the recomputation of each in the backward pass
+    assert plain["grad"].abs().sum() > 0
+    torch.testing.assert_close(ckpt["grad"], plain["grad"], rtol=0, atol=1e-6)
+    for k in plain:
+        torch.testing.assert_close(ckpt[k], plain[k], rtol=0, atol=1e-6, msg=k)
+    assert ckpt_metrics["train/loss"] == pytest.approx(plain_metrics["train/loss"], rel=1e-6)
 
 
 def test_bf16_autocast_runs_the_forward_in_bf16_and_keeps_fp32_weights() -> None:

@@ -61,7 +61,7 @@ def train_setup(config: RunConfig, world: int | None = None) -> TrainSetup:
         seq_tokens=policy.max_context_tokens,
         micro_batches=math.ceil(math.ceil(samples / world) / t.micro_batch_size),
         checkpointing=t.gradient_checkpointing,
-        logit_chunk=None,
+        logit_chunk=t.logit_chunk_tokens,
         sampler_dtype=policy.dtype if caps.shares_module and own_copy else None,
         reference=t.kl_coef > 0 and t.lora_rank == 0,
     )

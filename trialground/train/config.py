@@ -82,6 +82,20 @@ class TrainerConfig(BaseModel):
         description="Run each distinct prompt of a micro-batch once and attend its completions to that "
         "cache (same loss and gradients; ~1.7x faster fwd+bwd with k samples per prompt)",
     )
+    logit_chunk_tokens: int = Field(
+        512,
+        ge=1,
+        le=1 << 20,
+        description="Positions whose fp32 logits exist at once (train.chunked_logprobs): logprobs and "
+        "entropy go through the output layer this many positions at a time, forward and backward "
+        "(0.5 GiB of logits at 512 positions and a 262k vocabulary)",
+    )
+    packing: bool = Field(
+        False,
+        description="Run each micro-batch's sequences as one row with no padding, position ids starting "
+        "again per sequence and attention kept within each (train.packing; refused for a model whose "
+        "attention does not); replaces the shared-prompt pass",
+    )
     compute_entropy: bool = Field(
         True, description="Log train/entropy (one extra softmax over the vocabulary)"
     )
@@ -95,7 +109,7 @@ class TrainerConfig(BaseModel):
     gradient_checkpointing: bool = Field(
         False,
         description="Recompute each decoder layer's activations in the backward pass instead of keeping "
-        "them (less memory, ~1 extra forward); needs share_prompt: false",
+        "them (less memory, ~1 extra forward); composes with share_prompt (train.shared_prompt)",
     )
     mixed_precision: Literal["off", "bf16"] = Field(
         "off",
@@ -179,13 +193,4 @@ class TrainerConfig(BaseModel):
     def _offload_needs_fsdp(self) -> TrainerConfig:
         if self.cpu_offload and self.parallel != "fsdp":
             raise ValueError("trainer.cpu_offload needs trainer.parallel: fsdp (it offloads FSDP shards)")
-        return self
-
-    @model_validator(mode="after")
-    def _checkpointing_without_shared_prompt(self) -> TrainerConfig:
-        if self.gradient_checkpointing and self.share_prompt:
-            raise ValueError(
-                "trainer.gradient_checkpointing needs trainer.share_prompt: false (the shared prompt's KV "
-                "cache would be written again when a checkpointed layer is recomputed)"
-            )
         return self

@@ -5,8 +5,9 @@ Gradient checkpointing is transformers' own (`activation_checkpointing_enable`, 
 backward pass. transformers checkpoints a layer only while that layer is in training mode, and the trainer
 keeps the model in eval mode (dropout off, so the ratio compares one function); so the checkpointed layers
 alone -- not their submodules, where dropout lives -- are flagged as training. Under `no_grad` (sampling,
-recomputed logprobs) nothing is checkpointed. A recomputed layer would write the shared prompt's KV cache a
-second time, hence `TrainerConfig` refuses checkpointing together with `share_prompt`.
+recomputed logprobs) nothing is checkpointed. The layers keep the KV cache they are given under
+checkpointing (transformers drops it otherwise): the shared-prompt pass gives them caches whose writes
+replay when a layer is recomputed (`train.shared_prompt.replayable`).
 
 Mixed precision runs the forward passes under `torch.autocast(bfloat16)` (CPU or CUDA): matrix products
 in bf16, reductions and the loss in fp32 (`Trainer._token_logprobs` casts the logits to float); the
@@ -40,6 +41,7 @@ def enable_checkpointing(model: nn.Module) -> int:
     layers = [m for m in model.modules() if getattr(m, "gradient_checkpointing", False) is True]
     for layer in layers:
         layer.training = True  # the flag transformers checks; submodules (dropout) stay in eval mode
+        layer._can_checkpoint_with_cache = True  # type: ignore[assignment]  # the shared-prompt caches replay
     if not layers:
         raise ValueError(f"{type(model).__name__} has no layers that support gradient checkpointing")
     return len(layers)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from trialground.rollout.trajectory import Trajectory
 from trialground.train.advantages import Scored
+from trialground.train.packing import pack_rows
 
 
 @dataclass
@@ -84,15 +85,21 @@ def _token_advantages(traj: Trajectory, turn_advantages: Sequence[float]) -> lis
     return out
 
 
-def forward_tokens(order: Sequence[Sample], size: int, share_prompt: bool) -> int:
+def forward_tokens(
+    order: Sequence[Sample], size: int, share_prompt: bool, packing: bool = False, one_row: bool = False
+) -> int:
     """Token positions one pass over `order`, cut into micro-batches of `size`, runs through the model,
     padding included: with `share_prompt` each distinct prompt of a micro-batch once (left-padded to the
     longest of them) and every completion but its last token (right-padded to the longest); else every
     sequence but its last token, padded to the longest of its micro-batch (a last token predicts nothing
-    that is trained, so it is not run)."""
+    that is trained, so it is not run); with `packing` (and no `share_prompt`) the packed rows (`one_row`:
+    every target once, as one row)."""
     total = 0
     for chunk in chunks(list(order), size):
-        if share_prompt:
+        if packing and not share_prompt:  # rows as long as the longest (train.packing)
+            lengths = [len(s.ids) - 1 for s in chunk]
+            total += sum(lengths) if one_row else len(pack_rows(lengths)) * max(lengths)
+        elif share_prompt:
             prompts = {tuple(s.ids[: s.prompt_len]) for s in chunk}
             total += len(prompts) * max(map(len, prompts))
             total += len(chunk) * (max(len(s.ids) - s.prompt_len for s in chunk) - 1)
@@ -101,7 +108,9 @@ def forward_tokens(order: Sequence[Sample], size: int, share_prompt: bool) -> in
     return total
 
 
-def micro_batch_order(samples: Sequence[Sample], size: int, share_prompt: bool) -> tuple[list[Sample], int]:
+def micro_batch_order(
+    samples: Sequence[Sample], size: int, share_prompt: bool, packing: bool = False, one_row: bool = False
+) -> tuple[list[Sample], int]:
     """The order in which samples are cut into micro-batches, and the token positions one pass over it
     runs (`forward_tokens`): longest first (the least padding) or, with `share_prompt`, the samples of a
     prompt kept together (groups longest first), whichever runs fewer positions (longest first on a tie).
@@ -116,7 +125,8 @@ def micro_batch_order(samples: Sequence[Sample], size: int, share_prompt: bool) 
         ranked = sorted(groups.values(), key=lambda g: len(g[0].ids), reverse=True)
         candidates.append([s for g in ranked for s in g])
     return min(
-        ((order, forward_tokens(order, size, share_prompt)) for order in candidates), key=lambda c: c[1]
+        ((order, forward_tokens(order, size, share_prompt, packing, one_row)) for order in candidates),
+        key=lambda c: c[1],
     )
 
 

@@ -34,13 +34,15 @@ from torch import nn
 from torch.autograd.graph import increment_version
 
 from trialground.policy.adapters import Adapter
-from trialground.tensors import cache_keyword, distinct_rows, keeps_logits, left_pad
+from trialground.tensors import final_hidden
 from trialground.train import is_correction
 from trialground.train.advantages import Scored
+from trialground.train.chunked_logprobs import check_head, token_logprobs
 from trialground.train.config import TrainerConfig
 from trialground.train.fsdp import state_bytes
 from trialground.train.losses import LOSSES, LossInput, finalize_metrics
 from trialground.train.memory import autocast, enable_checkpointing, fp32_attention
+from trialground.train.packing import Packed, check_packing, one_row
 from trialground.train.precision import MasterWeights
 from trialground.train.samples import (  # noqa: F401 (re-exported: the trainer's samples)
     Sample,
@@ -49,6 +51,7 @@ from trialground.train.samples import (  # noqa: F401 (re-exported: the trainer'
     forward_tokens,
     micro_batch_order,
 )
+from trialground.train.shared_prompt import shared_prompt_hidden
 from trialground.train.weights import DEFAULT_BUCKET_BYTES, named_weights, weight_buckets
 
 
@@ -127,6 +130,10 @@ class Trainer:
             ref_model = copy.deepcopy(model)
         if ref_model is not None:
             self._ref = ref_model.eval().requires_grad_(False)
+        check_head(model)  # the chunked output layer reproduces the model's logits
+        self.one_row = one_row(model)  # packing: the micro-batch in one row (flash attention)
+        if config.packing:
+            check_packing(model)
         if config.mixed_precision == "bf16" and self.device.type == "cpu":
             fp32_attention(model)
         if config.lora_rank > 0:
@@ -139,9 +146,9 @@ class Trainer:
         self.model.eval()
         if config.gradient_checkpointing:
             enable_checkpointing(self.model)
-        # The shared-prompt pass makes one model call or two per micro-batch, depending on its completions;
+        # The shared-prompt pass (train.shared_prompt) makes one model call or two per micro-batch;
         # under FSDP every call gathers weights with the other ranks, so each micro-batch is one call there.
-        self.share_prompt = config.share_prompt and shard is None
+        self.share_prompt = config.share_prompt and not config.packing and shard is None
         if shard is not None:  # FSDP (trialground.train.fsdp): before the optimiser, which steps the shards
             self.model = shard(self.model)
         self.state_bytes: dict[str, int] = {}  # measured at each optimiser step (`state_bytes`)
@@ -212,77 +219,32 @@ class Trainer:
         self, model: nn.Module, chunk: Sequence[Sample], entropy: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Per-target logprobs [b, T] (and optionally entropies) of a micro-batch. With `share_prompt`
-        the layout is the completion's targets only (T = longest completion), else every target."""
+        the layout is the completion's targets only (T = longest completion), else every target. The
+        output layer runs `logit_chunk_tokens` positions at a time (`train.chunked_logprobs`)."""
+        packed = None
         with autocast(self.config, self.device):
             if self.share_prompt:
-                logits, targets = self._shared_prompt_logits(model, chunk)
+                hidden, targets = shared_prompt_hidden(model, chunk, self.pad_id, self.device)
+            elif self.config.packing:  # rows without padding (train.packing); back to [b, T] below
+                packed = Packed(chunk, self.device, self.one_row)
+                hidden, targets = packed.hidden(model), packed.targets
             else:
                 ids, attn = self._pad(chunk)
                 # the last position predicts nothing that is trained: it is not run
-                logits = model(input_ids=ids[:, :-1], attention_mask=attn[:, :-1]).logits
+                hidden, _ = final_hidden(
+                    model, input_ids=ids[:, :-1], attention_mask=attn[:, :-1], use_cache=False
+                )
                 targets = ids[:, 1:]
-            return self._token_logprobs(logits, targets, entropy)
-
-    def _shared_prompt_logits(
-        self, model: nn.Module, chunk: Sequence[Sample]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits [b, C, V] predicting each completion token, and those tokens [b, C] (right-padded).
-
-        The k samples of a task share their prompt, so each distinct prompt is run once (left-padded, so
-        all end at the same slot) and its KV cache rows are indexed out to the samples; the completions
-        then attend to that cache. Gradients flow back through the shared prompt activations, so loss and
-        gradients equal those of full sequences (tests compare both), for ~half the tokens at GRPO shapes.
-        Only what is trained is run: the prompts' logits but their last (where the model has an argument for
-        that, `logits_to_keep`), and no completion's last token, which predicts nothing.
-        """
-        prompts = [s.ids[: s.prompt_len] for s in chunk]
-        first, owner = distinct_rows(prompts)
-        p_ids, p_mask = left_pad([prompts[r] for r in first], self.pad_id, self.device)
-        rows = torch.tensor(owner, device=self.device)
-        out = model(
-            input_ids=p_ids,
-            attention_mask=p_mask,
-            position_ids=(p_mask.cumsum(-1) - 1).clamp(min=0),
-            use_cache=True,
-            **({"logits_to_keep": 1} if keeps_logits(model) else {}),
-        )
-        cache_kw = cache_keyword(model)
-        cache = getattr(out, cache_kw)
-        cache.batch_select_indices(rows)  # [U] -> [b] rows; indexing, so differentiable
-        length = max(len(s.ids) - s.prompt_len for s in chunk)
-        c_ids = torch.full((len(chunk), length), self.pad_id, dtype=torch.long)
-        c_mask = torch.zeros((len(chunk), length), dtype=torch.long)
-        for i, s in enumerate(chunk):
-            done = s.ids[s.prompt_len :]
-            c_ids[i, : len(done)] = torch.tensor(done, dtype=torch.long)
-            c_mask[i, : len(done)] = 1
-        c_ids, c_mask = c_ids.to(self.device), c_mask.to(self.device)
-        first = out.logits[:, -1:][rows]  # [b, 1, V] the prompt's last position predicts token 0
-        if length == 1:
-            return first, c_ids
-        positions = p_mask.sum(-1)[rows].unsqueeze(1) + torch.arange(length - 1, device=self.device)
-        rest = model(
-            input_ids=c_ids[:, :-1],
-            attention_mask=torch.cat([p_mask[rows], c_mask[:, :-1]], dim=1),
-            position_ids=positions,
-            use_cache=True,
-            **{cache_kw: cache},
-        ).logits
-        return torch.cat([first, rest], dim=1), c_ids  # [b, C, V]
-
-    def _token_logprobs(
-        self, logits: torch.Tensor, targets: torch.Tensor, entropy: bool
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Logprobs [b, T] of `targets` under `logits` [b, T, V] at the sampling temperature, and
-        optionally entropies [b, T]."""
-        logits = logits.float() / self.temperature
-        lse = torch.logsumexp(logits, dim=-1)  # [b, T]
-        logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse  # [b, T]
-        ent = None
-        if entropy:
-            with torch.no_grad():
-                probs = torch.softmax(logits, dim=-1)  # [b, T, V]
-                ent = lse - (probs * logits).sum(-1)  # [b, T]
+            logp, ent = token_logprobs(
+                model,
+                hidden,
+                targets,
+                temperature=self.temperature,
+                entropy=entropy,
+                chunk=self.config.logit_chunk_tokens,
+            )
+        if packed is not None:
+            return packed.unpack(logp), None if ent is None else packed.unpack(ent)
         return logp, ent
 
     @contextmanager
@@ -345,7 +307,9 @@ class Trainer:
         if not n_samples:
             return {"train/skipped": 1.0, "train/tokens": 0.0, "train/sequences": 0.0}
         normalizer = float(total_tokens) if cfg.loss_agg == "token" else float(n_samples)
-        active, positions = micro_batch_order(active, cfg.micro_batch_size, self.share_prompt)
+        active, positions = micro_batch_order(
+            active, cfg.micro_batch_size, self.share_prompt, cfg.packing, self.one_row
+        )
         recompute = is_correction.keep_sampler_logprobs(active, cfg)  # and the samples to recompute
         sampler = {id(s): s.old_logprobs for s in recompute if s.old_logprobs is not None}
         self._fill_frozen(recompute, old=True, ref=False)

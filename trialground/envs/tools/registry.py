@@ -11,7 +11,7 @@ prompt it was trained on); a plugin tool is callable where `env.tools` names it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
@@ -34,8 +34,21 @@ from trialground.envs.tools.toolbox import Toolbox
 from trialground.errors import EnvError
 from trialground.registry import Registry
 
-if TYPE_CHECKING:
-    from trialground.envs.config import EnvConfig
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def params(self) -> Mapping[str, Any]: ...
+
+
+class ToolsSection(Protocol):
+    """What a tool set is read from: `env.tools` and the flag fields, read by name (the env config imports
+    this module, so it is described here rather than imported)."""
+
+    @property
+    def tools(self) -> Sequence[_Named]: ...
+
 
 TOOLS: Registry[Tool] = Registry("tool", Tool, EnvError, error_kind="config")
 # the built-in tools in the order the prompt lists them
@@ -88,7 +101,7 @@ class ToolSet:
         self.listed: list[Tool] = list({t.name: t for t in (*base, *flagged, *extra, *last)}.values())
 
     @classmethod
-    def of(cls, config: EnvConfig) -> ToolSet:
+    def of(cls, config: ToolsSection) -> ToolSet:
         flags = [f for f in FLAG_TOOLS if getattr(config, f)]
         return cls([(s.name, s.params) for s in config.tools], flags)
 
@@ -174,3 +187,10 @@ def tool_schemas() -> list[dict[str, Any]]:
 def validate_call(name: str, arguments: Mapping[str, Any]) -> str | None:
     """Why a call of a built-in tool cannot run, or None when it can."""
     return _BUILTINS.validate(name, arguments)
+
+
+async def run_named(
+    box: Toolbox, name: str, args: Mapping[str, Any], wall_s: float, memos: dict[type, Any] | None = None
+) -> ToolOutcome:
+    """Run the built-in tool `name` on a validated call, with its default settings."""
+    return await run_call(box, TOOLS.lookup(name), args, wall_s, memos)

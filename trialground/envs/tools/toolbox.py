@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
-from trialground.envs.tools.base import ToolOutcome
 from trialground.errors import SandboxError, TrialgroundError
 from trialground.sandbox.base import ExecResult, ExecStatus, Limits, Sandbox
 from trialground.tasks.model import Task
@@ -116,11 +114,3 @@ class Toolbox:
     async def write(self, path: str, data: str | bytes) -> None:
         with _file_access("write", (IsADirectoryError, PermissionError, ValueError, OSError)):
             await self.sandbox.write(path, data)
-
-    async def run(
-        self, name: str, args: dict[str, Any], wall_s: float, memos: dict[type, Any] | None = None
-    ) -> ToolOutcome:
-        """Run the built-in tool `name` on a validated call (`trialground.envs.tools.registry.run_call`)."""
-        from trialground.envs.tools.registry import TOOLS, run_call  # the registry imports every tool
-
-        return await run_call(self, TOOLS.lookup(name), args, wall_s, memos)

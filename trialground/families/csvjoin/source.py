@@ -15,12 +15,10 @@ from __future__ import annotations
 import datetime
 import json
 import random
-from collections.abc import Callable
 from pathlib import Path
 
 from trialground.families.csvjoin.reports import report
-from trialground.families.draw import draw_tasks
-from trialground.families.filetask import Case, files_task
+from trialground.families.filetask import filled, program_task, question_tasks
 from trialground.tasks.model import Split, Task
 from trialground.tasks.sources import SourceRequest
 
@@ -90,30 +88,26 @@ def question(rng: random.Random) -> tuple[dict[str, object], str]:
 
 
 def make_task(q: dict[str, object], words: str, inputs: list[tuple[str, str]], split: Split) -> Task:
-    cases = tuple(
-        Case(label="workspace files" if i == 0 else f"hidden files {i}",
-             expected="".join(",".join(row) + "\n" for row in report(q, c, o)), compare="csv",
-             files={"customers.csv": c, "orders.csv": o}, args=ARGS, output="report.csv")
-        for i, (c, o) in enumerate(inputs)
-    )  # fmt: skip
     prompt = (
         "customers.csv (id,name,country,segment) and orders.csv (order_id,customer_id,date,amount,status) "
         f"are in your workspace. Write {SOLUTION} so that `python3 {SOLUTION} {' '.join(ARGS)}` writes to "
         f"report.csv a CSV (with its header row) of {words}\n\nIt is also run on other files of the same "
         "kind, so compute the report, do not write it down. Use the standard library only (no pandas)."
     )
-    head, _, tail = _REFERENCE.partition("\nQUESTION = ")
-    return files_task(
+    return program_task(
         domain="csvjoin",
         prompt=prompt,
         solution=SOLUTION,
-        files={
-            "customers.csv": inputs[0][0],
-            "orders.csv": inputs[0][1],
-            SOLUTION: "import csv\nimport sys\n",
-        },
-        cases=cases,
-        reference=f"{head}\nQUESTION = {q!r}  # filled in\n{tail.partition(chr(10))[2]}",
+        starter="import csv\nimport sys\n",
+        inputs=[{"customers.csv": c, "orders.csv": o} for c, o in inputs],
+        expected=lambda f: "".join(
+            ",".join(r) + "\n" for r in report(q, f["customers.csv"], f["orders.csv"])
+        ),
+        labels=("workspace files", "hidden files"),
+        compare="csv",
+        args=ARGS,
+        output="report.csv",
+        reference=filled(_REFERENCE, "QUESTION", q),
         split=split,
         metadata={"report": str(q["kind"]), "key": json.dumps(q, sort_keys=True)},
     )
@@ -122,23 +116,8 @@ def make_task(q: dict[str, object], words: str, inputs: list[tuple[str, str]], s
 def csvjoin_tasks(n: int, seed: int, split: Split) -> list[Task]:
     """`n` tasks of `split`, deterministic in the arguments; an instance is its report and its tables.
     Tables that would give a report without rows are drawn again."""
-
-    def instance(rng: random.Random) -> tuple[str, Callable[[], Task]]:
-        q, words = question(rng)
-        data_seed = rng.getrandbits(48)
-
-        def build() -> Task:
-            g = random.Random(data_seed)
-            inputs: list[tuple[str, str]] = []
-            while len(inputs) < 3:
-                c, o = tables(g)
-                if len(report(q, c, o)) > 1:
-                    inputs.append((c, o))
-            return make_task(q, words, inputs, split)
-
-        return f"{json.dumps(q, sort_keys=True)}|{data_seed}", build
-
-    return draw_tasks("csvjoin", n, seed, split, instance)
+    return question_tasks("csvjoin", n, seed, split, question=question, make_input=tables,
+                          make_task=make_task, keep=lambda q, t: len(report(q, *t)) > 1)  # fmt: skip
 
 
 def load(request: SourceRequest) -> list[Task]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from trialground.families.depgraph.graphs import GOAL, answer, needed
 from trialground.families.draw import draw_tasks
-from trialground.families.filetask import Case, files_task
+from trialground.families.filetask import filled, program_task
 from trialground.tasks.model import Split, Task
 from trialground.tasks.sources import SourceRequest
 
@@ -79,26 +79,23 @@ def graph(rng: random.Random, question: str) -> tuple[str, str]:
 
 
 def make_task(question: str, inputs: list[tuple[str, str]], split: Split) -> Task:
-    cases = []
-    for i, (deps_text, changed) in enumerate(inputs):
-        files = {"deps.txt": deps_text} | ({"changed.txt": changed} if changed else {})
-        cases.append(Case(label="workspace deps.txt" if i == 0 else f"hidden graph {i}",
-                          expected=answer(question, deps_text, changed), compare="text", files=files,
-                          args=tuple(files)))  # fmt: skip
-    args = " ".join(cases[0].args)
+    args = ("deps.txt", "changed.txt") if question == "rebuild" else ("deps.txt",)
     prompt = (
-        f"{FORMAT}\n\nWrite {SOLUTION} so that `python3 {SOLUTION} {args}` answers this about the graph "
-        f"in the file(s): {QUESTIONS[question]}\n\nIt is also run on other graphs of the same kind, so "
+        f"{FORMAT}\n\nWrite {SOLUTION} so that `python3 {SOLUTION} {' '.join(args)}` answers this about the "
+        f"graph in the file(s): {QUESTIONS[question]}\n\nIt is also run on other graphs of the same kind, so "
         "compute the answer, do not write it down. Use the standard library only."
     )
-    head, _, tail = _REFERENCE.partition('\nQUESTION = "order"')
-    return files_task(
+    return program_task(
         domain="depgraph",
         prompt=prompt,
         solution=SOLUTION,
-        files={**cases[0].files, SOLUTION: "import sys\n\n# python3 deps.py " + args + "\n"},
-        cases=tuple(cases),
-        reference=f'{head}\nQUESTION = "{question}"{tail}',
+        starter="import sys\n\n# python3 deps.py " + " ".join(args) + "\n",
+        inputs=[{"deps.txt": d} | ({"changed.txt": c} if c else {}) for d, c in inputs],
+        expected=lambda files: answer(question, files["deps.txt"], files.get("changed.txt", "")),
+        labels=("workspace deps.txt", "hidden graph"),
+        compare="text",
+        args=args,
+        reference=filled(_REFERENCE, "QUESTION", question),
         split=split,
         metadata={"question": question},
     )

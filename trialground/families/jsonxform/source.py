@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
 from pathlib import Path
 
-from trialground.families.draw import draw_tasks
-from trialground.families.filetask import Case, files_task
+from trialground.families.filetask import filled, program_task, question_tasks
 from trialground.families.jsonxform.transforms import transform
 from trialground.tasks.model import Split, Task
 from trialground.tasks.sources import SourceRequest
@@ -101,17 +99,6 @@ def spec_of(rng: random.Random) -> tuple[dict[str, object], str]:
 def make_task(
     spec: dict[str, object], words: str, inputs: list[list[dict[str, object]]], split: Split
 ) -> Task:
-    cases = tuple(
-        Case(
-            label="workspace input.json" if i == 0 else f"hidden input {i}",
-            expected=json.dumps(transform(data, spec)),
-            compare="json",
-            files={"input.json": json.dumps(data, indent=1)},
-            args=("input.json", "output.json"),
-            output="output.json",
-        )
-        for i, data in enumerate(inputs)
-    )
     prompt = (
         "input.json in your workspace is a list of employee records (keys id, name, team, city, hours, score "
         "(sometimes missing), tags, manager (an object or null), active). Write "
@@ -119,14 +106,18 @@ def make_task(
         "It is also run on other inputs of the same kind, so compute the result, do not write it down. Use "
         "the standard library only."
     )
-    head, _, tail = _REFERENCE.partition("\nSPEC = ")
-    return files_task(
+    return program_task(
         domain="jsonxform",
         prompt=prompt,
         solution=SOLUTION,
-        files={"input.json": cases[0].files["input.json"], SOLUTION: "import json\nimport sys\n"},
-        cases=cases,
-        reference=f"{head}\nSPEC = {spec!r}  # filled in\n{tail.partition(chr(10))[2]}",
+        starter="import json\nimport sys\n",
+        inputs=[{"input.json": json.dumps(data, indent=1)} for data in inputs],
+        expected=lambda files: json.dumps(transform(json.loads(files["input.json"]), spec)),
+        labels=("workspace input.json", "hidden input"),
+        compare="json",
+        args=("input.json", "output.json"),
+        output="output.json",
+        reference=filled(_REFERENCE, "SPEC", spec),
         split=split,
         metadata={"transform": str(spec["kind"]), "key": json.dumps(spec, sort_keys=True)},
     )
@@ -134,18 +125,9 @@ def make_task(
 
 def jsonxform_tasks(n: int, seed: int, split: Split) -> list[Task]:
     """`n` tasks of `split`, deterministic in the arguments; an instance is its transformation and data."""
-
-    def instance(rng: random.Random) -> tuple[str, Callable[[], Task]]:
-        spec, words = spec_of(rng)
-        data_seed = rng.getrandbits(48)
-
-        def build() -> Task:
-            g = random.Random(data_seed)
-            return make_task(spec, words, [records(g) for _ in range(3)], split)
-
-        return f"{json.dumps(spec, sort_keys=True)}|{data_seed}", build
-
-    return draw_tasks("jsonxform", n, seed, split, instance)
+    return question_tasks(
+        "jsonxform", n, seed, split, question=spec_of, make_input=records, make_task=make_task
+    )
 
 
 def load(request: SourceRequest) -> list[Task]:

@@ -12,11 +12,25 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from trialground.errors import ConfigError
 from trialground.monitor.sinks import finite, missing
 
 RUN_ID_FILE = "wandb_run_id"
+
+
+_MODES: dict[str, Literal["online", "offline", "disabled", "shared"]] = {
+    m: m for m in ("online", "offline", "disabled", "shared")
+}
+
+
+def _mode() -> Literal["online", "offline", "disabled", "shared"]:
+    """`WANDB_MODE` when set (checked against W&B's modes), else offline."""
+    name = os.environ.get("WANDB_MODE") or "offline"
+    if name not in _MODES:
+        raise ConfigError(f"WANDB_MODE={name!r} is not a W&B mode; use one of {', '.join(_MODES)}")
+    return _MODES[name]
 
 
 class WandbSink:
@@ -31,7 +45,9 @@ class WandbSink:
         id_file = run_dir / RUN_ID_FILE
         stored = id_file.read_text().strip() if id_file.is_file() else ""
         self._run = wandb.init(
-            mode=None if os.environ.get("WANDB_MODE") else "offline",  # None: W&B reads WANDB_MODE
+            # the user's WANDB_MODE, read here rather than left to W&B: W&B reads the environment once per
+            # process, so a second run in the same process (a sweep, a notebook) would miss a change
+            mode=_mode(),
             dir=str(run_dir),
             project=os.environ.get("WANDB_PROJECT") or "trialground",
             entity=os.environ.get("WANDB_ENTITY") or None,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +36,7 @@ from trialground.policy.base import Generation, Policy, SamplingParams
 from trialground.policy.config import PolicyConfig
 from trialground.policy.decoding import completion_text, control_ids
 from trialground.policy.loading import check_vocabulary, load_model, load_tokenizer
-from trialground.tensors import cache_keyword, distinct_rows, left_pad
+from trialground.tensors import cache_keyword, distinct_rows, final_hidden, head_logits, left_pad
 
 __all__ = ["HFPolicy", "load_model", "load_tokenizer", "sample_batch", "top_logprobs"]
 
@@ -76,6 +76,21 @@ def _process_logits(
     if top_k > 0 or top_p < 1.0 or min_p > 0.0:
         logp = torch.log_softmax(logp, dim=-1)
     return logp
+
+
+SCORE_CHUNK = 512  # positions whose logits exist at once when a whole completion is scored
+
+
+def completion_logits(
+    model: Any, prompt: Sequence[int], completion: Sequence[int], device: torch.device
+) -> Iterator[tuple[int, torch.Tensor]]:
+    """(offset, fp32 logits [n, V]) predicting `completion`'s tokens after `prompt`, from one forward pass,
+    at most `SCORE_CHUNK` positions at a time: no `tokens x vocabulary` tensor for a long completion."""
+    ids = torch.tensor([[*prompt, *completion]], device=device)  # [1, P+C]
+    hidden, _ = final_hidden(model, input_ids=ids)
+    hidden = hidden[0, len(prompt) - 1 : -1]  # [C, d]
+    for start in range(0, len(completion), SCORE_CHUNK):
+        yield start, head_logits(model, hidden[start : start + SCORE_CHUNK])
 
 
 class _TransformersSteps:
@@ -461,10 +476,13 @@ class HFPolicy(Policy):
     ) -> list[float]:
         """Logprobs of `completion` after `prompt` by one forward pass, under the same processing as
         sampling at `temperature` (top_p = 1). Lets a caller check or recompute `Generation.logprobs`."""
-        ids = torch.tensor([list(prompt) + list(completion)], device=self.device)
-        logits = self.model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()  # [T, V]
-        logp = _process_logits(logits, temperature, 1.0)
-        return logp.gather(-1, ids[0, len(prompt) :].unsqueeze(-1)).squeeze(-1).tolist()
+        targets = torch.tensor(list(completion), device=self.device)
+        out: list[float] = []
+        for start, logits in completion_logits(self.model, prompt, completion, self.device):
+            logp = _process_logits(logits, temperature, 1.0)  # [n, V]
+            part = targets[start : start + len(logits)].unsqueeze(-1)
+            out += logp.gather(-1, part).squeeze(-1).tolist()
+        return out
 
     def shared_module(self) -> PreTrainedModel:
         return self.model
@@ -540,16 +558,18 @@ def top_logprobs(
     policy: HFPolicy, prompt: Sequence[int], completion: Sequence[int], params: SamplingParams, k: int
 ) -> list[list[tuple[int, float]]]:
     """The k most likely tokens at each position of `completion`: one forward pass over prompt +
-    completion, processed as sampling processed it, so the sampled token's entry is its sampling logprob."""
+    completion (its output layer `SCORE_CHUNK` positions at a time), processed as sampling processed it,
+    so the sampled token's entry is its sampling logprob."""
     if not 1 <= k <= MAX_TOP_LOGPROBS:
         raise ValueError(f"k: {k} is outside 1..{MAX_TOP_LOGPROBS}")
     if not completion:
         return []
-    ids = torch.tensor([[*prompt, *completion]], device=policy.device)  # [1, P+C]
-    logits = policy.model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()  # [C, V]
-    logp = _process_logits(logits, params.temperature, params.top_p, params.top_k, params.min_p)
-    values, index = logp.topk(min(k, logp.shape[-1]), dim=-1)  # [C, k]
-    return [
-        [(int(t), max(float(v), FLOOR)) for v, t in zip(vs, ts, strict=True)]
-        for vs, ts in zip(values.tolist(), index.tolist(), strict=True)
-    ]
+    out: list[list[tuple[int, float]]] = []
+    for _start, logits in completion_logits(policy.model, prompt, completion, policy.device):
+        logp = _process_logits(logits, params.temperature, params.top_p, params.top_k, params.min_p)
+        values, index = logp.topk(min(k, logp.shape[-1]), dim=-1)  # [n, k]
+        out += [
+            [(int(t), max(float(v), FLOOR)) for v, t in zip(vs, ts, strict=True)]
+            for vs, ts in zip(values.tolist(), index.tolist(), strict=True)
+        ]
+    return out

@@ -16,10 +16,10 @@ One program, two modes (`python3 -I -S .tg/calls.py record|replay`, a JSON heade
   that imported the library; the outcomes are printed as one line `TGCALLS <json>`. Nothing here decides
   anything: the host compares these outcomes with the recorded ones, which never enter this sandbox.
 
-Plain data: None, bool, int, str and exact lists as JSON; tuples, floats, bytes, dicts, sets and complex
-numbers tagged (`{"$tuple": [...]}`); an object an earlier step returned as `{"$ref": step id}` (arguments
-only). A subclass of any of these is not plain data: a `str` subclass that says it equals anything is an
-object of its own type here. Depth and size are bounded.
+Plain data: None, bool, int, str and exact lists as JSON; tuples, floats, bytes, dicts, sets, ranges and
+complex numbers tagged (`{"$tuple": [...]}`); an object an earlier step returned as `{"$ref": step id}`
+(arguments only). A subclass of any of these is not plain data: a `str` subclass that says it equals
+anything is an object of its own type here. Depth and size are bounded.
 """
 
 from __future__ import annotations
@@ -95,6 +95,8 @@ class Encoder:
             return {"$tuple": [self.enc(v, depth + 1) for v in x]}
         if t is dict:
             return {"$dict": [[self.enc(k, depth + 1), self.enc(v, depth + 1)] for k, v in x.items()]}
+        if t is range:
+            return {"$range": [self.enc(x.start), self.enc(x.stop), self.enc(x.step)]}
         if t is set or t is frozenset:
             return {"$" + t.__name__: sorted((self.enc(v, depth + 1) for v in x), key=canonical)}
         if self.refs is not None and id(x) in self.refs:
@@ -114,6 +116,8 @@ def decode(v: Any, handles: dict[int, Any]) -> Any:
         return tuple(decode(x, handles) for x in body)
     if tag == "$dict":
         return {decode(k, handles): decode(x, handles) for k, x in body}
+    if tag == "$range":
+        return range(*(decode(x, handles) for x in body))
     if tag in ("$set", "$frozenset"):
         items = (decode(x, handles) for x in body)
         return set(items) if tag == "$set" else frozenset(items)
