@@ -20,7 +20,14 @@ import tomllib
 from collections.abc import Callable
 
 if "." in __name__:  # imported on the host; shipped, check_helpers.py stands first in the same file
-    from trialground.families.check_helpers import finish, read_regular, run_there, scratch, submission
+    from trialground.families.check_helpers import (
+        Failed,
+        finish,
+        read_regular,
+        run_there,
+        scratch,
+        submission,
+    )
 
 SPEC_JSON = "{}"  # replaced by the task generator
 MAX_SOLUTION = 100_000
@@ -62,21 +69,21 @@ PARSE: dict[str, Callable[[str], object]] = {
 
 
 def produce(spec: dict, script: str, case: dict) -> str:
-    """The program's output for one case (its stdout, or the file it writes); a message starting with
-    `!` when it produced none."""
+    """The program's output for one case (its stdout, or the file it writes); Failed when it produced
+    none."""
     name = os.path.basename(spec["solution"])
     with scratch("tg-files-", {name: script, **case["files"]}) as home:
         run = run_there([sys.executable, "-I", name, *case["args"]], home, spec["timeout_s"])
         if run is None:
-            return f"!{name} ran past {spec['timeout_s']} s"
+            raise Failed(f"{case['label']}: {name} ran past {spec['timeout_s']} s")
         if case["output"] == "-":
             if len(run.stdout) > MAX_OUTPUT:
-                return f"!more than {MAX_OUTPUT} bytes on stdout"
+                raise Failed(f"{case['label']}: more than {MAX_OUTPUT} bytes on stdout")
             return run.stdout.decode("utf-8", "replace")
         try:
             return read_regular(os.path.join(home, case["output"]), MAX_OUTPUT)
         except (OSError, ValueError, UnicodeDecodeError) as e:
-            return f"!no {case['output']}: {e}"
+            raise Failed(f"{case['label']}: no {case['output']}: {e}") from None
 
 
 def main() -> str | None:
@@ -84,8 +91,6 @@ def main() -> str | None:
     spec, script = submission(SPEC_JSON, MAX_SOLUTION)
     for case in spec["cases"]:
         text = produce(spec, script, case) if spec["run"] else script
-        if text.startswith("!"):
-            return f"{case['label']}: {text[1:]}"
         try:
             got = rounded(PARSE[case["compare"]](text))
         except (ValueError, TypeError, RecursionError, configparser.Error, csv.Error) as e:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -36,6 +37,16 @@ EXPERTS: dict[str, str] = {
     "csvjoin": "trialground.families.csvjoin.expert:solve",
     "intervals": "trialground.families.intervals.expert:solve",
 }
+
+
+def by_rules(prompt: str, rules: Sequence[tuple[str, str]], head: str = "") -> str | None:
+    """`head` and the body of the first rule whose pattern (a regular expression) the prompt matches,
+    formatted with the pattern's groups; None when none matches (the expert does not recognise the task)."""
+    for pattern, body in rules:
+        found = re.search(pattern, prompt, re.S)
+        if found is not None:
+            return head + body.format(*found.groups())
+    return None
 
 
 def expert_for(task: Task) -> Solver | None:

@@ -12,14 +12,18 @@ nothing: its single case compares the solution file itself.
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 from trialground.families.check_files import PARSE
 from trialground.families.checks import check_source
+from trialground.families.draw import draw_tasks
 from trialground.tasks.model import Split, Task, VerifierSpec
 
+Input = TypeVar("Input")
 _CHECK = check_source(Path(__file__).parent, "check_files.py")
 CHECK_NAME = "check_files.py"
 
@@ -121,3 +125,38 @@ def filled(module: str, name: str, value: object) -> str:
     if not found:
         raise ValueError(f"the reference module has no line `{name} = ...`")
     return f"{head}\n{name} = {value!r}  # filled in\n{tail.partition(chr(10))[2]}"
+
+
+def question_tasks(
+    family: str,
+    n: int,
+    seed: int,
+    split: Split,
+    *,
+    question: Callable[[random.Random], tuple[dict[str, Any], str]],
+    make_input: Callable[[random.Random], Input],
+    make_task: Callable[[dict[str, Any], str, list[Input], Split], Task],
+    keep: Callable[[dict[str, Any], Input], bool] = lambda q, x: True,
+    inputs: int = 3,
+) -> list[Task]:
+    """`n` tasks of `split` (`draw_tasks`): an instance is a question (its parameters and words) and a
+    seed from which its `inputs` inputs are drawn, the first the workspace's; an input `keep` refuses
+    (one that would make the answer empty) is drawn again. The instance's key is the question's JSON and
+    the seed."""
+
+    def instance(rng: random.Random) -> tuple[str, Callable[[], Task]]:
+        q, words = question(rng)
+        data_seed = rng.getrandbits(48)
+
+        def build() -> Task:
+            g = random.Random(data_seed)
+            drawn: list[Input] = []
+            while len(drawn) < inputs:
+                x = make_input(g)
+                if keep(q, x):
+                    drawn.append(x)
+            return make_task(q, words, drawn, split)
+
+        return f"{json.dumps(q, sort_keys=True)}|{data_seed}", build
+
+    return draw_tasks(family, n, seed, split, instance)

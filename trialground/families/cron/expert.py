@@ -3,8 +3,7 @@ writes its own program (minute by minute over the window, a day skipped at once 
 
 from __future__ import annotations
 
-import re
-
+from trialground.families.experts import by_rules
 from trialground.tasks.model import Task
 
 _COMMON = """import sys
@@ -84,8 +83,4 @@ _BODIES = (
 
 def solve(task: Task) -> str | None:
     """The expert's cron.py for `task`, or None when it does not recognise the question."""
-    for pattern, body in _BODIES:
-        m = re.search(pattern, task.prompt, re.S)
-        if m:
-            return _COMMON + body.format(*m.groups())
-    return None
+    return by_rules(task.prompt, _BODIES, head=_COMMON)

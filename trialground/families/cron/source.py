@@ -14,12 +14,10 @@ from __future__ import annotations
 import datetime
 import json
 import random
-from collections.abc import Callable
 from pathlib import Path
 
 from trialground.families.cron.schedule import FMT, answer
-from trialground.families.draw import draw_tasks
-from trialground.families.filetask import filled, program_task
+from trialground.families.filetask import filled, program_task, question_tasks
 from trialground.tasks.model import Split, Task
 from trialground.tasks.sources import SourceRequest
 
@@ -109,23 +107,8 @@ def make_task(q: dict[str, object], words: str, inputs: list[str], split: Split)
 def cron_tasks(n: int, seed: int, split: Split) -> list[Task]:
     """`n` tasks of `split`, deterministic in the arguments; an instance is its question and schedules.
     Schedules that would make an empty answer (nothing fires in the window) are drawn again."""
-
-    def instance(rng: random.Random) -> tuple[str, Callable[[], Task]]:
-        q, words = question(rng)
-        data_seed = rng.getrandbits(48)
-
-        def build() -> Task:
-            g = random.Random(data_seed)
-            inputs: list[str] = []
-            while len(inputs) < 3:
-                text = schedule(g)
-                if q["kind"] == "next" or _any_fires(q, text):
-                    inputs.append(text)
-            return make_task(q, words, inputs, split)
-
-        return f"{json.dumps(q, sort_keys=True)}|{data_seed}", build
-
-    return draw_tasks("cron", n, seed, split, instance)
+    return question_tasks("cron", n, seed, split, question=question, make_input=schedule, make_task=make_task,
+                          keep=lambda q, text: q["kind"] == "next" or _any_fires(q, text))  # fmt: skip
 
 
 def _any_fires(q: dict[str, object], text: str) -> bool:

@@ -15,12 +15,10 @@ from __future__ import annotations
 import datetime
 import json
 import random
-from collections.abc import Callable
 from pathlib import Path
 
 from trialground.families.csvjoin.reports import report
-from trialground.families.draw import draw_tasks
-from trialground.families.filetask import filled, program_task
+from trialground.families.filetask import filled, program_task, question_tasks
 from trialground.tasks.model import Split, Task
 from trialground.tasks.sources import SourceRequest
 
@@ -118,23 +116,8 @@ def make_task(q: dict[str, object], words: str, inputs: list[tuple[str, str]], s
 def csvjoin_tasks(n: int, seed: int, split: Split) -> list[Task]:
     """`n` tasks of `split`, deterministic in the arguments; an instance is its report and its tables.
     Tables that would give a report without rows are drawn again."""
-
-    def instance(rng: random.Random) -> tuple[str, Callable[[], Task]]:
-        q, words = question(rng)
-        data_seed = rng.getrandbits(48)
-
-        def build() -> Task:
-            g = random.Random(data_seed)
-            inputs: list[tuple[str, str]] = []
-            while len(inputs) < 3:
-                c, o = tables(g)
-                if len(report(q, c, o)) > 1:
-                    inputs.append((c, o))
-            return make_task(q, words, inputs, split)
-
-        return f"{json.dumps(q, sort_keys=True)}|{data_seed}", build
-
-    return draw_tasks("csvjoin", n, seed, split, instance)
+    return question_tasks("csvjoin", n, seed, split, question=question, make_input=tables,
+                          make_task=make_task, keep=lambda q, t: len(report(q, *t)) > 1)  # fmt: skip
 
 
 def load(request: SourceRequest) -> list[Task]:

@@ -3,8 +3,7 @@ marks every minute of the week on a grid (the reference merges and sweeps interv
 
 from __future__ import annotations
 
-import re
-
+from trialground.families.experts import by_rules
 from trialground.tasks.model import Task
 
 _COMMON = """import csv, sys
@@ -69,8 +68,4 @@ _BODIES = (
 
 def solve(task: Task) -> str | None:
     """The expert's rooms.py for `task`, or None when it does not recognise the question."""
-    for pattern, body in _BODIES:
-        found = re.search(pattern, task.prompt)
-        if found is not None:
-            return _COMMON + body.format(*found.groups())
-    return None
+    return by_rules(task.prompt, _BODIES, head=_COMMON)

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
 from pathlib import Path
 
-from trialground.families.draw import draw_tasks
-from trialground.families.filetask import filled, program_task
+from trialground.families.filetask import filled, program_task, question_tasks
 from trialground.families.intervals.slots import DAYS, answer
 from trialground.tasks.model import Split, Task
 from trialground.tasks.sources import SourceRequest
@@ -101,26 +99,15 @@ def make_task(q: dict[str, object], words: str, inputs: list[str], split: Split)
 def intervals_tasks(n: int, seed: int, split: Split) -> list[Task]:
     """`n` tasks of `split`, deterministic in the arguments; an instance is its question and bookings.
     Bookings that give an empty answer are drawn again."""
+    return question_tasks("intervals", n, seed, split, question=question, make_input=bookings,
+                          make_task=make_task, keep=_answered)  # fmt: skip
 
-    def instance(rng: random.Random) -> tuple[str, Callable[[], Task]]:
-        q, words = question(rng)
-        data_seed = rng.getrandbits(48)
 
-        def build() -> Task:
-            g = random.Random(data_seed)
-            inputs: list[str] = []
-            while len(inputs) < 3:
-                text = bookings(g)
-                try:
-                    if answer(q, text).strip():
-                        inputs.append(text)
-                except ValueError:  # no room has the free time asked for
-                    pass
-            return make_task(q, words, inputs, split)
-
-        return f"{json.dumps(q, sort_keys=True)}|{data_seed}", build
-
-    return draw_tasks("intervals", n, seed, split, instance)
+def _answered(q: dict[str, object], text: str) -> bool:
+    try:
+        return bool(answer(q, text).strip())
+    except ValueError:  # no room has the free time asked for
+        return False
 
 
 def load(request: SourceRequest) -> list[Task]:

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
 from pathlib import Path
 
-from trialground.families.draw import draw_tasks
-from trialground.families.filetask import filled, program_task
+from trialground.families.filetask import filled, program_task, question_tasks
 from trialground.families.jsonxform.transforms import transform
 from trialground.tasks.model import Split, Task
 from trialground.tasks.sources import SourceRequest
@@ -127,18 +125,9 @@ def make_task(
 
 def jsonxform_tasks(n: int, seed: int, split: Split) -> list[Task]:
     """`n` tasks of `split`, deterministic in the arguments; an instance is its transformation and data."""
-
-    def instance(rng: random.Random) -> tuple[str, Callable[[], Task]]:
-        spec, words = spec_of(rng)
-        data_seed = rng.getrandbits(48)
-
-        def build() -> Task:
-            g = random.Random(data_seed)
-            return make_task(spec, words, [records(g) for _ in range(3)], split)
-
-        return f"{json.dumps(spec, sort_keys=True)}|{data_seed}", build
-
-    return draw_tasks("jsonxform", n, seed, split, instance)
+    return question_tasks(
+        "jsonxform", n, seed, split, question=spec_of, make_input=records, make_task=make_task
+    )
 
 
 def load(request: SourceRequest) -> list[Task]:
