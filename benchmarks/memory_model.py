@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from trialground.orchestrator.memory_check import MEASURED_OVER  # noqa: E402
+from trialground.train.config import TrainerConfig  # noqa: E402
 from trialground.train.memory_model import (  # noqa: E402
     GIB,
     RESERVE_BYTES,
@@ -66,6 +67,7 @@ MODES: list[tuple[str, dict[str, Any]]] = [
     ("LoRA r32, bf16 base", {"parallel": "ddp", "dtype": "bfloat16", "lora_rank": 32}),
 ]
 TABLE_SEQ = 4096
+LOGIT_CHUNK = TrainerConfig.model_fields["logit_chunk_tokens"].default  # the trainer's default chunk
 DEVICE = 80 * 10**9  # "80 GB": an H100's 80 GB (decimal), the memory the check compares against
 
 
@@ -83,7 +85,9 @@ def table() -> str:
                 if world == 1 and fields["parallel"] == "fsdp":
                     cells += ["(one process does not shard)", ""]
                     continue
-                setup = TrainSetup(world=world, seq_tokens=TABLE_SEQ, checkpointing=True, **fields)
+                setup = TrainSetup(
+                    world=world, seq_tokens=TABLE_SEQ, checkpointing=True, logit_chunk=LOGIT_CHUNK, **fields
+                )
                 est = estimate(shape, setup)
                 fits = est.device + RESERVE_BYTES <= DEVICE
                 tight = est.device * MEASURED_OVER + RESERVE_BYTES > DEVICE  # cautioned by the check

@@ -18,38 +18,21 @@ packed and apart when the trainer is made, and refuses a model whose packed logi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from trialground.tensors import final_hidden, head_logits
+from trialground.train.pack_layout import pack_rows
+from trialground.train.samples import Sample
 
-if TYPE_CHECKING:
-    from trialground.train.samples import Sample
+__all__ = ["Packed", "check_packing", "one_row", "pack_rows"]
 
 
 def one_row(model: nn.Module) -> bool:
     """Whether the model's attention packs into one row: transformers' flash-attention paths read packed
     sequences from the position ids of a batch of one row only, and cost per sequence, not per row."""
     return "flash" in str(getattr(getattr(model, "config", None), "_attn_implementation", ""))
-
-
-def pack_rows(lengths: Sequence[int], single: bool = False) -> list[list[int]]:
-    """Indices into `lengths` per row: first fit, longest first, each row at most max(lengths) long (or,
-    `single`, all in one row)."""
-    width = sum(lengths) if single else max(lengths)
-    rows: list[list[int]] = []
-    room: list[int] = []
-    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        row = next((r for r, free in enumerate(room) if free >= lengths[i]), None)
-        if row is None:
-            rows.append([])
-            room.append(width)
-            row = len(rows) - 1
-        rows[row].append(i)
-        room[row] -= lengths[i]
-    return rows
 
 
 class Packed:
@@ -103,8 +86,6 @@ class Packed:
 
 def check_packing(model: nn.Module) -> None:
     """Refuse a model whose attention crosses packed sequences or ignores their position ids."""
-    from trialground.train.samples import Sample
-
     device = next(model.parameters()).device
     first = Sample(ids=[5, 6, 7, 8, 9, 10], mask=[1] * 5, old_logprobs=None, advantage=0.0)
     second = Sample(ids=[9, 10, 11], mask=[1, 1], old_logprobs=None, advantage=0.0)

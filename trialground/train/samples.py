@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from trialground.rollout.trajectory import Trajectory
 from trialground.train.advantages import Scored
-from trialground.train.packing import pack_rows
+from trialground.train.pack_layout import pack_rows
 
 
 @dataclass
