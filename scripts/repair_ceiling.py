@@ -23,6 +23,7 @@ from collections import Counter
 from typing import Any
 
 from trialground.envs.config import EnvConfig
+from trialground.envs.repair import RepairMemo
 from trialground.envs.tool_env import ToolEnv
 from trialground.envs.toolcalls import format_tool_call
 from trialground.rollout.swe_fixer import play_fixes
@@ -62,7 +63,7 @@ def rank(task: Task, pristine: dict[str, str]) -> tuple[int | None, int]:
     async def listing(env: ToolEnv) -> list[Any]:
         await env.reset(task)
         await env.step(format_tool_call("fixes", {}))
-        return list(env.state.repair.fixes)
+        return list(env.state.memos[RepairMemo].fixes)
 
     fixes = asyncio.run(_episode(task, listing))
     right = {path: _tree(text) for path, text in pristine.items()}

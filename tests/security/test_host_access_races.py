@@ -23,6 +23,7 @@ import uvicorn
 from hostkit import INSIDE, SECRET, SWAP_LIMITS, SWAPPER, assert_host_dir_untouched, make_host_dir, swapping
 from seckit import CONFIG
 
+from trialground.envs.tools.registry import run_named
 from trialground.envs.tools.toolbox import Toolbox
 from trialground.errors import SandboxError
 from trialground.sandbox import beneath
@@ -132,7 +133,7 @@ async def test_tool_file_tools_never_cross_a_swapped_symlink(
 
     def tool(name: str, **args: str) -> Callable[[], Awaitable[str]]:
         async def op() -> str:
-            out = await tools.run(name, args, wall_s=5)
+            out = await run_named(tools, name, args, wall_s=5)
             if not out.ok:
                 assert out.text.startswith("error:"), out.text
                 return "refused"

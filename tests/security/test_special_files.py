@@ -24,6 +24,7 @@ from seckit import CONFIG
 from trialground.envs.config import EnvConfig
 from trialground.envs.tool_env import ToolEnv
 from trialground.envs.toolcalls import format_tool_call
+from trialground.envs.tools.registry import run_named
 from trialground.envs.tools.toolbox import READ_FILE_MAX_BYTES, Toolbox
 from trialground.errors import SandboxError
 from trialground.sandbox import beneath
@@ -107,7 +108,7 @@ async def test_tool_file_tools_answer_special_files_with_errors(sandbox: Sandbox
         if name != "huge":
             calls.append(("write_file", {"path": name, "content": "x"}))
         for tool, args in calls:
-            out = await prompt(tools.run(tool, args, wall_s=5))
+            out = await prompt(run_named(tools, tool, args, wall_s=5))
             if name == "huge" and tool == "read_file":  # a regular file, too big to read: its two ends
                 assert out.ok and "bytes not shown" in out.text, out.text[-300:]
                 assert len(out.text) <= READ_FILE_MAX_BYTES + 200

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from trialground.envs.repair import LOCALIZE_PROGRAM, Localized, parse_result
+from trialground.envs.repair import LOCALIZE_PROGRAM, Localized, RepairMemo, parse_result
 from trialground.tasks.model import Task
 
 LIBRARY = """\
@@ -172,7 +172,7 @@ def test_a_swapped_irregular_word_of_inflection_is_the_first_candidate(swe_cache
         try:
             await env.reset(task)
             obs = await env.step(format_tool_call("fixes", {}))
-            return obs.text, [f.after for f in env.state.repair.fixes]
+            return obs.text, [f.after for f in env.state.memos[RepairMemo].fixes]
         finally:
             await env.close()
             await grader.close()
